@@ -1,0 +1,1 @@
+"""Backends behind small protocols (adapters.base): judges and captioners."""

