@@ -39,3 +39,8 @@ def ray_local(tmp_path_factory):
         )
     yield ray
     ray.shutdown()
+
+
+# Shared fixture modules (tests/ is on sys.path in pytest's default import mode).
+from _fixtures_vllm import *  # noqa: E402,F401,F403
+from _fixtures_video import *  # noqa: E402,F401,F403
