@@ -8,7 +8,7 @@ response per request in the same order, and reports failures per request instead
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol, Sequence, runtime_checkable
+from typing import Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -24,6 +24,14 @@ class JudgeRequest:
     max_tokens: int = 256
     temperature: float = 0.0
     seed: int = 0
+    # What the prompt was rendered from. LLM backends ignore these (the prompt says it all; the cache key is built
+    # from the rendered prompt); the local judge (adapters/local_judge.py) answers from them. `task` is
+    # "<protocol>/<task>/<step>", e.g. "capability/object_color/judge", "capquiz/action/answer",
+    # "vidcapbench/default/score", "lvcap/scene/answer", "lvcap/events/extract", "lvcap/events/entail",
+    # "vcinspector/default/score". `fields` keys used: caption, annotation, question, options (JSON list),
+    # categories (JSON list), reference, answer, event.
+    task: str = ""
+    fields: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
