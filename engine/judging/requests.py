@@ -1,0 +1,59 @@
+"""Request rows (REQUESTS_WITH_CONTEXT) -> adapters.base.JudgeRequest, loading frames as JPEG bytes when sending."""
+
+from __future__ import annotations
+
+import io
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from adapters.base import JudgeRequest
+from engine.keys import content_key
+from engine.protocols.base import REASK_TEMPERATURE, parse_context, reask_seed
+
+
+@lru_cache(maxsize=64)
+def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
+    """JPEG bytes of the frames at `frames_path`: an .npy of uint8 (T, H, W, 3) (engine.schemas.FRAMES.path), a
+    directory of .jpg files, or one .jpg file."""
+    path = Path(frames_path)
+    if path.is_dir():
+        return tuple(p.read_bytes() for p in sorted(path.glob("*.jp*g")))
+    if path.suffix.lower() in (".jpg", ".jpeg"):
+        return (path.read_bytes(),)
+    if path.suffix.lower() == ".npy":
+        import numpy as np
+        from PIL import Image
+
+        frames = np.load(path)
+        if frames.ndim != 4 or frames.shape[-1] != 3:
+            raise ValueError(f"{path}: expected uint8 frames (T, H, W, 3), got shape {frames.shape}")
+        out = []
+        for frame in frames:
+            buf = io.BytesIO()
+            Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8)).save(buf, format="JPEG", quality=quality)
+            out.append(buf.getvalue())
+        return tuple(out)
+    raise ValueError(f"{path}: frames must be an .npy array, a .jpg, or a directory of .jpg files")
+
+
+def to_judge_request(row: dict, *, attempt: int = 0) -> JudgeRequest:
+    """The backend request for a row; attempt > 0 is a re-ask (different derived seed, non-zero temperature, its
+    own cache key derived from the original one)."""
+    ctx = parse_context(row)
+    images = load_jpegs(ctx["frames_path"]) if ctx.get("frames_path") else ()
+    temperature = float(ctx.get("temperature", 0.0))
+    key, seed = row["request_key"], int(row["seed"] or 0)
+    if attempt:
+        key, seed, temperature = reask_key(key, attempt), reask_seed(seed, attempt), REASK_TEMPERATURE
+    return JudgeRequest(
+        key=key, user=row["user"], system=row.get("system"),
+        choices=tuple(row["choices"]) if row.get("choices") else None, json_schema=row.get("json_schema"),
+        images=images, max_tokens=int(row.get("max_tokens") or 256), temperature=temperature, seed=seed,
+        task=ctx.get("task", ""), fields={k: v if isinstance(v, str) else json.dumps(v)
+                                          for k, v in (ctx.get("fields") or {}).items()},
+    )
+
+
+def reask_key(request_key: str, attempt: int) -> str:
+    return content_key("reask", request_key, int(attempt))

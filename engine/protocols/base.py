@@ -1,0 +1,185 @@
+"""`JudgeProtocol`: what every judged protocol provides (lm-eval style: a name and a version that enters every key).
+
+A protocol renders judge requests from items x captions (`build_requests`), turns one judge output into a verdict
+code (`parse`), builds the next step's requests for multi-step flows (`next_requests`: VidCapBench answer -> score,
+LVCap extract -> entail), and delegates metrics to its `metrics` module.
+
+Request tables have the columns of `engine.schemas.JUDGE_REQUESTS` plus one trailing `context` column (JSON text,
+see REQUESTS_WITH_CONTEXT): what the parser and the next step need (the correct letter, the reference answer), the
+`fields`/`task` a structured backend answers from (adapters.base.JudgeRequest), the frames path for multimodal judges
+and the sampling temperature. `conform(table, JUDGE_REQUESTS)` drops it when only the public columns are wanted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import pyarrow as pa
+
+from engine.keys import content_key, derived_seed
+from engine.schemas import JUDGE_REQUESTS, ParseStatus
+
+REQUESTS_WITH_CONTEXT = JUDGE_REQUESTS.append(pa.field("context", pa.string()))
+#: Sort order that puts requests sharing a caption (and so a prompt prefix) next to each other.
+REQUEST_ORDER = [("caption_key", "ascending"), ("item_id", "ascending"), ("step", "ascending"),
+                 ("sub_index", "ascending"), ("trial", "ascending")]
+REASK_TEMPERATURE = 0.7  # a re-ask at temperature 0 would repeat the same malformed answer
+
+
+def request_key(judge: str, revision: str, *, system: str | None, user: str, images_digest: str | None,
+                choices: Iterable[str] | None, json_schema: str | None, max_tokens: int, temperature: float,
+                seed: int) -> str:
+    """The cache key: everything that determines the judge's answer, nothing about which item asked."""
+    sampling = {"choices": list(choices) if choices else None, "json_schema": json_schema,
+                "max_tokens": int(max_tokens), "temperature": float(temperature)}
+    return content_key("judgment", judge, revision, system, user, images_digest, sampling, int(seed))
+
+
+@dataclass
+class Rendered:
+    """One rendered request before keying (what a protocol's prompts module produces)."""
+
+    task: str
+    step: str
+    user: str
+    system: str | None = None
+    sub_index: int = 0
+    choices: tuple[str, ...] | None = None
+    json_schema: str | None = None
+    max_tokens: int = 256
+    fields: dict[str, str] = field(default_factory=dict)  # what a structured backend answers from
+    parse: dict[str, Any] = field(default_factory=dict)  # what the parser / next step needs
+    images_digest: str | None = None
+    frames_path: str | None = None
+
+
+def make_row(r: Rendered, base: dict, *, protocol: str, judge: str, judge_revision: str, seed: int, trial: int,
+             temperature: float = 0.0) -> dict:
+    """A REQUESTS_WITH_CONTEXT row for `r`, keyed by content. `base` holds item/caption identity columns."""
+    key = request_key(judge, judge_revision, system=r.system, user=r.user, images_digest=r.images_digest,
+                      choices=r.choices, json_schema=r.json_schema, max_tokens=r.max_tokens,
+                      temperature=temperature, seed=seed)
+    context = {"task": f"{protocol}/{r.task}/{r.step}", "fields": r.fields, "parse": r.parse}
+    if r.frames_path:
+        context["frames_path"] = r.frames_path
+        context["images_digest"] = r.images_digest
+    if temperature:
+        context["temperature"] = temperature
+    return {
+        **base, "request_key": key, "protocol": protocol, "task": r.task, "step": r.step, "sub_index": r.sub_index,
+        "system": r.system, "user": r.user, "choices": list(r.choices) if r.choices else None,
+        "json_schema": r.json_schema, "max_tokens": r.max_tokens, "seed": int(seed), "trial": int(trial),
+        "context": json.dumps(context, ensure_ascii=False, sort_keys=True),
+    }
+
+
+def rows_to_table(rows: list[dict]) -> pa.Table:
+    if not rows:
+        return REQUESTS_WITH_CONTEXT.empty_table()
+    cols = {f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in REQUESTS_WITH_CONTEXT}
+    return pa.Table.from_pydict(cols, schema=REQUESTS_WITH_CONTEXT).sort_by(REQUEST_ORDER)
+
+
+def caption_identity(caption: dict) -> dict:
+    return {k: caption.get(k) for k in ("caption_key", "captioner", "prompt_id", "frame_spec")}
+
+
+def pair_items_captions(items: pa.Table, captions: pa.Table) -> tuple[list[tuple[dict, dict]], int]:
+    """(item, caption) pairs: a caption whose video_id equals the item's item_id (per-item captions, e.g. CAPability)
+    wins; otherwise every caption of the item's video. Returns the pairs and the number of items with no caption."""
+    by_video: dict[str, list[dict]] = {}
+    for cap in captions.to_pylist():
+        by_video.setdefault(cap["video_id"], []).append(cap)
+    pairs, uncaptioned = [], 0
+    for item in items.to_pylist():
+        caps = by_video.get(item["item_id"]) or by_video.get(item["video_id"]) or []
+        if not caps:
+            uncaptioned += 1
+        pairs.extend((item, cap) for cap in caps)
+    return pairs, uncaptioned
+
+
+def parse_context(request: dict) -> dict:
+    ctx = request.get("context")
+    return json.loads(ctx) if ctx else {}
+
+
+def annotation_value(item: dict) -> Any:
+    """The item's annotation: decoded JSON when it is JSON (dicts, lists), else the text."""
+    text = item.get("annotation")
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except (json.JSONDecodeError, TypeError):
+        return text
+
+
+class JudgeProtocol:
+    """Base class; subclasses set `name`, `version`, `codes` and implement `render` and `parse`."""
+
+    name: str = ""
+    version: str = "1"
+    codes: tuple[type, ...] = ()
+
+    # -- building ---------------------------------------------------------------------------------------------
+    def render(self, item: dict, caption: dict, *, seed: int, **opts) -> list[Rendered]:
+        raise NotImplementedError
+
+    def build_requests(self, items: pa.Table, captions: pa.Table, *, judge: str, judge_revision: str,
+                       seeds: Iterable[int] = (0,), **opts) -> pa.Table:
+        """First-step requests for every (item, caption) pair and judge seed, sorted so that requests sharing a
+        caption are adjacent. A caption that failed (null text) gives rows marked `missing` in their context; the
+        runner turns them into MISSING verdicts without asking the judge."""
+        pairs, self.uncaptioned_items = pair_items_captions(items, captions)
+        rows = []
+        revision = f"{judge_revision}|{self.name}@{self.version}"
+        for item, cap in pairs:
+            base = {"item_id": item["item_id"], "video_id": item["video_id"], **caption_identity(cap)}
+            for trial, seed in enumerate(seeds):
+                for r in self.render(item, cap, seed=int(seed), **opts):
+                    if cap.get("text") is None:
+                        r.parse = {**r.parse, "missing": f"caption failed: {cap.get('error') or 'no text'}"}
+                    rows.append(make_row(r, base, protocol=self.name, judge=judge, judge_revision=revision,
+                                         seed=int(seed), trial=trial))
+        return rows_to_table(rows)
+
+    def next_requests(self, requests: pa.Table, verdicts: pa.Table, *, judge: str, judge_revision: str) -> pa.Table:
+        """Requests of the next step given the finished ones (their rows in `requests`, parsed in `verdicts`)."""
+        return REQUESTS_WITH_CONTEXT.empty_table()
+
+    def _next_rows(self, requests: pa.Table, verdicts: pa.Table, step: str, judge: str, judge_revision: str,
+                   render_next) -> list[dict]:
+        """Helper: `render_next(request_row, verdict_row, ctx) -> list[Rendered]` for the finished rows of `step`.
+        `verdicts` is row-aligned with `requests` (the runner guarantees it)."""
+        if requests.num_rows != verdicts.num_rows:
+            raise ValueError(f"{self.name}: {requests.num_rows} requests but {verdicts.num_rows} verdicts")
+        revision = f"{judge_revision}|{self.name}@{self.version}"
+        rows = []
+        for req, v in zip(requests.to_pylist(), verdicts.to_pylist()):
+            if req["step"] != step:
+                continue
+            base = {k: req[k] for k in ("item_id", "video_id", "caption_key", "captioner", "prompt_id", "frame_spec")}
+            for r in render_next(req, v, parse_context(req)):
+                rows.append(make_row(r, base, protocol=self.name, judge=judge, judge_revision=revision,
+                                     seed=req["seed"], trial=req["trial"]))
+        return rows
+
+    # -- parsing ----------------------------------------------------------------------------------------------
+    def parse(self, request: dict, text: str) -> tuple[int, ParseStatus, str | None]:
+        raise NotImplementedError
+
+    # -- metrics ----------------------------------------------------------------------------------------------
+    def compute_metrics(self, verdicts, **kwargs):
+        module = importlib.import_module(f"engine.protocols.{self.name}.metrics")
+        return module.compute_metrics(verdicts, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<protocol {self.name}@{self.version}>"
+
+
+def reask_seed(seed: int, attempt: int) -> int:
+    return derived_seed("reask", int(seed), int(attempt))
