@@ -1,0 +1,293 @@
+"""Sparse frame decoding with PyAV: decode only what the sampled timestamps need.
+
+For each target time (sorted), find the keyframe at or before it. Seek there only when that keyframe lies
+beyond what has already been decoded (a later GOP); otherwise keep decoding forward. Only the frames kept
+are converted (`to_ndarray(width, height, format="rgb24")`, i.e. resized inside swscale), so the cost is close
+to the lower bound "decode each needed keyframe..target run once". Output: uint8 RGB (T, H, W, 3) and the pts
+(seconds) of the frames actually returned.
+
+Bad inputs raise a `VideoDecodeError` subclass whose message names the file and what is wrong; batch callers
+(engine.frames.cache) turn it into an error row and go on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import av
+import numpy as np
+
+from engine.frames.sampling import FrameSpec, FrameSpecError, parse_frame_spec
+
+Size = int | tuple[int, int] | None
+
+
+class VideoDecodeError(Exception):
+    """A video that cannot give the requested frames. `path` names it; the message says why."""
+
+    kind = "decode_error"
+
+    def __init__(self, path: str | Path, message: str):
+        self.path = str(path)
+        super().__init__(f"{self.kind}: {path}: {message}")
+
+
+class VideoNotFoundError(VideoDecodeError):
+    kind = "not_found"
+
+
+class EmptyVideoError(VideoDecodeError):
+    kind = "empty_file"
+
+
+class NoVideoStreamError(VideoDecodeError):
+    kind = "no_video_stream"
+
+
+class CorruptVideoError(VideoDecodeError):
+    kind = "corrupt"
+
+
+class TruncatedVideoError(VideoDecodeError):
+    kind = "truncated"
+
+
+@dataclass
+class FramesResult:
+    frames: np.ndarray  # uint8 (T, H, W, 3)
+    timestamps: np.ndarray  # float64 seconds from the video start, of the frames returned
+    targets: np.ndarray  # seconds asked for by the spec
+    frame_spec: str
+    duration: float
+    frames_decoded: int = 0  # frames the decoder produced (0 on a cache hit)
+    seeks: int = 0
+    rotation: int = 0
+    path: str | None = None  # .npy path when cached
+    cache_hit: bool = False
+    info: dict = field(default_factory=dict)
+
+
+def size_text(size: Size) -> str:
+    """Canonical text of an output size: native | max448 (longer side) | 448x336 (exact W x H)."""
+    if size is None:
+        return "native"
+    if isinstance(size, int):
+        return f"max{size}"
+    w, h = size
+    return f"{int(w)}x{int(h)}"
+
+
+def output_size(size: Size, width: int, height: int) -> tuple[int, int]:
+    """(W, H) of the returned frames for a displayed picture of width x height; even sizes for chroma."""
+    if size is None:
+        return width, height
+    if isinstance(size, int):
+        if size < 2:
+            raise ValueError(f"size must be >= 2 pixels, got {size}")
+        scale = min(1.0, size / max(width, height))
+        return max(2, int(round(width * scale / 2)) * 2), max(2, int(round(height * scale / 2)) * 2)
+    w, h = int(size[0]), int(size[1])
+    if w < 1 or h < 1:
+        raise ValueError(f"size must be positive, got {size}")
+    return w, h
+
+
+def _open(path: Path):
+    if not path.exists():
+        raise VideoNotFoundError(path, "no such file")
+    if path.is_dir():
+        raise VideoNotFoundError(path, "is a directory, not a video file")
+    if path.stat().st_size == 0:
+        raise EmptyVideoError(path, "file has zero bytes")
+    try:
+        container = av.open(str(path), metadata_errors="ignore")
+    except av.error.FFmpegError as exc:
+        raise CorruptVideoError(path, f"cannot open container: {exc}") from exc
+    if not container.streams.video:
+        kinds = ", ".join(s.type for s in container.streams) or "none"
+        container.close()
+        raise NoVideoStreamError(path, f"no video stream (streams: {kinds})")
+    return container
+
+
+def _configure(stream, threads: int | str) -> None:
+    # Frame+slice threading helps large frames; a worker pool may pin threads=1 to scale by processes instead.
+    if threads == "auto":
+        stream.thread_type = "AUTO"
+    else:
+        stream.codec_context.thread_count = int(threads)
+        stream.thread_type = "AUTO" if int(threads) > 1 else "SLICE"
+
+
+def _probe(path: Path, stream, container) -> tuple[np.ndarray, float, bool]:
+    """(keyframe times in s, duration in s, scanned) from the container index, or from a demux-only scan."""
+    tb = stream.time_base
+    start = stream.start_time or 0
+    index = stream.index_entries
+    declared = None
+    if stream.duration:
+        declared = float(stream.duration * tb)
+    elif container.duration:
+        declared = container.duration / av.time_base - max(0.0, float(start * tb))
+    if stream.frames > 0 and len(index) >= stream.frames:  # a full sample table (MP4/MOV)
+        keys = np.array([float((e.timestamp - start) * tb) for e in index if e.is_keyframe])
+        return keys, declared or stream.frames / float(stream.guessed_rate or 25), False
+    # No complete index (Matroska/WebM cues are partial or deferred, raw/TS streams have none): read the
+    # packets without decoding them (I/O only) to find keyframes and where the data actually ends.
+    keys, end, count = [], None, 0
+    try:
+        for packet in container.demux(stream):
+            ts = packet.pts if packet.pts is not None else packet.dts
+            if ts is None:
+                continue
+            count += 1
+            t = float((ts - start) * tb)
+            if packet.is_keyframe:
+                keys.append(t)
+            t_end = t + float((packet.duration or 0) * tb)
+            end = t_end if end is None else max(end, t_end)
+    except av.error.FFmpegError as exc:
+        raise CorruptVideoError(path, f"demuxing failed after {count} packets: {exc}") from exc
+    if count == 0 or end is None:
+        raise CorruptVideoError(path, "the video stream has no readable packets")
+    if declared and end < 0.9 * declared - 0.1:
+        raise TruncatedVideoError(path, f"container declares {declared:.2f} s but the data ends at {end:.2f} s")
+    return np.array(sorted(keys)), (declared if declared and declared <= end + 0.5 else end), True
+
+
+def decode_frames(
+    path: str | Path,
+    spec: str | FrameSpec,
+    size: Size = None,
+    *,
+    threads: int | str = "auto",
+    interpolation: str | None = None,
+) -> FramesResult:
+    """Decode the frames `spec` asks for from the video at `path`, resized to `size`; see the module doc."""
+    path = Path(path)
+    spec = parse_frame_spec(spec)
+    container = _open(path)
+    try:
+        stream = container.streams.video[0]
+        _configure(stream, threads)
+        keys, duration, scanned = _probe(path, stream, container)
+        if scanned:  # the scan consumed the packets; reopening is cheaper and safer than seeking back
+            container.close()
+            container = _open(path)
+            stream = container.streams.video[0]
+            _configure(stream, threads)
+        try:
+            targets = spec.timestamps(duration)
+        except FrameSpecError as exc:
+            raise CorruptVideoError(path, f"no usable duration: {exc}") from exc
+        return _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation)
+    finally:
+        container.close()
+
+
+def _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation) -> FramesResult:
+    tb = stream.time_base
+    start = stream.start_time or 0
+    rate = float(stream.guessed_rate or stream.average_rate or 0) or None
+    tol = 0.5 / rate if rate else 0.0  # pick the frame nearest the target in a constant-rate video
+    order = np.argsort(targets, kind="stable")
+    sorted_t = targets[order]
+    picked: list = [None] * len(targets)  # per sorted target: (time, frame)
+    decoded = seeks = 0
+    last_time = -math.inf
+    last_frame = None
+    packets = None
+    i = 0
+    while i < len(sorted_t):
+        t = sorted_t[i]
+        k = np.searchsorted(keys, t + 1e-9, side="right") - 1 if len(keys) else -1
+        key_t = keys[k] if k >= 0 else 0.0
+        if packets is None or key_t > last_time + 1e-6:
+            # The keyframe before t lies beyond what we decoded: jump there (skip whole GOPs).
+            if packets is not None:
+                packets.close()
+            container.seek(int(round(key_t / tb)) + start, stream=stream, backward=True)
+            seeks += 1
+            packets = _frames(path, container, stream)
+        got = False
+        for frame in packets:
+            decoded += 1
+            ft = float(frame.pts - start) * tb if frame.pts is not None else (last_time + (1 / rate if rate else 0))
+            ft = float(ft)
+            last_time, last_frame = ft, frame
+            if ft >= t - tol:
+                got = True
+                break
+        if not got:  # the stream ended before t: the last frame serves targets within two frame steps
+            step = 1 / rate if rate else 0.1
+            for j in range(i, len(sorted_t)):
+                if last_frame is None or sorted_t[j] - last_time > 2 * step + 1e-6:
+                    where = "no frames decoded" if last_frame is None else f"stream ends at {last_time:.2f} s"
+                    raise TruncatedVideoError(
+                        path, f"{where}; frame at {sorted_t[j]:.2f} s (of {duration:.2f} s) unavailable, "
+                        f"got {j} of {len(sorted_t)} frames")
+                picked[j] = (last_time, last_frame)
+            break
+        picked[i] = (last_time, last_frame)
+        i += 1
+        while i < len(sorted_t) and sorted_t[i] - tol <= last_time:  # more targets than frames
+            picked[i] = (last_time, last_frame)
+            i += 1
+    if packets is not None:
+        packets.close()
+    # Convert only the frames kept; several targets may share one frame (more targets than frames).
+    rotation = int(picked[0][1].rotation or 0) if picked else 0
+    dw, dh = (stream.height, stream.width) if rotation % 180 else (stream.width, stream.height)
+    ow, oh = output_size(size, dw, dh)
+    cw, ch = (oh, ow) if rotation % 180 else (ow, oh)
+    kw = {"width": cw, "height": ch, "format": "rgb24"}
+    if interpolation:
+        kw["interpolation"] = interpolation
+    out = np.empty((len(targets), oh, ow, 3), np.uint8)
+    times = np.empty(len(targets), np.float64)
+    cache: dict[int, np.ndarray] = {}
+    for j, (ft, frame) in enumerate(picked):
+        key = id(frame)
+        if key not in cache:
+            img = frame.to_ndarray(**kw)
+            if rotation % 360:
+                img = np.rot90(img, k=(rotation // 90) % 4)
+            cache[key] = img
+        out[order[j]] = cache[key]
+        times[order[j]] = ft
+    return FramesResult(
+        frames=out, timestamps=times, targets=np.asarray(targets, np.float64), frame_spec=str(spec),
+        duration=float(duration), frames_decoded=decoded, seeks=seeks, rotation=rotation,
+        info={"keyframes": len(keys), "size": size_text((ow, oh))},
+    )
+
+
+def _frames(path, container, stream):
+    """Decoded frames from the current position; a packet the decoder rejects is a per-video error."""
+    tb = stream.time_base
+    try:
+        for packet in container.demux(stream):
+            try:
+                yield from packet.decode()
+            except av.error.InvalidDataError as exc:
+                at = f"{float(packet.pts * tb):.2f} s" if packet.pts is not None else "unknown time"
+                raise CorruptVideoError(path, f"corrupt packet at {at}: {exc}") from exc
+    except av.error.FFmpegError as exc:
+        raise CorruptVideoError(path, f"demuxing failed: {exc}") from exc
+
+
+def probe_duration(path: str | Path) -> float:
+    """Duration in seconds, by the same rules the decoder uses (index, container, or a demux scan)."""
+    container = _open(Path(path))
+    try:
+        return _probe(Path(path), container.streams.video[0], container)[1]
+    finally:
+        container.close()
+
+
+__all__ = [
+    "CorruptVideoError", "EmptyVideoError", "FramesResult", "NoVideoStreamError", "TruncatedVideoError",
+    "VideoDecodeError", "VideoNotFoundError", "decode_frames", "output_size", "probe_duration", "size_text",
+]

@@ -1,0 +1,184 @@
+"""Frame sampling specs: which timestamps to take from a video of a given duration.
+
+Each spec is a small frozen dataclass with a canonical text form (`str(spec)`), used in content keys and in
+the `frame_spec` column, and parsed back by `parse_frame_spec`:
+
+    uniform:32                     32 frames at the centres of 32 equal segments (papers use 8-128)
+    fps:0.4                        one frame every 1/0.4 s, at interval centres (LVCap: 0.4 fps)
+    fps:1,max=64                   ... capped: beyond 64 frames, 64 uniform frames instead
+    segments:length=60,per=4       60 s segments, 4 uniform frames in each (long videos)
+    segments:at=12.5|40,per=2      segments split at given boundaries (e.g. scene cuts), 2 frames in each
+
+Segment centres are used throughout (never t=0 or t=duration): the first and last frames are often black
+or a fade, and a centre is always strictly inside the decodable range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+
+class FrameSpecError(ValueError):
+    """A frame spec that cannot be parsed or is out of range."""
+
+
+@dataclass(frozen=True)
+class Uniform:
+    n: int
+
+    def __post_init__(self):
+        if not isinstance(self.n, int) or self.n < 1:
+            raise FrameSpecError(f"uniform: n must be a positive integer, got {self.n!r}")
+
+    def __str__(self) -> str:
+        return f"uniform:{self.n}"
+
+    def timestamps(self, duration: float) -> np.ndarray:
+        return _centres(0.0, _check_duration(duration), self.n)
+
+
+@dataclass(frozen=True)
+class FPS:
+    fps: float
+    max_frames: int | None = None
+
+    def __post_init__(self):
+        if not (isinstance(self.fps, (int, float)) and math.isfinite(self.fps) and self.fps > 0):
+            raise FrameSpecError(f"fps: rate must be a positive number, got {self.fps!r}")
+        if self.max_frames is not None and (not isinstance(self.max_frames, int) or self.max_frames < 1):
+            raise FrameSpecError(f"fps: max must be a positive integer, got {self.max_frames!r}")
+
+    def __str__(self) -> str:
+        base = f"fps:{_num(self.fps)}"
+        return base if self.max_frames is None else f"{base},max={self.max_frames}"
+
+    def timestamps(self, duration: float) -> np.ndarray:
+        duration = _check_duration(duration)
+        n = max(1, int(math.floor(duration * self.fps + 1e-9)))
+        if self.max_frames is not None and n > self.max_frames:
+            return _centres(0.0, duration, self.max_frames)
+        return (np.arange(n) + 0.5) / self.fps
+
+
+@dataclass(frozen=True)
+class Segments:
+    """Uniform frames per segment; segments of `length_s` seconds, or split at `boundaries` (seconds)."""
+
+    per_segment: int
+    length_s: float | None = None
+    boundaries: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.per_segment, int) or self.per_segment < 1:
+            raise FrameSpecError(f"segments: per must be a positive integer, got {self.per_segment!r}")
+        if (self.length_s is None) == (self.boundaries is None):
+            raise FrameSpecError("segments: give exactly one of length=SECONDS or at=T1|T2|...")
+        if self.length_s is not None and not (self.length_s > 0 and math.isfinite(self.length_s)):
+            raise FrameSpecError(f"segments: length must be a positive number, got {self.length_s!r}")
+        if self.boundaries is not None:
+            b = tuple(float(x) for x in self.boundaries)
+            if any(x <= 0 for x in b) or list(b) != sorted(set(b)):
+                raise FrameSpecError(f"segments: boundaries must be positive and increasing, got {b}")
+            object.__setattr__(self, "boundaries", b)
+
+    def __str__(self) -> str:
+        if self.length_s is not None:
+            return f"segments:length={_num(self.length_s)},per={self.per_segment}"
+        return f"segments:at={'|'.join(_num(b) for b in self.boundaries)},per={self.per_segment}"
+
+    def edges(self, duration: float) -> list[float]:
+        duration = _check_duration(duration)
+        if self.length_s is not None:
+            n = max(1, int(math.ceil(duration / self.length_s - 1e-9)))
+            return [min(i * self.length_s, duration) for i in range(n)] + [duration]
+        return [0.0] + [b for b in self.boundaries if b < duration] + [duration]
+
+    def timestamps(self, duration: float) -> np.ndarray:
+        e = self.edges(duration)
+        return np.concatenate([_centres(a, b, self.per_segment) for a, b in zip(e[:-1], e[1:])])
+
+
+FrameSpec = Uniform | FPS | Segments
+
+
+def parse_frame_spec(text: str | FrameSpec) -> FrameSpec:
+    """Parse the canonical text of a spec (a spec object passes through); errors say what was expected."""
+    if isinstance(text, (Uniform, FPS, Segments)):
+        return text
+    if not isinstance(text, str):
+        raise FrameSpecError(f"frame spec must be text like 'uniform:32', got {type(text).__name__}")
+    kind, sep, rest = text.strip().partition(":")
+    kind = kind.strip().lower()
+    if not sep or not rest.strip():
+        raise FrameSpecError(f"frame spec {text!r}: expected KIND:ARGS, e.g. uniform:32, fps:0.4,max=64, segments:length=60,per=4")
+    args = [a.strip() for a in rest.split(",")]
+    try:
+        if kind == "uniform":
+            if len(args) != 1:
+                raise FrameSpecError(f"frame spec {text!r}: uniform takes one count, e.g. uniform:32")
+            return Uniform(_int(args[0], text))
+        if kind == "fps":
+            opts = _options(args[1:], text, allowed={"max"})
+            return FPS(_float(args[0], text), _int(opts["max"], text) if "max" in opts else None)
+        if kind == "segments":
+            opts = _options(args, text, allowed={"length", "at", "per"})
+            if "per" not in opts:
+                raise FrameSpecError(f"frame spec {text!r}: segments needs per=N")
+            at = opts.get("at")
+            return Segments(
+                per_segment=_int(opts["per"], text),
+                length_s=_float(opts["length"], text) if "length" in opts else None,
+                boundaries=tuple(_float(x, text) for x in at.split("|")) if at is not None else None,
+            )
+    except FrameSpecError as exc:
+        if text in str(exc):
+            raise
+        raise FrameSpecError(f"frame spec {text!r}: {exc}") from None
+    raise FrameSpecError(f"frame spec {text!r}: unknown kind {kind!r} (use uniform, fps or segments)")
+
+
+def target_timestamps(spec: str | FrameSpec, duration: float) -> np.ndarray:
+    """Seconds from the video start of the frames `spec` asks for, for a video of `duration` seconds."""
+    return parse_frame_spec(spec).timestamps(duration)
+
+
+def _centres(start: float, stop: float, n: int) -> np.ndarray:
+    return start + (np.arange(n) + 0.5) * ((stop - start) / n)
+
+
+def _check_duration(duration: float) -> float:
+    if duration is None or not math.isfinite(duration) or duration <= 0:
+        raise FrameSpecError(f"video duration must be a positive number of seconds, got {duration!r}")
+    return float(duration)
+
+
+def _num(x: float) -> str:
+    return f"{float(x):g}"
+
+
+def _int(s: str, text: str) -> int:
+    try:
+        return int(s)
+    except ValueError:
+        raise FrameSpecError(f"frame spec {text!r}: {s!r} is not an integer") from None
+
+
+def _float(s: str, text: str) -> float:
+    try:
+        return float(s)
+    except ValueError:
+        raise FrameSpecError(f"frame spec {text!r}: {s!r} is not a number") from None
+
+
+def _options(args: list[str], text: str, allowed: set[str]) -> dict[str, str]:
+    opts = {}
+    for a in args:
+        key, eq, value = a.partition("=")
+        key = key.strip().lower()
+        if not eq or key not in allowed:
+            raise FrameSpecError(f"frame spec {text!r}: unexpected {a!r} (allowed: {', '.join(sorted(allowed))}=VALUE)")
+        opts[key] = value.strip()
+    return opts
