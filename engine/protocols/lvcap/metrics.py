@@ -34,6 +34,8 @@ import json
 import numpy as np
 import polars as pl
 
+from engine.metrics.report import cluster_metrics_frame
+
 from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
 
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
@@ -158,34 +160,6 @@ def _unit_table(v: pl.DataFrame, paper_compatible: bool, event_average: str) -> 
     return events, scene
 
 
-def _bootstrap_frame(units: pl.DataFrame, by: list[str], n_stats: int, fns: dict, n_resamples: int, seed: int,
-                     confidence: float, scale: float) -> pl.DataFrame:
-    """One row per (group, metric): value from all videos, CI from resampling videos within the group."""
-    from kernels.bootstrap import cluster_bootstrap, percentile_ci
-
-    stat_cols = [f"_s{i}" for i in range(n_stats)]
-    rows = []
-    for key, g in units.group_by(by, maintain_order=True):
-        per_video = g.group_by("video_id").agg([pl.col(c).sum() for c in stat_cols + ["_n", "_nv"]]).sort("video_id")
-        arr = per_video.select(stat_cols).to_numpy().astype(np.float64)
-        n, n_nv = int(per_video["_n"].sum()), int(per_video["_nv"].sum())
-        total = arr.sum(axis=0)[None]
-        reps = None
-        if n_resamples > 0 and arr.shape[0] > 0:
-            reps = cluster_bootstrap(arr, lambda s: np.stack([fn(s) for fn in fns.values()], axis=-1),
-                                     n_resamples, seed)
-            low, high = percentile_ci(reps, confidence)
-        for j, (name, fn) in enumerate(fns.items()):
-            value = float(fn(total)[0])
-            lo = float(low[j]) if reps is not None else float("nan")
-            hi = float(high[j]) if reps is not None else float("nan")
-            rows.append({**dict(zip(by, key)), "metric": name, "value": value * scale,
-                         "ci_low": lo * scale, "ci_high": hi * scale, "n": n, "n_no_verdict": n_nv})
-    schema = {**{c: pl.String for c in by}, "metric": pl.String, "value": pl.Float64, "ci_low": pl.Float64,
-              "ci_high": pl.Float64, "n": pl.Int64, "n_no_verdict": pl.Int64}
-    return pl.DataFrame(rows, schema=schema).with_columns(pl.col(c).fill_nan(None) for c in ("value", "ci_low", "ci_high"))
-
-
 def compute_metrics(
     verdicts: pl.DataFrame,
     *,
@@ -211,7 +185,8 @@ def compute_metrics(
         if units.height == 0:
             continue
         for by in (GROUP_COLUMNS + ["bucket"], GROUP_COLUMNS):
-            frame = _bootstrap_frame(units, by, n_stats, fns, n_resamples, seed, confidence, 100.0)
+            frame = cluster_metrics_frame(units, by, [f"_s{i}" for i in range(n_stats)], fns, n_resamples=n_resamples,
+                                          seed=seed, confidence=confidence, scale=100.0)
             if "bucket" not in by:
                 frame = frame.with_columns(pl.lit(ALL).alias("bucket"))
             frames.append(frame.select(GROUP_COLUMNS + ["bucket", "metric", "value", "ci_low", "ci_high", "n",

@@ -1,0 +1,142 @@
+"""Human alignment of caption metrics: rank correlations with human scores, rater agreement, synthetic negatives.
+
+* `correlate(metric, human)`: Kendall τ_b and τ_c and Spearman ρ between a metric's per-caption scores and the
+  mean human score, plus the VATEX-EVAL protocol (Shi et al., EMScore, CVPR 2022; `compute_correlation_uniquehuman`
+  in github.com/shiyaya/emscore): round the metric to 4 decimals, correlate it with *each annotator's* scores
+  separately (scipy's kendalltau = τ_b, spearmanr) and average over annotators. VC-Inspector (arXiv 2509.16538)
+  reports τ_b and τ_c on VATEX-Eval this way.
+* `gwet_ac1(ratings)`: Gwet's AC1 agreement among raters (Gwet 2008, "Computing inter-rater reliability and its
+  variance in the presence of high agreement", BJMSP 61), multi-rater form; tolerant of missing ratings (NaN).
+* `swap_caption(caption, swaps, seed)`: VC-Inspector's data recipe makes captions with controlled factual errors
+  by replacing objects and actions; this swaps whole words/phrases from a given table, deterministically.
+
+Correlations use scipy.stats (a declared dependency; exact tie handling).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+
+def _clean(metric, human) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(metric, dtype=np.float64)
+    h = np.asarray(human, dtype=np.float64)
+    if h.ndim == 1:
+        h = h[:, None]
+    if x.ndim != 1 or h.ndim != 2 or h.shape[0] != x.shape[0]:
+        raise ValueError(f"metric must be (n,) and human (n,) or (n, annotators); got {x.shape} and {h.shape}")
+    return x, h
+
+
+def kendall_tau_b(x, y) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y, variant="b").statistic)
+
+
+def kendall_tau_c(x, y) -> float:
+    from scipy.stats import kendalltau
+
+    return float(kendalltau(x, y, variant="c").statistic)
+
+
+def spearman_rho(x, y) -> float:
+    from scipy.stats import spearmanr
+
+    return float(spearmanr(x, y).statistic)
+
+
+def correlate(metric, human, *, round_decimals: int | None = 4) -> dict[str, float]:
+    """Rank correlations of `metric` (n,) with `human` (n,) or (n, annotators); NaN human ratings are skipped
+    pairwise. Keys: kendall_tau_b, kendall_tau_c, spearman_rho (against the mean human score) and
+    kendall_tau_b_per_annotator, spearman_rho_per_annotator (VATEX-EVAL: per annotator, then averaged), n."""
+    x, h = _clean(metric, human)
+    if round_decimals is not None:
+        x = np.round(x, round_decimals)  # as EMScore's script does before correlating
+    ok = np.isfinite(x)
+    with np.errstate(invalid="ignore"):
+        mean_h = np.nanmean(np.where(np.isfinite(h), h, np.nan), axis=1) if h.size else np.full(x.shape, np.nan)
+    both = ok & np.isfinite(mean_h)
+    out = {
+        "kendall_tau_b": kendall_tau_b(x[both], mean_h[both]) if both.sum() > 1 else float("nan"),
+        "kendall_tau_c": kendall_tau_c(x[both], mean_h[both]) if both.sum() > 1 else float("nan"),
+        "spearman_rho": spearman_rho(x[both], mean_h[both]) if both.sum() > 1 else float("nan"),
+    }
+    taus, rhos = [], []
+    for a in range(h.shape[1]):
+        m = ok & np.isfinite(h[:, a])
+        if m.sum() > 1:
+            taus.append(kendall_tau_b(x[m], h[m, a]))
+            rhos.append(spearman_rho(x[m], h[m, a]))
+    out["kendall_tau_b_per_annotator"] = float(np.mean(taus)) if taus else float("nan")
+    out["spearman_rho_per_annotator"] = float(np.mean(rhos)) if rhos else float("nan")
+    out["n"] = int(both.sum())
+    return out
+
+
+def gwet_ac1(ratings, categories=None) -> float:
+    """Gwet's AC1 for `ratings` (items, raters) of nominal categories; NaN (or None) = not rated.
+
+        p_a = mean over items rated by >= 2 raters of Σ_k r_ik (r_ik − 1) / (r_i (r_i − 1))
+        π_k = mean over rated items of r_ik / r_i
+        p_e = Σ_k π_k (1 − π_k) / (q − 1)
+        AC1 = (p_a − p_e) / (1 − p_e)
+    with r_ik the raters putting item i in category k, r_i the raters of item i, q the number of categories
+    (`categories`, default: those observed)."""
+    r = np.asarray(ratings, dtype=np.float64)
+    if r.ndim != 2:
+        raise ValueError(f"ratings must be (items, raters); got shape {r.shape}")
+    cats = np.unique(r[np.isfinite(r)]) if categories is None else np.asarray(categories, dtype=np.float64)
+    q = len(cats)
+    if q < 2:
+        raise ValueError(f"Gwet's AC1 needs at least 2 categories; got {q}")
+    counts = np.stack([(r == c).sum(axis=1) for c in cats], axis=1).astype(np.float64)  # (items, q)
+    n_i = counts.sum(axis=1)
+    rated = n_i > 0
+    if not rated.any():
+        raise ValueError("no item has a rating")
+    pi = (counts[rated] / n_i[rated, None]).mean(axis=0)
+    pe = float((pi * (1.0 - pi)).sum() / (q - 1))
+    multi = n_i >= 2
+    if not multi.any():
+        raise ValueError("Gwet's AC1 needs items rated by at least 2 raters")
+    pa = float(((counts[multi] * (counts[multi] - 1)).sum(axis=1) / (n_i[multi] * (n_i[multi] - 1))).mean())
+    return (pa - pe) / (1.0 - pe)
+
+
+def _match_case(template: str, word: str) -> str:
+    if template.isupper() and len(template) > 1:
+        return word.upper()
+    if template[:1].isupper():
+        return word[:1].upper() + word[1:]
+    return word
+
+
+def swap_caption(caption: str, swaps: dict[str, str], seed: int, n_swaps: int | None = None) -> str:
+    """A negative caption: occurrences of `swaps` keys (whole words or phrases, case-insensitive, longest first)
+    replaced by their values, keeping the capitalisation of the first letter. With `n_swaps`, only that many
+    occurrences, chosen by `seed`, are replaced (VC-Inspector grades quality by the number of errors); without it,
+    all are. Deterministic: the same (caption, swaps, seed, n_swaps) always gives the same text."""
+    if not swaps:
+        return caption
+    keys = sorted(swaps, key=lambda k: (-len(k), k))
+    pattern = re.compile(r"\b(" + "|".join(re.escape(k) for k in keys) + r")\b", re.IGNORECASE)
+    matches = list(pattern.finditer(caption))
+    if not matches:
+        return caption
+    lower = {k.lower(): v for k, v in swaps.items()}
+    chosen = range(len(matches))
+    if n_swaps is not None:
+        if n_swaps < 0:
+            raise ValueError(f"n_swaps must be >= 0, got {n_swaps}")
+        rng = np.random.default_rng(int(seed))
+        chosen = sorted(rng.choice(len(matches), size=min(n_swaps, len(matches)), replace=False).tolist())
+    pieces, last = [], 0
+    for i in chosen:
+        m = matches[i]
+        pieces += [caption[last:m.start()], _match_case(m.group(0), lower[m.group(0).lower()])]
+        last = m.end()
+    pieces.append(caption[last:])
+    return "".join(pieces)

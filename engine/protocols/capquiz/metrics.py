@@ -1,0 +1,171 @@
+"""CapQuiz metrics: CapP, CapR and CapF1 per question type, per type family and overall.
+
+Protocol (Wang et al., "Putting Captions to the Test: Evaluating Video Caption Quality through Multiple-Choice
+Question Answering", ACL 2026, https://aclanthology.org/2026.acl-long.777/): a text-only judge answers each
+human-verified multiple-choice question about the video from the caption alone, with an extra "Cannot be
+determined" option. Each answer is one of
+
+* CORRECT (TP): the caption lets the judge pick the right option;
+* WRONG (FP): the judge picks a wrong option, i.e. the caption states something false;
+* CANNOT_DETERMINE (FN): the caption does not carry the information.
+
+    CapP  = TP / (TP + FP)        (factuality: of what the caption states, how much is right)
+    CapR  = TP / N                (coverage: N = all questions, TP + FP + FN)
+    CapF1 = 2 * CapP * CapR / (CapP + CapR)
+
+Rows without a verdict (code −1: parse failure, backend error, missing judgment) are never dropped: they are
+counted in `n_no_verdict` next to every metric. By default (`paper_compatible=False`, `mode="strict"`) they stay
+in N, so a question the judge could not answer counts against recall exactly like "cannot be determined" (it is
+not evidence of a wrong statement, so it never enters CapP's denominator). With `paper_compatible=True`
+(`mode="paper"`) they are left out of N, the way an official script that skips unparseable answers would do.
+
+Question types: the paper's taxonomy has 10 question types under two families, Descriptive and Inferential. The
+released type names were not available to us when this was written (the benchmark was announced, not yet
+released), so `TYPE_FAMILY` below is our best reading of the taxonomy and is *not verified*: pass
+`type_families={type: family}` to `compute_metrics` to use the release's names. A type missing from the map is
+reported under family "unmapped", never dropped. Types are matched case-insensitively, with spaces, dashes and
+underscores treated alike.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import polars as pl
+
+from engine.metrics.report import cluster_metrics_frame, code_count_units
+
+from .codes import N_CODES, CapQuizVerdict
+
+CD, TP, FP = int(CapQuizVerdict.CANNOT_DETERMINE), int(CapQuizVerdict.CORRECT), int(CapQuizVerdict.WRONG)
+NV = N_CODES  # the count table's last column: rows without a verdict
+
+#: question type -> family. Not verified against the release (see the module docstring).
+TYPE_FAMILY: dict[str, str] = {
+    "object": "Descriptive",
+    "attribute": "Descriptive",
+    "action": "Descriptive",
+    "counting": "Descriptive",
+    "spatial_relation": "Descriptive",
+    "scene": "Descriptive",
+    "temporal_order": "Inferential",
+    "causal": "Inferential",
+    "intention": "Inferential",
+    "emotion": "Inferential",
+}
+FAMILIES = ("Descriptive", "Inferential")
+ALL = "all"
+GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
+
+
+def normalize_type(name: str | None) -> str:
+    return "" if name is None else "_".join(name.strip().lower().replace("-", " ").replace("_", " ").split())
+
+
+# -- metric functions of count arrays: counts[..., N_CODES + 1] -> fractions ------------------------------------
+
+
+def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    num = np.asarray(num, dtype=np.float64)
+    den = np.asarray(den, dtype=np.float64)
+    out = np.full(np.broadcast(num, den).shape, np.nan)
+    np.divide(num, den, out=out, where=den > 0)
+    return out
+
+
+def cap_precision(counts: np.ndarray) -> np.ndarray:
+    c = np.asarray(counts, dtype=np.float64)
+    return _safe_div(c[..., TP], c[..., TP] + c[..., FP])
+
+
+def cap_recall(counts: np.ndarray, *, include_no_verdict: bool = True) -> np.ndarray:
+    c = np.asarray(counts, dtype=np.float64)
+    n = c[..., TP] + c[..., FP] + c[..., CD] + (c[..., NV] if include_no_verdict else 0.0)
+    return _safe_div(c[..., TP], n)
+
+
+def cap_f1(counts: np.ndarray, *, include_no_verdict: bool = True) -> np.ndarray:
+    p = cap_precision(counts)
+    r = cap_recall(counts, include_no_verdict=include_no_verdict)
+    return _safe_div(2.0 * p * r, p + r)  # nan when P or R is undefined or both are 0
+
+
+def metric_functions(paper_compatible: bool = False) -> dict:
+    include = not paper_compatible
+    return {
+        "CapP": cap_precision,
+        "CapR": lambda c: cap_recall(c, include_no_verdict=include),
+        "CapF1": lambda c: cap_f1(c, include_no_verdict=include),
+    }
+
+
+# -- the verdict table -> long-format metrics -------------------------------------------------------------------
+
+
+def _with_types(verdicts: pl.DataFrame, items: pl.DataFrame | None, type_families: dict[str, str]) -> pl.DataFrame:
+    """Adds `question_type` (items.category, joined on task + item_id) and `family`; never drops a verdict row."""
+    if items is None or "category" not in items.columns:
+        return verdicts.with_columns(pl.lit(ALL).alias("question_type"), pl.lit(ALL).alias("family"))
+    keys = [k for k in ("task", "item_id") if k in items.columns and k in verdicts.columns]
+    if "item_id" not in keys:
+        raise KeyError("items need an `item_id` column to attach question types to verdicts")
+    cats = items.select(*keys, pl.col("category").alias("question_type")).unique(subset=keys, keep="first")
+    out = verdicts.join(cats, on=keys, how="left")
+    families = {normalize_type(k): v for k, v in type_families.items()}
+    out = out.with_columns(pl.col("question_type").fill_null("unknown"))
+    return out.with_columns(
+        pl.col("question_type")
+        .map_elements(lambda t: families.get(normalize_type(t), "unmapped"), return_dtype=pl.String)
+        .alias("family")
+    )
+
+
+def compute_metrics(
+    verdicts: pl.DataFrame,
+    *,
+    items: pl.DataFrame | None = None,
+    captions: pl.DataFrame | None = None,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    paper_compatible: bool = False,
+    type_families: dict[str, str] | None = None,
+    confidence: float = 0.95,
+    **options,
+) -> pl.DataFrame:
+    """CapP / CapR / CapF1 (percent) per (captioner, prompt_id, frame_spec) x {type, family, overall}.
+
+    Group columns: captioner, prompt_id, frame_spec, family, question_type, mode; `family == question_type ==
+    "all"` is the overall row, `question_type == "all"` a family row. CIs: percentile bootstrap over videos."""
+    del captions, options
+    _check_verdicts(verdicts)
+    mode = "paper" if paper_compatible else "strict"
+    table = _with_types(_fill_groups(verdicts), items, type_families or TYPE_FAMILY)
+    units, cols = code_count_units(table, GROUP_COLUMNS + ["family", "question_type", "video_id"], N_CODES)
+    fns = metric_functions(paper_compatible)
+    frames = []
+    for extra in (["family", "question_type"], ["family"], []):
+        frame = cluster_metrics_frame(units, GROUP_COLUMNS + extra, cols, fns, n_resamples=n_resamples, seed=seed,
+                                      confidence=confidence, scale=100.0)
+        for col in ("family", "question_type"):
+            if col not in frame.columns:
+                frame = frame.with_columns(pl.lit(ALL).alias(col))
+        frames.append(frame)
+    out = pl.concat([f.select(frames[0].columns) for f in frames], how="vertical")
+    out = out.unique(maintain_order=True)  # without items the three levels coincide
+    out = out.with_columns(pl.lit(mode).alias("mode"))
+    group_cols = GROUP_COLUMNS + ["family", "question_type", "mode"]
+    rest = [c for c in out.columns if c not in group_cols]
+    return out.select(group_cols + rest)
+
+
+def _check_verdicts(verdicts: pl.DataFrame) -> None:
+    missing = [c for c in ("item_id", "video_id", "verdict") if c not in verdicts.columns]
+    if missing:
+        raise KeyError(f"verdict table lacks columns {missing} (have {verdicts.columns})")
+
+
+def _fill_groups(verdicts: pl.DataFrame) -> pl.DataFrame:
+    """Group columns may be null (e.g. released judgments without a prompt id): label them instead of losing rows."""
+    cols = []
+    for c in GROUP_COLUMNS:
+        cols.append(pl.col(c).cast(pl.String).fill_null("-").alias(c) if c in verdicts.columns else pl.lit("-").alias(c))
+    return verdicts.with_columns(cols)
