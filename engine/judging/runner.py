@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from engine.protocols.base import REQUESTS_WITH_CONTEXT, JudgeProtocol, parse_context
 from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
@@ -156,10 +157,15 @@ def _judge_step(rows: list[dict], protocol: JudgeProtocol, answerer: _Answerer, 
 
 def run_judging(requests: pa.Table, judge, *, cache_dir: str | Path, protocol: JudgeProtocol | str | None = None,
                 batch_size: int = 64, max_reasks: int = 2, progress: bool = True, max_steps: int = 8,
-                return_summary: bool = False):
+                keep_intermediate: bool = False, return_summary: bool = False):
     """Judge `requests` (from protocol.build_requests) with `judge` (adapters.base.Judge); returns VERDICTS (one row
     per request of every step), or (verdicts, JudgingSummary) with return_summary=True. The summary is also in the
-    table's schema metadata under b"capeval.judging_summary"."""
+    table's schema metadata under b"capeval.judging_summary".
+
+    Rows of intermediate steps (protocol.intermediate_steps: VidCapBench "answer", LVCap "extract") carry no verdict
+    code; they are left out unless keep_intermediate=True. Nothing is lost: their text is in the judgment cache and
+    in the next step's `detail`, and a failed intermediate step yields a next-step row without a verdict whose
+    parse_status says why."""
     from engine.registry import lookup
 
     t0 = time.perf_counter()
@@ -183,7 +189,13 @@ def run_judging(requests: pa.Table, judge, *, cache_dir: str | Path, protocol: J
             steps = sorted({r["step"] or "" for r in rows})
             verdict_rows = _judge_step(rows, protocol, answerer, max_reasks, summary, "+".join(steps))
             verdicts = pa.Table.from_pylist(verdict_rows, schema=_nullable(VERDICTS))
-            tables.append(verdicts)
+            intermediate = pa.array(list(getattr(protocol, "intermediate_steps", ())), pa.string())
+            if not keep_intermediate and len(intermediate):
+                verdicts_out = verdicts.filter(pc.invert(pc.fill_null(pc.is_in(verdicts.column("step"), intermediate),
+                                                                      False)))
+            else:
+                verdicts_out = verdicts
+            tables.append(verdicts_out)
             for s in steps:
                 summary.steps[s] = summary.steps.get(s, 0) + sum(1 for r in rows if (r["step"] or "") == s)
             step_requests = protocol.next_requests(step_requests, verdicts, judge=judge.name,
