@@ -1,0 +1,135 @@
+"""Sparse decoding against a decode-every-frame reference, on real encoded videos and bad inputs."""
+
+from __future__ import annotations
+
+import av
+import numpy as np
+import pytest
+
+from engine.frames.decode import (
+    CorruptVideoError,
+    EmptyVideoError,
+    NoVideoStreamError,
+    TruncatedVideoError,
+    VideoNotFoundError,
+    decode_frames,
+    probe_duration,
+)
+from engine.frames.sampling import target_timestamps
+
+
+def decode_all(path, width=None, height=None):
+    """Reference: every frame in presentation order as (seconds, RGB array), like lmms-eval's loader."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        start = s.start_time or 0
+        kw = {"format": "rgb24"} | ({"width": width, "height": height} if width else {})
+        return [(float((f.pts - start) * s.time_base), f.to_ndarray(**kw)) for f in c.decode(s)]
+
+
+def assert_matches_reference(result, ref):
+    ref_t = np.array([t for t, _ in ref])
+    interval = np.median(np.diff(ref_t))
+    for target, got_t, got in zip(result.targets, result.timestamps, result.frames):
+        j = int(np.argmin(np.abs(ref_t - got_t)))
+        assert abs(ref_t[j] - got_t) < 1e-6, f"returned time {got_t} is not the pts of any frame"
+        assert abs(got_t - target) <= interval + 1e-6, f"frame at {got_t} is more than one interval from {target}"
+        # nearest frame: no other frame is closer to the target by more than rounding
+        assert abs(got_t - target) <= np.min(np.abs(ref_t - target)) + 1e-6
+        assert np.array_equal(got, ref[j][1]), f"pixels differ from the decode-all frame at {got_t}"
+
+
+@pytest.mark.parametrize("codec", ["h264", "vp9", "av1"])
+def test_uniform_frames_equal_decode_all(codec, test_videos):
+    if codec not in test_videos:
+        pytest.skip(f"this PyAV build cannot encode {codec}")
+    video = test_videos[codec]
+    result = decode_frames(video["path"], "uniform:8")
+    assert result.frames.shape == (8, 120, 160, 3) and result.frames.dtype == np.uint8
+    assert result.duration == pytest.approx(video["truth"]["duration_s"], abs=0.05)
+    assert_matches_reference(result, decode_all(video["path"]))
+
+
+def test_long_video_skips_gops_and_matches(test_videos):
+    video = test_videos["h264_long"]  # 10 s, 25 fps, keyframe every 2 s
+    result = decode_frames(video["path"], "uniform:4")
+    ref = decode_all(video["path"])
+    assert_matches_reference(result, ref)
+    assert result.seeks >= 4  # one target per GOP: each needs a jump
+    assert result.frames_decoded < len(ref) / 2  # decoding only keyframe..target runs, not everything
+
+
+def test_fps_sampling_count_and_times(test_videos):
+    video = test_videos["h264_long"]
+    result = decode_frames(video["path"], "fps:2")
+    duration = video["truth"]["duration_s"]
+    assert len(result.frames) == len(target_timestamps("fps:2", duration)) == 20
+    assert_matches_reference(result, decode_all(video["path"]))
+
+
+def test_more_targets_than_frames_repeat_frames(test_videos):
+    video = test_videos["h264"]  # 72 frames
+    result = decode_frames(video["path"], "uniform:100")
+    assert result.frames.shape[0] == 100
+    assert len(np.unique(result.timestamps)) <= 72
+    assert np.all(np.diff(result.timestamps) >= 0)
+
+
+def test_resize_in_decoder(test_videos):
+    video = test_videos["h264"]
+    exact = decode_frames(video["path"], "uniform:3", (64, 48))
+    assert exact.frames.shape == (3, 48, 64, 3)
+    assert_matches_reference(exact, decode_all(video["path"], 64, 48))
+    longer_side = decode_frames(video["path"], "uniform:3", 80)  # keep aspect: 160x120 -> 80x60
+    assert longer_side.frames.shape == (3, 60, 80, 3)
+
+
+def test_very_large_resolution_is_resized(broken_videos):
+    result = decode_frames(broken_videos["large"], "uniform:4", 256)  # 4096x2160 source
+    assert result.frames.shape == (4, 136, 256, 3)
+    assert_matches_reference(result, decode_all(broken_videos["large"], 256, 136))
+
+
+def test_rotation_metadata_is_applied(broken_videos):
+    result = decode_frames(broken_videos["rotated"], "uniform:4")  # coded 160x120, display matrix 90° CCW
+    assert result.rotation == 90
+    assert result.frames.shape == (4, 160, 120, 3)
+    ref = [(t, np.rot90(img)) for t, img in decode_all(broken_videos["rotated"])]
+    assert_matches_reference(result, ref)
+
+
+def test_variable_frame_rate_uses_pts(broken_videos):
+    ref = decode_all(broken_videos["vfr"])
+    ref_t = np.array([t for t, _ in ref])
+    assert len(set(np.round(np.diff(ref_t), 3))) > 2  # really variable
+    result = decode_frames(broken_videos["vfr"], "uniform:10")
+    for target, got_t in zip(result.targets, result.timestamps):
+        assert np.min(np.abs(ref_t - got_t)) < 1e-6
+        before, after = ref_t[ref_t <= target].max(), ref_t[ref_t >= target].min()
+        assert before - 1e-6 <= got_t <= after + 1e-6, f"target {target}: got {got_t}, neighbours {before}..{after}"
+
+
+def test_unknown_duration_falls_back_to_scanning(broken_videos):
+    with av.open(str(broken_videos["unknown_duration"])) as c:
+        assert c.duration is None and not c.streams.video[0].duration  # the premise of the test
+    ref = decode_all(broken_videos["unknown_duration"])
+    expected = ref[-1][0] + (ref[-1][0] - ref[-2][0])
+    assert probe_duration(broken_videos["unknown_duration"]) == pytest.approx(expected, abs=0.05)
+    result = decode_frames(broken_videos["unknown_duration"], "uniform:6")
+    assert_matches_reference(result, ref)
+
+
+@pytest.mark.parametrize(
+    "variant, error, fragment",
+    [
+        ("missing", VideoNotFoundError, "no such file"),
+        ("zero_bytes", EmptyVideoError, "zero bytes"),
+        ("truncated", TruncatedVideoError, "data ends at"),
+        ("corrupt_packets", CorruptVideoError, "corrupt packet"),
+        ("audio_only", NoVideoStreamError, "streams: audio"),
+    ],
+)
+def test_bad_inputs_raise_clear_errors(broken_videos, variant, error, fragment):
+    with pytest.raises(error) as exc:
+        decode_frames(broken_videos[variant], "uniform:8")
+    assert fragment in str(exc.value) and str(broken_videos[variant]) in str(exc.value)

@@ -1,0 +1,70 @@
+"""Frame sampling specs: canonical text round trips, target timestamps, clear errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.frames.sampling import FPS, FrameSpecError, Segments, Uniform, parse_frame_spec, target_timestamps
+
+
+@pytest.mark.parametrize(
+    "text, spec",
+    [
+        ("uniform:32", Uniform(32)),
+        ("fps:0.4", FPS(0.4)),
+        ("fps:1,max=64", FPS(1.0, 64)),
+        ("segments:length=60,per=4", Segments(4, length_s=60.0)),
+        ("segments:at=12.5|40,per=2", Segments(2, boundaries=(12.5, 40.0))),
+    ],
+)
+def test_canonical_text_round_trips(text, spec):
+    assert parse_frame_spec(text) == spec
+    assert str(spec) == text
+    assert parse_frame_spec(str(spec)) == spec
+
+
+def test_uniform_takes_segment_centres():
+    t = target_timestamps("uniform:4", 8.0)
+    np.testing.assert_allclose(t, [1.0, 3.0, 5.0, 7.0])
+
+
+def test_fps_spacing_and_cap():
+    t = target_timestamps("fps:0.4", 100.0)  # one frame per 2.5 s, at interval centres
+    assert len(t) == 40
+    np.testing.assert_allclose(np.diff(t), 2.5)
+    assert t[0] == pytest.approx(1.25) and t[-1] < 100.0
+    capped = target_timestamps("fps:1,max=8", 100.0)  # 100 frames > 8: falls back to 8 uniform
+    np.testing.assert_allclose(capped, target_timestamps("uniform:8", 100.0))
+    assert len(target_timestamps("fps:1", 0.3)) == 1  # a clip shorter than one interval still gives a frame
+
+
+def test_segments_by_length_and_boundaries():
+    t = target_timestamps("segments:length=60,per=2", 150.0)  # segments [0,60) [60,120) [120,150)
+    np.testing.assert_allclose(t, [15, 45, 75, 105, 127.5, 142.5])
+    t = target_timestamps("segments:at=10|40|99,per=1", 50.0)  # the boundary past the end is dropped
+    np.testing.assert_allclose(t, [5, 25, 45])
+
+
+@pytest.mark.parametrize(
+    "bad, fragment",
+    [
+        ("uniform", "expected KIND:ARGS"),
+        ("uniform:0", "positive integer"),
+        ("uniform:abc", "'abc' is not an integer"),
+        ("fps:-1", "positive number"),
+        ("fps:1,cap=3", "unexpected 'cap=3'"),
+        ("segments:per=2", "exactly one of"),
+        ("segments:length=5", "needs per=N"),
+        ("frames:8", "unknown kind 'frames'"),
+    ],
+)
+def test_bad_specs_name_the_problem(bad, fragment):
+    with pytest.raises(FrameSpecError) as exc:
+        parse_frame_spec(bad)
+    assert fragment in str(exc.value) and bad in str(exc.value)
+
+
+def test_bad_duration_is_an_error():
+    with pytest.raises(FrameSpecError, match="duration"):
+        target_timestamps("uniform:8", 0.0)
