@@ -35,7 +35,7 @@ def cluster_metrics_frame(
     units: rows with `by` columns, `cluster_column`, numeric `stat_columns`, and row counts `n_column` /
     `no_verdict_column` (reported as n / n_no_verdict). fns map sums (..., len(stat_columns)) to values (nan where
     undefined, reported as null). value = fn(sum over all clusters of the group) * scale; CI = percentile interval
-    of fn over `n_resamples` cluster resamples (null when n_resamples == 0). Clusters are sorted by id, and every
+    of fn over `n_resamples` cluster resamples (null when n_resamples == 0). Rows come sorted by `by`. Clusters are sorted by id, and every
     group uses the same seed, so groups over the same videos get the same replicate weights (paired)."""
     from kernels.bootstrap import cluster_bootstrap, percentile_ci
 
@@ -44,7 +44,7 @@ def cluster_metrics_frame(
         raise KeyError(f"units table lacks columns {missing}")
     names = list(fns)
     rows = []
-    for key, g in units.group_by(by, maintain_order=True) if by else [((), units)]:
+    for key, g in units.sort(by, nulls_last=True).group_by(by, maintain_order=True) if by else [((), units)]:
         per = (g.group_by(cluster_column)
                .agg([pl.col(c).cast(pl.Float64).sum() for c in stat_columns + [n_column, no_verdict_column]])
                .sort(cluster_column))
@@ -75,7 +75,7 @@ def code_count_units(verdicts: pl.DataFrame, unit_columns: list[str], n_codes: i
     code = pl.col(code_column).cast(pl.Int64)
     nv = (code < 0) | (code >= n_codes) | code.is_null()
     cols = [f"_c{k}" for k in range(n_codes + 1)]
-    table = verdicts.group_by(unit_columns).agg(
+    table = verdicts.group_by(unit_columns, maintain_order=True).agg(
         *[(code == k).fill_null(False).sum().alias(cols[k]) for k in range(n_codes)],
         nv.sum().alias(cols[n_codes]), pl.len().alias("_n"), nv.sum().alias("_nv"),
     )
