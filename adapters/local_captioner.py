@@ -25,19 +25,22 @@ from engine.registry import register_captioner
 
 #: Named colours (RGB); a blob gets the nearest name. Covers what the synthetic videos draw.
 PALETTE: dict[str, tuple[int, int, int]] = {
-    "black": (0, 0, 0),
-    "white": (255, 255, 255),
+    "black": (15, 15, 15),
+    "white": (245, 245, 245),
     "gray": (128, 128, 128),
     "red": (220, 30, 30),
-    "green": (30, 180, 30),
-    "blue": (30, 60, 220),
-    "yellow": (240, 220, 30),
+    "green": (30, 180, 60),
+    "blue": (40, 70, 220),
+    "yellow": (240, 220, 40),
     "orange": (250, 140, 20),
-    "purple": (140, 40, 180),
+    "purple": (150, 50, 200),
     "cyan": (30, 210, 220),
     "magenta": (220, 40, 200),
     "brown": (130, 80, 30),
     "pink": (250, 160, 190),
+    "navy": (20, 30, 80),
+    "beige": (230, 215, 180),
+    "dark green": (20, 70, 40),
 }
 _NAMES = list(PALETTE)
 _RGB = np.array([PALETTE[n] for n in _NAMES], dtype=np.float32)

@@ -1,0 +1,112 @@
+"""Decode -> caption for the caption cells a sweep still needs, streaming video by video.
+
+The FRAMES rows of every decoded (video, spec) go to a small index store (`frames_index/`), so caption keys can be
+recomputed by a later run without decoding again; a video whose captions all exist is not decoded at all.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterator
+
+import pyarrow as pa
+
+from engine.prompts_library import get_prompt
+from engine.schemas import CAPTIONS, FRAMES
+from engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
+
+SEGMENTS_PER_VIDEO = 4  # LVCap segmental prompts: consecutive segments, each conditioned on the previous ones
+MAX_TOKENS = 512
+
+
+def _index_store(stores):
+    from engine.store import SegmentStore
+
+    return SegmentStore(stores.frames.parent / "frames_index", FRAMES)
+
+
+def _frames_index(stores) -> dict[tuple[str, str], dict]:
+    store = _index_store(stores)
+    if not store.segments():
+        return {}
+    return {(r["video_id"], r["frame_spec"]): r for r in store.read().to_pylist() if r["error"] is None}
+
+
+def _key(row: dict, captioner, cap_rev: dict, prompt_id: str) -> str:
+    prompt = get_prompt(prompt_id)
+    params = {"params": captioner.params, "max_tokens": MAX_TOKENS,
+              "segments": SEGMENTS_PER_VIDEO if prompt.segmental else 0}
+    return caption_key(row["frames_key"], captioner.name, cap_rev[captioner.display], prompt.text, params)
+
+
+def _task(row: dict, captioner, cap_rev: dict, prompt_id: str) -> CaptionTask:
+    prompt = get_prompt(prompt_id)
+    return CaptionTask(
+        caption_key=_key(row, captioner, cap_rev, prompt_id), video_id=row["video_id"], frames_path=row["path"],
+        timestamps=tuple(row["timestamps"] or ()), frame_spec=row["frame_spec"], prompt_id=prompt_id,
+        prompt_text=prompt.text, segments=SEGMENTS_PER_VIDEO if prompt.segmental else 0, max_tokens=MAX_TOKENS,
+    )
+
+
+def cell_caption_keys(cell, data, stores, cap_rev: dict) -> list[str]:
+    """Caption keys of one cell (videos of its dataset at its frame spec and prompt), from the frames index."""
+    index = _frames_index(stores)
+    cc = cell.caption
+    return [_key(index[(vid, cc.frame_spec)], cc.captioner, cap_rev, cc.prompt_id)
+            for vid in data.videos if (vid, cc.frame_spec) in index]
+
+
+def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progress: bool = True,
+                      exit_once_marker: str | None = None) -> dict:
+    """Decode and caption everything the pending cells need; returns summed caption-stage counts."""
+    from engine.stages.decode import decode_stream
+
+    groups: dict[tuple[str, str], dict] = {}
+    for cell in pending:
+        cc = cell.caption
+        g = groups.setdefault((cc.dataset.name, cc.captioner.display),
+                              {"captioner": cc.captioner, "prompts": set(), "specs": set()})
+        g["prompts"].add(cc.prompt_id)
+        g["specs"].add(cc.frame_spec)
+    totals: dict = defaultdict(int)
+    index_store = _index_store(stores)
+    for (dname, _), g in groups.items():
+        data, captioner = datasets[dname], g["captioner"]
+        prompts, specs = sorted(g["prompts"]), sorted(g["specs"])
+        index, done = _frames_index(stores), finished_keys(stores.captions)
+        todo = []
+        for vid, path in data.videos.items():
+            rows = [index.get((vid, s)) for s in specs]
+            if all(rows) and all(_key(r, captioner, cap_rev, p) in done for r in rows for p in prompts):
+                totals["cached"] += len(rows) * len(prompts)
+                continue
+            todo.append((vid, path))
+        if not todo:
+            continue
+
+        def tasks(todo=todo, prompts=prompts, specs=specs, captioner=captioner, index=index) -> Iterator[CaptionTask]:
+            for rows in decode_stream(todo, specs, cache_dir=str(stores.frames)):
+                new = [r for r in rows if r["error"] is None and (r["video_id"], r["frame_spec"]) not in index]
+                if new:
+                    index_store.append(pa.Table.from_pylist(new, schema=FRAMES))
+                for r in rows:
+                    if r["error"] is not None:  # decode failed: one error row per caption, retried next run
+                        stores.captions.append(pa.Table.from_pylist([
+                            {"caption_key": f"decode-error:{r['video_id']}:{r['frame_spec']}:{p}",
+                             "captioner": captioner.name, "prompt_id": p, "frame_spec": r["frame_spec"],
+                             "video_id": r["video_id"], "error": f"decode failed: {r['error']}"} for p in prompts
+                        ], schema=CAPTIONS))
+                        continue
+                    for p in prompts:
+                        yield _task(r, captioner, cap_rev, p)
+
+        opts = config.options
+        stats = run_caption_stage(
+            tasks(), captioner=captioner.name, params=captioner.params, store=stores.captions,
+            n_videos=len(todo), num_actors=opts.caption_actors, gpus_per_actor=opts.gpus_per_actor,
+            batch_size=opts.batch_size, max_restarts=opts.max_restarts, progress=progress,
+            exit_once_marker=exit_once_marker,
+        )
+        for k, v in stats.items():
+            totals[k] += v
+    return dict(totals)
