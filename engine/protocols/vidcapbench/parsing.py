@@ -49,6 +49,6 @@ def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None
         return parse_answer(text)
     code, status, detail = parse_score(text)
     answer = parse_context(request).get("parse", {}).get("answer")
-    if detail is not None and answer is not None:
+    if status != ParseStatus.FAILED and answer is not None:
         detail = json.dumps({**json.loads(detail), "answer": answer}, ensure_ascii=False)
     return code, status, detail
