@@ -10,7 +10,7 @@
 * `swap_caption(caption, swaps, seed)`: VC-Inspector's data recipe makes captions with controlled factual errors
   by replacing objects and actions; this swaps whole words/phrases from a given table, deterministically.
 
-Correlations use scipy.stats (a declared dependency; exact tie handling).
+Correlations use kernels.correlation (O(n log n) Numba, exact tie handling; the tests check them against scipy).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 
 import numpy as np
+
+from kernels.correlation import kendall_tau_b, kendall_tau_c, spearman_rho
 
 
 def _clean(metric, human) -> tuple[np.ndarray, np.ndarray]:
@@ -28,24 +30,6 @@ def _clean(metric, human) -> tuple[np.ndarray, np.ndarray]:
     if x.ndim != 1 or h.ndim != 2 or h.shape[0] != x.shape[0]:
         raise ValueError(f"metric must be (n,) and human (n,) or (n, annotators); got {x.shape} and {h.shape}")
     return x, h
-
-
-def kendall_tau_b(x, y) -> float:
-    from scipy.stats import kendalltau
-
-    return float(kendalltau(x, y, variant="b").statistic)
-
-
-def kendall_tau_c(x, y) -> float:
-    from scipy.stats import kendalltau
-
-    return float(kendalltau(x, y, variant="c").statistic)
-
-
-def spearman_rho(x, y) -> float:
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(x, y).statistic)
 
 
 def correlate(metric, human, *, round_decimals: int | None = 4) -> dict[str, float]:

@@ -33,7 +33,7 @@ def cluster_metrics_frame(
     """One row per (group of `by`, metric).
 
     units: rows with `by` columns, `cluster_column`, numeric `stat_columns`, and row counts `n_column` /
-    `no_verdict_column` (reported as n / n_no_verdict). fns map sums (..., len(stat_columns)) to values (nan where
+    `no_verdict_column` (n = rows − rows without a verdict, n_no_verdict = the latter). fns map sums (..., len(stat_columns)) to values (nan where
     undefined, reported as null). value = fn(sum over all clusters of the group) * scale; CI = percentile interval
     of fn over `n_resamples` cluster resamples (null when n_resamples == 0). Rows come sorted by `by`. Clusters are sorted by id, and every
     group uses the same seed, so groups over the same videos get the same replicate weights (paired)."""
@@ -59,7 +59,8 @@ def cluster_metrics_frame(
 
             low, high = percentile_ci(cluster_bootstrap(arr, stack, n_resamples, seed), confidence)
         base = dict(zip(by, key if isinstance(key, tuple) else (key,)))
-        n, n_nv = int(per[n_column].sum()), int(per[no_verdict_column].sum())
+        n_nv = int(per[no_verdict_column].sum())
+        n = int(per[n_column].sum()) - n_nv  # rows with a verdict, as engine.metrics.core reports n
         for j, m in enumerate(names):
             rows.append({**base, "metric": m, "value": point[j] * scale, "ci_low": float(low[j]) * scale,
                          "ci_high": float(high[j]) * scale, "n": n, "n_no_verdict": n_nv})

@@ -35,3 +35,17 @@ def test_per_category_with_items():
     assert get(out, "mean_score", "x")["value"] == pytest.approx(3.0)
     assert get(out, "mean_score", "y")["value"] == pytest.approx(3.0)
     assert get(out, "mean_score")["value"] == pytest.approx(3.0)
+
+
+def test_score_command_writes_csv_and_names_a_missing_file(tmp_path, capsys):
+    from engine.cli import main
+
+    path = tmp_path / "verdicts.parquet"
+    table([5, 3, 0], ["a", "b", "c"]).write_parquet(path)
+    out = tmp_path / "metrics.csv"
+    assert main(["score", "--protocol", "vcinspector", "--verdicts", str(path), "--out", str(out), "--resamples", "20"]) == 0
+    frame = pl.read_csv(out)
+    assert frame.filter(pl.col("metric") == "mean_score")["value"][0] == pytest.approx(4.0)
+    assert "mean_score" in capsys.readouterr().out
+    assert main(["score", "--protocol", "vcinspector", "--verdicts", str(tmp_path / "no.parquet"), "--out", str(out)]) == 1
+    assert "no.parquet" in capsys.readouterr().err
