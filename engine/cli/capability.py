@@ -1,0 +1,88 @@
+"""`capeval capability score`: CAPability metrics of one model's released (or our own) judgment files."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    cap = subparsers.add_parser("capability", help="CAPability benchmark tools")
+    sub = cap.add_subparsers(dest="capability_command", metavar="SUBCOMMAND")
+    score = sub.add_parser("score", help="precision / recall / F1 / hit rate per task and their average, from "
+                                         "annotations and one model's judgment directory")
+    score.add_argument("--annotations", required=True, type=Path, help="annotations/ with <task>.jsonl files")
+    score.add_argument("--judgments", required=True, type=Path, help="ONE model's judgments/<model>/ directory")
+    score.add_argument("--out", required=True, type=Path, help="CSV to write (one row per task plus avg)")
+    score.add_argument("--mode", choices=("official", "strict"), default="official",
+                       help="official: items without a judgment are left out of the denominator (as eval.py); "
+                            "strict: they count as misses")
+    score.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of videos (0: no CIs)")
+    score.add_argument("--seed", type=int, default=0)
+    score.add_argument("--unknown-ids", choices=("error", "count"), default="error",
+                       help="a judgment for a file_id not annotated for its task: fail, or skip and count it")
+    score.add_argument("--debug", action="store_true", help="show tracebacks")
+    score.set_defaults(func=run_score)
+    cap.set_defaults(func=lambda args: (cap.print_help(), 2)[1])
+
+
+def score_table(annotations: Path, judgments: Path, *, mode: str = "official", resamples: int = 1000,
+                seed: int = 0, unknown_ids: str = "error"):
+    """The CLI's CSV as a Polars frame: dimension, precision, recall, f1, hit_rate, their CIs, and counts."""
+    import polars as pl
+
+    from engine.datasets.capability import load_items, load_judgments
+    from engine.protocols.capability.metrics import METRICS, compute_metrics, wide
+
+    items = load_items(annotations)
+    loaded = load_judgments(judgments, items, on_unknown=unknown_ids)
+    metrics = compute_metrics(loaded.verdicts, items=items, n_resamples=resamples, seed=seed, mode=mode)
+    table = wide(metrics).rename({"task": "dimension"})
+    book = loaded.counts.select("task", "n_items", "n_duplicates", "n_unknown")
+    book = pl.concat([book, book.select(pl.lit("avg").alias("task"), pl.exclude("task").sum())])
+    table = table.join(book.rename({"task": "dimension"}), on="dimension", how="left", maintain_order="left")
+    cis = [f"{m}_ci_{s}" for m in METRICS for s in ("low", "high")]
+    counts = ["n", "n_items", "n_no_verdict", "n_missing", "n_failed", "n_duplicates", "n_unknown"]
+    return table.select("dimension", *METRICS, *cis, *counts, "mode")
+
+
+def run_score(args) -> int:
+    table = score_table(args.annotations, args.judgments, mode=args.mode, resamples=args.resamples,
+                        seed=args.seed, unknown_ids=args.unknown_ids)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    table.write_csv(args.out)
+    print(format_score_table(table, model=args.judgments.name))
+    print(_notes(table), file=sys.stderr)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def format_score_table(table, model: str = "") -> str:
+    mode = table["mode"][0]
+    lines = [f"CAPability {model} ({mode} mode; percent, 95% CI from a bootstrap over videos/images)"]
+    head = f"{'dimension':<26}" + "".join(f"{m:>24}" for m in ("precision", "recall", "f1", "hit_rate")) + f"{'n':>7}{'missing':>8}"
+    lines += [head, "-" * len(head)]
+    for r in table.iter_rows(named=True):
+        cells = []
+        for m in ("precision", "recall", "f1", "hit_rate"):
+            v, lo, hi = r[m], r[f"{m}_ci_low"], r[f"{m}_ci_high"]
+            ci = "" if lo is None or hi is None else f" [{lo:5.1f},{hi:5.1f}]"
+            cells.append(f"{'-' if v is None else f'{v:6.2f}'}{ci}".rjust(24))
+        lines.append(f"{r['dimension']:<26}" + "".join(cells) + f"{r['n']:>7}{r['n_no_verdict']:>8}")
+    return "\n".join(lines)
+
+
+def _notes(table) -> str:
+    avg = table.filter(table["dimension"] == "avg").row(0, named=True)
+    notes = []
+    if avg["n_no_verdict"]:
+        per = table.filter((table["dimension"] != "avg") & (table["n_no_verdict"] > 0))
+        detail = ", ".join(f"{d} {n}" for d, n in zip(per["dimension"], per["n_no_verdict"]))
+        how = ("left out of the denominators, as the official eval.py does" if avg["mode"] == "official"
+               else "counted as misses (strict mode)")
+        notes.append(f"note: {avg['n_no_verdict']} verdict rows have no judgment ({detail}); {how}.")
+    if avg["n_duplicates"]:
+        notes.append(f"note: {avg['n_duplicates']} duplicate judgments; the last one per file_id is kept (as eval.py).")
+    if avg["n_unknown"]:
+        notes.append(f"note: {avg['n_unknown']} judgments for file_ids not in the annotations were skipped.")
+    return "\n".join(notes) or "note: every annotated item has a judgment."
