@@ -1,0 +1,121 @@
+"""count_table / metrics_frame against direct Polars and numpy computations."""
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+
+from engine.metrics.core import code_share, count_table, f1, mean_code_value, metrics_frame, safe_ratio
+from engine.schemas import NO_VERDICT, conform, metrics_schema
+from kernels.bootstrap import cluster_bootstrap, percentile_ci
+
+
+@pytest.fixture(scope="module")
+def verdicts() -> pl.DataFrame:
+    rng = np.random.default_rng(0)
+    n = 6000
+    frame = pl.DataFrame({
+        "video_id": [f"v{i}" for i in rng.integers(0, 120, n)],
+        "captioner": rng.choice(["m1", "m2", "m3"], n),
+        "task": rng.choice(["color", "count", "scene"], n),
+        "verdict": rng.choice([NO_VERDICT, 0, 1, 2], n, p=[0.05, 0.3, 0.45, 0.2]).astype(np.int8),
+    })
+    # a group whose rows all lack a verdict
+    lost = pl.DataFrame({"video_id": ["v1", "v2"], "captioner": ["m4", "m4"], "task": ["color", "color"],
+                         "verdict": pl.Series([NO_VERDICT, NO_VERDICT], dtype=pl.Int8)})
+    return pl.concat([frame, lost])
+
+
+def precision(c):
+    return safe_ratio(c[..., 1], c[..., 1] + c[..., 2])
+
+
+def hit(c):
+    return code_share(c, [1, 2], [0, 1, 2])
+
+
+def test_count_table_matches_polars_group_by(verdicts):
+    table = count_table(verdicts.to_arrow(), ["captioner", "task"], n_codes=3)
+    assert table.groups.columns == ["captioner", "task"] and table.n_groups == 10 and table.n_clusters == 120
+    ref = verdicts.group_by(["captioner", "task", "video_id", "verdict"]).len()
+    videos = table.clusters["video_id"].to_list()
+    rebuilt = np.zeros_like(table.counts)
+    keys = {tuple(r): g for g, r in enumerate(table.groups.iter_rows())}
+    for cap, task, vid, code, k in ref.iter_rows():
+        rebuilt[videos.index(vid), keys[(cap, task)], code if code >= 0 else 3] += k
+    np.testing.assert_array_equal(table.counts, rebuilt)
+    assert table.totals.sum() == verdicts.height
+
+
+def test_metrics_frame_values_n_and_ci(verdicts):
+    table = count_table(verdicts, ["captioner", "task"], n_codes=3)
+    frame = metrics_frame(table, {"precision": precision, "hit": hit}, n_resamples=300, seed=7)
+    schema = metrics_schema(["captioner", "task"])
+    assert frame.columns == schema.names
+    assert conform(frame.to_arrow(), schema).num_rows == frame.height  # casts cleanly to the shared schema
+    assert frame.height == 2 * table.n_groups
+    row = frame.filter((pl.col("captioner") == "m2") & (pl.col("task") == "scene"))
+    sub = verdicts.filter((pl.col("captioner") == "m2") & (pl.col("task") == "scene"))
+    pos, neg = (sub["verdict"] == 1).sum(), (sub["verdict"] == 2).sum()
+    coded = (sub["verdict"] >= 0).sum()
+    p = row.filter(pl.col("metric") == "precision")
+    assert p["value"][0] == pytest.approx(100 * pos / (pos + neg))
+    assert p["n"][0] == coded and p["n_no_verdict"][0] == sub.height - coded
+    assert p["ci_low"][0] < p["value"][0] < p["ci_high"][0]
+    # CI is the percentile interval of the cluster bootstrap of this group alone
+    g = table.groups.with_row_index().filter((pl.col("captioner") == "m2") & (pl.col("task") == "scene"))["index"][0]
+    samples = cluster_bootstrap(table.counts[:, g], precision, 300, seed=7)
+    low, high = percentile_ci(samples)
+    assert p["ci_low"][0] == pytest.approx(100 * low) and p["ci_high"][0] == pytest.approx(100 * high)
+    lost = frame.filter(pl.col("captioner") == "m4")
+    assert lost["value"].is_nan().all() and (lost["n"] == 0).all() and (lost["n_no_verdict"] == 2).all()
+    assert frame.equals(metrics_frame(table, {"precision": precision, "hit": hit}, n_resamples=300, seed=7))
+
+
+def test_average_rows_use_the_same_replicates(verdicts):
+    table = count_table(verdicts, ["captioner", "task"], n_codes=3)
+    frame = metrics_frame(table, {"precision": precision}, n_resamples=200, seed=1, scale=1.0,
+                          average_over="task", average_label="avg")
+    avg = frame.filter(pl.col("task") == "avg").sort("captioner")
+    assert avg["captioner"].to_list() == ["m1", "m2", "m3", "m4"]
+    m1 = frame.filter((pl.col("captioner") == "m1") & (pl.col("task") != "avg"))
+    assert avg["value"][0] == pytest.approx(m1["value"].mean())
+    assert avg["n"][0] == m1["n"].sum()
+    members = [i for i, c in enumerate(table.groups["captioner"]) if c == "m1"]
+    samples = cluster_bootstrap(table.counts[:, members], lambda s: precision(s).mean(axis=1), 200, seed=1)
+    low, high = percentile_ci(samples)
+    assert avg["ci_low"][0] == pytest.approx(low) and avg["ci_high"][0] == pytest.approx(high)
+    assert np.isnan(avg["value"][3])  # m4 has no verdicts at all
+
+
+def test_strata_one_cluster_and_no_bootstrap():
+    frame = pl.DataFrame({"video_id": ["a", "a", "a"], "model": ["x", "x", "x"], "verdict": [1, 0, 1]})
+    one = metrics_frame(count_table(frame, ["model"], 2), {"acc": lambda c: code_share(c, [1], [0, 1])},
+                        n_resamples=100, scale=1.0)
+    assert one["value"][0] == pytest.approx(2 / 3) and one["ci_low"][0] == one["ci_high"][0] == one["value"][0]
+    none = metrics_frame(count_table(frame, ["model"], 2), {"acc": lambda c: code_share(c, [1], [0, 1])},
+                         n_resamples=0)
+    assert np.isnan(none["ci_low"][0])
+    strat = pl.DataFrame({"video_id": ["a", "b", "a", "c"], "split": ["s1", "s1", "s2", "s2"],
+                          "model": ["x"] * 4, "verdict": [1, 0, 1, 1]})
+    table = count_table(strat, ["model"], 2, strata_columns=["split"])
+    assert table.n_clusters == 4 and table.strata.tolist() == [0, 0, 1, 1]
+
+
+def test_helpers():
+    np.testing.assert_array_equal(safe_ratio([1, 2], [0, 4]), [np.nan, 0.5])
+    np.testing.assert_allclose(f1([0.5, 0.0, np.nan], [1.0, 0.0, 0.5]), [2 / 3, 0.0, np.nan])
+    assert mean_code_value(np.array([1, 0, 3, 9]), [0, 1, 5]) == pytest.approx(15 / 4)
+
+
+def test_bad_input_is_named():
+    frame = pl.DataFrame({"video_id": ["a"], "verdict": [1]})
+    with pytest.raises(KeyError, match="captioner"):
+        count_table(frame, ["captioner"], 2)
+    with pytest.raises(TypeError, match="verdict"):
+        count_table(frame.with_columns(pl.col("verdict").cast(pl.Float64)), [], 2)
+    table = count_table(frame.with_columns(model=pl.lit("x")), ["model"], 2)
+    with pytest.raises(ValueError, match="'bad'.*shape"):
+        metrics_frame(table, {"bad": lambda c: c.sum()}, n_resamples=10)
+    with pytest.raises(ValueError, match="average_over"):
+        metrics_frame(table, {"n": lambda c: c[..., 0]}, average_over="task")
