@@ -1,0 +1,102 @@
+"""End to end on the real CPU vLLM engine (session fixture `vllm_judge`, a tiny random-weight model): every protocol's
+requests are judged with structured outputs, parsed and counted. Asserts row counts, code validity and statuses,
+not model quality (the weights are random). Also runs `capeval judge` with the local judge."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from engine.judging.runner import run_judging
+from engine.registry import lookup
+from engine.schemas import CAPTIONS, FRAMES, ITEMS, NO_VERDICT, ParseStatus, conform
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+VALID_CODES = {"capquiz": {0, 1, 2}, "capability": {0, 1, 2}, "vidcapbench": {0, 1, 2, 3},
+               "lvcap": {0, 1, 2}, "vcinspector": {0, 1, 2, 3, 4}}
+
+
+def _items(benchmark, rows):
+    return conform(pa.table({k: [r.get(k) for r in rows] for k in ITEMS.names} | {"benchmark": [benchmark] * len(rows)}),
+                   ITEMS)
+
+
+@pytest.fixture(scope="module")
+def judging_inputs(shared_data, tmp_path_factory):
+    d = tmp_path_factory.mktemp("judge-inputs")
+    dream = [json.loads(line) for line in open(shared_data / "dream1k" / "DREAM-1k.jsonl")][:2]
+    vdc = json.loads(open(shared_data / "vdc" / "short.jsonl").readline())
+    (vid, qas), = vdc.items()
+    captions = conform(pa.table({
+        "caption_key": [f"cap{i}" for i in range(2)], "captioner": ["m"] * 2, "prompt_id": ["p"] * 2,
+        "frame_spec": ["f4"] * 2, "video_id": ["v0", "v1"],
+        "text": [r["messages"][1]["content"][0]["reference"] for r in dream]}), CAPTIONS)
+    np.save(d / "v0.npy", np.random.default_rng(0).integers(0, 255, (2, 32, 32, 3), dtype=np.uint8))
+    frames = conform(pa.table({"frames_key": ["fk0"], "video_id": ["v0"], "frame_spec": ["f4"],
+                               "path": [str(d / "v0.npy")]}), FRAMES)
+    from engine.datasets.capability import load_items
+
+    cap = load_items(shared_data / "capability" / "annotations", tasks=("object_color", "dynamic_object_number",
+                                                                        "camera_movement"))
+    cap_rows = [r for t in ("object_color", "dynamic_object_number", "camera_movement")
+                for r in cap.filter(pa.compute.equal(cap["task"], t)).slice(0, 1).to_pylist()]
+    for i, r in enumerate(cap_rows):
+        r["video_id"] = f"v{i % 2}"
+    items = {
+        "capquiz": _items("capquiz", [{"task": "action", "item_id": "q0", "video_id": "v0", "annotation":
+                                       "What happens first?", "options": ["a", "b", "c", "d", "e"], "answer": "c"}]),
+        "capability": conform(pa.Table.from_pylist(cap_rows, schema=ITEMS), ITEMS),
+        "vidcapbench": _items("vidcapbench", [{"task": "short", "item_id": f"vdc{i}", "video_id": "v1",
+                                               "annotation": qa["question"], "answer": qa["answer"]}
+                                              for i, qa in enumerate(qas[:2])]),
+        "lvcap": _items("lvcap", [
+            {"task": "scene", "item_id": "s0", "video_id": "v0", "annotation": "Is there fire?", "answer": "yes"},
+            {"task": "events", "item_id": "e1", "video_id": "v1", "annotation":
+             json.dumps(dream[1]["extra_info"]["events"][:3])}]),
+        "vcinspector": _items("vcinspector", [{"task": "default", "item_id": "x0", "video_id": "v0"}]),
+    }
+    return items, captions, frames
+
+
+@pytest.mark.parametrize("name", sorted(VALID_CODES))
+def test_protocol_end_to_end_on_cpu_vllm(name, vllm_judge, judging_inputs, tmp_path):
+    items, captions, frames = judging_inputs
+    p = lookup("protocol", name)
+    seeds = (0, 1) if name == "vidcapbench" else (0,)
+    reqs = p.build_requests(items[name], captions, judge=vllm_judge.name, judge_revision=vllm_judge.revision,
+                            seeds=seeds, frames=frames)
+    v, s = run_judging(reqs, vllm_judge, cache_dir=tmp_path, protocol=p, batch_size=16, max_reasks=1,
+                       progress=False, return_summary=True)
+    first_step = [st for st in reqs["step"].to_pylist() if st not in getattr(p, "intermediate_steps", ())]
+    assert v.num_rows >= len(first_step) and s.sent > 0
+    assert s.errors == 0 and s.missing == 0
+    for code, status in zip(v["verdict"].to_pylist(), v["parse_status"].to_pylist()):
+        assert status in (ParseStatus.OK, ParseStatus.REPAIRED, ParseStatus.FAILED)
+        assert (code in VALID_CODES[name]) if status != ParseStatus.FAILED else code == NO_VERDICT
+    if name == "vidcapbench":
+        assert sorted(set(v["trial"].to_pylist())) == [0, 1] and set(v["step"].to_pylist()) == {"score"}
+    if name == "lvcap":
+        assert {"answer", "entail_r"} <= set(v["step"].to_pylist())
+    again = run_judging(reqs, vllm_judge, cache_dir=tmp_path, protocol=p, progress=False, return_summary=True)[1]
+    assert again.sent == 0
+
+
+def test_capeval_judge_cli_with_local_judge(judging_inputs, tmp_path, capsys):
+    from engine.cli import main
+
+    items, captions, _ = judging_inputs
+    pq.write_table(items["capquiz"], tmp_path / "items.parquet")
+    pq.write_table(captions, tmp_path / "captions.parquet")
+    args = ["judge", "--protocol", "capquiz", "--items", str(tmp_path / "items.parquet"), "--captions",
+            str(tmp_path / "captions.parquet"), "--judge", "local", "--cache", str(tmp_path / "cache"),
+            "--out", str(tmp_path / "v.parquet"), "--no-progress"]
+    assert main(args) == 0
+    out = pq.read_table(tmp_path / "v.parquet")
+    assert out.num_rows == 1 and "sent 1" in capsys.readouterr().out
+    assert main(args) == 0
+    assert "sent 0" in capsys.readouterr().out
