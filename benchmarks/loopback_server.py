@@ -40,6 +40,7 @@ class FaultConfig:
     seed: int = 0
     permanent_400_marker: str = "__BAD_REQUEST__"  # user text containing this always gets a 400
     lifetime_s: float = 600.0
+    latency_s: float = 0.0  # delay before each normal answer (lets requests overlap, to observe concurrency)
     log_attempts: bool = True  # keep (key, time, outcome) per attempt for /stats; off for benchmarks
 
 
@@ -107,7 +108,7 @@ class _State:
     requests: int = 0
     outcomes: dict = field(default_factory=dict)  # outcome -> count
     faults_by_key: dict = field(default_factory=dict)
-    attempts: list = field(default_factory=list)  # [key, t, outcome]
+    attempts: list = field(default_factory=list)  # [key, arrival time (monotonic s), outcome]
 
 
 def make_app(cfg: FaultConfig):
@@ -132,6 +133,7 @@ def make_app(cfg: FaultConfig):
         state.requests += 1
         outcome = "ok"
         key = ""
+        t_arrival = time.monotonic()
         try:
             raw = await request.read()
             try:
@@ -162,12 +164,14 @@ def make_app(cfg: FaultConfig):
                 if _h(cfg.seed, key, state.faults_by_key.get(key)) % 2:
                     return web.Response(body=b'{"id": "chatcmpl-x", "choices": [{"mess', content_type="application/json")
                 return web.Response(body=b"<html>not json</html>", content_type="application/json")
+            if cfg.latency_s > 0:
+                await asyncio.sleep(cfg.latency_s)
             return web.Response(body=completion_body(body, answer_for(body)), content_type="application/json")
         finally:
             state.in_flight -= 1
             state.outcomes[outcome] = state.outcomes.get(outcome, 0) + 1
             if cfg.log_attempts:
-                state.attempts.append([key, time.monotonic(), outcome])
+                state.attempts.append([key, t_arrival, outcome])
 
     async def health(_request):
         return web.json_response({"status": "ok"})
