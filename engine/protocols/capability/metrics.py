@@ -59,8 +59,10 @@ METRIC_FUNCTIONS = {"precision": precision, "recall": recall, "f1": f1, "hit_rat
 
 
 def know_but_cannot_tell_rate(c: np.ndarray, mode: str = "official") -> np.ndarray:
-    """Counts of caption verdicts over correctly answered QA items -> share that is negative or miss."""
-    return (c[..., _MISS] + c[..., _NEG]) / _denominator(c, mode)
+    """Counts of caption verdicts over correctly answered QA items -> share that is negative or miss (in strict
+    mode a missing caption verdict counts as a miss, in numerator and denominator)."""
+    told_wrong = c[..., _MISS] + c[..., _NEG] + (c[..., _NV] if mode == "strict" else 0)
+    return told_wrong / _denominator(c, mode)
 
 
 # --- tables ---------------------------------------------------------------------------------------------------
