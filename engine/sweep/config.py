@@ -109,16 +109,41 @@ class _Checker:
         self.path, self.lines = path, text.splitlines()
 
     def fail(self, where: str, message: str, key: str | None = None) -> None:
-        line = self._line_of(key or where.rsplit(".", 1)[-1].split("[")[0])
+        line = self._line_of(where, key)
         at = f", line {line}" if line else ""
         raise SweepFileError(f"{self.path}{at}: {where}: {message}")
 
-    def _line_of(self, key: str) -> int | None:
-        # tomllib gives no positions: point at the first line that assigns this key (TOML `key =` or YAML `key:`).
-        pattern = re.compile(rf"^\s*-?\s*\[*\s*{re.escape(key)}\s*[\]=:]")
-        for i, line in enumerate(self.lines, start=1):
-            if pattern.search(line):
-                return i
+    def _line_of(self, where: str, key: str | None) -> int | None:
+        """Best-effort line of `where` (e.g. "judges[1].seeds"): tomllib gives no positions, so walk the text:
+        the (i+1)-th `[[judges]]` header (TOML) or i-th `- ` item under `judges:` (YAML), then the key's line."""
+        pos = 0
+        parts = [p for p in where.split(".") if p and p != "top level"]
+        for part in parts:
+            m = re.match(r"^(\w+)(?:\[(\d+)\])?$", part)
+            if not m:
+                return None
+            name, idx = m.group(1), m.group(2)
+            found = self._find(rf"^\s*\[\[\s*{name}\s*\]\]", pos, int(idx) + 1) if idx is not None else None
+            if found is None:
+                found = self._find(rf"^\s*(-\s*)?{{?\s*{name}\s*[=:]", pos, 1) or self._find(
+                    rf"^\s*\[\s*{name}\s*\]", pos, 1)
+                if found is not None and idx is not None and not self.lines[found - 1].rstrip().endswith("]"):
+                    found = self._find(r"^\s*-", found, int(idx) + 1) or found
+            if found is None:
+                break
+            pos = found
+        if key and (not parts or parts[-1].split("[")[0] != key):
+            hit = self._find(rf"^\s*(-\s*)?{re.escape(key)}\s*[=:]", pos, 1)
+            pos = hit or pos
+        return pos or None
+
+    def _find(self, pattern: str, start: int, nth: int) -> int | None:
+        rx = re.compile(pattern)
+        for i in range(start, len(self.lines)):
+            if rx.search(self.lines[i]):
+                nth -= 1
+                if nth == 0:
+                    return i + 1
         return None
 
     def table(self, value: Any, spec: dict, where: str) -> dict:
@@ -226,6 +251,14 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
                 if error:
                     c.fail(f"{where}.name", error, "name")
             out.append(ComponentSpec(comp["name"], dict(comp.get("params", {})), tuple(seeds), comp.get("label")))
+        from engine.keys import canonical_json
+
+        seen: dict[str, int] = {}
+        for i, x in enumerate(out):
+            ident = canonical_json([x.name, x.params, list(x.seeds)])
+            if ident in seen:  # same content key: it would give the very same results twice
+                c.fail(f"{key}[{i}]", f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)
+            seen[ident] = i
         labels = [x.display for x in out]
         if len(set(labels)) != len(labels):
             c.fail(key, f"two entries show as the same name ({labels}); give one a distinct `label`", key)

@@ -1,0 +1,99 @@
+"""The Ray caption stage on real decoded videos: rows keyed by content, resume by key, and a caption actor that dies
+(a real process exit) is restarted and its unfinished videos retried."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from adapters.local_captioner import describe
+from engine.prompts_library import get_prompt
+from engine.schemas import CAPTIONS
+from engine.stages.caption import CaptionTask, caption_key, read_captions, run_caption_stage
+from engine.stages.decode import decode_stream
+from engine.store import SegmentStore
+
+N_VIDEOS = 5
+PROMPTS = ("capquiz_standard", "brief")
+
+
+@pytest.fixture(scope="module")
+def decoded(tmp_path_factory, ray_local):
+    """FRAMES rows of real H.264 videos (benchmarks.make_videos), decoded by Ray tasks through the frame cache."""
+    from benchmarks.make_videos import make_video
+
+    root = tmp_path_factory.mktemp("stage")
+    videos = []
+    for i in range(N_VIDEOS):
+        path = root / f"v{i}.mp4"
+        make_video(path, codec="h264", seconds=1.5, fps=12, size=(160, 120), seed=100 + i)
+        videos.append((f"v{i}", str(path)))
+    rows = [r for batch in decode_stream(videos, ["uniform:4"], cache_dir=str(root / "frames")) for r in batch]
+    assert len(rows) == N_VIDEOS and all(r["error"] is None for r in rows)
+    return sorted(rows, key=lambda r: r["video_id"])
+
+
+def _tasks(rows):
+    out = []
+    for r in rows:
+        for p in PROMPTS:
+            text = get_prompt(p).text
+            out.append(CaptionTask(caption_key(r["frames_key"], "local", "pixelstats-1", text, {}), r["video_id"],
+                                   r["path"], tuple(r["timestamps"]), r["frame_spec"], p, text))
+    return out
+
+
+def _expected(rows):
+    """Captions computed in this process, without Ray: what the actors must produce."""
+    return {t.caption_key: describe(np.load(t.frames_path), t.prompt_text) for t in _tasks(rows)}
+
+
+def test_stage_captions_every_video_and_resumes_by_key(decoded, tmp_path, ray_local):
+    store = SegmentStore(tmp_path / "captions", CAPTIONS)
+    stats = run_caption_stage(iter(_tasks(decoded)), captioner="local", store=store, n_videos=N_VIDEOS,
+                              batch_size=2, progress=False)
+    assert stats["captioned"] == N_VIDEOS * len(PROMPTS) and stats["failed"] == 0 and stats["cached"] == 0
+    table = read_captions(store)
+    got = dict(zip(table.column("caption_key").to_pylist(), table.column("text").to_pylist()))
+    assert got == _expected(decoded)
+    assert all(n > 0 for n in table.column("n_tokens").to_pylist())
+    assert set(table.column("frame_spec").to_pylist()) == {"uniform:4"}
+    segments = len(store.segments())
+    assert segments == 3  # appended batch by batch (2 + 2 + 1 videos), never one rewritten file
+
+    again = run_caption_stage(iter(_tasks(decoded)), captioner="local", store=store, n_videos=N_VIDEOS,
+                              progress=False)
+    assert again["cached"] == N_VIDEOS * len(PROMPTS) and again["captioned"] == 0
+    assert len(store.segments()) == segments  # nothing redone, nothing written
+
+
+def test_dead_caption_actor_is_restarted_and_its_videos_retried(decoded, tmp_path, ray_local):
+    marker = tmp_path / "exit-once"
+    marker.write_text("the first caption call that sees this file exits its process")
+    store = SegmentStore(tmp_path / "captions", CAPTIONS)
+    stats = run_caption_stage(iter(_tasks(decoded)), captioner="local", store=store, n_videos=N_VIDEOS,
+                              batch_size=2, progress=False, exit_once_marker=str(marker), max_restarts=2)
+    assert not marker.exists()  # the actor really reached os._exit
+    assert stats["actor_deaths"] >= 1 and stats["retried_batches"] >= 1
+    assert stats["failed"] == 0 and stats["captioned"] == N_VIDEOS * len(PROMPTS)
+    table = read_captions(store)
+    got = dict(zip(table.column("caption_key").to_pylist(), table.column("text").to_pylist()))
+    assert got == _expected(decoded)  # every video of the lost batches captioned, once, correctly
+    assert table.num_rows == len(set(table.column("caption_key").to_pylist()))
+
+
+def test_segmental_prompt_conditions_each_segment_on_the_previous(decoded, tmp_path, ray_local):
+    r = decoded[0]
+    p = get_prompt("lvcap_segment")
+    task = CaptionTask(caption_key(r["frames_key"], "local", "pixelstats-1", p.text, {"segments": 2}), r["video_id"],
+                       r["path"], tuple(r["timestamps"]), r["frame_spec"], p.id, p.text, segments=2)
+    store = SegmentStore(tmp_path / "captions", CAPTIONS)
+    run_caption_stage(iter([task]), captioner="local", store=store, progress=False)
+    (text,) = read_captions(store).column("text").to_pylist()
+    frames = np.load(r["path"])
+    first = describe(frames[:2], p.text)
+    second = describe(frames[2:], p.render(f"Segment 1: {first}"), context=f"Segment 1: {first}")
+    assert text == f"Segment 1: {first}\nSegment 2: {second}"
+    assert second.startswith("Continuing from the previous segment")
