@@ -17,10 +17,10 @@ from engine.frames.decode import (
     probe_duration,
     size_text,
 )
-from engine.frames.sampling import FPS, FrameSpecError, Segments, Uniform, parse_frame_spec, target_timestamps
+from engine.frames.sampling import FPS, FrameSpecError, KeyframeSnap, Segments, Uniform, parse_frame_spec, target_timestamps
 
 __all__ = [
-    "FPS", "CorruptVideoError", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
+    "FPS", "CorruptVideoError", "KeyframeSnap", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
     "Segments", "TruncatedVideoError", "Uniform", "VideoDecodeError", "VideoNotFoundError", "decode_frames",
     "decode_frames_cached", "decode_videos_table", "frames_key", "frames_row", "load_frames", "parse_frame_spec",
     "probe_duration", "size_text", "target_timestamps",

@@ -19,7 +19,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from engine.frames.sampling import FrameSpec, FrameSpecError, parse_frame_spec
+from engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec
 
 Size = int | tuple[int, int] | None
 
@@ -180,6 +180,8 @@ def decode_frames(
             _configure(stream, threads)
         try:
             targets = spec.timestamps(duration)
+            if isinstance(spec, KeyframeSnap):
+                targets = spec.snap(targets, keys, duration)
         except FrameSpecError as exc:
             raise CorruptVideoError(path, f"no usable duration: {exc}") from exc
         return _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation)

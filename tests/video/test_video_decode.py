@@ -133,3 +133,22 @@ def test_bad_inputs_raise_clear_errors(broken_videos, variant, error, fragment):
     with pytest.raises(error) as exc:
         decode_frames(broken_videos[variant], "uniform:8")
     assert fragment in str(exc.value) and str(broken_videos[variant]) in str(exc.value)
+
+
+def test_keyframe_snap_decodes_one_frame_per_target(test_videos):
+    video = test_videos["h264_long"]  # 10 s, keyframes every 2 s
+    result = decode_frames(video["path"], "uniform:5,snap=key")  # targets 1,3,5,7,9 -> keyframes 0|2,2|4,...
+    with av.open(str(video["path"])) as c:
+        keys = {round(float(f.time), 6) for f in c.decode(video=0) if f.key_frame}
+    assert all(round(float(t), 6) in keys for t in result.timestamps), result.timestamps
+    assert np.all(np.abs(result.timestamps - result.targets) <= 1.0 + 1e-6)
+    assert len(set(result.timestamps.tolist())) == 5
+    assert result.frames_decoded <= 2 * 5  # about one frame per target (plus decoder look-ahead)
+    assert_matches_reference_pixels(result, decode_all(video["path"]))
+
+
+def assert_matches_reference_pixels(result, ref):
+    ref_t = np.array([t for t, _ in ref])
+    for got_t, got in zip(result.timestamps, result.frames):
+        j = int(np.argmin(np.abs(ref_t - got_t)))
+        assert abs(ref_t[j] - got_t) < 1e-6 and np.array_equal(got, ref[j][1])

@@ -68,3 +68,14 @@ def test_bad_specs_name_the_problem(bad, fragment):
 def test_bad_duration_is_an_error():
     with pytest.raises(FrameSpecError, match="duration"):
         target_timestamps("uniform:8", 0.0)
+
+
+def test_keyframe_snap_text_and_reach():
+    spec = parse_frame_spec("uniform:4,snap=key")
+    assert str(spec) == "uniform:4,snap=key" and spec.spec == Uniform(4)
+    targets = spec.timestamps(8.0)  # 1, 3, 5, 7: reach 1 s each
+    snapped = spec.snap(targets, np.array([0.0, 2.5, 4.0, 6.5]), 8.0)
+    # 1 -> 0 (within 1), 3 -> 2.5, 5 -> 4.0 (tie with 6.5? no: 4.0 is 1.0 away, 6.5 is 1.5), 7 -> 6.5
+    np.testing.assert_allclose(snapped, [0.0, 2.5, 4.0, 6.5])
+    far = spec.snap(targets, np.array([0.0, 4.9]), 8.0)  # 3 and 7 have no keyframe within 1 s
+    np.testing.assert_allclose(far, [0.0, 3.0, 4.9, 7.0])
