@@ -126,13 +126,14 @@ def make_video(
     rotation: int | None = None,
     frame_times: list[float] | None = None,
     crf: int = 28,
+    bframes: int = 0,
     sidecar: bool = True,
 ) -> dict:
     """Encode a video of moving shapes; return (and write as `<path>.json`) its ground truth.
 
     `codec` is a PyAV encoder name or a logical name (h264, vp9, av1). `frame_times` (seconds, increasing)
     makes a variable-frame-rate video (millisecond time base); `rotation` writes a display matrix (degrees,
-    counter-clockwise, as PyAV's `VideoFrame.rotation` reads it back).
+    counter-clockwise, as PyAV's `VideoFrame.rotation` reads it back). `bframes` > 0 (H.264) adds B-frames.
     """
     if pattern != "moving_shapes":
         raise ValueError(f"unknown pattern {pattern!r} (only 'moving_shapes')")
@@ -158,7 +159,9 @@ def make_video(
         gop = max(1, int(round(gop_seconds * fps)))
         opts = {"g": str(gop), "keyint_min": str(gop)}
         if encoder == "libx264":
-            opts.update({"preset": "ultrafast", "crf": str(crf), "sc_threshold": "0"})
+            opts.update({"preset": "ultrafast" if not bframes else "veryfast", "crf": str(crf), "sc_threshold": "0"})
+            if bframes:  # reordered frames: decode order differs from display order, as in most real H.264
+                opts.update({"bframes": str(bframes), "b-pyramid": "normal"})
         elif encoder == "libvpx-vp9":
             opts.update({"deadline": "realtime", "cpu-used": "8", "crf": str(crf + 10), "b": "0"})
         elif encoder == "libsvtav1":

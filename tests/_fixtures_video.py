@@ -25,7 +25,8 @@ def video_codecs() -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def test_videos(tmp_path_factory, video_codecs) -> dict[str, dict]:
-    """Short clips per codec ("h264", "vp9", "av1" when available) and a longer H.264 one ("h264_long")."""
+    """Short clips per codec ("h264", "vp9", "av1" when available), H.264 with B-frames ("h264_bframes") and a
+    longer H.264 one ("h264_long", 10 s, keyframe every 2 s)."""
     from benchmarks.make_videos import make_video
 
     d = tmp_path_factory.mktemp("videos")
@@ -34,6 +35,9 @@ def test_videos(tmp_path_factory, video_codecs) -> dict[str, dict]:
     for i, codec in enumerate(video_codecs):
         path = d / f"{codec}_short.{ext[codec]}"
         videos[codec] = {"path": path, "truth": make_video(path, codec=codec, seconds=3, fps=24, gop_seconds=1, seed=i)}
+    path = d / "h264_bframes.mp4"  # decode order != display order, MP4 index holds decode times
+    videos["h264_bframes"] = {"path": path, "truth": make_video(path, codec="h264", seconds=4, fps=25, gop_seconds=1,
+                                                                 bframes=3, seed=7)}
     path = d / "h264_long.mp4"
     videos["h264_long"] = {"path": path, "truth": make_video(path, codec="h264", seconds=10, fps=25, gop_seconds=2, seed=9)}
     return videos

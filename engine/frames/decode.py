@@ -132,7 +132,11 @@ def _probe(path: Path, stream, container) -> tuple[np.ndarray, float, bool]:
     elif container.duration:
         declared = container.duration / av.time_base - max(0.0, float(start * tb))
     if stream.frames > 0 and len(index) >= stream.frames:  # a full sample table (MP4/MOV)
-        keys = np.array([float((e.timestamp - start) * tb) for e in index if e.is_keyframe])
+        # MP4 index timestamps are decode times; with B-frames a keyframe's display time is later by the
+        # (constant, for common encoders) reorder delay. Measuring from the first entry removes that delay,
+        # so a seek lands on the keyframe itself and not on the one before it.
+        first = index[0].timestamp
+        keys = np.array([float((e.timestamp - first) * tb) for e in index if e.is_keyframe])
         return keys, declared or stream.frames / float(stream.guessed_rate or 25), False
     # No complete index (Matroska/WebM cues are partial or deferred, raw/TS streams have none): read the
     # packets without decoding them (I/O only) to find keyframes and where the data actually ends.
