@@ -6,6 +6,9 @@ Callers may pass any integer arrays; each is converted once to the contiguous dt
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 
 from kernels import _aggregate
@@ -33,10 +36,56 @@ def count_codes(group_ids, codes, n_groups: int, n_codes: int) -> np.ndarray:
                                   int(n_groups), int(n_codes))
 
 
-def count_codes_by_cluster(cluster_ids, group_ids, codes, n_clusters: int, n_groups: int, n_codes: int) -> np.ndarray:
-    """int64 (n_clusters, n_groups, n_codes + 1): rows per (cluster, group, code), in one pass over the rows."""
+#: rows per thread below which one thread is faster than splitting (thread start and table merge cost)
+PARALLEL_MIN_ROWS = 250_000
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _threads() -> int:
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1, 8))
+
+
+def count_codes_by_cluster(cluster_ids, group_ids, codes, n_clusters: int, n_groups: int, n_codes: int,
+                           threads: int | None = None) -> np.ndarray:
+    """int64 (n_clusters, n_groups, n_codes + 1): rows per (cluster, group, code), in one pass over the rows.
+
+    Large inputs are split over up to `threads` threads (default: available cores), each counting its slice
+    into its own int32 table without the GIL; the tables are summed once."""
     if n_clusters < 0 or n_groups < 0 or n_codes < 0:
         raise ValueError(f"n_clusters={n_clusters}, n_groups={n_groups}, n_codes={n_codes} must be >= 0")
-    return _aggregate.count_codes_by_cluster(
-        _as(cluster_ids, np.int32, "cluster_ids"), _as(group_ids, np.int32, "group_ids"), _as(codes, np.int8, "codes"),
-        int(n_clusters), int(n_groups), int(n_codes))
+    clusters = _as(cluster_ids, np.int32, "cluster_ids")
+    groups = _as(group_ids, np.int32, "group_ids")
+    codes8 = _as(codes, np.int8, "codes")
+    if not clusters.size == groups.size == codes8.size:
+        raise ValueError(f"cluster_ids, group_ids and codes must have equal lengths, got "
+                         f"{clusters.size}, {groups.size}, {codes8.size}")
+    n = groups.size
+    shape = (int(n_clusters), int(n_groups), int(n_codes) + 1)
+    n_threads = max(1, min(threads or _threads(), n // PARALLEL_MIN_ROWS, 8))
+    bounds = np.linspace(0, n, n_threads + 1).astype(np.int64)
+    if bounds.size > 1 and np.diff(bounds).max(initial=0) >= 2**31 - 1:
+        raise ValueError(f"{n} rows: a slice exceeds int32 cells; pass threads=None or split the input")
+    tables = [np.zeros(shape, dtype=np.int32) for _ in range(n_threads)]
+
+    def run(k: int) -> int:
+        lo, hi = bounds[k], bounds[k + 1]
+        bad = _aggregate.add_codes_by_cluster(clusters[lo:hi], groups[lo:hi], codes8[lo:hi], tables[k])
+        return -1 if bad < 0 else int(lo + bad)
+
+    if n_threads == 1:
+        bad_rows = [run(0)]
+    else:
+        global _POOL
+        if _POOL is None or _POOL._max_workers < n_threads:
+            _POOL = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="capeval-count")
+        bad_rows = list(_POOL.map(run, range(n_threads)))
+    bad = [b for b in bad_rows if b >= 0]
+    if bad:
+        row = min(bad)
+        if not 0 <= groups[row] < n_groups:
+            raise ValueError(f"row {row}: group id {groups[row]} outside [0, {n_groups})")
+        raise ValueError(f"row {row}: cluster id {clusters[row]} outside [0, {n_clusters})")
+    out = tables[0].astype(np.int64)
+    for table in tables[1:]:
+        out += table
+    return out

@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from kernels._numba import njit
+from kernels._numba import njit, prange
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -38,11 +38,12 @@ def _mix(z):
     return z ^ (z >> _S31)
 
 
-@njit(cache=True)
+@njit(cache=True, parallel=True)
 def _fill_weights(weights, members, offsets, seed, first):
-    """weights[r, v] = times cluster v is drawn in replicate first + r (rows must be zeroed)."""
+    """weights[r, v] = times cluster v is drawn in replicate first + r (rows must be zeroed). Replicates run in
+    parallel; each owns its row and its random stream, so results do not depend on the thread count."""
     n_strata = offsets.shape[0] - 1
-    for r in range(weights.shape[0]):
+    for r in prange(weights.shape[0]):
         state = _mix(np.uint64(seed) * _GOLDEN + np.uint64(first + r) + np.uint64(1))
         for s in range(n_strata):
             lo = offsets[s]
