@@ -1,1 +1,119 @@
-"""Session fixtures for vLLM: tiny random-weight models built by the suite, engines shared across tests."""
+"""Session fixtures for vLLM: tiny random-weight models built by the suite, engines shared across tests.
+
+Engine start is the expensive part (seconds to minutes on CPU), so the whole suite shares ONE offline engine
+(`vllm_judge`) and ONE `vllm serve` process (`vllm_server`), both over the same tiny model (`tiny_lm_dir`).
+The model is built once into a cache directory (CAPEVAL_MODEL_CACHE, default <repo>/.capeval/models) and reused
+while its build spec matches.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+
+_REPO = Path(__file__).resolve().parents[1]
+TINY_LM_NAME = "tiny-lm"
+TINY_LM_MAX_MODEL_LEN = 2048
+SERVER_START_TIMEOUT_S = float(os.environ.get("CAPEVAL_VLLM_SERVER_TIMEOUT", "420"))
+
+
+class VLLMServer(NamedTuple):
+    base_url: str  # OpenAI-compatible root, e.g. http://127.0.0.1:PORT/v1
+    model: str  # the served model name to put in requests
+
+
+def _model_cache() -> Path:
+    return Path(os.environ.get("CAPEVAL_MODEL_CACHE", _REPO / ".capeval" / "models"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_dir(shared_data) -> Path:
+    """A 2-layer random-weight Llama (hidden 64) with a BPE tokenizer trained on the real captions/questions."""
+    from adapters.random_models import build_tiny_lm, default_corpus
+
+    return build_tiny_lm(_model_cache() / TINY_LM_NAME, corpus=default_corpus(shared_data))
+
+
+@pytest.fixture(scope="session")
+def vllm_judge(tiny_lm_dir):
+    """One offline vLLM engine (adapters.vllm_engine.VLLMJudge) over the tiny model, shared by the suite."""
+    from adapters.vllm_engine import VLLMJudge
+
+    judge = VLLMJudge(tiny_lm_dir, name=TINY_LM_NAME, max_model_len=TINY_LM_MAX_MODEL_LEN, seed=0)
+    yield judge
+    judge.close()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tiny_lm_dir, tmp_path_factory):
+    """`vllm serve` of the tiny model on a free loopback port; yields VLLMServer(base_url, model)."""
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
+    env = dict(os.environ)
+    env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the in-process setting of vllm_judge is not for the server
+    vllm_bin = Path(sys.executable).with_name("vllm")
+    cmd = [
+        str(vllm_bin) if vllm_bin.exists() else "vllm",
+        "serve",
+        str(tiny_lm_dir),
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--served-model-name", TINY_LM_NAME,
+        "--max-model-len", str(TINY_LM_MAX_MODEL_LEN),
+        "--enforce-eager",
+        "--seed", "0",
+        "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    ]  # fmt: skip
+    log = open(log_path, "wb")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"vllm serve exited with {proc.returncode}; log tail:\n{_tail(log_path)}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"vllm serve not healthy after {SERVER_START_TIMEOUT_S:.0f}s; log tail:\n{_tail(log_path)}")
+            time.sleep(1.0)
+        yield VLLMServer(base_url=f"http://127.0.0.1:{port}/v1", model=TINY_LM_NAME)
+    finally:
+        # The server and its engine-core child share a new session: signal the whole group, then make sure.
+        for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+            if proc.poll() is not None:
+                break
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                proc.wait(timeout=wait)
+            except subprocess.TimeoutExpired:
+                continue
+        log.close()
+
+
+def _tail(path: Path, n: int = 4000) -> str:
+    try:
+        return path.read_text(errors="replace")[-n:]
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,273 @@
+"""A judge backed by vLLM's offline engine (`vllm.LLM`): large batches, prefix caching, structured outputs.
+
+Requests arrive ordered so that those sharing a prefix (instructions, caption) are adjacent; the prompt is rendered
+through the model's chat template (system, then user) and tokenized here, once, so that prompt length is checked per
+request (a too-long prompt is a per-request error, never a failed batch) and the same token ids reach the engine.
+Decoding is greedy (temperature 0 unless the request says otherwise) with the request's own seed.
+"""
+
+from __future__ import annotations
+
+import base64
+import gc
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from adapters.base import JudgeRequest, JudgeResponse
+from engine.registry import register_judge
+
+# Files that define what a local model computes; their bytes make the default revision.
+_REVISION_GLOBS = ("config.json", "generation_config.json", "*.safetensors", "*.bin", "tokenizer*.json", "*.model")
+
+
+def model_revision(model: str) -> str:
+    """Content hash of a local model directory's config, weights and tokenizer; the name itself for a hub id."""
+    root = Path(model)
+    if not root.is_dir():
+        return model
+    h = hashlib.sha256()
+    for pattern in _REVISION_GLOBS:
+        for f in sorted(root.glob(pattern)):
+            h.update(f.name.encode() + b"\0")
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(chunk)
+    return h.hexdigest()[:16]
+
+
+@register_judge("vllm")
+class VLLMJudge:
+    """Judge protocol over `vllm.LLM`. Construction starts the engine (seconds on CPU with enforce_eager)."""
+
+    def __init__(
+        self,
+        model: str | os.PathLike,
+        *,
+        name: str | None = None,
+        revision: str | None = None,
+        tensor_parallel_size: int = 1,
+        max_model_len: int = 2048,
+        gpu_memory_utilization: float = 0.9,
+        enable_prefix_caching: bool = True,
+        enforce_eager: bool | None = None,
+        max_num_seqs: int | None = None,
+        seed: int = 0,
+        dtype: str = "auto",
+        **llm_kwargs: Any,
+    ):
+        # Run the engine core in this process: no spawn (which needs a __main__ guard in every caller) and one
+        # process less on small machines. An explicit setting by the user wins.
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        from vllm import LLM
+        from vllm.platforms import current_platform
+
+        model = str(model)
+        self.model = model
+        self.name = name or (Path(model).name if Path(model).is_dir() else model)
+        self.revision = revision or model_revision(model)
+        self.max_model_len = max_model_len
+        self.enable_prefix_caching = enable_prefix_caching
+        if enforce_eager is None:  # torch.compile costs minutes of start-up on CPU for a small gain
+            enforce_eager = current_platform.is_cpu()
+        kwargs: dict[str, Any] = dict(
+            model=model,
+            tensor_parallel_size=tensor_parallel_size,
+            max_model_len=max_model_len,
+            enable_prefix_caching=enable_prefix_caching,
+            enforce_eager=enforce_eager,
+            seed=seed,
+            dtype=dtype,
+            disable_log_stats=False,  # keeps per-request timing and the prefix-cache counters
+            # Compact JSON: no free whitespace between tokens (a random or weak model otherwise pads forever).
+            structured_outputs_config={"backend": "xgrammar", "disable_any_whitespace": True},
+        )
+        if not current_platform.is_cpu():
+            kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if max_num_seqs is not None:
+            kwargs["max_num_seqs"] = max_num_seqs
+        kwargs.update(llm_kwargs)
+        self._llm = LLM(**kwargs)
+        self._tokenizer = self._llm.get_tokenizer()
+        self._multimodal = bool(getattr(self._llm.model_config, "is_multimodal_model", False))
+        self._has_template = bool(getattr(self._tokenizer, "chat_template", None))
+        self._totals = {"requests": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0, "completion_tokens": 0}
+
+    # -- prompt rendering -------------------------------------------------------------------------------------------
+
+    def render(self, request: JudgeRequest) -> list[int]:
+        """Token ids of the prompt: chat template when the tokenizer has one (system, user), else raw text."""
+        if self._has_template:
+            messages = ([{"role": "system", "content": request.system}] if request.system else []) + [
+                {"role": "user", "content": request.user}
+            ]
+            text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+            return list(self._tokenizer.encode(text, add_special_tokens=False))
+        text = f"{request.system}\n\n{request.user}" if request.system else request.user
+        return list(self._tokenizer.encode(text))
+
+    def _sampling_params(self, request: JudgeRequest, prompt_len: int):
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        structured = None
+        if request.choices is not None:
+            if not request.choices:
+                raise ValueError("choices is empty")
+            structured = StructuredOutputsParams(choice=list(request.choices))
+        elif request.json_schema is not None:
+            try:
+                schema = json.loads(request.json_schema)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"json_schema is not valid JSON: {exc}") from None
+            structured = StructuredOutputsParams(json=schema)
+        return SamplingParams(
+            max_tokens=max(1, min(request.max_tokens, self.max_model_len - prompt_len)),
+            temperature=request.temperature,
+            seed=request.seed,
+            structured_outputs=structured,
+        )
+
+    # -- Judge protocol ---------------------------------------------------------------------------------------------
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        from vllm.inputs import TokensPrompt
+
+        responses: list[JudgeResponse | None] = [None] * len(requests)
+        batch_idx: list[int] = []
+        prompts: list[Any] = []
+        params: list[Any] = []
+        multimodal_idx: list[int] = []
+        for i, req in enumerate(requests):
+            try:
+                if req.images:
+                    if not self._multimodal:
+                        raise ValueError(f"model {self.name!r} is text-only; request has {len(req.images)} image(s)")
+                    multimodal_idx.append(i)
+                    continue
+                ids = self.render(req)
+                n = len(ids)
+                prompt = TokensPrompt(prompt_token_ids=ids)
+                if n >= self.max_model_len:
+                    raise ValueError(f"prompt has {n} tokens; max_model_len is {self.max_model_len}")
+                params.append(self._sampling_params(req, n))
+            except Exception as exc:  # noqa: BLE001 - reported per request, as the protocol requires
+                responses[i] = JudgeResponse(key=req.key, text=None, error=f"{type(exc).__name__}: {exc}")
+                continue
+            batch_idx.append(i)
+            prompts.append(prompt)
+        if prompts:
+            t0 = time.perf_counter()
+            try:
+                outputs = self._llm.generate(prompts, params, use_tqdm=False)
+            except Exception:  # noqa: BLE001 - one bad request must not fail its batch: isolate it
+                outputs = [self._generate_one(p, sp) for p, sp in zip(prompts, params)]
+            wall = time.perf_counter() - t0
+            for i, out in zip(batch_idx, outputs):
+                responses[i] = self._response(requests[i], out, wall)
+        if multimodal_idx:
+            self._judge_multimodal(multimodal_idx, requests, responses)
+        for r in responses:
+            if r is not None and r.error is None:
+                self._totals["requests"] += 1
+                self._totals["prompt_tokens"] += r.prompt_tokens
+                self._totals["cached_prompt_tokens"] += r.cached_prompt_tokens
+                self._totals["completion_tokens"] += r.completion_tokens
+        return responses  # type: ignore[return-value]
+
+    def _generate_one(self, prompt, sp):
+        try:
+            return self._llm.generate([prompt], [sp], use_tqdm=False)[0]
+        except Exception as exc:  # noqa: BLE001
+            return exc
+
+    @staticmethod
+    def _response(req: JudgeRequest, out, wall: float) -> JudgeResponse:
+        if isinstance(out, Exception):
+            return JudgeResponse(key=req.key, text=None, error=f"{type(out).__name__}: {out}")
+        completion = out.outputs[0]
+        m = getattr(out, "metrics", None)
+        latency = wall
+        if m is not None and getattr(m, "last_token_ts", 0) and getattr(m, "queued_ts", 0):
+            latency = max(0.0, m.last_token_ts - m.queued_ts)  # engine time from queueing to the last token
+        return JudgeResponse(
+            key=req.key,
+            text=completion.text,
+            prompt_tokens=len(out.prompt_token_ids or ()),
+            cached_prompt_tokens=int(out.num_cached_tokens or 0),
+            completion_tokens=len(completion.token_ids),
+            latency_s=latency,
+        )
+
+    def _judge_multimodal(self, idx: list[int], requests: Sequence[JudgeRequest], out: list) -> None:
+        """Requests with images go through `LLM.chat` (vLLM renders images with the model's processor); a prompt
+        that is too long is rejected by vLLM and reported for that request only."""
+        convs, params, kept = [], [], []
+        for i in idx:
+            req = requests[i]
+            try:
+                sp = self._sampling_params(req, 0)
+            except Exception as exc:  # noqa: BLE001
+                out[i] = JudgeResponse(key=req.key, text=None, error=f"{type(exc).__name__}: {exc}")
+                continue
+            content: list[dict] = [
+                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(b).decode()}}
+                for b in req.images
+            ]
+            content.append({"type": "text", "text": req.user})
+            system = [{"role": "system", "content": req.system}] if req.system else []
+            convs.append(system + [{"role": "user", "content": content}])
+            params.append(sp)
+            kept.append(i)
+        if not kept:
+            return
+        t0 = time.perf_counter()
+        try:
+            outputs = self._llm.chat(convs, params, use_tqdm=False)
+        except Exception:  # noqa: BLE001 - isolate the failing request
+            outputs = []
+            for c, sp in zip(convs, params):
+                try:
+                    outputs.append(self._llm.chat([c], [sp], use_tqdm=False)[0])
+                except Exception as exc:  # noqa: BLE001
+                    outputs.append(exc)
+        wall = time.perf_counter() - t0
+        for i, o in zip(kept, outputs):
+            out[i] = self._response(requests[i], o, wall)
+
+    # -- statistics -------------------------------------------------------------------------------------------------
+
+    def prefix_cache_stats(self) -> dict[str, float]:
+        """Prefix-cache use: engine counters (token queries/hits, from vLLM metrics) and this judge's own totals
+        (cached prompt tokens / prompt tokens over the requests it answered)."""
+        stats: dict[str, float] = dict(self._totals)
+        stats["hit_share"] = (
+            self._totals["cached_prompt_tokens"] / self._totals["prompt_tokens"] if self._totals["prompt_tokens"] else 0.0
+        )
+        try:
+            for metric in self._llm.get_metrics():
+                if metric.name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits"):
+                    key = "engine_" + metric.name.split(":", 1)[1]
+                    stats[key] = stats.get(key, 0) + float(metric.value)
+        except Exception:  # noqa: BLE001 - metrics are optional (stat logging may be off)
+            pass
+        return stats
+
+    def reset_prefix_cache(self) -> bool:
+        """Forget cached prefixes (for measurements that must start cold)."""
+        return bool(self._llm.reset_prefix_cache())
+
+    def close(self) -> None:
+        llm = getattr(self, "_llm", None)
+        if llm is None:
+            return
+        self._llm = None
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:  # noqa: BLE001 - best effort; freeing the object releases the rest
+            pass
+        del llm
+        gc.collect()
