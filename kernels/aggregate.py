@@ -38,7 +38,7 @@ def count_codes(group_ids, codes, n_groups: int, n_codes: int) -> np.ndarray:
 
 #: rows per thread below which one thread is faster than splitting (thread start and table merge cost)
 PARALLEL_MIN_ROWS = 250_000
-_POOL: ThreadPoolExecutor | None = None
+_POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
 def _threads() -> int:
@@ -75,10 +75,9 @@ def count_codes_by_cluster(cluster_ids, group_ids, codes, n_clusters: int, n_gro
     if n_threads == 1:
         bad_rows = [run(0)]
     else:
-        global _POOL
-        if _POOL is None or _POOL._max_workers < n_threads:
-            _POOL = ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="capeval-count")
-        bad_rows = list(_POOL.map(run, range(n_threads)))
+        pool = _POOLS.get(n_threads) or _POOLS.setdefault(
+            n_threads, ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="capeval-count"))
+        bad_rows = list(pool.map(run, range(n_threads)))
     bad = [b for b in bad_rows if b >= 0]
     if bad:
         row = min(bad)

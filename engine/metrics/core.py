@@ -165,7 +165,9 @@ def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resam
     totals = table.totals
     n_codes = table.n_codes
     membership, avg_rows = (None, None)
-    if average_over is not None:
+    if average_over is not None and table.n_groups == 0:
+        _average_layout(table, average_over, average_label or "avg")  # still reject a wrong column name
+    elif average_over is not None:
         membership, avg_rows = _average_layout(table, average_over, average_label or "avg")
 
     def evaluate(counts: np.ndarray) -> np.ndarray:

@@ -44,3 +44,15 @@ def test_bad_ids_name_the_row():
         count_codes([0], [300], 1, 2)
     with pytest.raises(TypeError, match="integers"):
         count_codes([0.5], [1], 1, 2)
+
+
+def test_threaded_split_equals_single_pass():
+    rng = np.random.default_rng(9)
+    n = 600_000  # above the per-thread threshold: exercises the multi-table path
+    clusters, groups, codes = rng.integers(0, 300, n), rng.integers(0, 20, n), rng.integers(-1, 4, n)
+    one = count_codes_by_cluster(clusters, groups, codes, 300, 20, 3, threads=1)
+    np.testing.assert_array_equal(count_codes_by_cluster(clusters, groups, codes, 300, 20, 3, threads=2), one)
+    np.testing.assert_array_equal(one.sum(0), count_codes(groups, codes, 20, 3))
+    groups[450_000] = 20
+    with pytest.raises(ValueError, match="row 450000: group id 20"):
+        count_codes_by_cluster(clusters, groups, codes, 300, 20, 3, threads=2)
