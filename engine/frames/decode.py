@@ -121,8 +121,40 @@ def _configure(stream, threads: int | str) -> None:
         stream.thread_type = "AUTO" if int(threads) > 1 else "SLICE"
 
 
-def _probe(path: Path, stream, container) -> tuple[np.ndarray, float, bool]:
-    """(keyframe times in s, duration in s, scanned) from the container index, or from a demux-only scan."""
+class KeyframeIndex:
+    """Keyframe display times (s): a sorted array (from a demux scan) or FFmpeg's own index (binary search in C,
+    so an hour-long MP4 with 90k samples costs nothing to open). An FFmpeg index is only valid while its
+    container is open: use it inside decode_frames, never after."""
+
+    def __init__(self, *, times: np.ndarray | None = None, index=None, time_base: float = 0.0):
+        self.times, self.index, self.tb = times, index, time_base
+        # MP4 index timestamps are decode times; with B-frames a keyframe's display time is later by the
+        # (constant, for common encoders) reorder delay. Measuring from the first entry removes that delay,
+        # so a seek lands on the keyframe itself and not on the one before it.
+        self.first = index[0].timestamp if index is not None and len(index) else 0
+
+    def _search(self, t: float, backward: bool) -> float | None:
+        if self.times is not None:
+            if backward:
+                k = np.searchsorted(self.times, t + 1e-9, side="right") - 1
+                return float(self.times[k]) if k >= 0 else None
+            k = np.searchsorted(self.times, t - 1e-9, side="left")
+            return float(self.times[k]) if k < len(self.times) else None
+        ts = self.first + int(math.floor(t / self.tb + 1e-6)) if backward else self.first + int(math.ceil(t / self.tb - 1e-6))
+        pos = self.index.search_timestamp(ts, backward=backward)
+        return None if pos < 0 else (self.index[pos].timestamp - self.first) * self.tb
+
+    def before(self, t: float) -> float | None:
+        """Time of the last keyframe at or before t."""
+        return self._search(t, True)
+
+    def after(self, t: float) -> float | None:
+        """Time of the first keyframe at or after t."""
+        return self._search(t, False)
+
+
+def _probe(path: Path, stream, container) -> tuple[KeyframeIndex, float, bool]:
+    """(keyframe index, duration in s, scanned) from the container index, or from a demux-only scan."""
     tb = stream.time_base
     start = stream.start_time or 0
     index = stream.index_entries
@@ -135,9 +167,7 @@ def _probe(path: Path, stream, container) -> tuple[np.ndarray, float, bool]:
         # MP4 index timestamps are decode times; with B-frames a keyframe's display time is later by the
         # (constant, for common encoders) reorder delay. Measuring from the first entry removes that delay,
         # so a seek lands on the keyframe itself and not on the one before it.
-        first = index[0].timestamp
-        keys = np.array([float((e.timestamp - first) * tb) for e in index if e.is_keyframe])
-        return keys, declared or stream.frames / float(stream.guessed_rate or 25), False
+        return KeyframeIndex(index=index, time_base=float(tb)), declared or stream.frames / float(stream.guessed_rate or 25), False
     # No complete index (Matroska/WebM cues are partial or deferred, raw/TS streams have none): read the
     # packets without decoding them (I/O only) to find keyframes and where the data actually ends.
     keys, end, count = [], None, 0
@@ -158,7 +188,7 @@ def _probe(path: Path, stream, container) -> tuple[np.ndarray, float, bool]:
         raise CorruptVideoError(path, "the video stream has no readable packets")
     if declared and end < 0.9 * declared - 0.1:
         raise TruncatedVideoError(path, f"container declares {declared:.2f} s but the data ends at {end:.2f} s")
-    return np.array(sorted(keys)), (declared if declared and declared <= end + 0.5 else end), True
+    return KeyframeIndex(times=np.array(sorted(keys))), (declared if declared and declared <= end + 0.5 else end), True
 
 
 def decode_frames(
@@ -185,7 +215,8 @@ def decode_frames(
         try:
             targets = spec.timestamps(duration)
             if isinstance(spec, KeyframeSnap):
-                targets = spec.snap(targets, keys, duration)
+                near = [k for t in targets for k in (keys.before(t), keys.after(t)) if k is not None]
+                targets = spec.snap(targets, np.unique(np.array(near, np.float64)), duration)
         except FrameSpecError as exc:
             raise CorruptVideoError(path, f"no usable duration: {exc}") from exc
         return _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation)
@@ -208,8 +239,8 @@ def _decode_targets(path, container, stream, spec, targets, keys, duration, size
     i = 0
     while i < len(sorted_t):
         t = sorted_t[i]
-        k = np.searchsorted(keys, t + 1e-9, side="right") - 1 if len(keys) else -1
-        key_t = keys[k] if k >= 0 else 0.0
+        key_t = keys.before(t)
+        key_t = 0.0 if key_t is None else key_t
         if packets is None or key_t > last_time + 1e-6:
             # The keyframe before t lies beyond what we decoded: jump there (skip whole GOPs).
             if packets is not None:
@@ -266,7 +297,7 @@ def _decode_targets(path, container, stream, spec, targets, keys, duration, size
     return FramesResult(
         frames=out, timestamps=times, targets=np.asarray(targets, np.float64), frame_spec=str(spec),
         duration=float(duration), frames_decoded=decoded, seeks=seeks, rotation=rotation,
-        info={"keyframes": len(keys), "size": size_text((ow, oh))},
+        info={"size": size_text((ow, oh))},
     )
 
 

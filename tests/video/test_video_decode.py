@@ -154,3 +154,20 @@ def assert_matches_reference_pixels(result, ref):
     for got_t, got in zip(result.timestamps, result.frames):
         j = int(np.argmin(np.abs(ref_t - got_t)))
         assert abs(ref_t[j] - got_t) < 1e-6 and np.array_equal(got, ref[j][1])
+
+
+@pytest.mark.parametrize("name", ["h264_long", "h264_bframes"])
+def test_mp4_index_agrees_with_keyframe_display_times(test_videos, name):
+    from engine.frames.decode import KeyframeIndex
+
+    path = test_videos[name]["path"]
+    with av.open(str(path)) as c:  # FFmpeg's index lives only as long as the open container
+        shown = np.array(sorted(float(f.time) for f in c.decode(video=0) if f.key_frame))  # display order
+    scanned = KeyframeIndex(times=shown)
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        index = KeyframeIndex(index=s.index_entries, time_base=float(s.time_base))
+        for t in np.linspace(0, test_videos[name]["truth"]["duration_s"] - 0.01, 23):
+            assert index.before(t) == pytest.approx(scanned.before(t), abs=1e-6)
+            if scanned.after(t) is not None:
+                assert index.after(t) == pytest.approx(scanned.after(t), abs=1e-6)
