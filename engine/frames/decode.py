@@ -224,80 +224,94 @@ def decode_frames(
         container.close()
 
 
+class _Keeper:
+    """Converts each kept frame at once (RGB, resized by swscale, rotated), so decoder buffers are released."""
+
+    def __init__(self, n: int, order: np.ndarray, stream, size: Size, interpolation: str | None):
+        self.n, self.order, self.stream, self.size, self.interpolation = n, order, stream, size, interpolation
+        self.out = self.times = None
+        self.rotation = 0
+        self._last = (None, None)  # (frame, converted array): several targets may share one frame
+
+    def _setup(self, frame) -> None:
+        self.rotation = int(frame.rotation or 0)
+        turned = self.rotation % 180 != 0
+        dw, dh = (frame.height, frame.width) if turned else (frame.width, frame.height)
+        ow, oh = output_size(self.size, dw, dh)
+        cw, ch = (oh, ow) if turned else (ow, oh)
+        self.kw = {"width": cw, "height": ch, "format": "rgb24"}
+        if self.interpolation:
+            self.kw["interpolation"] = self.interpolation
+        self.out = np.empty((self.n, oh, ow, 3), np.uint8)
+        self.times = np.empty(self.n, np.float64)
+
+    def keep(self, j: int, time: float, frame) -> None:
+        if self.out is None:
+            self._setup(frame)
+        if self._last[0] is not frame:
+            img = frame.to_ndarray(**self.kw)
+            if self.rotation % 360:
+                img = np.rot90(img, k=(self.rotation // 90) % 4)
+            self._last = (frame, img)
+        self.out[self.order[j]] = self._last[1]
+        self.times[self.order[j]] = time
+
+
 def _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation) -> FramesResult:
-    tb = stream.time_base
+    tb = float(stream.time_base)
     start = stream.start_time or 0
     rate = float(stream.guessed_rate or stream.average_rate or 0) or None
     tol = 0.5 / rate if rate else 0.0  # pick the frame nearest the target in a constant-rate video
     order = np.argsort(targets, kind="stable")
     sorted_t = targets[order]
-    picked: list = [None] * len(targets)  # per sorted target: (time, frame)
+    keeper = _Keeper(len(targets), order, stream, size, interpolation)
     decoded = seeks = 0
     last_time = -math.inf
     last_frame = None
     packets = None
     i = 0
-    while i < len(sorted_t):
-        t = sorted_t[i]
-        key_t = keys.before(t)
-        key_t = 0.0 if key_t is None else key_t
-        if packets is None or key_t > last_time + 1e-6:
-            # The keyframe before t lies beyond what we decoded: jump there (skip whole GOPs).
-            if packets is not None:
-                packets.close()
-            container.seek(int(round(key_t / tb)) + start, stream=stream, backward=True)
-            seeks += 1
-            packets = _frames(path, container, stream)
-        got = False
-        for frame in packets:
-            decoded += 1
-            ft = float(frame.pts - start) * tb if frame.pts is not None else (last_time + (1 / rate if rate else 0))
-            ft = float(ft)
-            last_time, last_frame = ft, frame
-            if ft >= t - tol:
-                got = True
+    try:
+        while i < len(sorted_t):
+            t = sorted_t[i]
+            key_t = keys.before(t)
+            key_t = 0.0 if key_t is None else key_t
+            if packets is None or key_t > last_time + 1e-6:
+                # The keyframe before t lies beyond what we decoded: jump there (skip whole GOPs).
+                if packets is not None:
+                    packets.close()
+                container.seek(int(round(key_t / tb)) + start, stream=stream, backward=True)
+                seeks += 1
+                packets = _frames(path, container, stream)
+            got = False
+            for frame in packets:
+                decoded += 1
+                ft = (frame.pts - start) * tb if frame.pts is not None else last_time + (1 / rate if rate else 0)
+                last_time, last_frame = float(ft), frame
+                if last_time >= t - tol:
+                    got = True
+                    break
+            if not got:  # the stream ended before t: the last frame serves targets within two frame steps
+                step = 1 / rate if rate else 0.1
+                for j in range(i, len(sorted_t)):
+                    if last_frame is None or sorted_t[j] - last_time > 2 * step + 1e-6:
+                        where = "no frames decoded" if last_frame is None else f"stream ends at {last_time:.2f} s"
+                        raise TruncatedVideoError(
+                            path, f"{where}; frame at {sorted_t[j]:.2f} s (of {duration:.2f} s) unavailable, "
+                            f"got {j} of {len(sorted_t)} frames")
+                    keeper.keep(j, last_time, last_frame)
                 break
-        if not got:  # the stream ended before t: the last frame serves targets within two frame steps
-            step = 1 / rate if rate else 0.1
-            for j in range(i, len(sorted_t)):
-                if last_frame is None or sorted_t[j] - last_time > 2 * step + 1e-6:
-                    where = "no frames decoded" if last_frame is None else f"stream ends at {last_time:.2f} s"
-                    raise TruncatedVideoError(
-                        path, f"{where}; frame at {sorted_t[j]:.2f} s (of {duration:.2f} s) unavailable, "
-                        f"got {j} of {len(sorted_t)} frames")
-                picked[j] = (last_time, last_frame)
-            break
-        picked[i] = (last_time, last_frame)
-        i += 1
-        while i < len(sorted_t) and sorted_t[i] - tol <= last_time:  # more targets than frames
-            picked[i] = (last_time, last_frame)
+            keeper.keep(i, last_time, last_frame)
             i += 1
-    if packets is not None:
-        packets.close()
-    # Convert only the frames kept; several targets may share one frame (more targets than frames).
-    rotation = int(picked[0][1].rotation or 0) if picked else 0
-    dw, dh = (stream.height, stream.width) if rotation % 180 else (stream.width, stream.height)
-    ow, oh = output_size(size, dw, dh)
-    cw, ch = (oh, ow) if rotation % 180 else (ow, oh)
-    kw = {"width": cw, "height": ch, "format": "rgb24"}
-    if interpolation:
-        kw["interpolation"] = interpolation
-    out = np.empty((len(targets), oh, ow, 3), np.uint8)
-    times = np.empty(len(targets), np.float64)
-    cache: dict[int, np.ndarray] = {}
-    for j, (ft, frame) in enumerate(picked):
-        key = id(frame)
-        if key not in cache:
-            img = frame.to_ndarray(**kw)
-            if rotation % 360:
-                img = np.rot90(img, k=(rotation // 90) % 4)
-            cache[key] = img
-        out[order[j]] = cache[key]
-        times[order[j]] = ft
+            while i < len(sorted_t) and sorted_t[i] - tol <= last_time:  # more targets than frames
+                keeper.keep(i, last_time, last_frame)
+                i += 1
+    finally:
+        if packets is not None:
+            packets.close()
     return FramesResult(
-        frames=out, timestamps=times, targets=np.asarray(targets, np.float64), frame_spec=str(spec),
-        duration=float(duration), frames_decoded=decoded, seeks=seeks, rotation=rotation,
-        info={"size": size_text((ow, oh))},
+        frames=keeper.out, timestamps=keeper.times, targets=np.asarray(targets, np.float64), frame_spec=str(spec),
+        duration=float(duration), frames_decoded=decoded, seeks=seeks, rotation=keeper.rotation,
+        info={"size": size_text((keeper.out.shape[2], keeper.out.shape[1]))},
     )
 
 
