@@ -250,7 +250,7 @@ def make_audio_only(path: str | Path, seconds: float = 2.0) -> Path:
 def make_broken_videos(directory: str | Path, *, size: tuple[int, int] = (160, 120), large: bool = True) -> dict[str, Path]:
     """Write each bad-input variant into `directory`; returns {variant: path}.
 
-    Variants: zero_bytes, truncated (first 45% of a Matroska file), corrupt_packets (mid-file packet bytes
+    Variants: zero_bytes, not_a_video (text bytes), truncated (first 45% of a Matroska file), corrupt_packets (mid-file packet bytes
     overwritten with noise, container structure intact), audio_only, unknown_duration, vfr, rotated (90°),
     large (4096x2160, 1 s) and missing (a path that does not exist).
     """
@@ -260,6 +260,8 @@ def make_broken_videos(directory: str | Path, *, size: tuple[int, int] = (160, 1
     out["missing"] = d / "missing.mp4"
     (d / "zero_bytes.mp4").write_bytes(b"")
     out["zero_bytes"] = d / "zero_bytes.mp4"
+    (d / "not_a_video.mp4").write_text("this is a text file with a video extension\n" * 50)
+    out["not_a_video"] = d / "not_a_video.mp4"
 
     whole = d / "whole.mkv"
     make_video(whole, codec="libx264", seconds=6, fps=24, size=size, seed=11, container_format="matroska")

@@ -45,7 +45,7 @@ def test_videos(tmp_path_factory, video_codecs) -> dict[str, dict]:
 
 @pytest.fixture(scope="session")
 def broken_videos(tmp_path_factory) -> dict[str, Path]:
-    """Bad inputs by name: missing, zero_bytes, truncated, corrupt_packets, audio_only, unknown_duration, vfr,
+    """Bad inputs by name: missing, zero_bytes, not_a_video, truncated, corrupt_packets, audio_only, unknown_duration, vfr,
     rotated, large (4096x2160)."""
     from benchmarks.make_videos import make_broken_videos
 

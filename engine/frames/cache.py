@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from engine import schemas
 from engine.frames.decode import FramesResult, Size, VideoDecodeError, decode_frames, size_text
-from engine.frames.sampling import FrameSpec, FrameSpecError, parse_frame_spec
+from engine.frames.sampling import FrameSpec, parse_frame_spec
 from engine.keys import content_key, file_digest
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
@@ -113,7 +113,7 @@ def frames_row(
         _, h, w, _ = meta["shape"]
         return {"frames_key": key, "video_id": video_id, "frame_spec": str(spec), "timestamps": meta["timestamps"],
                 "height": h, "width": w, "path": str(npy), "error": None}
-    except (VideoDecodeError, FrameSpecError, OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - one bad video must not stop a sweep; the row says what happened
         message = str(exc) if isinstance(exc, VideoDecodeError) else f"{type(exc).__name__}: {path}: {exc}"
         if isinstance(exc, FileNotFoundError):
             message = f"not_found: {path}: no such file"

@@ -220,6 +220,8 @@ def decode_frames(
         except FrameSpecError as exc:
             raise CorruptVideoError(path, f"no usable duration: {exc}") from exc
         return _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation)
+    except av.error.FFmpegError as exc:  # seek/convert failures not caught closer to their cause
+        raise CorruptVideoError(path, f"decoding failed: {exc}") from exc
     finally:
         container.close()
 

@@ -43,7 +43,7 @@ def test_cached_frames_equal_direct_decode(test_videos, frame_cache_dir):
 
 def test_batch_table_has_error_rows_and_goes_on(test_videos, broken_videos, frame_cache_dir):
     good = [test_videos["h264"]["path"], test_videos["h264_long"]["path"]]
-    bad = ["missing", "zero_bytes", "truncated", "corrupt_packets", "audio_only"]
+    bad = ["missing", "zero_bytes", "not_a_video", "truncated", "corrupt_packets", "audio_only"]
     usable = ["unknown_duration", "vfr", "rotated", "large"]
     paths = [good[0]] + [broken_videos[b] for b in bad] + [broken_videos[u] for u in usable] + [good[1]]
     ids = ["good0"] + bad + usable + ["good1"]

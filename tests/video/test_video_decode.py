@@ -126,6 +126,7 @@ def test_unknown_duration_falls_back_to_scanning(broken_videos):
     [
         ("missing", VideoNotFoundError, "no such file"),
         ("zero_bytes", EmptyVideoError, "zero bytes"),
+        ("not_a_video", CorruptVideoError, "cannot open container"),
         ("truncated", TruncatedVideoError, "data ends at"),
         ("corrupt_packets", CorruptVideoError, "corrupt packet"),
         ("audio_only", NoVideoStreamError, "streams: audio"),
