@@ -13,7 +13,7 @@ _REGISTRIES: dict[str, dict[str, object]] = {"protocol": {}, "judge": {}, "capti
 _BUILTIN_MODULES = {
     "protocol": [f"engine.protocols.{p}" for p in ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")],
     "judge": ["adapters.local_judge", "adapters.vllm_engine", "adapters.openai_http"],
-    "captioner": ["adapters.vllm_engine", "adapters.openai_http", "adapters.local_captioner"],
+    "captioner": ["adapters.vllm_captioner", "adapters.openai_http", "adapters.local_captioner"],
 }
 
 

@@ -33,11 +33,7 @@ can be found) the line: unknown keys, wrong types, unknown prompt ids and unknow
 from __future__ import annotations
 
 import re
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, packaged as tomli
-    import tomli as tomllib
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
