@@ -1,0 +1,78 @@
+"""LocalJudge on real CAPability data and on hand-built requests for the other protocols (real embedding model)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from adapters.base import JudgeRequest
+from adapters.local_judge import LocalJudge
+from benchmarks.local_judge_agreement import build_items, _code
+from engine.registry import lookup
+
+
+@pytest.fixture(scope="module")
+def judge():
+    return LocalJudge()
+
+
+def _req(task, choices=None, **fields):
+    return JudgeRequest(key=task + json.dumps(fields, sort_keys=True), user="", task=task, choices=choices,
+                        fields=fields)
+
+
+def test_registered():
+    assert lookup("judge", "local") is LocalJudge
+
+
+def test_capability_lexical_tasks(judge):
+    cap = "Three red apples lie on a wooden table next to two blue cups."
+    out = judge.judge([
+        _req("capability/object_number/judge", caption=cap, annotation=json.dumps({"apple": 3})),
+        _req("capability/object_number/judge", caption=cap, annotation=json.dumps({"cup": 4})),
+        _req("capability/object_number/judge", caption=cap, annotation=json.dumps({"banana": 2})),
+        _req("capability/object_color/judge", caption=cap, annotation=json.dumps({"apple": "red"})),
+        _req("capability/object_color/judge", caption=cap, annotation=json.dumps({"cups": "green"})),
+        _req("capability/camera_angle/judge", caption="Shot from above, an aerial view of a city.",
+             categories=json.dumps(["level angle", "high angle", "low angle", "dutch angle"])),
+    ])
+    scores = [json.loads(o.text).get("score") for o in out[:5]]
+    assert scores == [1, -1, 0, 1, -1]
+    assert json.loads(out[5].text)["pred"] == ["high angle"]
+
+
+def test_capability_real_items_answer_in_format(judge, shared_data):
+    items = build_items(shared_data / "capability", "gpt-4o-0806", ("scene", "style", "dynamic_object_number"))
+    sample = items[:40] + items[-40:]
+    out = judge.judge([r for _, r, _ in sample])
+    assert all(o.error is None for o in out)
+    codes = [_code(t, r.fields["annotation"], json.loads(o.text)) for (t, r, _), o in zip(sample, out)]
+    assert set(codes) <= {0, 1, 2}
+    # better than always answering the rarest class: a sanity bound, not the measured agreement (see docs)
+    agree = sum(c == g for c, (_, _, g) in zip(codes, sample)) / len(sample)
+    assert agree > 0.4
+
+
+def test_other_protocols(judge):
+    cap = "A man rides a red bicycle down a hill. Then he stops at a bakery and buys bread."
+    out = judge.judge([
+        _req("capquiz/action/answer", choices=("A", "B", "C"), caption=cap,
+             options=json.dumps(["A man buys bread at a bakery", "A woman swims in a lake", "Cannot be determined"])),
+        _req("capquiz/action/answer", choices=("A", "B", "C"), caption=cap,
+             options=json.dumps(["The sky is purple", "The moon is green", "Cannot be determined"])),
+        _req("vidcapbench/default/answer", caption=cap, question="What does the man buy?"),
+        _req("vidcapbench/default/score", answer="He buys bread.", reference="bread"),
+        _req("lvcap/events/extract", caption=cap),
+        _req("lvcap/events/entail", choices=("entailment", "neutral", "contradiction"), caption=cap,
+             event="A man rides a bicycle."),
+        _req("vcinspector/default/score", caption=cap, reference="A man cycles downhill and buys bread."),
+        _req("nonsense"),
+    ])
+    assert out[0].text == "A" and out[1].text == "C"
+    assert "bread" in out[2].text
+    assert json.loads(out[3].text)["score"] in (1, 2)
+    assert len(json.loads(out[4].text)["events"]) >= 2
+    assert out[5].text == "entailment"
+    assert json.loads(out[6].text)["score"] >= 3
+    assert out[7].text is None and "nonsense" in out[7].error
