@@ -114,10 +114,14 @@ class VLLMJudge:
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = None
+        max_tokens = request.max_tokens
         if request.choices is not None:
             if not request.choices:
                 raise ValueError("choices is empty")
             structured = StructuredOutputsParams(choice=list(request.choices))
+            # A choice cut short by max_tokens is no choice at all: leave room for the longest one.
+            longest = max(len(self._tokenizer.encode(c, add_special_tokens=False)) for c in request.choices)
+            max_tokens = max(max_tokens, longest + 1)
         elif request.json_schema is not None:
             try:
                 schema = json.loads(request.json_schema)
@@ -125,7 +129,7 @@ class VLLMJudge:
                 raise ValueError(f"json_schema is not valid JSON: {exc}") from None
             structured = StructuredOutputsParams(json=schema)
         return SamplingParams(
-            max_tokens=max(1, min(request.max_tokens, self.max_model_len - prompt_len)),
+            max_tokens=max(1, min(max_tokens, self.max_model_len - prompt_len)),
             temperature=request.temperature,
             seed=request.seed,
             structured_outputs=structured,
