@@ -175,7 +175,7 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     # Build in a sibling temp dir and rename: a killed build never leaves a directory that looks complete.
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        texts = iter_corpus_texts(corpus) if corpus else generated_corpus(seed=seed)
+        texts = iter_corpus_texts(corpus) if corpus else generated_corpus()  # the seed is for weights only
         _train_tokenizer(texts, vocab, tmp)
         from transformers import AutoTokenizer
 
