@@ -113,8 +113,8 @@ class JudgePool:
         if not ray.is_initialized():
             raise RuntimeError("JudgePool needs a running Ray: call ray.init() (or connect to a cluster) first")
         gpus = ray.cluster_resources().get("GPU", 0)
-        if num_gpus_per_actor is None:
-            num_gpus_per_actor = 1 if gpus >= 1 else 0
+        if num_gpus_per_actor is None:  # a tensor-parallel engine needs all its GPUs in one actor
+            num_gpus_per_actor = int((judge_kwargs or {}).get("tensor_parallel_size", 1)) if gpus >= 1 else 0
         if num_actors is None:  # one per GPU, or one on a CPU-only cluster
             num_actors = max(1, int(gpus // num_gpus_per_actor)) if num_gpus_per_actor else 1
         if batch_size < 1 or max_in_flight < 1 or num_actors < 1:

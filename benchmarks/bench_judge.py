@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-dir", type=Path, default=REPO / ".capeval" / "models" / "bench-lm")
     p.add_argument("--skip-http", action="store_true")
     args = p.parse_args(argv)
-    n_captions = args.captions or (4 if args.quick else 24)
+    n_captions = args.captions or (4 if args.quick else 12)
     n_questions = args.questions or (16 if args.quick else 20)
 
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
@@ -188,7 +188,8 @@ def _run(args, n_captions: int, n_questions: int) -> dict:
         http = http_client_entry(args.quick)
 
     result = {
-        "model": {"path": str(model_dir), "parameters": n_params, **BENCH_PRESET, "block_size": args.block_size,
+        "model": {"path": str(model_dir), "parameters": n_params, "weights_mb": round(sum(
+                      f.stat().st_size for f in model_dir.glob("*.safetensors")) / 2**20, 1), "engine_dtype": "auto", **BENCH_PRESET, "block_size": args.block_size,
                   "device": "cpu"},  # fmt: skip
         "workload": {"captions": n_captions, "questions_per_caption": n_questions, "prompts": len(requests),
                      "batch": args.batch, "data": str(args.data)},  # fmt: skip
