@@ -21,13 +21,13 @@ from adapters.base import JudgeRequest, JudgeResponse
 from engine.registry import register_judge
 
 # task -> (t_hi, t_lo, code between, code below) for "is X mentioned" tasks; feature = max(cosine, word overlap).
-CALIBRATION: dict[str, tuple[float, float, int, int]] = {
-    "object_category": (0.5, 0.3, -1, -1), "spatial_relation": (0.6, 0.4, 0, 0), "scene": (0.4, 0.2, 0, 0),
-    "OCR": (0.6, 0.3, 0, 0), "character_identification": (0.7, 0.3, 0, 0), "action": (0.5, 0.3, -1, -1),
-    "event": (0.6, 0.4, 0, 0),
+CALIBRATION: dict[str, tuple[float, float, int, int]] = {  # fitted on qwen2.5vl_7b, 150 items per task
+    "object_category": (0.3, 0.1, -1, -1), "spatial_relation": (0.65, 0.1, 0, 0), "scene": (0.25, 0.1, 0, 0),
+    "OCR": (0.15, 0.1, 0, 0), "character_identification": (0.7, 0.1, 0, 0), "action": (0.4, 0.1, -1, 0),
+    "event": (0.7, 0.1, 0, 0),
 }
 LEXICAL_TASKS = ("object_number", "dynamic_object_number", "object_color")
-STYLE_FALLBACK = "realistic"  # style verdict when no keyword fires (calibrated; GPT-4 mostly infers "realistic")
+STYLE_FALLBACK = "realistic"  # style verdict when no keyword fires: on qwen2.5vl_7b 0.847 agreement vs 0.843 for N/A
 
 NUMBER_WORDS = {w: i for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
