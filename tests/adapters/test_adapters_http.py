@@ -146,8 +146,7 @@ def test_captioner_subsamples_frames():
 @pytest.mark.vllm
 def test_openai_judge_against_vllm_serve(vllm_server):
     """The real `vllm serve` (engineer D1's session fixture): choice-constrained answers come back valid."""
-    base_url, model = vllm_server
-    with OpenAIJudge(model=model, base_url=base_url, structured="vllm", max_in_flight=4, timeout_s=120) as judge:
+    with OpenAIJudge(model=vllm_server.model, base_url=vllm_server.base_url, structured="vllm", max_in_flight=4, timeout_s=120) as judge:
         reqs = [JudgeRequest(key=f"v{i}", user=f"Is the sky blue? {i}", choices=("yes", "no"), max_tokens=4, seed=i)
                 for i in range(4)]
         out = judge.judge(reqs)
