@@ -1,8 +1,11 @@
-"""Generic metrics layer shared by every protocol: verdict codes -> count tables -> metrics with cluster CIs.
+"""Generic metrics layer shared by every protocol: verdicts -> per-cluster sums -> metrics with cluster CIs.
 
-A protocol turns its verdicts into a `CountTable` (per video, per group, per code) once, then names its metrics
-as vectorised functions of counts (..., n_codes + 1) -- the last column is NO_VERDICT -- and `metrics_frame`
-evaluates them on the totals and on every bootstrap replicate (videos resampled, kernels.bootstrap):
+Every metric here is a function of *sums over videos* (clusters) of a few per-video statistics: code counts, or
+per-video ratios with presence flags for macro averages. One mechanism, `bootstrap_frame`, evaluates such metrics
+on the totals and on every bootstrap replicate (videos resampled, kernels.bootstrap) and writes the long frame.
+A protocol builds a `CountTable` (per video, per group, per code: `count_table`; or per-unit statistics:
+`sum_table`) and names its metrics as vectorised functions of counts (..., n_codes + 1) -- the last column is
+NO_VERDICT -- and `metrics_frame` runs the mechanism on it:
 
     table = count_table(verdicts, ["captioner", "task"], n_codes=3)            # CAPability codes
     hit = lambda c: safe_ratio(c[..., 1] + c[..., 2], c[..., :3].sum(-1))       # POSITIVE+NEGATIVE / all
@@ -11,7 +14,8 @@ evaluates them on the totals and on every bootstrap replicate (videos resampled,
                           average_over="task", average_label="avg")            # adds per-captioner "avg" rows
 
 The result is long format (engine.schemas.metrics_schema): group columns (strings), metric, value, ci_low,
-ci_high, n (verdicts with a code), n_no_verdict (rows without one: never dropped silently).
+ci_high, n (verdicts with a code), n_no_verdict (rows without one: never dropped silently). Protocols with their
+own count columns (CAPability: n_missing, n_failed) call `bootstrap_frame` on their own array.
 """
 
 from __future__ import annotations
@@ -61,18 +65,21 @@ def mean_code_value(counts: np.ndarray, values: Sequence[float]) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CountTable:
-    """Verdict counts per cluster (video), per group, per code; the last code column is NO_VERDICT."""
+    """Sums per cluster (video), per group, per statistic: verdict codes (the last column is NO_VERDICT) from
+    `count_table`, or per-unit statistics from `sum_table`."""
 
     group_columns: list[str]
     groups: pl.DataFrame  # one row per group id, group columns as strings, sorted
-    counts: np.ndarray  # int64 (n_clusters, n_groups, n_codes + 1)
-    n_codes: int
+    counts: np.ndarray  # (n_clusters, n_groups, n_stats): int64 code counts (n_stats = n_codes + 1) or float64 sums
+    n_codes: int | None  # None when `counts` holds other statistics than code counts
     clusters: pl.DataFrame  # one row per cluster id: strata columns then the cluster column
     strata: np.ndarray | None = None  # int32 (n_clusters,) stratum id of each cluster, or None
+    row_counts: np.ndarray | None = None  # int64 (n_clusters, n_groups, 2): rows with / without a verdict;
+    #                                       None: read off the code counts
 
     @property
     def totals(self) -> np.ndarray:
-        """int64 (n_groups, n_codes + 1): counts summed over clusters."""
+        """(n_groups, n_stats): counts summed over clusters."""
         return self.counts.sum(axis=0)
 
     @property
@@ -82,6 +89,21 @@ class CountTable:
     @property
     def n_clusters(self) -> int:
         return self.counts.shape[0]
+
+    @property
+    def rows(self) -> np.ndarray:
+        """int64 (n_clusters, n_groups, 2): rows with a verdict, rows without one."""
+        if self.row_counts is not None:
+            return self.row_counts
+        k = self.n_codes
+        return np.stack([self.counts[..., :k].sum(-1), self.counts[..., k]], axis=-1).astype(np.int64)
+
+
+def _as_polars(table, what: str) -> pl.DataFrame:
+    frame = pl.from_arrow(table) if isinstance(table, (pa.Table, pa.RecordBatch)) else table
+    if not isinstance(frame, pl.DataFrame):
+        raise TypeError(f"{what} must be a polars DataFrame or pyarrow Table, got {type(table).__name__}")
+    return frame
 
 
 def _factorize(frame: pl.DataFrame, columns: list[str]) -> tuple[np.ndarray, pl.DataFrame]:
@@ -94,6 +116,10 @@ def _factorize(frame: pl.DataFrame, columns: list[str]) -> tuple[np.ndarray, pl.
     return ids.cast(pl.Int32).to_numpy(), uniques.drop("__id")
 
 
+def _string_keys(groups: pl.DataFrame) -> pl.DataFrame:
+    return groups.with_columns(pl.all().cast(pl.String)) if groups.width else groups
+
+
 def count_table(verdicts: pl.DataFrame | pa.Table, group_columns: list[str], n_codes: int,
                 code_column: str = "verdict", cluster_column: str = "video_id",
                 strata_columns: list[str] | None = None) -> CountTable:
@@ -102,9 +128,7 @@ def count_table(verdicts: pl.DataFrame | pa.Table, group_columns: list[str], n_c
     With strata_columns the bootstrap resamples clusters within each stratum; a cluster is then the pair
     (strata values, cluster value), so a video seen in two strata is two clusters.
     """
-    frame = pl.from_arrow(verdicts) if isinstance(verdicts, (pa.Table, pa.RecordBatch)) else verdicts
-    if not isinstance(frame, pl.DataFrame):
-        raise TypeError(f"verdicts must be a polars DataFrame or pyarrow Table, got {type(verdicts).__name__}")
+    frame = _as_polars(verdicts, "verdicts")
     strata_columns = list(strata_columns or [])
     needed = [*group_columns, code_column, cluster_column, *strata_columns]
     missing = [c for c in needed if c not in frame.columns]
@@ -123,79 +147,110 @@ def count_table(verdicts: pl.DataFrame | pa.Table, group_columns: list[str], n_c
     strata = _factorize(clusters, strata_columns)[0] if strata_columns else None
     n_groups = groups.height if group_columns else (1 if frame.height else 0)
     counts = count_codes_by_cluster(cluster_ids, group_ids, codes.to_numpy(), clusters.height, n_groups, n_codes)
-    groups = groups.with_columns(pl.all().cast(pl.String)) if group_columns else groups
-    return CountTable(list(group_columns), groups, counts, n_codes, clusters, strata)
+    return CountTable(list(group_columns), _string_keys(groups), counts, n_codes, clusters, strata)
 
 
-def _average_layout(table: CountTable, average_over: str, average_label: str) -> tuple[np.ndarray, pl.DataFrame]:
-    """(membership (A, G) float64, group-column rows of the A averages)."""
-    if average_over not in table.group_columns:
-        raise ValueError(f"average_over={average_over!r} is not a group column ({table.group_columns})")
-    others = [c for c in table.group_columns if c != average_over]
-    avg_ids, avg_keys = _factorize(table.groups, others)
+def sum_table(units: pl.DataFrame | pa.Table, group_columns: list[str], stat_columns: list[str], *,
+              cluster_column: str = "video_id", n_column: str = "_n",
+              no_verdict_column: str = "_nv") -> CountTable:
+    """Sums of numeric per-unit statistics per (cluster, group), e.g. per-video ratios and presence flags.
+
+    units: rows with the group columns, `cluster_column`, `stat_columns`, and row counts `n_column` (rows) /
+    `no_verdict_column` (rows without a verdict), from which n = rows - rows without a verdict."""
+    frame = _as_polars(units, "units")
+    missing = [c for c in [*group_columns, cluster_column, n_column, no_verdict_column, *stat_columns]
+               if c not in frame.columns]
+    if missing:
+        raise KeyError(f"units table lacks columns {missing}")
+    group_ids, groups = _factorize(frame, list(group_columns))
+    cluster_ids, clusters = _factorize(frame, [cluster_column])
+    n_groups = groups.height if group_columns else (1 if frame.height else 0)
+    sums = np.zeros((clusters.height, n_groups, len(stat_columns)))
+    np.add.at(sums, (cluster_ids, group_ids), frame.select(stat_columns).cast(pl.Float64).to_numpy())
+    no_verdict = frame.get_column(no_verdict_column).cast(pl.Int64).to_numpy()
+    rows = np.zeros((clusters.height, n_groups, 2), dtype=np.int64)
+    np.add.at(rows, (cluster_ids, group_ids, 0), frame.get_column(n_column).cast(pl.Int64).to_numpy() - no_verdict)
+    np.add.at(rows, (cluster_ids, group_ids, 1), no_verdict)
+    return CountTable(list(group_columns), _string_keys(groups), sums, None, clusters, None, rows)
+
+
+def _average_layout(keys: pl.DataFrame, average_over: str, average_label: str) -> tuple[list[np.ndarray], pl.DataFrame]:
+    """(member group indices of each average, group-column rows of the averages)."""
+    if average_over not in keys.columns:
+        raise ValueError(f"average_over={average_over!r} is not a group column ({keys.columns})")
+    others = [c for c in keys.columns if c != average_over]
+    avg_ids, avg_keys = _factorize(keys, others)
     n_avg = avg_keys.height if others else 1
-    membership = np.zeros((n_avg, table.n_groups))
-    membership[avg_ids, np.arange(table.n_groups)] = 1.0
+    members = [np.flatnonzero(avg_ids == a) for a in range(n_avg)]
     rows = (avg_keys if others else pl.DataFrame({"__n": [0]})).with_columns(
         pl.lit(average_label, dtype=pl.String).alias(average_over))
-    return membership, rows.select(table.group_columns)
+    return members, rows.select(keys.columns)
 
 
-def _nanmean_over(values: np.ndarray, membership: np.ndarray) -> np.ndarray:
-    """values (..., G) -> (..., A): mean of the finite member values (nan when none)."""
+def _average(values: np.ndarray, members: list[np.ndarray], skip_nan: bool) -> np.ndarray:
+    """values (..., G) -> (..., A): mean over each average's member groups. skip_nan: of the finite member values
+    (nan when none); else nan as soon as one member is nan."""
     finite = ~np.isnan(values)
-    total = np.where(finite, values, 0.0) @ membership.T
-    return safe_ratio(total, finite.astype(np.float64) @ membership.T)
+    filled = np.where(finite, values, 0.0)
+    out = []
+    for idx in members:
+        n_finite = finite[..., idx].sum(-1)
+        # contiguous members: numpy then sums each row pairwise, exactly as ndarray.mean(-1) does
+        mean = safe_ratio(np.ascontiguousarray(filled[..., idx]).sum(-1), n_finite)
+        out.append(mean if skip_nan else np.where(n_finite == len(idx), mean, np.nan))
+    return np.stack(out, axis=-1)
 
 
-def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resamples: int = 1000, seed: int = 0,
-                  confidence: float = 0.95, scale: float | Mapping[str, float] = 100.0,
-                  average_label: str | None = None, average_over: str | None = None) -> pl.DataFrame:
-    """Long-format metrics with percentile CIs from a cluster bootstrap (n_resamples=0 skips the CIs).
+def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, MetricFn],
+                    tallies: Mapping[str, np.ndarray], *, n_resamples: int = 1000, seed: int = 0,
+                    confidence: float = 0.95, scale: float | Mapping[str, float] = 100.0, strata=None,
+                    average_over: str | None = None, average_label: str | None = None,
+                    average_skips_nan: bool = True, nan_as_null: bool = False) -> pl.DataFrame:
+    """The one mechanism: long-format metrics with percentile CIs from one cluster bootstrap over all groups.
 
-    Each metric maps counts (..., n_codes + 1) to values (...), vectorised over leading axes. `scale` (one
-    number, or per metric with 1.0 for unnamed ones) multiplies value and CI. With `average_over`, extra rows
-    give each metric's unweighted mean over that group column (groups where it is nan are left out), labelled
-    `average_label` ("avg" by default), with CIs from the same bootstrap replicates.
+    sums: (n_clusters, n_groups, n_stats) per-cluster sums; keys: one row per group (its group columns, or no
+    columns for a single group); tallies: per-group integer columns written after the CI (n, n_no_verdict, ...).
+    Each metric maps sums (..., n_stats) to values (...), vectorised over leading axes; it is evaluated on the
+    totals and on `n_resamples` replicates that resample clusters (within `strata`), with the same replicates
+    for every group (n_resamples=0 skips the CIs). `scale` (one number, or per metric with 1.0 for unnamed ones)
+    multiplies value and CI. With `average_over`, extra rows (labelled `average_label`, "avg" by default, after
+    the group rows) give each metric's unweighted mean over that group column, the tallies summed, with CIs from
+    the same replicates; groups where the metric is nan are left out (`average_skips_nan`) or make it nan.
     """
     if not metrics:
         raise ValueError("metrics is empty")
     names = list(metrics)
     scales = np.array([scale.get(m, 1.0) if isinstance(scale, Mapping) else float(scale) for m in names])
-    totals = table.totals
-    n_codes = table.n_codes
-    membership, avg_rows = (None, None)
-    if average_over is not None and table.n_groups == 0:
-        _average_layout(table, average_over, average_label or "avg")  # still reject a wrong column name
+    n_clusters, n_groups = sums.shape[0], sums.shape[1]
+    members, avg_rows = None, None
+    if average_over is not None and n_groups == 0:
+        _average_layout(keys, average_over, average_label or "avg")  # still reject a wrong column name
     elif average_over is not None:
-        membership, avg_rows = _average_layout(table, average_over, average_label or "avg")
+        members, avg_rows = _average_layout(keys, average_over, average_label or "avg")
 
-    def evaluate(counts: np.ndarray) -> np.ndarray:
-        """counts (..., G, K+1) -> (..., n_metrics, G [+ A]) float64."""
+    def evaluate(s: np.ndarray) -> np.ndarray:
+        """sums (..., G, S) -> (..., n_metrics, G [+ A]) float64."""
         out = []
         for name in names:
             with np.errstate(divide="ignore", invalid="ignore"):
-                v = np.asarray(metrics[name](counts), dtype=np.float64)
-            if v.shape != counts.shape[:-1]:
-                raise ValueError(f"metric {name!r} returned shape {v.shape} for counts {counts.shape}; "
-                                 f"it must reduce only the last (code) axis")
-            if membership is not None:
-                v = np.concatenate([v, _nanmean_over(v, membership)], axis=-1)
+                v = np.asarray(metrics[name](s), dtype=np.float64)
+            if v.shape != s.shape[:-1]:
+                raise ValueError(f"metric {name!r} returned shape {v.shape} for sums {s.shape}; "
+                                 f"it must reduce only the last (statistic) axis")
+            if members is not None:
+                v = np.concatenate([v, _average(v, members, average_skips_nan)], axis=-1)
             out.append(v)
         return np.stack(out, axis=-2)
 
-    value = evaluate(totals.astype(np.float64))  # (n_metrics, G [+ A])
-    if n_resamples > 0 and table.n_clusters > 0 and table.n_groups > 0:
-        samples = cluster_bootstrap(table.counts, evaluate, n_resamples, seed, table.strata)
-        low, high = percentile_ci(samples, confidence)
+    value = evaluate(sums.sum(axis=0).astype(np.float64))  # (n_metrics, G [+ A])
+    if n_resamples > 0 and n_clusters > 0 and n_groups > 0:
+        low, high = percentile_ci(cluster_bootstrap(sums, evaluate, n_resamples, seed, strata), confidence)
     else:
         low = high = np.full_like(value, np.nan)
-    n = totals[:, :n_codes].sum(-1)
-    n_nv = totals[:, n_codes]
-    keys = table.groups.select(table.group_columns) if table.group_columns else pl.DataFrame()
-    if membership is not None:
-        n = np.concatenate([n, (membership @ n).astype(np.int64)])
-        n_nv = np.concatenate([n_nv, (membership @ n_nv).astype(np.int64)])
+    counts = {name: np.asarray(t, dtype=np.int64) for name, t in tallies.items()}
+    if members is not None:
+        counts = {name: np.concatenate([t, [t[idx].sum() for idx in members]]).astype(np.int64)
+                  for name, t in counts.items()}
         keys = pl.concat([keys, avg_rows])
     n_rows, n_metrics = value.shape[1], len(names)
     row_index = np.repeat(np.arange(n_rows), n_metrics)  # group-major, metrics in the given order
@@ -206,9 +261,41 @@ def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resam
         "value": value.T.ravel() * s,
         "ci_low": low.T.ravel() * s,
         "ci_high": high.T.ravel() * s,
-        "n": n[row_index].astype(np.int64),
-        "n_no_verdict": n_nv[row_index].astype(np.int64),
+        **{name: t[row_index] for name, t in counts.items()},
     })
-    if table.group_columns:
+    if keys.width:
         frame = pl.concat([keys[row_index], frame], how="horizontal")
+    if nan_as_null:
+        frame = frame.with_columns(pl.col(c).fill_nan(None) for c in ("value", "ci_low", "ci_high"))
     return frame
+
+
+def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resamples: int = 1000, seed: int = 0,
+                  confidence: float = 0.95, scale: float | Mapping[str, float] = 100.0,
+                  average_label: str | None = None, average_over: str | None = None, resample: str = "joint",
+                  nan_as_null: bool = False) -> pl.DataFrame:
+    """`bootstrap_frame` of a CountTable, with n (rows with a verdict) and n_no_verdict per group.
+
+    resample="joint": one bootstrap over all clusters of the table, shared by all groups (paired groups; needed
+    for `average_over`). resample="per_group": each group resamples only the clusters it has rows in, with the
+    same seed for every group (groups over the same videos then get the same replicates)."""
+    rows = table.rows
+    keys = table.groups.select(table.group_columns) if table.group_columns else pl.DataFrame()
+    options = dict(n_resamples=n_resamples, seed=seed, confidence=confidence, scale=scale, nan_as_null=nan_as_null)
+    if resample == "joint" or table.n_groups == 0:
+        tallies = {"n": rows[..., 0].sum(0), "n_no_verdict": rows[..., 1].sum(0)}
+        return bootstrap_frame(table.counts, keys, metrics, tallies, strata=table.strata, average_over=average_over,
+                               average_label=average_label, **options)
+    if resample != "per_group":
+        raise ValueError(f"resample must be 'joint' or 'per_group', got {resample!r}")
+    if average_over is not None:
+        raise ValueError("average_over needs resample='joint' (averages share one bootstrap over all groups)")
+    present = rows.sum(-1) > 0
+    frames = []
+    for g in range(table.n_groups):
+        idx = np.flatnonzero(present[:, g])
+        tallies = {"n": rows[idx, g, 0].sum(keepdims=True), "n_no_verdict": rows[idx, g, 1].sum(keepdims=True)}
+        strata = None if table.strata is None else table.strata[idx]
+        frames.append(bootstrap_frame(table.counts[idx, g][:, None], keys[g:g + 1], metrics, tallies,
+                                      strata=strata, **options))
+    return pl.concat(frames, how="vertical")

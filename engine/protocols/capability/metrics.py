@@ -19,6 +19,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from engine.metrics.core import bootstrap_frame
 from engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import TASKS, CapabilityQAVerdict, CapabilityVerdict
@@ -132,12 +133,12 @@ def _ordered_tasks(tasks) -> list[str]:
 
 def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: int, confidence: float,
                 average_label: str | None = "avg") -> pl.DataFrame:
-    """Long-format rows per (group, task) and per group's average over tasks, with one shared bootstrap."""
-    from kernels.bootstrap import cluster_bootstrap, percentile_ci
-
+    """Long-format rows per (group, task) and per group's average over tasks, with one shared bootstrap per group
+    (engine.metrics.core.bootstrap_frame; the average is nan when one task's metric is)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
-    out = []
+    metrics = {m: (lambda c, fn=fn: fn(c, mode)) for m, fn in fns.items()}
+    frames = []
     for key, g in df.group_by(list(GROUP_COLUMNS), maintain_order=True):
         tasks = _ordered_tasks(g["task"].unique().to_list())
         t_idx = g["task"].replace_strict(tasks, list(range(len(tasks))), return_dtype=pl.Int64).to_numpy()
@@ -148,34 +149,24 @@ def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: 
         np.add.at(counts, (v_idx, t_idx, code), 1)
         status = g["parse_status"].to_numpy()
         nv_rows = code == _NV
-        n_missing = np.bincount(t_idx[nv_rows & (status == int(ParseStatus.MISSING))], minlength=len(tasks))
-        n_failed = np.bincount(t_idx[nv_rows & (status != int(ParseStatus.MISSING))], minlength=len(tasks))
-        names = list(fns)
-
-        def stat(sums: np.ndarray) -> np.ndarray:  # (..., T, 4) -> (..., M, T + 1)
-            with np.errstate(divide="ignore", invalid="ignore"):
-                per_task = np.stack([fns[m](sums, mode) for m in names], axis=-2)
-                return np.concatenate([per_task, per_task.mean(axis=-1, keepdims=True)], axis=-1)
-
         total = counts.sum(axis=0)
-        point = stat(total)
-        low = high = np.full_like(point, np.nan)
-        if n_resamples > 0 and len(vids):
-            low, high = percentile_ci(cluster_bootstrap(counts, stat, n_resamples, seed), confidence)
-        denom = _denominator(total, mode)
-        labels = tasks + ([average_label] if average_label else [])
-        base = dict(zip(GROUP_COLUMNS, key))
-        for j, label in enumerate(labels):
-            sl = slice(None) if j == len(tasks) else slice(j, j + 1)
-            for i, m in enumerate(names):
-                out.append({**base, "task": label, "metric": m, "value": point[i, j] * 100,
-                            "ci_low": low[i, j] * 100, "ci_high": high[i, j] * 100, "n": int(denom[sl].sum()),
-                            "n_no_verdict": int(total[sl, _NV].sum()), "n_missing": int(n_missing[sl].sum()),
-                            "n_failed": int(n_failed[sl].sum()), "mode": mode})
+        tallies = {
+            "n": _denominator(total, mode), "n_no_verdict": total[:, _NV],
+            "n_missing": np.bincount(t_idx[nv_rows & (status == int(ParseStatus.MISSING))], minlength=len(tasks)),
+            "n_failed": np.bincount(t_idx[nv_rows & (status != int(ParseStatus.MISSING))], minlength=len(tasks)),
+        }
+        keys = pl.DataFrame({**{c: [k] * len(tasks) for c, k in zip(GROUP_COLUMNS, key)}, "task": tasks},
+                            schema={c: pl.String for c in (*GROUP_COLUMNS, "task")})
+        frame = bootstrap_frame(counts, keys, metrics, tallies, n_resamples=n_resamples, seed=seed,
+                                confidence=confidence, scale=100.0, average_over="task" if average_label else None,
+                                average_label=average_label, average_skips_nan=False, nan_as_null=True)
+        frames.append(frame.with_columns(pl.lit(mode).alias("mode")))
+    if frames:
+        return pl.concat(frames, how="vertical")
     schema = {**{c: pl.String for c in GROUP_COLUMNS}, "task": pl.String, "metric": pl.String, "value": pl.Float64,
               "ci_low": pl.Float64, "ci_high": pl.Float64, "n": pl.Int64, "n_no_verdict": pl.Int64,
               "n_missing": pl.Int64, "n_failed": pl.Int64, "mode": pl.String}
-    return pl.DataFrame(out, schema=schema).with_columns(pl.col(c).fill_nan(None) for c in ("value", "ci_low", "ci_high"))
+    return pl.DataFrame(schema=schema)
 
 
 def compute_metrics(verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0,
