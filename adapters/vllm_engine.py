@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from adapters.base import JudgeRequest, JudgeResponse
+from adapters.vllm_compat import vllm_engine_start_guard
 from engine.registry import register_judge
 
 # Files that define what a local model computes; their bytes make the default revision.
@@ -90,7 +91,8 @@ class VLLMJudge:
         if max_num_seqs is not None:
             kwargs["max_num_seqs"] = max_num_seqs
         kwargs.update(llm_kwargs)
-        self._llm = LLM(**kwargs)
+        with vllm_engine_start_guard():  # see adapters/vllm_compat.py
+            self._llm = LLM(**kwargs)
         self._tokenizer = self._llm.get_tokenizer()
         self._multimodal = bool(getattr(self._llm.model_config, "is_multimodal_model", False))
         self._has_template = bool(getattr(self._tokenizer, "chat_template", None))
