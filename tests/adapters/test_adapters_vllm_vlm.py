@@ -1,0 +1,144 @@
+"""VLLMCaptioner and VLLMJudge (images) on vLLM's real CPU engine over a tiny random-weight Idefics3 built here.
+
+Frames are decoded from real encoded videos (benchmarks.make_videos + engine.frames.decode). The model's weights are
+random, so the assertions are about the engine path: one response per request, in order, real token counts,
+determinism under a seed, images reaching the model (they change the output), and structured JSON from a
+multimodal judge request.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+import pytest
+from _fixtures_vllm import _model_cache
+
+from adapters.base import CaptionRequest, JudgeRequest
+
+pytestmark = pytest.mark.vllm
+
+N_FRAMES = 4
+PROMPT = "Describe the video in detail."
+
+
+@pytest.fixture(scope="module")
+def tiny_vlm_dir(shared_data):
+    from adapters.random_models import default_corpus
+    from adapters.random_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(_model_cache() / "tiny-vlm", corpus=default_corpus(shared_data))
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> list[np.ndarray]:
+    """Frames (uint8 T,H,W,3) of two different real H.264 clips."""
+    from benchmarks.make_videos import make_video
+    from engine.frames.decode import decode_frames
+
+    d = tmp_path_factory.mktemp("vlm-videos")
+    out = []
+    for seed in (3, 4):
+        path = d / f"clip{seed}.mp4"
+        make_video(path, codec="libx264", seconds=2, fps=12, size=(160, 120), seed=seed)
+        out.append(decode_frames(path, f"uniform:{N_FRAMES}").frames)
+    return out
+
+
+@pytest.fixture(scope="module")
+def vlm_captioner(tiny_vlm_dir):
+    from adapters.vllm_captioner import VLLMCaptioner
+
+    cap = VLLMCaptioner(str(tiny_vlm_dir), max_model_len=1024, max_frames=8, seed=0)
+    yield cap
+    cap.close()
+
+
+def _req(key, frames, **kw) -> CaptionRequest:
+    return CaptionRequest(key=key, prompt=kw.pop("prompt", PROMPT), frames=frames, max_tokens=kw.pop("max_tokens", 12),
+                          **kw)  # fmt: skip
+
+
+def test_frames_go_in_as_images_and_captions_come_back_in_order(vlm_captioner, clips):
+    from adapters.base import Captioner
+    from adapters.random_vlm import TOKENS_PER_IMAGE
+    from engine.registry import lookup
+
+    assert lookup("captioner", "vllm") is type(vlm_captioner) and isinstance(vlm_captioner, Captioner)
+    assert vlm_captioner.frame_input == "images"  # Idefics3's processor has no video processor
+    reqs = [_req(f"c{i}", clips[i % 2], seed=i) for i in range(4)] + [_req("short", clips[0][:2])]
+    out = vlm_captioner.caption(reqs)
+    assert [r.key for r in out] == [r.key for r in reqs]
+    for r in out:
+        assert r.error is None, r.error
+        assert r.text and r.n_tokens > 0
+    # Every frame became TOKENS_PER_IMAGE placeholder tokens in the prompt: 2 fewer frames, 2 x that fewer tokens.
+    assert out[0].prompt_tokens - out[4].prompt_tokens >= 2 * TOKENS_PER_IMAGE
+    assert out[0].prompt_tokens == out[2].prompt_tokens  # same clip, same prompt
+
+
+def test_same_seed_same_caption_and_pixels_matter(vlm_captioner, clips):
+    reqs = [_req("a", clips[0], seed=7, temperature=1.0), _req("b", clips[0], seed=7, temperature=1.0)]
+    a, b = vlm_captioner.caption(reqs)
+    again = vlm_captioner.caption(reqs[:1])[0]
+    assert a.text == b.text == again.text
+    # Greedy captions of two different videos (same prompt, same token count) differ only through the pixels.
+    g0, g1 = vlm_captioner.caption([_req("g0", clips[0], max_tokens=24), _req("g1", clips[1], max_tokens=24)])
+    assert g0.prompt_tokens == g1.prompt_tokens
+    assert g0.text != g1.text
+
+
+def test_bad_frames_fail_alone(vlm_captioner, clips):
+    bad = [
+        _req("float", clips[0].astype(np.float32)),
+        _req("empty", clips[0][:0]),
+        _req("too_many", np.concatenate([clips[0]] * 3)),  # 12 frames > max_frames=8
+    ]
+    out = vlm_captioner.caption([bad[0], _req("ok", clips[1]), bad[1], bad[2]])
+    assert [r.key for r in out] == ["float", "ok", "empty", "too_many"]
+    assert out[1].error is None and out[1].text
+    for r, word in zip((out[0], out[2], out[3]), ("uint8", "empty", "max_frames")):
+        assert r.text is None and word in r.error
+
+
+def _jpegs(frames: np.ndarray) -> tuple[bytes, ...]:
+    from PIL import Image
+
+    out = []
+    for f in frames:
+        buf = io.BytesIO()
+        Image.fromarray(f).save(buf, format="JPEG", quality=90)
+        out.append(buf.getvalue())
+    return tuple(out)
+
+
+def test_vcinspector_judge_with_images_returns_a_score(vlm_captioner, tiny_vlm_dir, clips):
+    """A VC-Inspector request (its own system prompt, schema and JSON parser) through VLLMJudge with frames."""
+    from adapters.vllm_engine import VLLMJudge
+    from engine.protocols.vcinspector import parsing, prompts
+    from engine.schemas import ParseStatus
+
+    vlm_captioner.close()  # one engine at a time on a 2-core machine
+    judge = VLLMJudge(tiny_vlm_dir, name="tiny-vlm", max_model_len=1024, seed=0,
+                      limit_mm_per_prompt={"image": N_FRAMES})  # fmt: skip
+    try:
+        user = "Caption:\nA red circle moves left.\n\nRate this caption against the video frames."
+        # max_tokens as VC-Inspector renders it (256): room for the schema's 400-character explanation.
+        reqs = [JudgeRequest(key=f"v{i}", user=user, system=prompts.SYSTEM, json_schema=prompts.SCORE_SCHEMA,
+                             images=_jpegs(clips[i % 2]), max_tokens=256, seed=i) for i in range(3)]  # fmt: skip
+        reqs.append(JudgeRequest(key="too_many", user=user, images=_jpegs(np.concatenate([clips[0]] * 2)),
+                                 json_schema=prompts.SCORE_SCHEMA))  # fmt: skip
+        out = judge.judge(reqs)
+        assert [r.key for r in out] == [r.key for r in reqs]
+        for r in out[:3]:
+            assert r.error is None, r.error
+            assert r.prompt_tokens > 4 * N_FRAMES and r.completion_tokens > 0
+            # xgrammar lets raw control bytes into JSON strings (random weights emit them): JSON, not strict JSON.
+            obj = json.loads(r.text, strict=False)
+            assert isinstance(obj["score"], int) and 1 <= obj["score"] <= 5 and isinstance(obj["explanation"], str)
+            code, status, _ = parsing.parse({}, r.text)  # the protocol's own parser turns it into a verdict
+            assert status != ParseStatus.FAILED and code == obj["score"] - 1
+        assert out[3].text is None and out[3].error  # 8 images over the engine's limit of 4: this request only
+    finally:
+        judge.close()
