@@ -242,7 +242,9 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
             out.append(v)
         return np.stack(out, axis=-2)
 
-    value = evaluate(sums.sum(axis=0).astype(np.float64))  # (n_metrics, G [+ A])
+    # totals summed pairwise along a contiguous cluster axis: exact for counts, and the accurate order for floats
+    totals = np.ascontiguousarray(np.moveaxis(sums, 0, -1)).sum(-1)
+    value = evaluate(totals.astype(np.float64))  # (n_metrics, G [+ A])
     if n_resamples > 0 and n_clusters > 0 and n_groups > 0:
         low, high = percentile_ci(cluster_bootstrap(sums, evaluate, n_resamples, seed, strata), confidence)
     else:

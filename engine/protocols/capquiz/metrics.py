@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.report import cluster_metrics_frame, code_count_units
+from engine.metrics.core import count_table, metrics_frame
 
 from .codes import N_CODES, CapQuizVerdict
 
@@ -139,12 +139,11 @@ def compute_metrics(
     _check_verdicts(verdicts)
     mode = "paper" if paper_compatible else "strict"
     table = _with_types(_fill_groups(verdicts), items, type_families or TYPE_FAMILY)
-    units, cols = code_count_units(table, GROUP_COLUMNS + ["family", "question_type", "video_id"], N_CODES)
     fns = metric_functions(paper_compatible)
     frames = []
     for extra in (["family", "question_type"], ["family"], []):
-        frame = cluster_metrics_frame(units, GROUP_COLUMNS + extra, cols, fns, n_resamples=n_resamples, seed=seed,
-                                      confidence=confidence, scale=100.0)
+        frame = metrics_frame(count_table(table, GROUP_COLUMNS + extra, N_CODES), fns, n_resamples=n_resamples,
+                              seed=seed, confidence=confidence, scale=100.0, resample="per_group", nan_as_null=True)
         for col in ("family", "question_type"):
             if col not in frame.columns:
                 frame = frame.with_columns(pl.lit(ALL).alias(col))

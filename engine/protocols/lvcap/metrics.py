@@ -34,7 +34,7 @@ import json
 import numpy as np
 import polars as pl
 
-from engine.metrics.report import cluster_metrics_frame
+from engine.metrics.core import metrics_frame, sum_table
 
 from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
 
@@ -185,8 +185,9 @@ def compute_metrics(
         if units.height == 0:
             continue
         for by in (GROUP_COLUMNS + ["bucket"], GROUP_COLUMNS):
-            frame = cluster_metrics_frame(units, by, [f"_s{i}" for i in range(n_stats)], fns, n_resamples=n_resamples,
-                                          seed=seed, confidence=confidence, scale=100.0)
+            table = sum_table(units, by, [f"_s{i}" for i in range(n_stats)])
+            frame = metrics_frame(table, fns, n_resamples=n_resamples, seed=seed, confidence=confidence, scale=100.0,
+                                  resample="per_group", nan_as_null=True)
             if "bucket" not in by:
                 frame = frame.with_columns(pl.lit(ALL).alias("bucket"))
             frames.append(frame.select(GROUP_COLUMNS + ["bucket", "metric", "value", "ci_low", "ci_high", "n",

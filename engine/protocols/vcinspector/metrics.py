@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.report import cluster_metrics_frame, code_count_units
+from engine.metrics.core import count_table, metrics_frame
 
 from .codes import N_CODES
 
@@ -80,13 +80,12 @@ def compute_metrics(
     inc = not paper_compatible
     frames = []
     for extra in levels:
-        units, cols = code_count_units(v, GROUP_COLUMNS + extra + ["video_id"], N_CODES)
-        by = GROUP_COLUMNS + extra
-        mean = cluster_metrics_frame(units, by, cols, {"mean_score": mean_score}, n_resamples=n_resamples, seed=seed,
-                                     confidence=confidence, scale=1.0)
-        shares = cluster_metrics_frame(units, by, cols,
-                                       {f"share_{k}": score_share(k, include_no_verdict=inc) for k in range(1, N_CODES + 1)},
-                                       n_resamples=n_resamples, seed=seed, confidence=confidence, scale=100.0)
+        table = count_table(v, GROUP_COLUMNS + extra, N_CODES)
+        options = dict(n_resamples=n_resamples, seed=seed, confidence=confidence, resample="per_group",
+                       nan_as_null=True)
+        mean = metrics_frame(table, {"mean_score": mean_score}, scale=1.0, **options)
+        share_fns = {f"share_{k}": score_share(k, include_no_verdict=inc) for k in range(1, N_CODES + 1)}
+        shares = metrics_frame(table, share_fns, scale=100.0, **options)
         frame = pl.concat([mean, shares.select(mean.columns)], how="vertical")
         if "category" not in frame.columns:
             frame = frame.with_columns(pl.lit(ALL).alias("category"))

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.report import cluster_metrics_frame, code_count_units
+from engine.metrics.core import count_table, metrics_frame
 
 from .codes import N_CODES, VidCapBenchVerdict
 
@@ -187,10 +187,9 @@ def compute_metrics(
             if sub.height == 0:
                 continue
             cols = GROUP_COLUMNS + extra
-            units, ccols = code_count_units(sub, cols + ["_trial", "video_id"], N_CODES)
-            pooled = cluster_metrics_frame(units, cols, ccols, fns, n_resamples=n_resamples, seed=seed,
-                                           confidence=confidence, scale=100.0)
-            trial_stats = _per_trial_stats(units, cols, ccols, fns)
+            pooled = metrics_frame(count_table(sub, cols, N_CODES), fns, n_resamples=n_resamples, seed=seed,
+                                   confidence=confidence, scale=100.0, resample="per_group", nan_as_null=True)
+            trial_stats = _per_trial_stats(sub, cols, fns)
             frame = pl.concat([pooled, trial_stats.select(pooled.columns)], how="vertical") if trial_stats.height else pooled
             if "dimension" not in frame.columns:
                 frame = frame.with_columns(pl.lit(ALL).alias("dimension"))
@@ -205,9 +204,10 @@ def compute_metrics(
     return out.select(group_cols + [c for c in out.columns if c not in group_cols])
 
 
-def _per_trial_stats(units, cols, ccols, fns) -> pl.DataFrame:
+def _per_trial_stats(verdicts, cols, fns) -> pl.DataFrame:
     """`<metric>_mean` and `<metric>_std` over judge trials (no CI: the spread across trials is the statistic)."""
-    per_trial = cluster_metrics_frame(units, cols + ["_trial"], ccols, fns, n_resamples=0, scale=100.0)
+    per_trial = metrics_frame(count_table(verdicts, cols + ["_trial"], N_CODES), fns, n_resamples=0, scale=100.0,
+                              nan_as_null=True)
     agg = per_trial.group_by(cols + ["metric"], maintain_order=True).agg(
         pl.col("value").mean().alias("_mean"),
         pl.col("value").std(ddof=0).alias("_std"),
