@@ -158,3 +158,11 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":  # python -m adapters.random_vlm OUT_DIR [SEED]: build once, e.g. for examples/demo_vllm.toml
+    import sys
+
+    if len(sys.argv) not in (2, 3):
+        sys.exit("usage: python -m adapters.random_vlm OUT_DIR [SEED]")
+    print(build_tiny_vlm(sys.argv[1], int(sys.argv[2]) if len(sys.argv) == 3 else 0))
