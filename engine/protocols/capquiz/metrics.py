@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import count_table, metrics_frame
+from engine.metrics.core import count_table, metrics_frame, safe_ratio
 
 from .codes import N_CODES, CapQuizVerdict
 
@@ -64,29 +64,21 @@ def normalize_type(name: str | None) -> str:
 # -- metric functions of count arrays: counts[..., N_CODES + 1] -> fractions ------------------------------------
 
 
-def _safe_div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
-    num = np.asarray(num, dtype=np.float64)
-    den = np.asarray(den, dtype=np.float64)
-    out = np.full(np.broadcast(num, den).shape, np.nan)
-    np.divide(num, den, out=out, where=den > 0)
-    return out
-
-
 def cap_precision(counts: np.ndarray) -> np.ndarray:
     c = np.asarray(counts, dtype=np.float64)
-    return _safe_div(c[..., TP], c[..., TP] + c[..., FP])
+    return safe_ratio(c[..., TP], c[..., TP] + c[..., FP])
 
 
 def cap_recall(counts: np.ndarray, *, include_no_verdict: bool = True) -> np.ndarray:
     c = np.asarray(counts, dtype=np.float64)
     n = c[..., TP] + c[..., FP] + c[..., CD] + (c[..., NV] if include_no_verdict else 0.0)
-    return _safe_div(c[..., TP], n)
+    return safe_ratio(c[..., TP], n)
 
 
 def cap_f1(counts: np.ndarray, *, include_no_verdict: bool = True) -> np.ndarray:
     p = cap_precision(counts)
     r = cap_recall(counts, include_no_verdict=include_no_verdict)
-    return _safe_div(2.0 * p * r, p + r)  # nan when P or R is undefined or both are 0
+    return safe_ratio(2.0 * p * r, p + r)  # nan when P or R is undefined or both are 0
 
 
 def metric_functions(paper_compatible: bool = False) -> dict:

@@ -34,7 +34,7 @@ import json
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import metrics_frame, sum_table
+from engine.metrics.core import metrics_frame, safe_ratio, sum_table
 
 from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
 
@@ -44,28 +44,20 @@ DURATION_EDGES = (60.0, 300.0, 900.0, 1800.0)
 ALL = "all"
 
 
-def _ratio(num, den) -> np.ndarray:
-    num = np.asarray(num, dtype=np.float64)
-    den = np.asarray(den, dtype=np.float64)
-    out = np.full(np.broadcast(num, den).shape, np.nan)
-    np.divide(num, den, out=out, where=den > 0)
-    return out
-
-
 def f1(p, r) -> np.ndarray:
     p, r = np.asarray(p, dtype=np.float64), np.asarray(r, dtype=np.float64)
-    return _ratio(2.0 * p * r, p + r)
+    return safe_ratio(2.0 * p * r, p + r)
 
 
 # Statistics of per-video sums. Event columns: [P numerator, P denominator, R numerator, R denominator] — per-video
 # ratios and a 0/1 presence flag in "video" mode, matched/total event counts in "pooled" mode; the same formulas
 # then give AutoDQ's averages or the pooled ratios.
 EVENT_STATS = {
-    "event_precision": lambda s: _ratio(s[..., 0], s[..., 1]),
-    "event_recall": lambda s: _ratio(s[..., 2], s[..., 3]),
-    "S_e": lambda s: f1(_ratio(s[..., 0], s[..., 1]), _ratio(s[..., 2], s[..., 3])),
+    "event_precision": lambda s: safe_ratio(s[..., 0], s[..., 1]),
+    "event_recall": lambda s: safe_ratio(s[..., 2], s[..., 3]),
+    "S_e": lambda s: f1(safe_ratio(s[..., 0], s[..., 1]), safe_ratio(s[..., 2], s[..., 3])),
 }
-SCENE_STATS = {"S_s": lambda s: _ratio(s[..., 0], s[..., 1])}  # [correct, counted questions]
+SCENE_STATS = {"S_s": lambda s: safe_ratio(s[..., 0], s[..., 1])}  # [correct, counted questions]
 
 
 def duration_bucket(seconds: float | None, edges=DURATION_EDGES) -> str:

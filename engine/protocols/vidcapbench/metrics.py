@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import count_table, metrics_frame
+from engine.metrics.core import count_table, metrics_frame, safe_ratio
 
 from .codes import N_CODES, VidCapBenchVerdict
 
@@ -66,34 +66,26 @@ DIMENSION_OF: dict[str, str] = {
 DIMENSIONS = ("aesthetics", "content", "motion", "physics")
 
 
-def _safe_div(num, den) -> np.ndarray:
-    num = np.asarray(num, dtype=np.float64)
-    den = np.asarray(den, dtype=np.float64)
-    out = np.full(np.broadcast(num, den).shape, np.nan)
-    np.divide(num, den, out=out, where=den > 0)
-    return out
-
-
 def accuracy(counts, *, include_no_verdict: bool = True) -> np.ndarray:
     c = np.asarray(counts, dtype=np.float64)
     n = c[..., A] + c[..., B] + c[..., C] + c[..., D] + (c[..., NV] if include_no_verdict else 0.0)
-    return _safe_div(c[..., A], n)
+    return safe_ratio(c[..., A], n)
 
 
 def precision(counts) -> np.ndarray:
     c = np.asarray(counts, dtype=np.float64)
-    return _safe_div(c[..., A] + c[..., B], c[..., A] + c[..., B] + c[..., D])
+    return safe_ratio(c[..., A] + c[..., B], c[..., A] + c[..., B] + c[..., D])
 
 
 def coverage(counts, *, include_no_verdict: bool = True) -> np.ndarray:
     c = np.asarray(counts, dtype=np.float64)
     n = c[..., A] + c[..., B] + c[..., C] + c[..., D] + (c[..., NV] if include_no_verdict else 0.0)
-    return _safe_div(c[..., A] + c[..., B] + c[..., D], n)
+    return safe_ratio(c[..., A] + c[..., B] + c[..., D], n)
 
 
 def conciseness(acc_percent, mean_tokens) -> np.ndarray:
     """Con = 100 * Acc(%) / mean caption tokens, as in the official eval.py."""
-    return _safe_div(100.0 * np.asarray(acc_percent, dtype=np.float64), mean_tokens)
+    return safe_ratio(100.0 * np.asarray(acc_percent, dtype=np.float64), mean_tokens)
 
 
 def metric_functions(paper_compatible: bool = False) -> dict:
