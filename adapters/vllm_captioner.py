@@ -26,6 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from adapters.base import CaptionRequest, CaptionResponse
+from adapters.vllm_compat import vllm_engine_start_guard
 from engine.registry import register_captioner
 
 
@@ -72,8 +73,9 @@ class VLLMCaptioner:
             enforce_eager = current_platform.is_cpu()
         if not current_platform.is_cpu():
             engine_kwargs["gpu_memory_utilization"] = gpu_memory_utilization
-        self.llm = LLM(model=model, revision=revision, max_model_len=max_model_len, dtype=dtype,
-                       enforce_eager=enforce_eager, limit_mm_per_prompt=limits, **engine_kwargs)
+        with vllm_engine_start_guard():  # see adapters/vllm_compat.py
+            self.llm = LLM(model=model, revision=revision, max_model_len=max_model_len, dtype=dtype,
+                           enforce_eager=enforce_eager, limit_mm_per_prompt=limits, **engine_kwargs)
 
     @classmethod
     def static_revision(cls, params: dict) -> str:

@@ -53,6 +53,30 @@ def vllm_judge(tiny_lm_dir):
     judge.close()
 
 
+TINY_VLM_NAME = "tiny-vlm"
+TINY_VLM_MAX_IMAGES = 4
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm_dir(shared_data) -> Path:
+    """A random-weight Idefics3 (vision hidden 64, 2-layer Llama) that vLLM's CPU build accepts (adapters.random_vlm)."""
+    from adapters.random_models import default_corpus
+    from adapters.random_vlm import build_tiny_vlm
+
+    return build_tiny_vlm(_model_cache() / TINY_VLM_NAME, corpus=default_corpus(shared_data))
+
+
+@pytest.fixture(scope="session")
+def vllm_vlm_judge(tiny_vlm_dir):
+    """One multimodal offline engine (VLLMJudge over the tiny VLM) for judge requests with images (VC-Inspector)."""
+    from adapters.vllm_engine import VLLMJudge
+
+    judge = VLLMJudge(tiny_vlm_dir, name=TINY_VLM_NAME, max_model_len=1024, seed=0,
+                      limit_mm_per_prompt={"image": TINY_VLM_MAX_IMAGES})
+    yield judge
+    judge.close()
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

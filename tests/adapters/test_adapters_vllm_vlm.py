@@ -13,7 +13,7 @@ import json
 
 import numpy as np
 import pytest
-from _fixtures_vllm import _model_cache
+from _fixtures_vllm import TINY_VLM_MAX_IMAGES
 
 from adapters.base import CaptionRequest, JudgeRequest
 
@@ -21,14 +21,6 @@ pytestmark = pytest.mark.vllm
 
 N_FRAMES = 4
 PROMPT = "Describe the video in detail."
-
-
-@pytest.fixture(scope="module")
-def tiny_vlm_dir(shared_data):
-    from adapters.random_models import default_corpus
-    from adapters.random_vlm import build_tiny_vlm
-
-    return build_tiny_vlm(_model_cache() / "tiny-vlm", corpus=default_corpus(shared_data))
 
 
 @pytest.fixture(scope="module")
@@ -113,32 +105,26 @@ def _jpegs(frames: np.ndarray) -> tuple[bytes, ...]:
     return tuple(out)
 
 
-def test_vcinspector_judge_with_images_returns_a_score(vlm_captioner, tiny_vlm_dir, clips):
+def test_vcinspector_judge_with_images_returns_a_score(vllm_vlm_judge, clips):
     """A VC-Inspector request (its own system prompt, schema and JSON parser) through VLLMJudge with frames."""
-    from adapters.vllm_engine import VLLMJudge
     from engine.protocols.vcinspector import parsing, prompts
     from engine.schemas import ParseStatus
 
-    vlm_captioner.close()  # one engine at a time on a 2-core machine
-    judge = VLLMJudge(tiny_vlm_dir, name="tiny-vlm", max_model_len=1024, seed=0,
-                      limit_mm_per_prompt={"image": N_FRAMES})  # fmt: skip
-    try:
-        user = "Caption:\nA red circle moves left.\n\nRate this caption against the video frames."
-        # max_tokens as VC-Inspector renders it (256): room for the schema's 400-character explanation.
-        reqs = [JudgeRequest(key=f"v{i}", user=user, system=prompts.SYSTEM, json_schema=prompts.SCORE_SCHEMA,
-                             images=_jpegs(clips[i % 2]), max_tokens=256, seed=i) for i in range(3)]  # fmt: skip
-        reqs.append(JudgeRequest(key="too_many", user=user, images=_jpegs(np.concatenate([clips[0]] * 2)),
-                                 json_schema=prompts.SCORE_SCHEMA))  # fmt: skip
-        out = judge.judge(reqs)
-        assert [r.key for r in out] == [r.key for r in reqs]
-        for r in out[:3]:
-            assert r.error is None, r.error
-            assert r.prompt_tokens > 4 * N_FRAMES and r.completion_tokens > 0
-            # xgrammar lets raw control bytes into JSON strings (random weights emit them): JSON, not strict JSON.
-            obj = json.loads(r.text, strict=False)
-            assert isinstance(obj["score"], int) and 1 <= obj["score"] <= 5 and isinstance(obj["explanation"], str)
-            code, status, _ = parsing.parse({}, r.text)  # the protocol's own parser turns it into a verdict
-            assert status != ParseStatus.FAILED and code == obj["score"] - 1
-        assert out[3].text is None and out[3].error  # 8 images over the engine's limit of 4: this request only
-    finally:
-        judge.close()
+    assert N_FRAMES == TINY_VLM_MAX_IMAGES
+    user = "Caption:\nA red circle moves left.\n\nRate this caption against the video frames."
+    # max_tokens as VC-Inspector renders it (256): room for the schema's 400-character explanation.
+    reqs = [JudgeRequest(key=f"v{i}", user=user, system=prompts.SYSTEM, json_schema=prompts.SCORE_SCHEMA,
+                         images=_jpegs(clips[i % 2]), max_tokens=256, seed=i) for i in range(3)]  # fmt: skip
+    reqs.append(JudgeRequest(key="too_many", user=user, images=_jpegs(np.concatenate([clips[0]] * 2)),
+                             json_schema=prompts.SCORE_SCHEMA))  # fmt: skip
+    out = vllm_vlm_judge.judge(reqs)  # the suite's shared multimodal engine (tests/_fixtures_vllm.py)
+    assert [r.key for r in out] == [r.key for r in reqs]
+    for r in out[:3]:
+        assert r.error is None, r.error
+        assert r.prompt_tokens > 4 * N_FRAMES and r.completion_tokens > 0
+        # xgrammar lets raw control bytes into JSON strings (random weights emit them): JSON, not strict JSON.
+        obj = json.loads(r.text, strict=False)
+        assert isinstance(obj["score"], int) and 1 <= obj["score"] <= 5 and isinstance(obj["explanation"], str)
+        code, status, _ = parsing.parse({}, r.text)  # the protocol's own parser turns it into a verdict
+        assert status != ParseStatus.FAILED and code == obj["score"] - 1
+    assert out[3].text is None and out[3].error  # 8 images over the engine's limit of 4: this request only

@@ -64,8 +64,10 @@ def judging_inputs(shared_data, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", sorted(VALID_CODES))
-def test_protocol_end_to_end_on_cpu_vllm(name, vllm_judge, judging_inputs, tmp_path):
+def test_protocol_end_to_end_on_cpu_vllm(name, request, judging_inputs, tmp_path):
     items, captions, frames = judging_inputs
+    # VC-Inspector's judge sees the frames: the suite's tiny multimodal engine; the others use the text engine.
+    vllm_judge = request.getfixturevalue("vllm_vlm_judge" if name == "vcinspector" else "vllm_judge")
     p = lookup("protocol", name)
     seeds = (0, 1) if name == "vidcapbench" else (0,)
     reqs = p.build_requests(items[name], captions, judge=vllm_judge.name, judge_revision=vllm_judge.revision,
