@@ -37,7 +37,7 @@ def count_codes(group_ids, codes, n_groups: int, n_codes: int) -> np.ndarray:
 
 
 #: rows per thread below which one thread is faster than splitting (thread start and table merge cost)
-PARALLEL_MIN_ROWS = 250_000
+PARALLEL_MIN_ROWS = 1_000_000
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
@@ -49,8 +49,10 @@ def count_codes_by_cluster(cluster_ids, group_ids, codes, n_clusters: int, n_gro
                            threads: int | None = None) -> np.ndarray:
     """int64 (n_clusters, n_groups, n_codes + 1): rows per (cluster, group, code), in one pass over the rows.
 
-    Large inputs are split over up to `threads` threads (default: available cores), each counting its slice
-    into its own int32 table without the GIL; the tables are summed once."""
+    Rows are counted into uint8 cells (a table 8x smaller than the int64 result, so the random scatter stays
+    in cache); a cell that wraps past 255 is logged and 256 added back when the int64 result is written.
+    With `threads` (default: available cores when there are 2 * PARALLEL_MIN_ROWS rows or more) the rows are
+    split over threads, each counting its slice into its own table without the GIL; the tables are summed once."""
     if n_clusters < 0 or n_groups < 0 or n_codes < 0:
         raise ValueError(f"n_clusters={n_clusters}, n_groups={n_groups}, n_codes={n_codes} must be >= 0")
     clusters = _as(cluster_ids, np.int32, "cluster_ids")
@@ -61,30 +63,33 @@ def count_codes_by_cluster(cluster_ids, group_ids, codes, n_clusters: int, n_gro
                          f"{clusters.size}, {groups.size}, {codes8.size}")
     n = groups.size
     shape = (int(n_clusters), int(n_groups), int(n_codes) + 1)
-    n_threads = max(1, min(threads or _threads(), n // PARALLEL_MIN_ROWS, 8))
+    cells = shape[0] * shape[1] * shape[2]
+    # auto: split only when each thread gets PARALLEL_MIN_ROWS rows; an explicit `threads` is honoured (tests)
+    n_threads = max(1, min(_threads(), n // PARALLEL_MIN_ROWS) if threads is None else min(threads, n // 1024, 8))
     bounds = np.linspace(0, n, n_threads + 1).astype(np.int64)
-    if bounds.size > 1 and np.diff(bounds).max(initial=0) >= 2**31 - 1:
-        raise ValueError(f"{n} rows: a slice exceeds int32 cells; pass threads=None or split the input")
-    tables = [np.zeros(shape, dtype=np.int32) for _ in range(n_threads)]
+    tables = np.zeros((n_threads, cells), dtype=np.uint8)
+    wraps = [np.empty(int(bounds[k + 1] - bounds[k]) // 256 + 1, dtype=np.int64) for k in range(n_threads)]
 
-    def run(k: int) -> int:
+    def run(k: int) -> tuple[int, int]:
         lo, hi = bounds[k], bounds[k + 1]
-        bad = _aggregate.add_codes_by_cluster(clusters[lo:hi], groups[lo:hi], codes8[lo:hi], tables[k])
-        return -1 if bad < 0 else int(lo + bad)
+        bad, n_wraps = _aggregate.add_codes_by_cluster_u8(clusters[lo:hi], groups[lo:hi], codes8[lo:hi], tables[k],
+                                                           wraps[k], *shape[:2], shape[2] - 1)
+        return (-1 if bad < 0 else int(lo + bad)), n_wraps
 
     if n_threads == 1:
-        bad_rows = [run(0)]
+        results = [run(0)]
     else:
         pool = _POOLS.get(n_threads) or _POOLS.setdefault(
             n_threads, ThreadPoolExecutor(max_workers=n_threads, thread_name_prefix="capeval-count"))
-        bad_rows = list(pool.map(run, range(n_threads)))
-    bad = [b for b in bad_rows if b >= 0]
+        results = list(pool.map(run, range(n_threads)))
+    bad = [b for b, _ in results if b >= 0]
     if bad:
         row = min(bad)
         if not 0 <= groups[row] < n_groups:
             raise ValueError(f"row {row}: group id {groups[row]} outside [0, {n_groups})")
         raise ValueError(f"row {row}: cluster id {clusters[row]} outside [0, {n_clusters})")
-    out = tables[0].astype(np.int64)
-    for table in tables[1:]:
-        out += table
-    return out
+    wrapped = wraps[0][: results[0][1]] if n_threads == 1 else np.concatenate(
+        [w[:k] for w, (_, k) in zip(wraps, results)])
+    out = np.empty(cells, dtype=np.int64)
+    _aggregate.sum_u8_tables(tables, wrapped, out)
+    return out.reshape(shape)
