@@ -1,12 +1,16 @@
 """`capeval bench decode [--json] [--quick]`: sparse frame decoding vs same-process baselines.
 
-Measured on one generated H.264 clip (full: 120 s 1280x720 25 fps, keyframe every 2 s; --quick: 60 s
-320x180, keyframe every 2 s), cached under the temp dir so it is encoded once:
+Measured on one generated H.264 clip with B-frames as x264 writes them by default (bframes=3, b-pyramid;
+full: 120 s 1280x720 25 fps, keyframe every 2 s; --quick: 60 s 320x180), cached under the temp dir so it is
+encoded once:
 
-* uniform_s       engine.frames.decode_frames, 32 uniform frames (seek to a keyframe only across GOPs)
+* uniform_s       engine.frames.decode_frames, 32 uniform frames (seek to a keyframe only across GOPs; frames
+                  no other frame references are skipped on the way to a target, skip_frame=NONREF)
+* uniform_no_skip_s  the same without that skipping (skip_nonref=False): what the skipping buys
 * decode_all_s    what lmms-eval's / vLLM's PyAV loaders do: decode every frame, convert the picked ones
 * lower_bound_s   a hand-written loop that already knows the keyframes and targets: seek to each needed
                   keyframe, decode exactly up to the last target in that GOP, convert only the targets
+                  (every frame of that run is decoded, so skipping non-reference frames can beat it: ratio < 1)
 * keyframe_snap   the same three for `uniform:32,snap=key` (each target moved to the nearest keyframe within
                   half a slot): exact targets need ~GOP/2 decoded frames each, so at 32 frames per 120 s
                   exact sampling cannot reach 10x over decode-all; snapping decodes ~1 frame per target
@@ -139,28 +143,34 @@ def _compare(clip: Path, spec: str, repeats: int) -> dict:
 
     ours = decode_frames(clip, spec)  # warm-up; its timestamps define the frames every method must return
     keep = ours.timestamps
-    runs = {"ours": [], "all": [], "lower": []}
+    runs = {"ours": [], "all": [], "lower": [], "no_skip": []}
     # Interleaved repeats, best of each: on a shared machine, load drifts between runs, not within one.
     for r in range(repeats):
         t, ours = _timed(lambda: decode_frames(clip, spec))
         runs["ours"].append(t)
+        t, no_skip = _timed(lambda: decode_frames(clip, spec, skip_nonref=False))
+        runs["no_skip"].append(t)
         t, (lb_frames, n_lower) = _timed(lambda: lower_bound(clip, keep))
         runs["lower"].append(t)
         if r < max(1, repeats // 2):  # the slow baseline needs fewer repeats
             t, (all_frames, n_all) = _timed(lambda: decode_all_then_pick(clip, keep))
             runs["all"].append(t)
     uniform_s, lower_s, decode_all_s = min(runs["ours"]), min(runs["lower"]), min(runs["all"])
-    if not (np.array_equal(ours.frames, all_frames) and np.array_equal(ours.frames, lb_frames)):
+    if not (np.array_equal(ours.frames, all_frames) and np.array_equal(ours.frames, lb_frames)
+            and np.array_equal(ours.frames, no_skip.frames)):
         raise AssertionError(f"{spec}: decoders disagree on pixels; the comparison would be meaningless")
     n = len(keep)
     return {
         "spec": spec,
         "uniform_s": uniform_s,
+        "uniform_no_skip_s": min(runs["no_skip"]),
+        "skip_nonref_speedup": min(runs["no_skip"]) / uniform_s,
         "decode_all_s": decode_all_s,
         "lower_bound_s": lower_s,
         "speedup_vs_all": decode_all_s / uniform_s,
         "ratio_to_lower_bound": uniform_s / lower_s,
         "frames_decoded_per_returned": ours.frames_decoded / n,
+        "no_skip_frames_decoded_per_returned": no_skip.frames_decoded / n,
         "lower_bound_frames_decoded_per_returned": n_lower / n,
         "decode_all_frames_decoded_per_returned": n_all / n,
         "mean_abs_offset_from_target_s": float(np.mean(np.abs(ours.timestamps - ours.targets))),
@@ -172,15 +182,16 @@ def _compare(clip: Path, spec: str, repeats: int) -> dict:
 def run(quick: bool, cache_dir: Path, frames: int = 32, with_ray: bool = True) -> dict:
     cache_dir.mkdir(parents=True, exist_ok=True)
     if quick:
-        params = dict(seconds=60, fps=25, size=(320, 180), gop_seconds=2, seed=1)
+        params = dict(seconds=60, fps=25, size=(320, 180), gop_seconds=2, seed=1, bframes=3)
         ray_params = dict(seconds=10, fps=25, size=(320, 240), gop_seconds=1)
         n_ray, repeats = 4, 3
     else:
-        params = dict(seconds=120, fps=25, size=(1280, 720), gop_seconds=2, seed=1)
+        params = dict(seconds=120, fps=25, size=(1280, 720), gop_seconds=2, seed=1, bframes=3)
         ray_params = dict(seconds=30, fps=25, size=(640, 360), gop_seconds=2)
         n_ray, repeats = 8, 5
     t0 = time.perf_counter()
-    clip = _cached_video(cache_dir, f"clip_{params['size'][0]}x{params['size'][1]}_{params['seconds']}s", **params)
+    clip = _cached_video(cache_dir, f"clip_{params['size'][0]}x{params['size'][1]}_{params['seconds']}s"
+                                    f"_b{params['bframes']}", **params)
     ray_videos = [_cached_video(cache_dir, f"ray_{ray_params['size'][0]}_{ray_params['seconds']}s_{i}", seed=100 + i,
                                 **ray_params) for i in range(n_ray)]
     prep_s = time.perf_counter() - t0
@@ -188,7 +199,8 @@ def run(quick: bool, cache_dir: Path, frames: int = 32, with_ray: bool = True) -
     snap = _compare(clip, f"uniform:{frames},snap=key", repeats)
     result = {
         "clip": {"path": str(clip), "seconds": params["seconds"], "size": list(params["size"]), "fps": params["fps"],
-                 "gop_s": params["gop_seconds"], "frames_total": exact["frames_total"], "codec": "h264"},
+                 "gop_s": params["gop_seconds"], "frames_total": exact["frames_total"], "codec": "h264",
+                 "bframes": params["bframes"], "b_pyramid": "normal", "x264_preset": "veryfast"},
         "quick": quick,
         "frames_returned": frames,
         **{k: v for k, v in exact.items() if k != "frames_total"},
@@ -196,6 +208,7 @@ def run(quick: bool, cache_dir: Path, frames: int = 32, with_ray: bool = True) -
         "repeats": repeats,
         "prep_s": prep_s,
         "cpu_count": os.cpu_count(),
+        "load_avg_1m_at_end": os.getloadavg()[0],
     }
     if with_ray:
         with tempfile.TemporaryDirectory(prefix="capeval-bench-ray-") as work:

@@ -6,6 +6,12 @@ are converted (`to_ndarray(width, height, format="rgb24")`, i.e. resized inside 
 to the lower bound "decode each needed keyframe..target run once". Output: uint8 RGB (T, H, W, 3) and the pts
 (seconds) of the frames actually returned.
 
+H.264/HEVC only: while decoding forward towards a target, packets displayed well before it (more than a few
+frame intervals) are sent with `skip_frame="NONREF"`, so frames no other frame references (non-reference
+B-frames) are never decoded; packets that can be the target go back to "DEFAULT". Reference frames decode
+exactly as before, so the frames returned are bit-identical to decoding everything. Not for VP9/AV1: their
+hidden/alt-ref frames make "non-reference" a per-decoder notion we have not proven safe.
+
 Bad inputs raise a `VideoDecodeError` subclass whose message names the file and what is wrong; batch callers
 (engine.frames.cache) turn it into an error row and go on.
 """
@@ -198,8 +204,10 @@ def decode_frames(
     *,
     threads: int | str = "auto",
     interpolation: str | None = None,
+    skip_nonref: bool = True,
 ) -> FramesResult:
-    """Decode the frames `spec` asks for from the video at `path`, resized to `size`; see the module doc."""
+    """Decode the frames `spec` asks for from the video at `path`, resized to `size`; see the module doc.
+    `skip_nonref=False` decodes every frame between a keyframe and its target (same output, slower)."""
     path = Path(path)
     spec = parse_frame_spec(spec)
     container = _open(path)
@@ -219,7 +227,8 @@ def decode_frames(
                 targets = spec.snap(targets, np.unique(np.array(near, np.float64)), duration)
         except FrameSpecError as exc:
             raise CorruptVideoError(path, f"no usable duration: {exc}") from exc
-        return _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation)
+        return _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation,
+                               skip_nonref)
     except av.error.FFmpegError as exc:  # seek/convert failures not caught closer to their cause
         raise CorruptVideoError(path, f"decoding failed: {exc}") from exc
     finally:
@@ -259,11 +268,47 @@ class _Keeper:
         self.times[self.order[j]] = time
 
 
-def _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation) -> FramesResult:
+#: decoders whose NONREF skipping is proven to leave every reference frame (and so every output) unchanged
+SKIP_NONREF_CODECS = frozenset({"h264", "hevc"})
+#: packets displayed more than this many frame intervals before the target may skip non-reference frames;
+#: > the 2-interval end-of-stream tolerance, so the frame used at a truncated end is never a skipped one
+SKIP_MARGIN_FRAMES = 4
+
+
+class _NonRefSkipper:
+    """Sets the decoder's skip_frame per packet: NONREF for packets displayed before `until` (seconds), DEFAULT
+    for the rest. The setting is read when a packet is submitted (frame threads copy it), so it is exact per
+    packet."""
+
+    def __init__(self, stream, rate: float | None, enabled: bool = True):
+        self.ctx = stream.codec_context
+        self.tb, self.start = float(stream.time_base), stream.start_time or 0
+        self.enabled = bool(enabled and rate and self.ctx.name in SKIP_NONREF_CODECS)
+        self.margin = SKIP_MARGIN_FRAMES / rate if rate else 0.0
+        self.until = -math.inf
+        self.state = "DEFAULT"
+
+    def aim(self, target: float, tol: float) -> None:
+        """Frames displayed before target - tol cannot be returned for it (nor for any later target)."""
+        self.until = target - tol - self.margin
+
+    def packet(self, packet) -> None:
+        if not self.enabled:
+            return
+        ts = packet.pts
+        want = "NONREF" if ts is not None and (ts - self.start) * self.tb < self.until else "DEFAULT"
+        if want != self.state:
+            self.ctx.skip_frame = want
+            self.state = want
+
+
+def _decode_targets(path, container, stream, spec, targets, keys, duration, size, interpolation,
+                    skip_nonref: bool = True) -> FramesResult:
     tb = float(stream.time_base)
     start = stream.start_time or 0
     rate = float(stream.guessed_rate or stream.average_rate or 0) or None
     tol = 0.5 / rate if rate else 0.0  # pick the frame nearest the target in a constant-rate video
+    skipper = _NonRefSkipper(stream, rate, skip_nonref)
     order = np.argsort(targets, kind="stable")
     sorted_t = targets[order]
     keeper = _Keeper(len(targets), order, stream, size, interpolation)
@@ -283,7 +328,8 @@ def _decode_targets(path, container, stream, spec, targets, keys, duration, size
                     packets.close()
                 container.seek(int(round(key_t / tb)) + start, stream=stream, backward=True)
                 seeks += 1
-                packets = _frames(path, container, stream)
+                packets = _frames(path, container, stream, skipper)
+            skipper.aim(t, tol)
             got = False
             for frame in packets:
                 decoded += 1
@@ -317,11 +363,13 @@ def _decode_targets(path, container, stream, spec, targets, keys, duration, size
     )
 
 
-def _frames(path, container, stream):
+def _frames(path, container, stream, skipper: _NonRefSkipper | None = None):
     """Decoded frames from the current position; a packet the decoder rejects is a per-video error."""
     tb = stream.time_base
     try:
         for packet in container.demux(stream):
+            if skipper is not None:
+                skipper.packet(packet)
             try:
                 yield from packet.decode()
             except av.error.InvalidDataError as exc:
