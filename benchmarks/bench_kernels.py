@@ -68,13 +68,20 @@ def bench_aggregate(videos, groups, codes, n_videos, n_groups, repeats):
     first = time.perf_counter() - t0
     ref = polars()
     assert int(ref["len"].sum()) == int(table.sum()) == videos.size
-    result = {"ours_s": _best(ours, repeats), "ours_groups_only_s": _best(ours_groups, repeats),
-              "polars_s": _best(polars, repeats), "copy_s": _best(copy, repeats),
+    # ours and copy take milliseconds: many interleaved repeats, best of each, so load drift on a shared
+    # machine hits both alike (a ratio of two bests taken minutes apart measures the neighbours, not us)
+    fast = {"ours_s": ours, "ours_groups_only_s": ours_groups, "copy_s": copy}
+    best = {k: float("inf") for k in fast}
+    for _ in range(max(repeats, 1) * 6):
+        for k, fn in fast.items():
+            best[k] = min(best[k], _best(fn, 1))
+    result = {**best, "polars_s": _best(polars, repeats), "fast_repeats_interleaved": max(repeats, 1) * 6,
               "first_call_s": first, "rows": int(videos.size), "input_bytes": int(videos.nbytes + groups.nbytes
                                                                                      + codes.nbytes)}
     result["vs_copy"] = result["ours_s"] / result["copy_s"]
     result["groups_only_vs_copy"] = result["ours_groups_only_s"] / result["copy_s"]
-    result["table"] = f"(videos={n_videos}, groups={n_groups}, codes={N_CODES}+1) int64, rows in random order"
+    result["table"] = (f"(videos={n_videos}, groups={n_groups}, codes={N_CODES}+1) int64 result, counted in uint8 "
+                       f"cells, rows in random order")
     result["speedup_vs_polars"] = result["polars_s"] / result["ours_s"]
     return result, table
 
