@@ -76,6 +76,9 @@ class SweepOptions:
     n_resamples: int = 200
     judge_batch_size: int = 64
     max_restarts: int = 3
+    # 0: the judge runs in the sweep driver (local judge, HTTP judges); N: a pool of N Ray actors
+    # (adapters.ray_pool.JudgePool), e.g. one vLLM engine per GPU; GPUs per actor follow tensor_parallel_size.
+    judge_actors: int = 0
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,8 @@ _DATASET = {"name": (str, True), "kind": (str, True), "path": (str, False), "n_v
 _COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False)}
 _JUDGE = {**_COMPONENT, "seeds": (list, False)}
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
-            "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False)}
+            "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
+            "judge_actors": (int, False)}
 _DATASET_KINDS = ("synthetic", "items")
 _FRAME_SPEC = re.compile(r"^[a-z_]+:[0-9.]+(?:[,:@][a-z0-9_.=]+)*$")
 
@@ -285,5 +289,7 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
     options = SweepOptions(**c.table(raw.get("options", {}), _OPTIONS, "options"))
     if options.caption_actors < 1 or options.batch_size < 1:
         c.fail("options", "caption_actors and batch_size must be at least 1", "options")
+    if options.judge_actors < 0:
+        c.fail("options", "judge_actors must be 0 (judge in the driver) or a number of Ray actors", "options")
     return SweepConfig(raw["name"], path, tuple(datasets), tuple(captioners), tuple(dict.fromkeys(raw["prompts"])),
                        tuple(dict.fromkeys(frames)), tuple(protocols), tuple(judges), options)

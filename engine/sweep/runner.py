@@ -150,7 +150,14 @@ def _run_cell(cell: Cell, key: str, data: LoadedDataset, config: SweepConfig, st
     protocol = lookup("protocol", cell.protocol.name)
     jspec = cell.judge
     if jspec.display not in judges:
-        judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
+        if config.options.judge_actors:  # engines on Ray actors (one per GPU), fed with backpressure
+            from adapters.ray_pool import JudgePool
+
+            judges[jspec.display] = JudgePool(jspec.name, jspec.params, num_actors=config.options.judge_actors,
+                                              batch_size=config.options.judge_batch_size,
+                                              max_restarts=config.options.max_restarts)
+        else:
+            judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
     judge = judges[jspec.display]
     captions = read_captions(stores.captions, cell_caption_keys(cell, data, stores, cap_rev))
     items = data.items.filter(pa.compute.equal(data.items.column("benchmark"), cell.protocol.name)) \

@@ -123,3 +123,15 @@ def test_sigkilled_sweep_resumes_without_redoing_cells(uninterrupted, sweep_file
     assert len(new_keys) == N_CELLS - len(done_before) and not set(new_keys) & set(done_before.values())
     final = pl.read_parquet(out / "results.parquet")
     assert final.equals(uninterrupted.results)
+
+
+def test_judge_on_ray_actor_pool_gives_the_same_table(sweep_file, uninterrupted, tmp_path, ray_local):
+    """options.judge_actors = 1: the judge runs in a Ray actor (adapters.ray_pool.JudgePool), same results."""
+    pooled = sweep_file.parent / "demo_pool.toml"
+    pooled.write_text(SWEEP.replace("n_resamples = 100", "n_resamples = 100\njudge_actors = 1"))
+    config = load_sweep(pooled)
+    assert config.options.judge_actors == 1
+    res = run_sweep(config, tmp_path, progress=False, log=lambda m: None)
+    cols = ["prompt_id", "frame_spec", "family", "question_type", "metric", "value", "ci_low", "ci_high", "n"]
+    order = cols[:5]
+    assert res.results.select(cols).sort(order).equals(uninterrupted.results.select(cols).sort(order))
