@@ -14,7 +14,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 BUILD_SPEC_FILE = "capeval_build.json"
 BUILD_SPEC_VERSION = 1
@@ -89,7 +89,9 @@ def generated_corpus(n_lines: int = 20_000, seed: int = 0) -> Iterator[str]:
         yield " ".join(rng.choice(_WORDS) for _ in range(rng.randint(6, 40)))
 
 
-def _train_tokenizer(texts: Iterable[str], vocab: int, out_dir: Path) -> None:
+def train_bpe_tokenizer(texts: Iterable[str], vocab: int, special_tokens: Sequence[str], eos_token: str):
+    """A byte-level BPE tokenizer trained on `texts`, as a transformers fast tokenizer (unk/bos/pad: <unk>, <s>,
+    <pad>; `eos_token` is the chat turn terminator, so a generation stops at the end of a turn)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -99,21 +101,34 @@ def _train_tokenizer(texts: Iterable[str], vocab: int, out_dir: Path) -> None:
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab,
-        special_tokens=SPECIAL_TOKENS,
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         unk_token="<unk>",
         bos_token="<s>",
-        eos_token="<|end|>",  # the chat turn terminator doubles as EOS so a generation stops at end of turn
+        eos_token=eos_token,
         pad_token="<pad>",
         model_max_length=1 << 20,
     )
-    fast.chat_template = CHAT_TEMPLATE
-    fast.save_pretrained(str(out_dir))
+
+
+def build_once(out: Path, spec: dict, build: Callable[[], None]) -> Path:
+    """Run `build()` unless `out` already holds a build of `spec`; several sessions may share one cache directory:
+    one builds under a file lock, the others wait and reuse."""
+    if _spec_matches(out, spec):
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    import fcntl
+
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _spec_matches(out, spec):
+            build()
+    return out
 
 
 def build_tiny_lm(
@@ -147,17 +162,7 @@ def build_tiny_lm(
         "seed": seed,
         "corpus": [str(Path(p).resolve()) for p in corpus],
     }
-    if _spec_matches(out, spec):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    import fcntl
-
-    # Several test sessions may share one cache directory: one builds, the others wait and reuse.
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _spec_matches(out, spec):
-            _build(out, spec, corpus)
-    return out
+    return build_once(out, spec, lambda: _build(out, spec, corpus))
 
 
 def _spec_matches(out: Path, spec: dict) -> bool:
@@ -176,7 +181,9 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
         texts = iter_corpus_texts(corpus) if corpus else generated_corpus()  # the seed is for weights only
-        _train_tokenizer(texts, vocab, tmp)
+        tokenizer = train_bpe_tokenizer(texts, vocab, SPECIAL_TOKENS, eos_token="<|end|>")
+        tokenizer.chat_template = CHAT_TEMPLATE
+        tokenizer.save_pretrained(str(tmp))
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(tmp))

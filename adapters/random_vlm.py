@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from adapters.random_models import BUILD_SPEC_FILE, generated_corpus, iter_corpus_texts
+from adapters.random_models import (BUILD_SPEC_FILE, build_once, generated_corpus, iter_corpus_texts,
+                                    train_bpe_tokenizer)
 
 BUILD_SPEC_VERSION = 1
 IMAGE_TOKEN = "<image>"
@@ -73,41 +74,7 @@ def build_tiny_vlm(
         "vision_hidden": vision_hidden, "vision_layers": vision_layers, "image_size": IMAGE_SIZE, "patch": PATCH,
         "scale": SCALE, "vocab": vocab, "seed": seed, "corpus": [str(Path(p).resolve()) for p in corpus],
     }  # fmt: skip
-    if _spec_matches(out, spec):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    import fcntl
-
-    with open(out.parent / f".{out.name}.lock", "w") as lock:  # concurrent sessions: one builds, others reuse
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _spec_matches(out, spec):
-            _build(out, spec, corpus)
-    return out
-
-
-def _spec_matches(out: Path, spec: dict) -> bool:
-    try:
-        return json.loads((out / BUILD_SPEC_FILE).read_text()) == spec
-    except (OSError, json.JSONDecodeError):
-        return False  # missing or half-written: rebuild
-
-
-def _train_tokenizer(texts, vocab: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    tok = Tokenizer(models.BPE(unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=False)
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=VLM_SPECIAL_TOKENS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer=trainer)
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", pad_token="<pad>",
-        eos_token="<end_of_utterance>",  # end of turn doubles as EOS so a generation stops there
-        model_max_length=1 << 20,
-    )  # fmt: skip
+    return build_once(out, spec, lambda: _build(out, spec, corpus))
 
 
 def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
@@ -119,7 +86,9 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     # Build in a sibling temp dir and rename: a killed build never leaves a directory that looks complete.
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
     try:
-        tokenizer = _train_tokenizer(iter_corpus_texts(corpus) if corpus else generated_corpus(), spec["vocab"])
+        texts = iter_corpus_texts(corpus) if corpus else generated_corpus()
+        # end of turn doubles as EOS so a generation stops there
+        tokenizer = train_bpe_tokenizer(texts, spec["vocab"], VLM_SPECIAL_TOKENS, eos_token="<end_of_utterance>")
         tokenizer.chat_template = VLM_CHAT_TEMPLATE
         ids = {t: tokenizer.convert_tokens_to_ids(t) for t in VLM_SPECIAL_TOKENS}
         hidden, vh, size = spec["hidden"], spec["vision_hidden"], spec["image_size"]
