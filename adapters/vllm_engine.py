@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from adapters.base import JudgeRequest, JudgeResponse
-from adapters.vllm_compat import vllm_engine_start_guard
+from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
 from engine.registry import register_judge
 
 # Files that define what a local model computes; their bytes make the default revision.
@@ -93,6 +93,7 @@ class VLLMJudge:
         kwargs.update(llm_kwargs)
         with vllm_engine_start_guard():  # see adapters/vllm_compat.py
             self._llm = LLM(**kwargs)
+        track_engine(self._llm)
         self._tokenizer = self._llm.get_tokenizer()
         self._multimodal = bool(getattr(self._llm.model_config, "is_multimodal_model", False))
         self._has_template = bool(getattr(self._tokenizer, "chat_template", None))
@@ -271,9 +272,6 @@ class VLLMJudge:
         if llm is None:
             return
         self._llm = None
-        try:
-            llm.llm_engine.engine_core.shutdown()
-        except Exception:  # noqa: BLE001 - best effort; freeing the object releases the rest
-            pass
+        close_engine(llm)  # adapters/vllm_compat.py: never tears down another in-process engine's state
         del llm
         gc.collect()

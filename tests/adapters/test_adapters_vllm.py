@@ -133,3 +133,17 @@ def test_bad_json_schema_is_a_per_request_error(vllm_judge):
     img, ok = vllm_judge.judge([_req("bad", "x", json_schema="{not json"), _req("ok", "y", choices=("a", "b"))])
     assert img.text is None and "json_schema" in img.error
     assert ok.text in ("a", "b")
+
+
+def test_closing_one_in_process_engine_leaves_the_others_working(vllm_judge, tiny_lm_dir):
+    """In-process engines share torch.distributed state: closing one must not break the suite's shared engine."""
+    from adapters.base import JudgeRequest
+    from adapters.vllm_engine import VLLMJudge
+
+    req = [JudgeRequest(key="k", user="Is the caption about a dog?", choices=("yes", "no"), max_tokens=4, seed=0)]
+    before = vllm_judge.judge(req)[0]
+    second = VLLMJudge(tiny_lm_dir, name="second", max_model_len=512, seed=0)
+    assert second.judge(req)[0].text in ("yes", "no")
+    second.close()
+    after = vllm_judge.judge(req)[0]
+    assert after.error is None and after.text == before.text
