@@ -37,7 +37,7 @@ def count_codes(group_ids, codes, n_groups: int, n_codes: int) -> np.ndarray:
 
 
 #: rows per thread below which one thread is faster than splitting (thread start and table merge cost)
-PARALLEL_MIN_ROWS = 1_000_000
+PARALLEL_MIN_ROWS = 250_000
 _POOLS: dict[int, ThreadPoolExecutor] = {}
 
 
