@@ -209,20 +209,25 @@ class _NoSeekWriter:
         return self._f.write(data)
 
 
+
+def _remux_video(src: Path, out) -> None:
+    """Copy the video packets of `src` into the open output container `out`, without re-encoding."""
+    with av.open(str(src)) as inp:
+        ins = inp.streams.video[0]
+        outs = out.add_stream_from_template(ins)
+        for packet in inp.demux(ins):
+            if packet.dts is None:  # the demuxer's final flush packet
+                continue
+            packet.stream = outs
+            out.mux(packet)
+
 def make_unknown_duration_video(path: str | Path, *, seconds: float = 3.0, fps: float = 24, seed: int = 5) -> Path:
     """Matroska written to a non-seekable sink: no Duration element and no Cues (demuxers see unknown duration)."""
     path = Path(path)
     src = path.with_suffix(".src.mkv")
     make_video(src, codec="libx264", seconds=seconds, fps=fps, seed=seed, container_format="matroska", sidecar=False)
-    with av.open(str(src)) as inp, open(path, "wb") as raw:
-        with av.open(_NoSeekWriter(raw), "w", format="matroska") as out:
-            ins = inp.streams.video[0]
-            outs = out.add_stream_from_template(ins)
-            for packet in inp.demux(ins):
-                if packet.dts is None:
-                    continue
-                packet.stream = outs
-                out.mux(packet)
+    with open(path, "wb") as raw, av.open(_NoSeekWriter(raw), "w", format="matroska") as out:
+        _remux_video(src, out)
     src.unlink()
     return path
 
@@ -272,14 +277,8 @@ def make_broken_videos(directory: str | Path, *, size: tuple[int, int] = (160, 1
     fast = d / "fast.mp4"  # moov first, so the damage hits packet payloads only
     make_video(fast, codec="libx264", seconds=6, fps=24, size=size, seed=12, sidecar=False)
     _faststart_copy = d / "corrupt_packets.mp4"
-    with av.open(str(fast)) as inp, av.open(str(_faststart_copy), "w", options={"movflags": "faststart"}) as dst:
-        ins = inp.streams.video[0]
-        outs = dst.add_stream_from_template(ins)
-        for packet in inp.demux(ins):
-            if packet.dts is None:
-                continue
-            packet.stream = outs
-            dst.mux(packet)
+    with av.open(str(_faststart_copy), "w", options={"movflags": "faststart"}) as dst:
+        _remux_video(fast, dst)
     fast.unlink()
     buf = bytearray(_faststart_copy.read_bytes())
     rng = np.random.default_rng(7)
