@@ -8,7 +8,7 @@ response per request in the same order, and reports failures per request instead
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping, Protocol, Sequence, runtime_checkable
+from typing import Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -32,6 +32,9 @@ class JudgeRequest:
     # categories (JSON list), reference, answer, event.
     task: str = ""
     fields: Mapping[str, str] = field(default_factory=dict)
+    # Which question this is, for backends that answer from a recording (adapters/replay.py) and for logs:
+    # item_id, step, sub_index, seed, trial, attempt (0 = first ask, k = k-th re-ask). Not part of the cache key.
+    meta: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -44,6 +47,34 @@ class JudgeResponse:
     completion_tokens: int = 0
     latency_s: float = 0.0
     cost_usd: float = 0.0
+
+
+class BackendFatalError(RuntimeError):
+    """Raised by a backend when going on is pointless for every request (HTTP 401/403: wrong key, no access).
+    The judge loop stops the run after the requests in flight with one clear line instead of spending the whole
+    workload; nothing is cached for the failed requests, so a rerun with the right key asks them again."""
+
+
+class RequestFeed(Protocol):
+    """What a streaming backend pulls requests from (see `StreamingJudge`).
+
+    `take(n)` returns up to n requests that are ready now, without blocking ([] when none are ready). The judge loop
+    adds requests between the responses it receives (re-asks, the next step of a multi-step protocol), and sets
+    `closed` once nothing more will come; so when a backend has nothing in flight and `take` returns [], `closed` is
+    True and the stream ends."""
+
+    closed: bool
+
+    def take(self, n: int) -> list[JudgeRequest]: ...
+
+
+@runtime_checkable
+class StreamingJudge(Protocol):
+    """Optional: a judge that keeps a bounded window of requests in flight (no batch barriers). `stream` pulls from
+    `feed` whenever it has room (at most `max_in_flight` outstanding) and yields each response as it completes, in
+    completion order. Backends without it are driven batch by batch through `Judge.judge`."""
+
+    def stream(self, feed: RequestFeed, max_in_flight: int) -> Iterator[JudgeResponse]: ...
 
 
 @dataclass(frozen=True)
@@ -66,6 +97,8 @@ class CaptionResponse:
     prompt_tokens: int = 0
     n_tokens: int = 0
     latency_s: float = 0.0
+    truncated: bool = False  # generation stopped at max_tokens (finish_reason "length"): flagged in the caption row
+    frames_sent: int | None = None  # frames actually sent, when a backend cap reduced them (recorded, never silent)
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ _REGISTRIES: dict[str, dict[str, object]] = {"protocol": {}, "judge": {}, "capti
 # Modules imported on first lookup so that registration does not depend on import order elsewhere.
 _BUILTIN_MODULES = {
     "protocol": [f"engine.protocols.{p}" for p in ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")],
-    "judge": ["adapters.local_judge", "adapters.vllm_engine", "adapters.openai_http"],
+    "judge": ["adapters.local_judge", "adapters.vllm_engine", "adapters.openai_http", "adapters.replay"],
     "captioner": ["adapters.vllm_captioner", "adapters.openai_http", "adapters.local_captioner"],
 }
 

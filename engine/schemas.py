@@ -117,6 +117,7 @@ VERDICTS = pa.schema(
         pa.field("cached_prompt_tokens", pa.int32()),
         pa.field("completion_tokens", pa.int32()),
         pa.field("latency_s", pa.float32()),
+        pa.field("attempt", pa.int8()),  # 0 = accepted on the first ask, k = after the k-th re-ask
     ]
 )
 

@@ -8,7 +8,8 @@ import importlib
 import sys
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
-_COMMAND_MODULES = ("demo", "capability", "score", "judge", "sweep", "bench")
+_COMMAND_MODULES = ("demo", "capability", "capquiz", "score", "judge", "align", "sweep", "compare", "report", "submit",
+                    "list", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -52,6 +52,8 @@ def to_judge_request(row: dict, *, attempt: int = 0) -> JudgeRequest:
         images=images, max_tokens=int(row.get("max_tokens") or 256), temperature=temperature, seed=seed,
         task=ctx.get("task", ""), fields={k: v if isinstance(v, str) else json.dumps(v)
                                           for k, v in (ctx.get("fields") or {}).items()},
+        meta={"item_id": row.get("item_id"), "step": row.get("step"), "sub_index": int(row.get("sub_index") or 0),
+              "seed": int(row["seed"] or 0), "trial": int(row.get("trial") or 0), "attempt": int(attempt)},
     )
 
 

@@ -38,6 +38,23 @@ def request_key(judge: str, revision: str, *, system: str | None, user: str, ima
     return content_key("judgment", judge, revision, system, user, images_digest, sampling, int(seed))
 
 
+@dataclass(frozen=True)
+class JudgingPolicy:
+    """How the judge loop treats malformed answers for one protocol run (protocol.judging_policy(**params)).
+
+    strict mode (capeval's own): up to `max_reasks` re-asks at `reask_temperature` (a re-ask at temperature 0 would
+    repeat the same malformed answer). official mode mirrors the official code: re-asks are the same request again
+    (`reask_temperature=None`: sampling unchanged), and `stop_when_failed_at_most` reproduces scripts that stop their
+    retry rounds once at most that many items are still unanswered (CAPability: 5) -- items still failed then are
+    kept as rows without a verdict (status FAILED/ERROR) and counted in n_no_verdict, never dropped from the table.
+    """
+
+    max_reasks: int = 2
+    reask_temperature: float | None = REASK_TEMPERATURE
+    stop_when_failed_at_most: int | None = None
+    mode: str = "strict"
+
+
 @dataclass
 class Rendered:
     """One rendered request before keying (what a protocol's prompts module produces)."""
@@ -167,6 +184,11 @@ class JudgeProtocol:
                 rows.append(make_row(r, base, protocol=self.name, judge=judge, judge_revision=revision,
                                      seed=req["seed"], trial=req["trial"]))
         return rows
+
+    def judging_policy(self, mode: str = "strict", **params) -> JudgingPolicy:
+        """Re-ask rules for a run with these protocol params (see JudgingPolicy); protocols override for official
+        mode."""
+        return JudgingPolicy(mode=mode)
 
     # -- parsing ----------------------------------------------------------------------------------------------
     def parse(self, request: dict, text: str) -> tuple[int, ParseStatus, str | None]:
