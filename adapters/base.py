@@ -22,7 +22,7 @@ class JudgeRequest:
     json_schema: str | None = None  # structured output: JSON matching this schema (JSON text)
     images: tuple[bytes, ...] = ()  # JPEG bytes, for multimodal judges (VC-Inspector)
     max_tokens: int = 256
-    temperature: float = 0.0
+    temperature: float | None = 0.0  # None: send none (server default), as official scripts with no sampling do
     seed: int = 0
     # What the prompt was rendered from. LLM backends ignore these (the prompt says it all; the cache key is built
     # from the rendered prompt); the local judge (adapters/local_judge.py) answers from them. `task` is

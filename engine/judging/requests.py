@@ -42,7 +42,8 @@ def to_judge_request(row: dict, *, attempt: int = 0) -> JudgeRequest:
     own cache key derived from the original one)."""
     ctx = parse_context(row)
     images = load_jpegs(ctx["frames_path"]) if ctx.get("frames_path") else ()
-    temperature = float(ctx.get("temperature", 0.0))
+    temperature = ctx.get("temperature", 0.0)  # None: send no temperature (the backend's default)
+    temperature = None if temperature is None else float(temperature)
     key, seed = row["request_key"], int(row["seed"] or 0)
     if attempt:
         key, seed, temperature = reask_key(key, attempt), reask_seed(seed, attempt), REASK_TEMPERATURE

@@ -30,11 +30,11 @@ REASK_TEMPERATURE = 0.7  # a re-ask at temperature 0 would repeat the same malfo
 
 
 def request_key(judge: str, revision: str, *, system: str | None, user: str, images_digest: str | None,
-                choices: Iterable[str] | None, json_schema: str | None, max_tokens: int, temperature: float,
+                choices: Iterable[str] | None, json_schema: str | None, max_tokens: int, temperature: float | None,
                 seed: int) -> str:
     """The cache key: everything that determines the judge's answer, nothing about which item asked."""
     sampling = {"choices": list(choices) if choices else None, "json_schema": json_schema,
-                "max_tokens": int(max_tokens), "temperature": float(temperature)}
+                "max_tokens": int(max_tokens), "temperature": None if temperature is None else float(temperature)}
     return content_key("judgment", judge, revision, system, user, images_digest, sampling, int(seed))
 
 
@@ -71,11 +71,16 @@ class Rendered:
     parse: dict[str, Any] = field(default_factory=dict)  # what the parser / next step needs
     images_digest: str | None = None
     frames_path: str | None = None
+    # Sampling temperature; None = send none (the server's default), as official scripts that set no sampling do.
+    temperature: float | None = 0.0
 
 
 def make_row(r: Rendered, base: dict, *, protocol: str, judge: str, judge_revision: str, seed: int, trial: int,
-             temperature: float = 0.0) -> dict:
-    """A REQUESTS_WITH_CONTEXT row for `r`, keyed by content. `base` holds item/caption identity columns."""
+             temperature: float | None = ...) -> dict:
+    """A REQUESTS_WITH_CONTEXT row for `r`, keyed by content. `base` holds item/caption identity columns.
+    `temperature` overrides r.temperature when given (None = no temperature sent)."""
+    if temperature is ...:
+        temperature = r.temperature
     key = request_key(judge, judge_revision, system=r.system, user=r.user, images_digest=r.images_digest,
                       choices=r.choices, json_schema=r.json_schema, max_tokens=r.max_tokens,
                       temperature=temperature, seed=seed)
@@ -83,8 +88,8 @@ def make_row(r: Rendered, base: dict, *, protocol: str, judge: str, judge_revisi
     if r.frames_path:
         context["frames_path"] = r.frames_path
         context["images_digest"] = r.images_digest
-    if temperature:
-        context["temperature"] = temperature
+    if temperature is None or temperature:
+        context["temperature"] = temperature  # absent = 0.0; null = none sent
     return {
         **base, "request_key": key, "protocol": protocol, "task": r.task, "step": r.step, "sub_index": r.sub_index,
         "system": r.system, "user": r.user, "choices": list(r.choices) if r.choices else None,
