@@ -1,10 +1,25 @@
-"""Caption prompts by id: the prompts the published protocols ask captioners to answer.
+"""Caption prompts by id: capeval's built-in prompts (its own wording), prompts read from a prompt pack, and the
+user's own text.
 
-Sweep files name prompts by id (`prompts = ["capquiz_standard", "capability_video"]`). Each prompt records where
-its text comes from and whether it is `verbatim` (copied from the benchmark's released code or paper) or a
-paraphrase written from the paper's description (`verbatim=False`): compare numbers across papers only with
-verbatim prompts. The prompt text is part of every caption's content key, so editing a text here makes new keys
-(old captions stay in the store, untouched, and are simply no longer matched).
+Sweep files name prompts by id (`prompts = ["detailed", "brief"]`) or define them (`[[prompts]]`):
+
+    [[prompts]]                              # the user's own text (or `file = "prompt.txt"`)
+    id = "mine"
+    text = "Describe the clip."
+    image = "Describe the picture."          # optional variant for image items
+
+    [[prompts]]                              # prompts read from a pack at run time (never copied into capeval)
+    id = "capability"
+    pack = "../shared/protocols/capability.toml"
+    video = "caption/video"                  # pack prompt ids per media type (`prompt = ...` for a single one)
+    image = "caption/image"
+
+A prompt may carry an image and a video variant; `text_for(media_type)` picks the one for an item (CAPability asks
+images and videos differently). `key_text` (every variant, and the system message) enters caption keys, so editing
+a text makes new keys; old captions stay in the store and are simply no longer matched.
+
+Built-in texts are capeval's own; none is a benchmark's official prompt. For an official prompt read it from the
+benchmark's pack (`[[prompts]] pack = ...`), which keeps its text out of this project.
 
 LVCap's segmental mode (`segmental=True`) captions a long video segment by segment; the stage passes the captions of
 the previous segments in `CaptionRequest.context` and `render()` puts them before the instruction.
@@ -12,110 +27,115 @@ the previous segments in `CaptionRequest.context` and `render()` puts them befor
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+MEDIA_TYPES = ("video", "image")
+
+
+class PromptError(ValueError):
+    """A prompt definition that cannot be used; the message names where it came from."""
 
 
 @dataclass(frozen=True)
 class CaptionPrompt:
     id: str
-    text: str
-    source: str  # benchmark and where the text comes from
-    verbatim: bool  # False: a paraphrase of the paper's description, not the released text
+    text: str  # the video prompt (and the prompt for any media type without its own variant)
+    source: str  # where the text comes from
+    verbatim: bool = False  # True only for texts read from an official pack at run time
     segmental: bool = False  # LVCap segmental mode: conditioned on the previous segments' captions
+    image_text: str | None = None  # variant for image items
+    system: str | None = None  # system message, when the source gives one (packs)
 
-    def render(self, context: str | None = None) -> str:
+    def text_for(self, media_type: str | None) -> str:
+        """The instruction for an item of this media type ("image" or "video"; None = video)."""
+        if media_type == "image" and self.image_text is not None:
+            return self.image_text
+        return self.text
+
+    @property
+    def key_text(self) -> str:
+        """Everything about the prompt that changes captions: enters caption and cell keys."""
+        if self.image_text is None and self.system is None:
+            return self.text  # unchanged keys for single-text prompts
+        return json.dumps({"video": self.text, "image": self.image_text, "system": self.system}, sort_keys=True)
+
+    def render(self, context: str | None = None, media_type: str | None = None) -> str:
         """The text sent to the captioner; `context` = previous segments' captions (segmental prompts only)."""
+        text = self.text_for(media_type)
         if not self.segmental or not context:
-            return self.text
-        return f"Captions of the previous segments of this video:\n{context}\n\n{self.text}"
+            return text
+        return f"Captions of the previous segments of this video:\n{context}\n\n{text}"
 
 
-_CAPABILITY_VIDEO = (
-    "Please describe the video in detail. Your description should follow these rules:\n"
-    "a) You should describe each events in the video in order, especially focusing on the behavior and action of "
-    "characters, including people, animals.\n"
-    "b) You should describe each object in the video in detail, including its name, number, color, and spatial "
-    "relationship between objects.\n"
-    "c) You should describe the scene of the video.\n"
-    "d) You should describe the camera movement when shooting this video, especially the direction, such as pan "
-    "left, track right, tilt up, boom down, zoom in, dolly out, and so on.\n"
-    "e) You should describe the style of the video, such as realistic, animated, special-effect, old-fashioned and "
-    "so on.\n"
-    "f) If there are any texts in the video, you should describe the text content.\n"
-    "g) If you know the character in the video, you should tell his or her name.\n"
-    "Directly output your detailed description in a elaborate paragraph, instead of itemizing them in list form. "
-    "Your description: "
+_DETAILED_VIDEO = (
+    "Give a thorough description of this video as one flowing paragraph (no lists). Go through the events in the "
+    "order they occur and say what each person or animal does. Name every visible object with its count, colour "
+    "and where it sits relative to the others. Describe the setting, how the camera moves (pans, tilts, zooms, "
+    "tracking shots) and the visual style (live action, animation, effects, archival look). Quote any on-screen "
+    "text, and name anyone you recognise."
+)
+_DETAILED_IMAGE = (
+    "Give a thorough description of this image as one flowing paragraph (no lists). Name every visible object with "
+    "its count, colour and where it sits relative to the others. Describe the setting, the camera angle (eye level, "
+    "from above, from below, tilted) and the visual style (photograph, drawing, animation, effects, archival look). "
+    "Quote any visible text, and name anyone you recognise."
 )
 
-PROMPTS: dict[str, CaptionPrompt] = {
+BUILTIN: dict[str, CaptionPrompt] = {
     p.id: p
     for p in [
-        CaptionPrompt(
-            "capquiz_standard",
-            "Describe this video in detail.",
-            "CapQuiz: the standard captioning instruction",
-            verbatim=True,
-        ),
+        CaptionPrompt("capquiz_standard", "Describe this video in detail.",
+                      "capeval: the plain detailed-description instruction CapQuiz uses as its standard setting"),
         CaptionPrompt(
             "capquiz_report",
             "Write a detailed report of this video. Cover, in order: the setting and background; every visible "
             "object or person with its appearance, colour, count and position; each action and event in the order "
             "it happens, including where things move; the camera's viewpoint and movement; and any text on screen. "
             "Describe only what is visible.",
-            "CapQuiz: the detailed-report prompt (paraphrased from the paper's description)",
-            verbatim=False,
-        ),
-        CaptionPrompt(
-            "capability_video",
-            _CAPABILITY_VIDEO,
-            "CAPability: video prompt of the released inference code (Gemini/Qwen variant)",
-            verbatim=True,
-        ),
+            "capeval: a detailed-report prompt written from CapQuiz's description of its report setting"),
+        CaptionPrompt("detailed", _DETAILED_VIDEO,
+                      "capeval: covers the 13 CAPability dimensions; image and video variants",
+                      image_text=_DETAILED_IMAGE),
+        # Kept for sweep files written before the official text was removed: capeval's wording, video only.
+        CaptionPrompt("capability_video", _DETAILED_VIDEO,
+                      "capeval: the video variant of `detailed` (the official prompt is read from a pack)"),
         CaptionPrompt(
             "vidcapbench_miradata",
             "Describe this video as a structured caption with these parts: a short caption; the main object; the "
             "background; the visual style; the camera movement; and a dense caption of everything that happens.",
-            "VidCapBench caption format following MiraData's structured captions (paraphrase)",
-            verbatim=False,
-        ),
+            "capeval: VidCapBench caption format after MiraData's structured captions"),
         CaptionPrompt(
             "vidcapbench_dream1k",
             "Describe the video in detail, focusing on the sequence of actions and events of every subject, in the "
             "order they happen.",
-            "VidCapBench caption format following DREAM-1K's event-centred descriptions (paraphrase)",
-            verbatim=False,
-        ),
+            "capeval: VidCapBench caption format after DREAM-1K's event-centred descriptions"),
         CaptionPrompt(
             "vidcapbench_vript",
             "Describe this video clip like a script: state the shot type and camera movement, then narrate the "
             "content, subjects, actions and scene in detail.",
-            "VidCapBench caption format following Vript's script-like captions (paraphrase)",
-            verbatim=False,
-        ),
+            "capeval: VidCapBench caption format after Vript's script-like captions"),
         CaptionPrompt(
             "vidcapbench_hunyuan",
             "Describe this video for a text-to-video model: the main subject and its appearance, its motion, the "
             "environment, the lighting and atmosphere, the shot type, the camera movement and the visual style.",
-            "VidCapBench caption format following HunyuanVideo's structured captions (paraphrase)",
-            verbatim=False,
-        ),
+            "capeval: VidCapBench caption format after HunyuanVideo's structured captions"),
         CaptionPrompt(
             "lvcap_segment",
             "Describe this segment of the video in detail: the scene, the subjects and every event in order. Keep "
             "the names and descriptions of subjects consistent with the previous segments, and do not repeat what "
             "they already said.",
-            "LVCap-Eval segmental captioning, conditioned on previous segments' captions (paraphrase)",
-            verbatim=False,
-            segmental=True,
-        ),
-        CaptionPrompt(
-            "brief",
-            "Briefly describe this video in one sentence.",
-            "capeval: a short-caption baseline (not from a benchmark)",
-            verbatim=True,
-        ),
+            "capeval: LVCap-Eval segmental captioning, conditioned on previous segments' captions",
+            segmental=True),
+        CaptionPrompt("brief", "Briefly describe this video in one sentence.",
+                      "capeval: a short-caption baseline", image_text="Briefly describe this image in one sentence."),
     ]
 }
+
+#: Built-in prompts plus those a sweep file defined in this process (register_prompts); what get_prompt reads.
+PROMPTS: dict[str, CaptionPrompt] = dict(BUILTIN)
 
 
 def get_prompt(prompt_id: str) -> CaptionPrompt:
@@ -123,3 +143,70 @@ def get_prompt(prompt_id: str) -> CaptionPrompt:
         return PROMPTS[prompt_id]
     except KeyError:
         raise KeyError(f"unknown caption prompt {prompt_id!r}; known: {', '.join(sorted(PROMPTS))}") from None
+
+
+def register_prompts(prompts: dict[str, CaptionPrompt]) -> None:
+    """Make user/pack prompts visible to get_prompt (the caption stage looks prompts up by id). An id may be
+    registered again only with the same texts: one id never means two prompts within a process."""
+    for pid, p in prompts.items():
+        old = PROMPTS.get(pid)
+        if old is not None and old.key_text != p.key_text:
+            raise PromptError(f"caption prompt id {pid!r} is already defined with another text ({old.source})")
+        PROMPTS[pid] = p
+
+
+_ENTRY_KEYS = {"id", "text", "file", "image", "video", "pack", "prompt", "segmental", "system"}
+
+
+def prompt_from_entry(entry: dict[str, Any], base_dir: Path, where: str = "prompts") -> CaptionPrompt:
+    """A prompt from one `[[prompts]]` table (see the module doc); PromptError names `where` and the field."""
+    from engine.packs import PackError, load_pack
+
+    unknown = set(entry) - _ENTRY_KEYS
+    if unknown:
+        raise PromptError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {', '.join(sorted(_ENTRY_KEYS))})")
+    pid = entry.get("id")
+    if not isinstance(pid, str) or not pid.strip():
+        raise PromptError(f"{where}.id: a prompt needs an id (text)")
+    for k in ("text", "file", "image", "video", "pack", "prompt", "system"):
+        if k in entry and not isinstance(entry[k], str):
+            raise PromptError(f"{where}.{k}: expected text, got {type(entry[k]).__name__}")
+    segmental = entry.get("segmental", False)
+    if not isinstance(segmental, bool):
+        raise PromptError(f"{where}.segmental: expected true or false")
+    if "pack" in entry:
+        if "text" in entry or "file" in entry:
+            raise PromptError(f"{where}: give either `pack` (with prompt ids) or `text`/`file`, not both")
+        path = Path(entry["pack"]).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        try:
+            pack = load_pack(path)
+            video_id = entry.get("video") or entry.get("prompt") or (pid if pack.has(pid) else None)
+            if video_id is None:
+                raise PromptError(f"{where}: pack {path} has no prompt {pid!r}; name one with `video`/`prompt` "
+                                  f"(it has {sorted(pack.prompts)})")
+            video = pack.prompt(video_id)
+            image = pack.prompt(entry["image"]) if "image" in entry else None
+        except PackError as exc:
+            raise PromptError(f"{where}: {exc}") from None
+        image_text = image.user.strip() if image else None
+        return CaptionPrompt(pid, video.user.strip(), f"pack {path} ({pack.digest[:12]}): {video_id}"
+                             + (f", image: {entry['image']}" if image else ""), verbatim=True,
+                             segmental=segmental, image_text=image_text, system=entry.get("system", video.role_system))
+    if "text" in entry and "file" in entry:
+        raise PromptError(f"{where}: give `text` or `file`, not both")
+    if "file" in entry:
+        path = Path(entry["file"]).expanduser()
+        path = path if path.is_absolute() else base_dir / path
+        if not path.is_file():
+            raise PromptError(f"{where}.file: prompt file not found: {path}")
+        text, source = path.read_text(encoding="utf-8").strip(), f"file {path}"
+    else:
+        text, source = entry.get("text") or entry.get("video"), "sweep file"
+    if not text or not text.strip():
+        raise PromptError(f"{where}: a prompt needs non-empty `text`, `file`, `video` or `pack`")
+    image_text = entry.get("image")
+    if image_text is not None and not image_text.strip():
+        raise PromptError(f"{where}.image: empty text")
+    base = CaptionPrompt(pid, text.strip(), source, segmental=segmental, system=entry.get("system"))
+    return replace(base, image_text=image_text.strip() if image_text else None)

@@ -76,6 +76,7 @@ def _ensure(path: Path, spec: FrameSpec, size: Size, cache_dir, threads) -> tupl
         "seeks": result.seeks,
         "rotation": result.rotation,
         "shape": list(result.frames.shape),
+        "media_type": result.media_type,
     }
     _atomic_write(npy, lambda f: np.save(f, result.frames))
     _atomic_write(meta_path, lambda f: f.write(json.dumps(meta).encode()))
@@ -98,6 +99,7 @@ def decode_frames_cached(
         frames=np.load(npy), timestamps=np.asarray(meta["timestamps"]), targets=np.asarray(meta["targets"]),
         frame_spec=meta["frame_spec"], duration=meta["duration"], frames_decoded=0, seeks=0,
         rotation=meta["rotation"], path=str(npy), cache_hit=True, info={"frames_key": key},
+        media_type=meta.get("media_type", "video"),
     )
 
 
@@ -112,7 +114,8 @@ def frames_row(
         key, meta, npy, _ = _ensure(path, spec, size, cache_dir, threads)
         _, h, w, _ = meta["shape"]
         return {"frames_key": key, "video_id": video_id, "frame_spec": str(spec), "timestamps": meta["timestamps"],
-                "height": h, "width": w, "path": str(npy), "error": None}
+                "height": h, "width": w, "path": str(npy), "error": None,
+                "media_type": meta.get("media_type", "video")}  # not a FRAMES column: extra key for the stages
     except Exception as exc:  # noqa: BLE001 - one bad video must not stop a sweep; the row says what happened
         message = str(exc) if isinstance(exc, VideoDecodeError) else f"{type(exc).__name__}: {path}: {exc}"
         if isinstance(exc, FileNotFoundError):

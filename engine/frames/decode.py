@@ -12,6 +12,9 @@ B-frames) are never decoded; packets that can be the target go back to "DEFAULT"
 exactly as before, so the frames returned are bit-identical to decoding everything. Not for VP9/AV1: their
 hidden/alt-ref frames make "non-reference" a per-decoder notion we have not proven safe.
 
+Images (JPEG, PNG, WebP, BMP) are one frame, read with Pillow: every spec returns that frame once, flagged
+`media_type == "image"`, never a one-frame video repeated N times.
+
 Bad inputs raise a `VideoDecodeError` subclass whose message names the file and what is wrong; batch callers
 (engine.frames.cache) turn it into an error row and go on.
 """
@@ -25,7 +28,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec
+from engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec, spec_timestamps
 
 Size = int | tuple[int, int] | None
 
@@ -73,6 +76,7 @@ class FramesResult:
     path: str | None = None  # .npy path when cached
     cache_hit: bool = False
     info: dict = field(default_factory=dict)
+    media_type: str = "video"  # "image": one frame from a still image (timestamps [0.0], duration 0)
 
 
 def size_text(size: Size) -> str:
@@ -210,6 +214,10 @@ def decode_frames(
     `skip_nonref=False` decodes every frame between a keyframe and its target (same output, slower)."""
     path = Path(path)
     spec = parse_frame_spec(spec)
+    from engine.frames.images import decode_image, is_image_path
+
+    if is_image_path(path):
+        return decode_image(path, spec, size)
     container = _open(path)
     try:
         stream = container.streams.video[0]
@@ -221,7 +229,8 @@ def decode_frames(
             stream = container.streams.video[0]
             _configure(stream, threads)
         try:
-            targets = spec.timestamps(duration)
+            rate = float(stream.guessed_rate or stream.average_rate or 0) or None
+            targets = spec_timestamps(spec, duration, rate)
             if isinstance(spec, KeyframeSnap):
                 near = [k for t in targets for k in (keys.before(t), keys.after(t)) if k is not None]
                 targets = spec.snap(targets, np.unique(np.array(near, np.float64)), duration)

@@ -8,11 +8,16 @@ the `frame_spec` column, and parsed back by `parse_frame_spec`:
     fps:1,max=64                   ... capped: beyond 64 frames, 64 uniform frames instead
     segments:length=60,per=4       60 s segments, 4 uniform frames in each (long videos)
     segments:at=12.5|40,per=2      segments split at given boundaries (e.g. scene cuts), 2 frames in each
+    linspace:32                    32 frames at np.linspace(0, N-1, 32) frame indices, truncated to int: the first
+                                   and last frames included (VC-Inspector's official decord sampling)
     uniform:32,snap=key            any spec + snap=key: take the keyframe nearest each target when one lies
                                    within half the gap to the neighbouring targets (decodes ~1 frame each)
 
-Segment centres are used throughout (never t=0 or t=duration): the first and last frames are often black
-or a fade, and a centre is always strictly inside the decodable range.
+Segment centres are used by uniform, fps and segments (never t=0 or t=duration): the first and last frames are
+often black or a fade, and a centre is always strictly inside the decodable range. `linspace` exists because an
+official protocol samples endpoints; it needs the frame rate (`timestamps(duration, rate)`).
+
+An image is one frame: every spec gives it once (engine.frames.decode).
 """
 
 from __future__ import annotations
@@ -104,6 +109,31 @@ class Segments:
 
 
 @dataclass(frozen=True)
+class Linspace:
+    """Frame indices np.linspace(0, N-1, k) truncated to int (decord-style), N = frames in the video."""
+
+    n: int
+
+    def __post_init__(self):
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise FrameSpecError(f"linspace: k must be a positive integer, got {self.n!r}")
+
+    def __str__(self) -> str:
+        return f"linspace:{self.n}"
+
+    def indices(self, n_frames: int) -> np.ndarray:
+        return np.linspace(0, max(1, int(n_frames)) - 1, self.n, dtype=int)
+
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
+        duration = _check_duration(duration)
+        if rate and rate > 0:
+            # the display time of frame i is i / rate; the decoder returns the frame nearest each target
+            return self.indices(int(round(duration * rate))) / float(rate)
+        # no known rate: the same endpoints in seconds, the last kept just inside the stream
+        return np.minimum(np.linspace(0.0, duration, self.n), duration * (1 - 1e-6))
+
+
+@dataclass(frozen=True)
 class KeyframeSnap:
     """`spec`, but each target moves to the nearest keyframe within half the gap to its neighbours.
 
@@ -111,17 +141,17 @@ class KeyframeSnap:
     frame instead of half a GOP on average. The frames differ from the exact spec's, hence its own text/key.
     """
 
-    spec: "Uniform | FPS | Segments"
+    spec: "Uniform | FPS | Segments | Linspace"
 
     def __post_init__(self):
-        if not isinstance(self.spec, (Uniform, FPS, Segments)):
-            raise FrameSpecError(f"snap=key wraps a uniform, fps or segments spec, got {self.spec!r}")
+        if not isinstance(self.spec, (Uniform, FPS, Segments, Linspace)):
+            raise FrameSpecError(f"snap=key wraps a uniform, fps, segments or linspace spec, got {self.spec!r}")
 
     def __str__(self) -> str:
         return f"{self.spec},snap=key"
 
-    def timestamps(self, duration: float) -> np.ndarray:
-        return self.spec.timestamps(duration)
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
+        return spec_timestamps(self.spec, duration, rate)
 
     def snap(self, targets: np.ndarray, keyframes: np.ndarray, duration: float) -> np.ndarray:
         """Targets moved to keyframes (seconds) where one is close enough; others unchanged."""
@@ -143,12 +173,20 @@ class KeyframeSnap:
         return np.where(np.abs(nearest - t) <= reach, nearest, t)
 
 
-FrameSpec = Uniform | FPS | Segments | KeyframeSnap
+FrameSpec = Uniform | FPS | Segments | Linspace | KeyframeSnap
+_SPEC_TYPES = (Uniform, FPS, Segments, Linspace, KeyframeSnap)
+
+
+def spec_timestamps(spec: FrameSpec, duration: float, rate: float | None = None) -> np.ndarray:
+    """Target seconds of `spec` for a video of `duration` s at `rate` frames/s (only linspace needs the rate)."""
+    if isinstance(spec, (Linspace, KeyframeSnap)):
+        return spec.timestamps(duration, rate)
+    return spec.timestamps(duration)
 
 
 def parse_frame_spec(text: str | FrameSpec) -> FrameSpec:
     """Parse the canonical text of a spec (a spec object passes through); errors say what was expected."""
-    if isinstance(text, (Uniform, FPS, Segments, KeyframeSnap)):
+    if isinstance(text, _SPEC_TYPES):
         return text
     if not isinstance(text, str):
         raise FrameSpecError(f"frame spec must be text like 'uniform:32', got {type(text).__name__}")
@@ -165,6 +203,10 @@ def parse_frame_spec(text: str | FrameSpec) -> FrameSpec:
             if len(args) != 1:
                 raise FrameSpecError(f"frame spec {text!r}: uniform takes one count, e.g. uniform:32")
             return Uniform(_int(args[0], text))
+        if kind == "linspace":
+            if len(args) != 1:
+                raise FrameSpecError(f"frame spec {text!r}: linspace takes one count, e.g. linspace:32")
+            return Linspace(_int(args[0], text))
         if kind == "fps":
             opts = _options(args[1:], text, allowed={"max"})
             return FPS(_float(args[0], text), _int(opts["max"], text) if "max" in opts else None)
@@ -182,12 +224,12 @@ def parse_frame_spec(text: str | FrameSpec) -> FrameSpec:
         if text in str(exc):
             raise
         raise FrameSpecError(f"frame spec {text!r}: {exc}") from None
-    raise FrameSpecError(f"frame spec {text!r}: unknown kind {kind!r} (use uniform, fps or segments)")
+    raise FrameSpecError(f"frame spec {text!r}: unknown kind {kind!r} (use uniform, linspace, fps or segments)")
 
 
-def target_timestamps(spec: str | FrameSpec, duration: float) -> np.ndarray:
+def target_timestamps(spec: str | FrameSpec, duration: float, rate: float | None = None) -> np.ndarray:
     """Seconds from the video start of the frames `spec` asks for, for a video of `duration` seconds."""
-    return parse_frame_spec(spec).timestamps(duration)
+    return spec_timestamps(parse_frame_spec(spec), duration, rate)
 
 
 def _centres(start: float, stop: float, n: int) -> np.ndarray:
