@@ -45,11 +45,44 @@ def _task_files(directory: Path, tasks) -> list[tuple[str, Path]]:
     return [(t, directory / f"{t}.jsonl") for t in tasks]
 
 
-def load_items(annotations_dir: str | Path, tasks=TASKS) -> pa.Table:
-    """One ITEMS row per annotated item; `annotation` is JSON text when structured ({object: number}, ...)."""
+def annotation_files(annotations: str | Path, tasks=TASKS) -> list[tuple[str, Path]]:
+    """(task, file) pairs: an `annotations/` folder gives every task file in it; one `<task>.jsonl` file itself."""
+    annotations = Path(annotations)
+    if annotations.is_file():
+        if annotations.stem not in TASKS:
+            raise DatasetFormatError(annotations, None, f"not a CAPability task file (tasks: {', '.join(TASKS)})")
+        return [(annotations.stem, annotations)]
+    found = [(t, p) for t, p in _task_files(annotations, tasks) if p.is_file() or tasks is not TASKS]
+    if not found:
+        raise FileNotFoundError(f"{annotations}: no CAPability <task>.jsonl annotation files")
+    return found
+
+
+def is_release_file(path: str | Path) -> bool:
+    """True for a CAPability annotation file (or a folder of them): records with file_id, file_path, data_type."""
+    path = Path(path)
+    if path.is_dir():
+        path = next(iter(sorted(path.glob("*.jsonl"))), path)
+    if not path.is_file() or path.suffix != ".jsonl":
+        return False
+    with open(path, encoding="utf-8") as f:
+        first = f.readline()
+    try:
+        rec = json.loads(first)
+    except json.JSONDecodeError:
+        return False
+    return isinstance(rec, dict) and {"file_id", "file_path", "data_type", "annotation"} <= set(rec)
+
+
+def load_items(annotations_dir: str | Path, tasks=TASKS, *, media_root: str | Path | None = None) -> pa.Table:
+    """One ITEMS row per annotated item; `annotation` is JSON text when structured ({object: number}, ...).
+    `annotations_dir` is the release's annotations/ folder or one task file; `media_root`: the folder the
+    records' `file_path` are relative to (media_path stays as released when None)."""
     cols = {k: [] for k in ("task", "item_id", "video_id", "media_path", "media_type", "annotation")}
-    for task, path in _task_files(annotations_dir, tasks):
-        seen: set[str] = set()
+    root = Path(media_root) if media_root is not None else None
+    for task, path in annotation_files(annotations_dir, tasks):
+        seen: dict[str, dict] = {}
+        dropped = 0
         for line, rec in read_jsonl(path):
             file_id = field(rec, "file_id", str, path, line)
             media_path = field(rec, "file_path", str, path, line)
@@ -65,11 +98,20 @@ def load_items(annotations_dir: str | Path, tasks=TASKS) -> pa.Table:
                 raise DatasetFormatError(path, line, "expected a non-empty {object: number} object",
                                          field="annotation")
             if file_id in seen:
-                raise DatasetFormatError(path, line, f"duplicate file_id {file_id!r} in one task file",
-                                         field="file_id")
-            seen.add(file_id)
+                if seen[file_id] == rec:  # the same record twice: harmless once dropped, said so
+                    dropped += 1
+                    continue
+                raise DatasetFormatError(path, line, f"duplicate file_id {file_id!r} in one task file, with a "
+                                         f"different record", field="file_id")
+            seen[file_id] = rec
+            if root is not None and not Path(media_path).is_absolute():
+                media_path = str(root / media_path)
             for k, v in zip(cols, (task, file_id, file_id, media_path, media_type, to_json_text(anno))):
                 cols[k].append(v)
+        if dropped:
+            from engine.inputs.rows import warn
+
+            warn(f"{path}: dropped {dropped} identical duplicate record(s)")
     n = len(cols["task"])
     cols["benchmark"] = [BENCHMARK] * n
     return schemas.conform(pa.table(cols), schemas.ITEMS)

@@ -75,7 +75,7 @@ def _anno(fid, anno="cat", task="scene", dtype="image"):
     ({"file_path": "x", "annotation": "cat", "task": "scene", "data_type": "image"}, 2, "'file_id': missing"),
     ({"file_id": 7, "file_path": "x", "annotation": "cat", "task": "scene", "data_type": "image"}, 2,
      "'file_id': expected string, got integer"),
-    (_anno("s0"), 2, "duplicate file_id"),
+    (_anno("s0", anno="dog"), 2, "duplicate file_id"),
     (_anno("s1", task="OCR"), 2, "'task'"),
     (_anno("s1", dtype="audio"), 2, "'data_type'"),
 ])
@@ -84,6 +84,22 @@ def test_bad_annotation_file_named(tmp_path, bad, line, needle):
     with pytest.raises(DatasetFormatError) as err:
         load_items(tmp_path / "anno", tasks=["scene"])
     assert f"{path}:{line}:" in str(err.value) and needle in str(err.value)
+
+
+def test_identical_duplicate_annotation_dropped_with_warning(tmp_path, capsys):
+    _write(tmp_path / "anno" / "scene.jsonl", [_anno("s0"), _anno("s1"), _anno("s0")])
+    items = load_items(tmp_path / "anno", tasks=["scene"])
+    assert items.column("item_id").to_pylist() == ["s0", "s1"]
+    assert "dropped 1 identical duplicate" in capsys.readouterr().err
+
+
+def test_one_task_file_and_media_root(tmp_path):
+    path = _write(tmp_path / "rel" / "annotations" / "scene.jsonl", [_anno("s0"), _anno("s1")])
+    items = load_items(path, media_root=tmp_path / "rel")
+    assert items.column("task").to_pylist() == ["scene", "scene"]
+    assert items.column("media_path").to_pylist()[0] == str(tmp_path / "rel" / "data" / "s0.jpg")
+    with pytest.raises(DatasetFormatError, match="not a CAPability task file"):
+        load_items(_write(tmp_path / "other.jsonl", [_anno("s0")]))
 
 
 def test_bad_judgments_named(tmp_path):

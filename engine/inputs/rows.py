@@ -1,0 +1,152 @@
+"""Rows of a user's table file (JSONL, CSV or Parquet), each with the row number a person would look for: the
+line for JSONL and CSV (the header is line 1), the 1-based row for Parquet. Value checks name file, column and row.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+from engine.errors import UsageError
+
+FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
+           ".parquet": "parquet", ".pq": "parquet"}
+
+
+def warn(message: str) -> None:
+    print(f"capeval: warning: {message}", file=sys.stderr, flush=True)
+
+
+def table_format(path: Path) -> str:
+    fmt = FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise UsageError(f"{path}: unknown table format {path.suffix!r} (use .jsonl, .csv, .tsv or .parquet)")
+    return fmt
+
+
+def read_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(row number, record) for every row of `path`; a malformed file is a UsageError naming the row."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file" + (" (a folder: name a file in it)" if path.is_dir() else ""))
+    fmt = table_format(path)
+    if fmt == "jsonl":
+        yield from _jsonl(path)
+    elif fmt in ("csv", "tsv"):
+        yield from _csv(path, "\t" if fmt == "tsv" else ",")
+    else:
+        yield from _parquet(path)
+
+
+def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    with open(path, encoding="utf-8") as f:
+        head = f.read(1)
+        f.seek(0)
+        if head == "[":  # a JSON array of objects, as some tools write
+            try:
+                records = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{exc.lineno}: malformed JSON ({exc.msg})") from None
+            for i, rec in enumerate(records, 1):
+                if not isinstance(rec, dict):
+                    raise UsageError(f"{path}: element {i}: expected a JSON object, got {type(rec).__name__}")
+                yield i, rec
+            return
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise UsageError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno}); "
+                                 f"expected one JSON object per line") from None
+            if not isinstance(rec, dict):
+                raise UsageError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+            yield lineno, rec
+
+
+def _csv(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
+    with open(path, encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f, delimiter=delimiter)
+        if not reader.fieldnames:
+            return
+        for rec in reader:
+            if None in rec:
+                raise UsageError(f"{path}:{reader.line_num}: more fields than the header's {len(reader.fieldnames)}")
+            # an empty CSV cell is a missing value, as in every spreadsheet
+            yield reader.line_num, {k: (None if v == "" else v) for k, v in rec.items()}
+
+
+def _parquet(path: Path) -> Iterator[tuple[int, dict]]:
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(path)
+    except Exception as exc:  # noqa: BLE001 - pyarrow raises several types for a non-Parquet file
+        raise UsageError(f"{path}: not a readable Parquet file ({exc})") from None
+    n = 0
+    for batch in pf.iter_batches(batch_size=65536):
+        for rec in batch.to_pylist():
+            n += 1
+            yield n, rec
+
+
+def where(path: Path, row: int, column: str) -> str:
+    return f"{path}: row {row}, column {column!r}"
+
+
+def is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def text_value(value: Any, path: Path, row: int, column: str, *, required: bool, id_like: bool = False) -> str | None:
+    """A text cell: NaN/None/empty is missing (an error when required); an integer id becomes its decimal text
+    (so 17, 17.0 and "17" name one video); any other type is an error naming file, row and column."""
+    if is_missing(value) or (isinstance(value, str) and not value.strip()):
+        if required:
+            what = "NaN" if isinstance(value, float) else "empty" if isinstance(value, str) else "missing"
+            raise UsageError(f"{where(path, row, column)}: {what} value; every row needs one")
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        raise UsageError(f"{where(path, row, column)}: expected text, got a boolean ({value})")
+    if id_like and isinstance(value, int):
+        return str(value)
+    if id_like and isinstance(value, float):
+        if value.is_integer():
+            return str(int(value))
+        raise UsageError(f"{where(path, row, column)}: expected an id (text or integer), got the number {value}")
+    if not id_like and isinstance(value, (int, float)):
+        return str(value)
+    raise UsageError(f"{where(path, row, column)}: expected text, got {type(value).__name__} "
+                     f"({json.dumps(value, ensure_ascii=False, default=str)[:60]})")
+
+
+def int_value(value: Any, path: Path, row: int, column: str) -> int | None:
+    if is_missing(value):
+        return None
+    if isinstance(value, bool):
+        raise UsageError(f"{where(path, row, column)}: expected an integer, got a boolean")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            pass
+    raise UsageError(f"{where(path, row, column)}: expected an integer, got {value!r}")
+
+
+def pick(rec: dict, names: tuple[str, ...]) -> tuple[str | None, Any]:
+    """(column used, value) for the first of `names` present in the record."""
+    for name in names:
+        if name in rec and not is_missing(rec[name]):
+            return name, rec[name]
+    return None, None

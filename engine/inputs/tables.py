@@ -1,0 +1,196 @@
+"""ITEMS and CAPTIONS tables from the files people have (JSONL, CSV, Parquet), with the documented columns
+(docs/inputs.md). Checked before any work: a bad table stops the command with a UsageError (exit code 2) naming
+file, row and column, never a silently biased metric.
+
+ITEMS columns (most optional):
+    item_id                 unique within (benchmark, task); defaults to video_id when each video has one item
+    video_id | media_path   the video or image; video_id defaults to media_path as written
+    task                    default "default"        benchmark     default: the protocol (or "items")
+    annotation | question   text, or an object/array (kept as JSON text)
+    options                 array of texts (or JSON text of one)   answer, category   text
+    media_type              image | video; default from media_path's suffix
+    other columns           kept in `extra` (JSON) unless an `extra` column is given
+CAPTIONS columns: video_id | item_id (| file_id), caption (| text), optional captioner, prompt_id, frame_spec,
+n_tokens, error.
+
+Duplicates: rows with the same key and the same content are dropped with a warning; the same key with different
+content is an error naming the ids.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from engine import schemas
+from engine.errors import UsageError
+from engine.inputs.rows import int_value, is_missing, pick, read_rows, text_value, warn, where
+from engine.keys import canonical_json, content_key
+
+_ITEM_COLUMNS = {"benchmark", "task", "item_id", "video_id", "media_path", "media_type", "annotation", "question",
+                 "options", "answer", "category", "extra"}
+_CAPTION_COLUMNS = {"video_id", "item_id", "file_id", "caption", "text", "captioner", "prompt_id", "frame_spec",
+                    "n_tokens", "prompt_tokens", "latency_s", "error", "truncated", "frames_sent"}
+
+
+def _dedupe(rows: list[dict], key_cols: tuple[str, ...], lines: list[int], path: Path, what: str) -> list[dict]:
+    """Drop identical duplicate rows (warning); the same key with different content is a UsageError."""
+    seen: dict[tuple, tuple[str, int]] = {}
+    keep, dropped, clashes = [], 0, []
+    for row, line in zip(rows, lines):
+        key = tuple(row.get(c) for c in key_cols)
+        body = canonical_json(row)
+        if key in seen:
+            if seen[key][0] == body:
+                dropped += 1
+                continue
+            clashes.append(f"{'/'.join(str(k) for k in key if k is not None)} (rows {seen[key][1]} and {line})")
+            continue
+        seen[key] = (body, line)
+        keep.append(row)
+    if clashes:
+        more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
+        raise UsageError(f"{path}: duplicate {what} ids with different content ({', '.join(key_cols)}): "
+                         f"{'; '.join(clashes[:5])}{more}")
+    if dropped:
+        warn(f"{path}: dropped {dropped} identical duplicate {what} row(s)")
+    return keep
+
+
+def _json_text(value: Any, path: Path, row: int, column: str) -> str | None:
+    if is_missing(value):
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (dict, list, int, float, bool)):
+        return json.dumps(value, ensure_ascii=False)
+    raise UsageError(f"{where(path, row, column)}: expected text or JSON, got {type(value).__name__}")
+
+
+def _options(value: Any, path: Path, row: int) -> list[str] | None:
+    if is_missing(value):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError:
+            raise UsageError(f"{where(path, row, 'options')}: expected an array of texts (JSON text in CSV), got "
+                             f"{value[:60]!r}") from None
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, list) or not all(isinstance(o, (str, int, float)) and not isinstance(o, bool)
+                                              for o in value):
+        raise UsageError(f"{where(path, row, 'options')}: expected an array of texts, got {value!r:.60}")
+    return [str(o) for o in value]
+
+
+def read_items(path: str | Path, *, benchmark: str | None = None, resolve_media: bool = True) -> pa.Table:
+    """An ITEMS table from a user's file; relative media paths resolve against the file's folder."""
+    path = Path(path)
+    rows, lines = [], []
+    for n, rec in read_rows(path):
+        if "file_id" in rec and "data_type" in rec and "item_id" not in rec:
+            raise UsageError(f"{path}: this is a CAPability annotation file; use --dataset capability "
+                             f"(or a sweep dataset of kind 'capability')")
+        vcol, video = pick(rec, ("video_id",))
+        video = text_value(video, path, n, "video_id", required=False, id_like=True)
+        media = text_value(rec.get("media_path"), path, n, "media_path", required=False)
+        if video is None and media is None:
+            raise UsageError(f"{where(path, n, 'video_id')}: every item needs video_id or media_path")
+        video = video or media
+        item = text_value(rec.get("item_id"), path, n, "item_id", required=False, id_like=True)
+        if "item_id" in rec and item is None:
+            raise UsageError(f"{where(path, n, 'item_id')}: empty or NaN item id")
+        acol, anno = pick(rec, ("annotation", "question"))
+        media_type = text_value(rec.get("media_type"), path, n, "media_type", required=False)
+        if media_type is None and media is not None:
+            from engine.frames.images import media_type_of
+
+            media_type = media_type_of(media)
+        if media_type not in (None, "image", "video"):
+            raise UsageError(f"{where(path, n, 'media_type')}: expected 'image' or 'video', got {media_type!r}")
+        if media and resolve_media and not Path(media).is_absolute():
+            media = str((path.parent / media).resolve())
+        others = {k: v for k, v in rec.items() if k not in _ITEM_COLUMNS and not is_missing(v)}
+        extra = _json_text(rec.get("extra"), path, n, "extra") if "extra" in rec else (
+            json.dumps(others, ensure_ascii=False, default=str) if others else None)
+        rows.append({
+            "benchmark": text_value(rec.get("benchmark"), path, n, "benchmark", required=False) or benchmark or "items",
+            "task": text_value(rec.get("task"), path, n, "task", required=False, id_like=True) or "default",
+            "item_id": item, "video_id": video, "media_path": media, "media_type": media_type or "video",
+            "annotation": _json_text(anno, path, n, acol or "annotation"),
+            "options": _options(rec.get("options"), path, n),
+            "answer": text_value(rec.get("answer"), path, n, "answer", required=False),
+            "category": text_value(rec.get("category"), path, n, "category", required=False, id_like=True),
+            "extra": extra,
+        })
+        lines.append(n)
+    if not rows:
+        raise UsageError(f"{path}: no items")
+    _default_item_ids(rows, lines, path)
+    rows = _dedupe(rows, ("benchmark", "task", "item_id"), lines, path, "item")
+    return schemas.conform(pa.Table.from_pylist(rows), schemas.ITEMS)
+
+
+def _default_item_ids(rows: list[dict], lines: list[int], path: Path) -> None:
+    """item_id defaults to video_id; when a video has several items without ids, say which column is needed."""
+    per_video: dict[tuple, list[int]] = {}
+    for r, line in zip(rows, lines):
+        if r["item_id"] is None:
+            per_video.setdefault((r["benchmark"], r["task"], r["video_id"]), []).append(line)
+    for (_, task, vid), ls in per_video.items():
+        if len(ls) > 1 and len({canonical_json(rows[lines.index(x)]) for x in ls}) > 1:
+            raise UsageError(f"{path}: video {vid!r} (task {task!r}) has several items (rows {ls[:5]}) and no "
+                             f"item_id column to tell them apart; add item_id")
+    for r in rows:
+        if r["item_id"] is None:
+            r["item_id"] = r["video_id"]
+
+
+def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: str | None = None,
+                  frame_spec: str | None = None) -> pa.Table:
+    """A CAPTIONS table from a user's caption file (captions written elsewhere, e.g. a model's released ones).
+    captioner defaults to the `captioner` column, else the file's folder name for a `<model>/<task>.jsonl` layout,
+    else the file name; prompt_id and frame_spec to the columns, else "file"."""
+    path = Path(path)
+    rows, lines = [], []
+    default_captioner = captioner or _captioner_from_path(path)
+    for n, rec in read_rows(path):
+        unknown = set(rec) - _CAPTION_COLUMNS
+        if "caption" not in rec and "text" not in rec:
+            raise UsageError(f"{where(path, n, 'caption')}: missing; a caption file needs a `caption` column "
+                             f"(have {sorted(rec)})")
+        icol, vid = pick(rec, ("video_id", "item_id", "file_id"))
+        if icol is None:
+            raise UsageError(f"{where(path, n, 'video_id')}: every caption needs video_id or item_id "
+                             f"(have {sorted(rec)})")
+        vid = text_value(vid, path, n, icol, required=True, id_like=True)
+        ccol = "caption" if "caption" in rec else "text"
+        error = text_value(rec.get("error"), path, n, "error", required=False)
+        text = text_value(rec.get(ccol), path, n, ccol, required=error is None)
+        cap = text_value(rec.get("captioner"), path, n, "captioner", required=False) or default_captioner
+        pid = text_value(rec.get("prompt_id"), path, n, "prompt_id", required=False) or prompt_id or "file"
+        spec = text_value(rec.get("frame_spec"), path, n, "frame_spec", required=False) or frame_spec or "file"
+        rows.append({"captioner": cap, "prompt_id": pid, "frame_spec": spec, "video_id": vid, "text": text,
+                     "n_tokens": int_value(rec.get("n_tokens"), path, n, "n_tokens"),
+                     "prompt_tokens": int_value(rec.get("prompt_tokens"), path, n, "prompt_tokens"),
+                     "error": error})
+        lines.append(n)
+        if unknown and len(lines) == 1:
+            warn(f"{path}: ignoring column(s) {sorted(unknown)}")
+    if not rows:
+        raise UsageError(f"{path}: no captions")
+    rows = _dedupe(rows, ("captioner", "prompt_id", "frame_spec", "video_id"), lines, path, "caption")
+    for r in rows:
+        r["caption_key"] = content_key("caption-file", r["captioner"], r["prompt_id"], r["frame_spec"],
+                                       r["video_id"], r["text"])
+    return schemas.conform(pa.Table.from_pylist(rows), schemas.CAPTIONS)
+
+
+def _captioner_from_path(path: Path) -> str:
+    from engine.protocols.capability.codes import TASKS
+
+    return path.parent.name if path.stem in TASKS and path.parent.name else path.stem
