@@ -1,0 +1,95 @@
+"""Read a run folder (what `capeval sweep` or `capeval submit` writes) into the tables the report needs.
+
+Layout (engine/sweep/runner.py): `verdicts/`, `metrics/`, `captions/` hold Parquet segments; `results.parquet`
+is the results table of the sweep's cells; `run.json` the run records. Verdict rows get the cell's labels
+(dataset, protocol and judge as the sweep file names them) from the metrics segments through `cell_key`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import polars as pl
+
+from engine.runrecord import read_run_records
+
+CELL_COLUMNS = ["dataset", "captioner", "prompt_id", "frame_spec", "protocol", "judge"]
+#: what identifies one scored row of a protocol across systems (the pairing key of a comparison)
+ITEM_KEY = ["task", "item_id", "sub_index", "step", "trial"]
+
+
+def _segments(folder: Path) -> pl.DataFrame | None:
+    paths = sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+    if not paths:
+        return None
+    return pl.concat([pl.read_parquet(p) for p in paths], how="diagonal_relaxed")
+
+
+@dataclass
+class RunData:
+    path: Path
+    results: pl.DataFrame
+    verdicts: pl.DataFrame | None = None
+    captions: pl.DataFrame | None = None
+    records: list[dict] = field(default_factory=list)
+
+    @property
+    def protocols(self) -> list[str]:
+        if "protocol" in self.results.columns and self.results.height:
+            return list(dict.fromkeys(self.results["protocol"].to_list()))
+        if self.verdicts is not None:
+            return list(dict.fromkeys(self.verdicts["protocol"].to_list()))
+        return []
+
+    def n_videos(self) -> pl.DataFrame | None:
+        """Videos behind each cell: CELL_COLUMNS + n_videos (None without verdicts)."""
+        if self.verdicts is None:
+            return None
+        cols = [c for c in CELL_COLUMNS if c in self.verdicts.columns]
+        return self.verdicts.group_by(cols).agg(pl.col("video_id").n_unique().alias("n_videos"))
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """The run folder's tables; fails naming the folder when it holds neither results nor verdicts."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"run folder not found: {path}")
+    results_path = path / "results.parquet"
+    results = pl.read_parquet(results_path) if results_path.is_file() else None
+    metrics = _segments(path / "metrics")
+    if results is None and metrics is not None:  # a sweep killed before writing its table
+        results = metrics.drop("cell_key")
+    verdicts = _segments(path / "verdicts")
+    if results is None and verdicts is None:
+        raise FileNotFoundError(f"{path} holds no results.parquet, metrics/ or verdicts/: not a capeval run folder")
+    if verdicts is not None:
+        verdicts = _label_verdicts(verdicts, metrics, results)
+    captions = _segments(path / "captions")
+    if captions is not None:
+        captions = captions.unique(subset=["caption_key"], keep="first", maintain_order=True)
+    return RunData(path, results if results is not None else pl.DataFrame(), verdicts, captions,
+                   read_run_records(path))
+
+
+def _label_verdicts(verdicts: pl.DataFrame, metrics: pl.DataFrame | None, results: pl.DataFrame | None):
+    """Verdict rows of the results' cells, with the cell labels; a cell appended twice keeps its first copy."""
+    v = verdicts
+    if "cell_key" in v.columns and metrics is not None and "cell_key" in metrics.columns:
+        labels = metrics.select([c for c in CELL_COLUMNS if c in metrics.columns] + ["cell_key"]).unique(
+            subset=["cell_key"], keep="last", maintain_order=True)
+        if results is not None and results.height:
+            shown = results.select([c for c in CELL_COLUMNS if c in results.columns]).unique()
+            labels = labels.join(shown, on=shown.columns, how="semi", nulls_equal=True)
+        if "protocol" in v.columns:  # the label may be a sweep-file `label`; metrics need the protocol's name
+            v = v.with_columns(pl.col("protocol").alias("protocol_name"))
+        v = v.drop([c for c in CELL_COLUMNS if c in v.columns and c in labels.columns and c != "cell_key"])
+        v = v.join(labels, on="cell_key", how="inner")
+    if "protocol_name" not in v.columns:
+        v = v.with_columns((pl.col("protocol") if "protocol" in v.columns else pl.lit("-")).alias("protocol_name"))
+    for c in CELL_COLUMNS:
+        if c not in v.columns:
+            v = v.with_columns(pl.lit("-").alias(c))
+    v = v.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in CELL_COLUMNS)
+    key = [c for c in ["cell_key", "request_key", *ITEM_KEY, "video_id", "seed"] if c in v.columns]
+    return v.unique(subset=key, keep="first", maintain_order=True)

