@@ -2,7 +2,8 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from engine.protocols.base import JudgeProtocol as _JudgeProtocol, rows_to_table as _rows_to_table
+from engine.protocols.base import (JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
+                                   rows_to_table as _rows_to_table)
 from engine.registry import register_protocol as _register_protocol
 from engine.schemas import ParseStatus as _ParseStatus
 
@@ -12,29 +13,49 @@ from .codes import VidCapBenchVerdict as _VidCapBenchVerdict
 
 class VidCapBenchProtocol(_JudgeProtocol):
     name = "vidcapbench"
-    version = "1"
+    version = "2"
     codes = (_VidCapBenchVerdict,)
     intermediate_steps = ("answer",)
 
     def render(self, item, caption, *, seed, **opts):
         return _prompts.render(item, caption, seed=seed, **opts)
 
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), **opts):
+        # The pack's digest and the mode enter every request key (also of the score step, see next_requests).
+        mode = _prompts.check_mode(opts.get("mode"))
+        pack = _prompts.pack_for(mode, opts.get("prompts"))
+        revision = f"{judge_revision}|{_prompts.revision_suffix(pack, mode)}"
+        return super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
+
     def parse(self, request, text):
         return _parsing.parse(request, text)
 
+    def judging_policy(self, mode="strict", **params):
+        if _prompts.check_mode(mode) == "official":
+            # The official script never re-asks for a reply it cannot read: such a pair is simply not counted.
+            return _JudgingPolicy(max_reasks=0, reask_temperature=None, mode="official")
+        return _JudgingPolicy(mode="strict")
+
     def next_requests(self, requests, verdicts, *, judge, judge_revision):
+        rows = requests.to_pylist()
+        settings = next((_json.loads(r["context"] or "{}").get("parse", {}).get("settings") for r in rows
+                         if r["step"] == "answer"), None) or {"mode": "strict", "prompts": None}
+        pack = _prompts.pack_for(settings.get("mode"), settings.get("prompts"))
+        revision = f"{judge_revision}|{_prompts.revision_suffix(pack, settings.get('mode'))}"
+
         def score_step(req, v, ctx):
             p = ctx.get("parse", {})
             ok = v["parse_status"] in (_ParseStatus.OK, _ParseStatus.REPAIRED)
             answer = _json.loads(v["detail"])["answer"] if ok else ""
-            r = _prompts.render_score(req["task"], p.get("question", ""), p.get("reference", ""), answer)
+            r = _prompts.render_score(req["task"], p.get("question", ""), p.get("reference", ""), answer,
+                                      p.get("settings"))
             if not ok:  # keep a score row for the item: no verdict, with the answer step's status
                 r.parse = {**r.parse, "missing": f"answer step: {v['error'] or 'no answer'}",
                            "upstream_status": int(v["parse_status"])}
                 r.user += f"\n[upstream {req['request_key']}]"  # distinct key per failed chain
             return [r]
 
-        return _rows_to_table(self._next_rows(requests, verdicts, "answer", judge, judge_revision, score_step))
+        return _rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision, score_step))
 
 
 PROTOCOL = _register_protocol("vidcapbench")(VidCapBenchProtocol())

@@ -1,6 +1,13 @@
-"""VidCapBench parsing. The score comes from the JSON `score` field only. The official script tests whether "2"
-occurs anywhere in the output text, so an analysis such as "the reference says 2 people ... score -1" counts as
-fully correct there; here it is -1 (tests/judging/test_judging_parsing.py shows the difference)."""
+"""VidCapBench parsing, per mode (the request context's `settings.mode`).
+
+strict (capeval's own): the grade is the JSON `score` field (2 / 1 / 0 / -1; fenced, single-quoted and string
+values repaired), never a digit found elsewhere in the reply. An analysis such as "the reference says 2 people ...
+score -1" is -1 here.
+
+official: the benchmark script's extraction, a substring cascade on the WHOLE reply: contains "2" -> score 2;
+else "-1" -> -1; else "1" -> 1; else "0" -> 0; else no score (the pair is left out of every count). So "10 words"
+reads as 1 and "2 people" as 2, whatever the score field says. The answer step's reply is kept unparsed (an empty
+reply is still a reply); only a reply with no content at all fails."""
 
 from __future__ import annotations
 
@@ -14,15 +21,37 @@ from engine.schemas import NO_VERDICT, ParseStatus
 from .codes import from_score
 
 _SCORE_ONLY = re.compile(r"\s*(?:score\s*[:=]\s*)?([+-]?[012]|-1)\s*\.?\s*", re.IGNORECASE)
+#: The official cascade, in its order: the first substring found decides the score.
+OFFICIAL_CASCADE = (("2", 2), ("-1", -1), ("1", 1), ("0", 0))
 
 
-def parse_answer(text: str | None) -> tuple[int, ParseStatus, str | None]:
-    if text is None or not text.strip():
+def official_score(text: str | None) -> int | None:
+    """The official script's score for a reply: the substring cascade, None when no digit of it occurs."""
+    if text is None:
+        return None
+    for needle, score in OFFICIAL_CASCADE:
+        if needle in text:
+            return score
+    return None
+
+
+def official_counts_as_correct(text: str) -> bool:
+    """The official test for a fully correct answer: a "2" anywhere in the reply."""
+    return official_score(text) == 2
+
+
+def parse_answer(text: str | None, mode: str = "strict") -> tuple[int, ParseStatus, str | None]:
+    if text is None:
+        return NO_VERDICT, ParseStatus.FAILED, "answer step: reply has no content"
+    if mode == "official":  # stored unparsed, as the official script stores `pred`
+        return NO_VERDICT, ParseStatus.OK, json.dumps({"answer": text}, ensure_ascii=False)
+    if not text.strip():
         return NO_VERDICT, ParseStatus.FAILED, "empty answer"
     return NO_VERDICT, ParseStatus.OK, json.dumps({"answer": text.strip()}, ensure_ascii=False)
 
 
 def parse_score(text: str | None) -> tuple[int, ParseStatus, str | None]:
+    """Strict: the JSON `score` field."""
     try:
         try:
             obj, repaired = extract_json(text, dict)
@@ -39,16 +68,21 @@ def parse_score(text: str | None) -> tuple[int, ParseStatus, str | None]:
                                                       ensure_ascii=False)
 
 
-def official_counts_as_correct(text: str) -> bool:
-    """The official script's test (kept to document the difference; not used for verdicts): a "2" anywhere."""
-    return "2" in text
+def parse_score_official(text: str | None) -> tuple[int, ParseStatus, str | None]:
+    score = official_score(text)
+    if score is None:
+        why = "reply has no content" if text is None else "no score digit (2, -1, 1, 0) in the reply"
+        return NO_VERDICT, ParseStatus.FAILED, f"official extraction: {why}"
+    return int(from_score(score)), ParseStatus.OK, json.dumps({"score": score, "rule": "official substring"})
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
+    ctx = parse_context(request).get("parse", {})
+    mode = (ctx.get("settings") or {}).get("mode", "strict")
     if request.get("step") == "answer":
-        return parse_answer(text)
-    code, status, detail = parse_score(text)
-    answer = parse_context(request).get("parse", {}).get("answer")
+        return parse_answer(text, mode)
+    code, status, detail = parse_score_official(text) if mode == "official" else parse_score(text)
+    answer = ctx.get("answer")
     if status != ParseStatus.FAILED and answer is not None:
         detail = json.dumps({**json.loads(detail), "answer": answer}, ensure_ascii=False)
     return code, status, detail

@@ -1,43 +1,82 @@
-"""VidCapBench prompts: step "answer" (answer the question from the caption only), then step "score" (score the
-answer against the reference: 2 fully correct, 1 partially, 0 not answerable from the caption, -1 contradicts).
-Repeated judge seeds run the whole chain once per seed (`trial`)."""
+"""VidCapBench prompts, rendered from a prompt pack (engine.packs): step "answer" (`judge/answer`: answer the
+question from the caption alone), then step "score" (`judge/score`: grade that answer against the reference).
+
+Protocol params: `mode` ("strict", capeval's own pack and JSON grading; or "official", the benchmark's pack read
+from a path, sent as the official script sends it), `prompts` (a pack path), `temperature` (strict default 0;
+official default None = no sampling parameter sent, as the official script sets none).
+
+The pack's digest and the mode enter every request key (`revision_suffix`), so two packs or modes never share
+cached judgments. Official mode sends one user message per call, no JSON schema, no temperature, and the same
+content for every judge seed (the official script has no seed)."""
 
 from __future__ import annotations
 
 import json
 
+from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 
-ANSWER_SYSTEM = (
-    "You answer questions about a video using ONLY its caption. If the caption does not contain the information "
-    "needed, say that the caption does not mention it. Answer briefly."
-)
-SCORE_SYSTEM = (
-    "You grade an answer to a question about a video against the reference answer. Scores: 2 = the answer is fully "
-    "correct; 1 = partially correct; 0 = the answer says the information is not available; -1 = the answer is wrong "
-    "or contradicts the reference."
-)
+OFFICIAL, STRICT = "official", "strict"
+#: Replies to the grading prompt are free text in official mode; leave room for the analysis.
+ANSWER_MAX_TOKENS = {STRICT: 128, OFFICIAL: 512}
+SCORE_MAX_TOKENS = {STRICT: 256, OFFICIAL: 1024}
 SCORE_SCHEMA = json.dumps({
     "type": "object",
     "properties": {"analysis": {"type": "string", "maxLength": 400}, "score": {"type": "integer", "enum": [2, 1, 0, -1]}},
     "required": ["analysis", "score"],
 })
+UNSET = object()  # "param not given" (None is a value: no temperature sent)
 
 
-def render(item: dict, caption: dict, *, seed: int, **_opts) -> list[Rendered]:
+def check_mode(mode: str | None) -> str:
+    mode = mode or STRICT
+    if mode not in (OFFICIAL, STRICT):
+        raise ValueError(f"vidcapbench: param mode must be 'official' or 'strict', got {mode!r}")
+    return mode
+
+
+def pack_for(mode: str = STRICT, prompts: str | None = None) -> PromptPack:
+    return resolve_pack("vidcapbench", prompts, mode=check_mode(mode), official_name="vidcapbench")
+
+
+def temperature_for(mode: str, temperature=UNSET) -> float | None:
+    """The sampling temperature sent: the `temperature` param when given, else 0 (strict) / none (official)."""
+    if temperature is UNSET:
+        return None if check_mode(mode) == OFFICIAL else 0.0
+    return None if temperature is None or temperature == "none" else float(temperature)
+
+
+def revision_suffix(pack: PromptPack, mode: str) -> str:
+    return f"pack:{pack.digest}|mode:{check_mode(mode)}"
+
+
+def _settings(mode, prompts, temperature) -> dict:
+    """What the score step needs to render with the same pack and sampling (kept in the request context)."""
+    return {"mode": mode, "prompts": None if prompts is None else str(prompts), "temperature": temperature}
+
+
+def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts: str | None = None,
+           temperature=UNSET, **_opts) -> list[Rendered]:
+    del seed  # no seed-dependent content: repeated seeds differ only by the seed sent to the backend
+    mode = check_mode(mode)
+    pack = pack_for(mode, prompts)
+    temp = temperature_for(mode, temperature)
     question = item.get("annotation") or ""
     text = caption.get("text") or ""
-    user = f"Caption:\n{text}\n\nQuestion: {question}\nAnswer:"
-    return [Rendered(task=item["task"], step="answer", system=ANSWER_SYSTEM, user=user, max_tokens=128,
-                     fields={"caption": text, "question": question},
-                     parse={"question": question, "reference": item.get("answer") or ""})]
+    system, user = pack.render("judge/answer", caption=text, question=question)
+    return [Rendered(task=item["task"], step="answer", system=system, user=user, max_tokens=ANSWER_MAX_TOKENS[mode],
+                     temperature=temp, fields={"caption": text, "question": question},
+                     parse={"question": question, "reference": item.get("answer") or "",
+                            "settings": _settings(mode, prompts, temp)})]
 
 
-def render_score(task: str, question: str, reference: str, answer: str) -> Rendered:
-    # Shared first: the grading instructions; then question and reference (shared by every captioner's answer to
-    # this item); the answer under test last.
-    user = (f"Question: {question}\nReference answer: {reference}\nAnswer to grade: {answer}\n"
-            'Output only JSON: {"analysis": "brief comparison", "score": 2 or 1 or 0 or -1}')
-    return Rendered(task=task, step="score", system=SCORE_SYSTEM, user=user, json_schema=SCORE_SCHEMA,
-                    max_tokens=256, fields={"question": question, "reference": reference, "answer": answer},
-                    parse={"answer": answer})
+def render_score(task: str, question: str, reference: str, answer: str, settings: dict | None = None) -> Rendered:
+    settings = settings or {"mode": STRICT, "prompts": None, "temperature": 0.0}
+    mode = check_mode(settings.get("mode"))
+    pack = pack_for(mode, settings.get("prompts"))
+    system, user = pack.render("judge/score", question=question, answer=reference, prediction=answer)
+    return Rendered(task=task, step="score", system=system, user=user,
+                    json_schema=SCORE_SCHEMA if mode == STRICT else None, max_tokens=SCORE_MAX_TOKENS[mode],
+                    temperature=settings.get("temperature"),
+                    fields={"question": question, "reference": reference, "answer": answer},
+                    parse={"answer": answer, "settings": settings})
