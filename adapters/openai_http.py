@@ -1,45 +1,47 @@
 """OpenAI-compatible HTTP backends: a judge (`OpenAIJudge`) and a multimodal captioner (`OpenAICaptioner`).
 
-Both share `_ChatRunner`: one AsyncOpenAI client on a private event-loop thread (so the sync `judge()`/`caption()`
-work from any thread, with or without a running loop, and the connection pool is reused across batches), a
-semaphore bounding requests in flight, and our own retry loop (the SDK's retries are off) with exponential backoff
-+ full jitter that honours Retry-After. Failures are reported per request; a batch never raises for one request.
+Both build /chat/completions bodies and hand them to `adapters.http_chat.ChatRunner` (private event-loop thread,
+lean keep-alive connection pool, the openai SDK's retry rules, 401/403 fatal). The judge also streams
+(`stream(feed, max_in_flight)`, adapters.base.StreamingJudge): a bounded window with no batch barrier. Failures are
+reported per request; a batch never raises for one request (only BackendFatalError, for the whole run).
+
+Message layout: system (when given), then one user message whose content lists the images first and the text last,
+so every request that shows the same frames shares the longest possible prefix. A request with `temperature=None`
+sends no temperature (the server's default), as the official scripts that set no sampling parameters do.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import email.utils
 import io
 import json
 import logging
 import os
-import random
-import threading
-import time
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from adapters.base import CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
+from adapters.base import BackendFatalError, CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
+from adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, encode_body, retry_after_s
+from adapters.http_transport import TRANSPORTS
 from engine.registry import register_captioner, register_judge
+
+__all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "subsample_indices", "user_content"]
 
 log = logging.getLogger(__name__)
 
 STRUCTURED_MODES = ("openai", "vllm", "none")
-# 4xx statuses worth retrying: request timeout, conflict, rate limit. Every other 4xx is the request's fault.
-RETRYABLE_4XX = (408, 409, 429)
+DEFAULT_CAPTION_MAX_TOKENS = 2048  # detailed captions run to ~1,000 tokens (LVCap reports ~1,050 T5 tokens)
 
 
 @dataclass
 class HTTPConfig:
     model: str = "gpt-4-turbo"
-    base_url: str | None = None  # None: api.openai.com
+    base_url: str | None = None  # None: https://api.openai.com/v1
     api_key: str | None = None  # else $CAPEVAL_JUDGE_API_KEY, else $OPENAI_API_KEY ("EMPTY" for a custom base_url)
     revision: str = ""  # part of every cache key; defaults to the model name
-    structured: str = "openai"  # "openai": response_format json_schema; "vllm": extra_body structured_outputs; "none"
+    structured: str = "openai"  # "openai": response_format json_schema; "vllm": structured_outputs; "none"
     max_in_flight: int = 64
     timeout_s: float = 120.0  # per attempt
     max_attempts: int = 6
@@ -48,14 +50,26 @@ class HTTPConfig:
     price_prompt_per_m: float = 0.0  # USD per 1M uncached prompt tokens
     price_cached_per_m: float | None = None  # USD per 1M cached prompt tokens; None: same as uncached
     price_completion_per_m: float = 0.0
-    max_images: int = 16  # captioner: frames per request, subsampled evenly above this
+    transport: str = "auto"  # "lean" (asyncio + httptools), "aiohttp" (proxies), "auto": lean unless a proxy applies
+    # captioner only
+    max_frames: int | None = None  # a backend's limit on images per request; None: every frame of the frame spec
+    max_tokens: int | None = DEFAULT_CAPTION_MAX_TOKENS  # caption length; None: the request's max_tokens
     jpeg_quality: int = 90
 
     def __post_init__(self) -> None:
         if self.structured not in STRUCTURED_MODES:
             raise ValueError(f"structured must be one of {STRUCTURED_MODES}; got {self.structured!r}")
+        if self.transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}; got {self.transport!r}")
         if self.max_in_flight < 1 or self.max_attempts < 1:
             raise ValueError("max_in_flight and max_attempts must be >= 1")
+        if self.max_frames is not None and self.max_frames < 1:
+            raise ValueError(f"max_frames must be >= 1 or None; got {self.max_frames}")
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 or None; got {self.max_tokens}")
+
+    def resolved_base_url(self) -> str:
+        return self.base_url or "https://api.openai.com/v1"
 
     def resolved_api_key(self) -> str:
         key = self.api_key or os.environ.get("CAPEVAL_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY")
@@ -64,41 +78,6 @@ class HTTPConfig:
         if self.base_url:
             return "EMPTY"  # local OpenAI-compatible servers (vLLM) accept any key
         raise ValueError("no API key: set api_key in the judge config, CAPEVAL_JUDGE_API_KEY or OPENAI_API_KEY")
-
-
-@dataclass
-class ChatResult:
-    text: str | None
-    error: str | None = None
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency_s: float = 0.0
-    cost_usd: float = 0.0
-    attempts: int = 0
-
-
-class _PermanentError(Exception):
-    """A failure that retrying cannot fix (400-class status other than 408/409/429)."""
-
-
-def retry_after_s(headers: Any) -> float | None:
-    """Seconds the server asks us to wait: `retry-after-ms`, else `Retry-After` (seconds or an HTTP date)."""
-    if headers is None:
-        return None
-    try:
-        if (ms := headers.get("retry-after-ms")) is not None:
-            return max(0.0, float(ms) / 1000.0)
-        value = headers.get("retry-after")
-        if value is None:
-            return None
-        try:
-            return max(0.0, float(value))
-        except ValueError:
-            parsed = email.utils.parsedate_to_datetime(value)
-            return max(0.0, parsed.timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def _jpeg_data_url(image: np.ndarray | bytes, quality: int) -> str:
@@ -114,171 +93,47 @@ def _jpeg_data_url(image: np.ndarray | bytes, quality: int) -> str:
 
 
 def user_content(text: str, image_urls: Sequence[str]) -> str | list[dict]:
+    """Images first, then the text (shared-prefix order: the frames are the same for every question about them)."""
     if not image_urls:
         return text
-    return [{"type": "text", "text": text}] + [{"type": "image_url", "image_url": {"url": u}} for u in image_urls]
+    return [{"type": "image_url", "image_url": {"url": u}} for u in image_urls] + [{"type": "text", "text": text}]
 
 
-def _new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (it comes with vLLM's server deps): the client's per-request cost is mostly event-loop
-    and socket work, and uvloop roughly halves it; the standard loop otherwise."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
-class _ChatRunner:
-    """Runs chat-completion calls with bounded concurrency and retries on a private event-loop thread."""
-
-    def __init__(self, config: HTTPConfig):
-        self.config = config
-        self._api_key = config.resolved_api_key()
-        self._loop = _new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="capeval-http", daemon=True)
-        self._thread.start()
-        self._client = None
-        self._sem: asyncio.Semaphore | None = None
-        self._rng = random.Random(0x5EED)
-
-    def _ensure_client(self) -> None:
-        if self._client is not None:
-            return
-        import httpx2
-        from openai import AsyncOpenAI, DefaultAioHttpClient
-
-        n = self.config.max_in_flight
-        limits = httpx2.Limits(max_connections=n, max_keepalive_connections=n)
-        self._client = AsyncOpenAI(
-            api_key=self._api_key,
-            base_url=self.config.base_url,
-            max_retries=0,  # ours, below: they honour Retry-After on 503 and retry garbage bodies too
-            timeout=self.config.timeout_s,
-            http_client=DefaultAioHttpClient(limits=limits, timeout=self.config.timeout_s),
-        )
-        self._sem = asyncio.Semaphore(n)
-
-    def run(self, calls: Sequence[dict]) -> list[ChatResult]:
-        """`calls`: JSON bodies of /chat/completions, plus optional `_unwrap` (a JSON field holding the
-        answer). Returns one result per call, in order."""
-        if threading.current_thread() is self._thread:
-            raise RuntimeError("OpenAI HTTP backend called from its own event-loop thread")
-        if self._loop.is_closed():
-            raise RuntimeError("OpenAI HTTP backend is closed")
-
-        async def batch():
-            self._ensure_client()
-            return await asyncio.gather(*(self._call(dict(c)) for c in calls))
-
-        return asyncio.run_coroutine_threadsafe(batch(), self._loop).result()
-
-    def _backoff(self, attempt: int) -> float:
-        cap = min(self.config.backoff_max_s, self.config.backoff_base_s * (2**attempt))
-        return self._rng.uniform(0.0, cap)  # full jitter: spreads retries of a burst that failed together
-
-    async def _call(self, kwargs: dict) -> ChatResult:
-        import openai
-
-        unwrap = kwargs.pop("_unwrap", None)
-        cfg = self.config
-        last_error = "no attempt made"
-        t_start = time.perf_counter()
-        for attempt in range(cfg.max_attempts):
-            delay: float | None = None
-            try:
-                async with self._sem:
-                    # The SDK's generic `post` (its documented route for raw bodies) keeps its transport, auth and
-                    # error mapping but skips the typed-params transform and pydantic construction, which cost
-                    # ~4x the whole round trip against a fast local server (benchmarks/http_loopback.py).
-                    completion = await self._client.post("/chat/completions", body=kwargs, cast_to=object)
-                result = self._result(completion, unwrap)
-                result.latency_s = time.perf_counter() - t_start
-                result.attempts = attempt + 1
-                return result
-            except openai.APIStatusError as exc:
-                status = exc.status_code
-                last_error = f"HTTP {status}: {str(exc)[:300]}"
-                if 400 <= status < 500 and status not in RETRYABLE_4XX:
-                    return ChatResult(None, last_error, latency_s=time.perf_counter() - t_start, attempts=attempt + 1)
-                delay = retry_after_s(getattr(exc.response, "headers", None))
-            except openai.APITimeoutError:
-                last_error = f"timeout after {cfg.timeout_s:g} s"
-            except openai.APIConnectionError as exc:
-                last_error = f"connection error: {exc.__cause__ or exc}"[:300]
-            except _PermanentError as exc:
-                return ChatResult(None, str(exc), latency_s=time.perf_counter() - t_start, attempts=attempt + 1)
-            except Exception as exc:  # noqa: BLE001 - invalid JSON, missing fields, unparseable structured output
-                last_error = f"bad response body ({type(exc).__name__}): {exc}"[:300]
-            if attempt + 1 < cfg.max_attempts:
-                wait = min(cfg.backoff_max_s, delay) if delay is not None else self._backoff(attempt)
-                await asyncio.sleep(wait)
-        return ChatResult(
-            None, f"failed after {cfg.max_attempts} attempts: {last_error}",
-            latency_s=time.perf_counter() - t_start, attempts=cfg.max_attempts,
-        )
-
-    def _result(self, completion: Any, unwrap: str | None) -> ChatResult:
-        if not isinstance(completion, dict):
-            raise ValueError(f"response body is not a JSON object: {str(completion)[:100]!r}")
-        choices = completion.get("choices")
-        if not isinstance(choices, list) or not choices:
-            raise ValueError("completion without choices")
-        text = (choices[0].get("message") or {}).get("content")
-        if not isinstance(text, str):
-            raise ValueError("completion without text content")
-        if unwrap is not None:  # the choice was asked for as {"answer": <enum>} (OpenAI has no plain choice mode)
-            text = json.loads(text)[unwrap]
-            if not isinstance(text, str):
-                raise ValueError(f"structured answer {unwrap!r} is not a string")
-        usage = completion.get("usage") or {}
-        prompt = int(usage.get("prompt_tokens") or 0)
-        completion_tokens = int(usage.get("completion_tokens") or 0)
-        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        cfg = self.config
-        cached_price = cfg.price_prompt_per_m if cfg.price_cached_per_m is None else cfg.price_cached_per_m
-        cost = ((prompt - cached) * cfg.price_prompt_per_m + cached * cached_price
-                + completion_tokens * cfg.price_completion_per_m) / 1e6
-        return ChatResult(text, None, prompt, cached, completion_tokens, cost_usd=cost)
-
-    def structured_kwargs(self, choices: Sequence[str] | None, json_schema: str | None) -> dict:
-        mode = self.config.structured
-        if mode == "none" or (not choices and not json_schema):
-            return {}
-        if mode == "vllm":
-            so = {"choice": list(choices)} if choices else {"json": json.loads(json_schema)}
-            return {"structured_outputs": so}  # vLLM's request field (sent as extra_body by SDK users)
-        if choices:
-            schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": list(choices)}},
-                      "required": ["answer"], "additionalProperties": False}
-            fmt = {"type": "json_schema", "json_schema": {"name": "choice", "schema": schema, "strict": True}}
-            return {"response_format": fmt, "_unwrap": "answer"}
-        fmt = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": json.loads(json_schema)}}
-        return {"response_format": fmt}
-
-    def close(self) -> None:
-        if self._loop.is_closed():
-            return
-
-        async def shutdown():
-            if self._client is not None:
-                await self._client.close()
-
-        try:
-            asyncio.run_coroutine_threadsafe(shutdown(), self._loop).result(timeout=10)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(timeout=10)
-            self._loop.close()
+def structured_fields(mode: str, choices: Sequence[str] | None, json_schema: str | None) -> tuple[dict, str | None]:
+    """Body fields asking for structured output, and the JSON field to unwrap from the answer (or None)."""
+    if mode == "none" or (not choices and not json_schema):
+        return {}, None
+    if mode == "vllm":
+        so = {"choice": list(choices)} if choices else {"json": json.loads(json_schema)}
+        return {"structured_outputs": so}, None  # vLLM's request field (what SDK users send as extra_body)
+    if choices:
+        schema = {"type": "object", "properties": {"answer": {"type": "string", "enum": list(choices)}},
+                  "required": ["answer"], "additionalProperties": False}
+        return {"response_format": {"type": "json_schema",
+                                    "json_schema": {"name": "choice", "schema": schema, "strict": True}}}, "answer"
+    fmt = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": json.loads(json_schema)}}
+    return {"response_format": fmt}, None
 
 
 class _HTTPBackend:
     def __init__(self, config: HTTPConfig | None = None, **overrides: Any):
         base = config or HTTPConfig()
+        known = {f.name for f in fields(HTTPConfig)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ValueError(f"{type(self).__name__}: unknown option(s) {unknown}; valid: {sorted(known)}")
         self.config = HTTPConfig(**{**base.__dict__, **overrides})
         self.name = self.config.model
         self.revision = self.config.revision or self.config.model
-        self._runner = _ChatRunner(self.config)
+        cfg = self.config
+        self._runner = ChatRunner(
+            cfg.resolved_base_url(), cfg.resolved_api_key(), max_in_flight=cfg.max_in_flight, transport=cfg.transport,
+            retry=RetryPolicy(cfg.timeout_s, cfg.max_attempts, cfg.backoff_base_s, cfg.backoff_max_s),
+            prices=Prices(cfg.price_prompt_per_m, cfg.price_cached_per_m, cfg.price_completion_per_m))
+
+    def _raise_if_fatal(self, results: Sequence[ChatResult]) -> None:
+        if any(r.fatal for r in results):
+            raise BackendFatalError(self._runner.fatal_error or next(r.error for r in results if r.fatal))
 
     def close(self) -> None:
         self._runner.close()
@@ -290,90 +145,109 @@ class _HTTPBackend:
         self.close()
 
 
+def _judge_response(key: str, res: ChatResult) -> JudgeResponse:
+    return JudgeResponse(key, res.text, res.error, res.prompt_tokens, res.cached_prompt_tokens,
+                         res.completion_tokens, res.latency_s, res.cost_usd)
+
+
 @register_judge("openai")
 class OpenAIJudge(_HTTPBackend):
     """Judge over any OpenAI-compatible chat endpoint (OpenAI, vLLM `serve`, SGLang, ...)."""
 
-    def _kwargs(self, r: JudgeRequest) -> dict:
-        messages = ([{"role": "system", "content": r.system}] if r.system else []) + [{
-            "role": "user",
-            "content": user_content(r.user, [_jpeg_data_url(im, self.config.jpeg_quality) for im in r.images]),
-        }]
-        kwargs = {"model": self.config.model, "messages": messages, "max_tokens": r.max_tokens,
-                  "temperature": r.temperature, "seed": r.seed}
-        kwargs.update(self._runner.structured_kwargs(r.choices, r.json_schema))
-        return kwargs
+    thread_safe = True  # judge() may be called from several threads at once (one shared runner)
+
+    def body(self, r: JudgeRequest) -> tuple[bytes, str | None]:
+        """The encoded /chat/completions body for `r` and the structured field to unwrap (ValueError if invalid)."""
+        content = user_content(r.user, [_jpeg_data_url(im, self.config.jpeg_quality) for im in r.images])
+        messages = ([{"role": "system", "content": r.system}] if r.system else []) + [
+            {"role": "user", "content": content}]
+        body = {"model": self.config.model, "messages": messages, "max_tokens": r.max_tokens, "seed": r.seed}
+        if r.temperature is not None:
+            body["temperature"] = r.temperature
+        extra, unwrap = structured_fields(self.config.structured, r.choices, r.json_schema)
+        body.update(extra)
+        return encode_body(body), unwrap
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         calls, bad = [], {}
         for i, r in enumerate(requests):
             try:
-                calls.append(self._kwargs(r))
+                calls.append(self.body(r))
             except (ValueError, TypeError) as exc:  # e.g. a json_schema that is not JSON: this request only
                 bad[i] = f"invalid request: {exc}"
-        results = iter(self._runner.run(calls))
-        out = []
-        for i, r in enumerate(requests):
-            if i in bad:
-                out.append(JudgeResponse(r.key, None, bad[i]))
-                continue
-            res = next(results)
-            out.append(JudgeResponse(r.key, res.text, res.error, res.prompt_tokens, res.cached_prompt_tokens,
-                                     res.completion_tokens, res.latency_s, res.cost_usd))
-        return out
+        results = self._runner.run(calls)
+        self._raise_if_fatal(results)
+        it = iter(results)
+        return [JudgeResponse(r.key, None, bad[i]) if i in bad else _judge_response(r.key, next(it))
+                for i, r in enumerate(requests)]
+
+    def stream(self, feed, max_in_flight: int | None = None) -> Iterator[JudgeResponse]:
+        """adapters.base.StreamingJudge: at most `max_in_flight` (default: the config's) requests outstanding,
+        responses in completion order. Raises BackendFatalError (after the requests in flight) on HTTP 401/403."""
+        limit = min(int(max_in_flight or self.config.max_in_flight), self.config.max_in_flight)
+        for request, result in self._runner.stream(feed, limit, self.body):
+            yield _judge_response(request.key, result)
 
 
 @dataclass
 class HTTPCaptionResponse(CaptionResponse):
-    note: str | None = None  # e.g. which frames were sent when the request had more than max_images
+    note: str | None = None  # e.g. which frames were sent when the request had more than max_frames
 
 
-def subsample_indices(n_frames: int, max_images: int) -> np.ndarray:
+def subsample_indices(n_frames: int, max_frames: int | None) -> np.ndarray:
     """Evenly spaced frame indices (first and last included) when there are more frames than allowed."""
-    if n_frames <= max_images:
+    if max_frames is None or n_frames <= max_frames:
         return np.arange(n_frames)
-    return np.unique(np.linspace(0, n_frames - 1, max_images).round().astype(np.int64))
+    return np.unique(np.linspace(0, n_frames - 1, max_frames).round().astype(np.int64))
 
 
 @register_captioner("openai")
 class OpenAICaptioner(_HTTPBackend):
-    """Multimodal captioner: frames go as JPEG data URLs in one user message."""
+    """Multimodal captioner: the frames of the frame spec go as JPEG data URLs in one user message, all of them
+    unless `max_frames` (the backend's limit) says otherwise; then they are evenly subsampled and the number sent is
+    recorded (`frames_sent`, `note`). A caption cut at `max_tokens` (finish_reason "length") has `truncated=True`."""
 
-    def _kwargs(self, r: CaptionRequest) -> tuple[dict, str | None]:
+    def _body(self, r: CaptionRequest) -> tuple[bytes, int, str | None]:
         frames = np.asarray(r.frames)
         if frames.ndim != 4 or frames.shape[-1] != 3:
             raise ValueError(f"frames must be uint8 (T, H, W, 3); got shape {frames.shape}")
-        idx = subsample_indices(len(frames), self.config.max_images)
+        idx = subsample_indices(len(frames), self.config.max_frames)
         note = None
         if len(idx) < len(frames):
-            note = f"sent {len(idx)} of {len(frames)} frames (evenly subsampled; max_images={self.config.max_images})"
+            note = f"sent {len(idx)} of {len(frames)} frames (evenly subsampled; max_frames={self.config.max_frames})"
         text = r.prompt if r.context is None else f"{r.context}\n\n{r.prompt}"
         if r.timestamps:
             stamps = ", ".join(f"{r.timestamps[i]:.2f}" for i in idx if i < len(r.timestamps))
             text = f"{text}\n(Frame timestamps in seconds: {stamps})"
         urls = [_jpeg_data_url(frames[i], self.config.jpeg_quality) for i in idx]
-        kwargs = {"model": self.config.model, "messages": [{"role": "user", "content": user_content(text, urls)}],
-                  "max_tokens": r.max_tokens, "temperature": r.temperature, "seed": r.seed}
-        return kwargs, note
+        body = {"model": self.config.model, "messages": [{"role": "user", "content": user_content(text, urls)}],
+                "max_tokens": self.config.max_tokens or r.max_tokens, "seed": r.seed}
+        if r.temperature is not None:
+            body["temperature"] = r.temperature
+        return encode_body(body), len(idx), note
 
     def caption(self, requests: Sequence[CaptionRequest]) -> list[HTTPCaptionResponse]:
-        calls, notes, bad = [], [], {}
+        calls, sent, bad = [], [], {}
         for i, r in enumerate(requests):
             try:
-                kwargs, note = self._kwargs(r)
-                calls.append(kwargs)
-                notes.append(note)
+                body, n_sent, note = self._body(r)
+                calls.append((body, None))
+                sent.append((n_sent, note))
             except (ValueError, TypeError, OSError) as exc:
                 bad[i] = f"invalid request {r.key}: {exc}"
-        results = iter(zip(self._runner.run(calls), notes))
+        results = self._runner.run(calls)
+        self._raise_if_fatal(results)
+        it = iter(zip(results, sent))
         out = []
         for i, r in enumerate(requests):
             if i in bad:
                 out.append(HTTPCaptionResponse(r.key, None, bad[i]))
                 continue
-            res, note = next(results)
+            res, (n_sent, note) = next(it)
             out.append(HTTPCaptionResponse(r.key, res.text, res.error, res.prompt_tokens, res.completion_tokens,
-                                           res.latency_s, note))
-        if any(n for n in notes):
-            log.info("captioner %s: some requests had frames subsampled to %d", self.name, self.config.max_images)
+                                           res.latency_s, truncated=res.finish_reason == "length",
+                                           frames_sent=n_sent, note=note))
+        if any(note for _, note in sent):
+            log.info("captioner %s: frames subsampled to max_frames=%d in some requests", self.name,
+                     self.config.max_frames)
         return out

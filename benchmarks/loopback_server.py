@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import hashlib
 import json
+import math
 import os
 import random
 import subprocess
@@ -41,7 +42,15 @@ class FaultConfig:
     permanent_400_marker: str = "__BAD_REQUEST__"  # user text containing this always gets a 400
     lifetime_s: float = 600.0
     latency_s: float = 0.0  # delay before each normal answer (lets requests overlap, to observe concurrency)
+    # lognormal latency instead (real API and long-generation tails): median latency_median_s, shape latency_sigma
+    latency_median_s: float = 0.0
+    latency_sigma: float = 0.0
     log_attempts: bool = True  # keep (key, time, outcome) per attempt for /stats; off for benchmarks
+    api_key: str | None = None  # when set, any other bearer token gets 401 (status_for_bad_key)
+    status_for_bad_key: int = 401
+    # cached prompt tokens: "half" reports prompt_tokens // 2 (fixed); "prefix" simulates a prefix cache over
+    # 64-character blocks of the rendered messages (a block counts as cached when the same prefix was seen before)
+    cache_mode: str = "half"
 
 
 def _h(*parts: object) -> int:
@@ -90,14 +99,57 @@ def answer_for(body: dict) -> str:
     return "echo:" + text
 
 
-def completion_body(body: dict, content: str) -> bytes:
-    prompt_tokens = max(1, len(_user_text(body)) // 4)
+def _prompt_text(body: dict) -> str:
+    parts = []
+    for m in body.get("messages") or []:
+        c = m.get("content")
+        if isinstance(c, list):
+            parts.extend(p.get("text") or json.dumps(p.get("image_url")) for p in c if isinstance(p, dict))
+        else:
+            parts.append(str(c))
+    return "\x1e".join(parts)
+
+
+class PrefixCache:
+    """Counts prompt characters whose whole prefix was seen before, in 64-character blocks (like vLLM's block
+    hashes over tokens; 4 characters stand for one token)."""
+
+    BLOCK = 64
+
+    def __init__(self, max_blocks: int = 1_000_000):
+        self.seen: set[int] = set()
+        self.max_blocks = max_blocks
+
+    def cached_tokens(self, text: str) -> int:
+        h, cached, hit = 0, 0, True
+        for start in range(0, len(text) - self.BLOCK + 1, self.BLOCK):
+            h = hash((h, text[start : start + self.BLOCK]))
+            if hit and h in self.seen:
+                cached += self.BLOCK
+            else:
+                hit = False
+                if len(self.seen) < self.max_blocks:
+                    self.seen.add(h)
+        return cached // 4
+
+
+def completion_body(body: dict, content: str, cache: PrefixCache | None = None) -> bytes:
+    """A chat.completion body. Tokens are characters / 4; a reply longer than `max_tokens` is cut there with
+    finish_reason "length"."""
+    text = _prompt_text(body) if cache is not None else _user_text(body)
+    prompt_tokens = max(1, len(text) // 4)
+    cached = cache.cached_tokens(text) if cache is not None else prompt_tokens // 2
+    finish = "stop"
+    limit = body.get("max_tokens") or body.get("max_completion_tokens")
+    if isinstance(limit, int) and limit > 0 and len(content) > 4 * limit:
+        content, finish = content[: 4 * limit], "length"
+    completion_tokens = max(1, len(content) // 4)
     return json.dumps({
         "id": "chatcmpl-loopback", "object": "chat.completion", "created": 0, "model": body.get("model", "loopback"),
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": max(1, len(content) // 4),
-                  "total_tokens": prompt_tokens + max(1, len(content) // 4),
-                  "prompt_tokens_details": {"cached_tokens": prompt_tokens // 2}},
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "total_tokens": prompt_tokens + completion_tokens,
+                  "prompt_tokens_details": {"cached_tokens": min(cached, prompt_tokens)}},
     }).encode()
 
 
@@ -116,7 +168,12 @@ def make_app(cfg: FaultConfig):
 
     state = _State()
     rng = random.Random(cfg.seed)  # one stream, consumed in arrival order: deterministic for a serial client
+    latency_rng = random.Random(cfg.seed + 1)
     lock = threading.Lock()
+    prefix_cache = PrefixCache() if cfg.cache_mode == "prefix" else None
+    if cfg.cache_mode not in ("half", "prefix"):
+        raise ValueError(f"cache_mode must be 'half' or 'prefix'; got {cfg.cache_mode!r}")
+    expected_auth = f"Bearer {cfg.api_key}" if cfg.api_key is not None else None
 
     def pick_fault(key: str) -> str | None:
         with lock:
@@ -136,6 +193,10 @@ def make_app(cfg: FaultConfig):
         t_arrival = time.monotonic()
         try:
             raw = await request.read()
+            if expected_auth is not None and request.headers.get("Authorization") != expected_auth:
+                outcome = str(cfg.status_for_bad_key)
+                return web.json_response({"error": {"message": "Incorrect API key provided (loopback)",
+                                                    "code": "invalid_api_key"}}, status=cfg.status_for_bad_key)
             try:
                 body = json.loads(raw)
                 key = _user_text(body)
@@ -164,9 +225,12 @@ def make_app(cfg: FaultConfig):
                 if _h(cfg.seed, key, state.faults_by_key.get(key)) % 2:
                     return web.Response(body=b'{"id": "chatcmpl-x", "choices": [{"mess', content_type="application/json")
                 return web.Response(body=b"<html>not json</html>", content_type="application/json")
-            if cfg.latency_s > 0:
+            if cfg.latency_median_s > 0:
+                await asyncio.sleep(cfg.latency_median_s * math.exp(cfg.latency_sigma * latency_rng.gauss(0, 1)))
+            elif cfg.latency_s > 0:
                 await asyncio.sleep(cfg.latency_s)
-            return web.Response(body=completion_body(body, answer_for(body)), content_type="application/json")
+            return web.Response(body=completion_body(body, answer_for(body), prefix_cache),
+                                content_type="application/json")
         finally:
             state.in_flight -= 1
             state.outcomes[outcome] = state.outcomes.get(outcome, 0) + 1

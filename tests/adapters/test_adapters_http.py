@@ -134,7 +134,7 @@ def test_captioner_subsamples_frames():
     assert subsample_indices(32, 4).tolist() == [0, 10, 21, 31]
     frames = np.random.default_rng(0).integers(0, 255, size=(12, 32, 48, 3), dtype=np.uint8)
     with LoopbackServer() as server:
-        with OpenAICaptioner(model="cap", base_url=server.base_url, max_images=4) as cap:
+        with OpenAICaptioner(model="cap", base_url=server.base_url, max_frames=4) as cap:
             out = cap.caption([CaptionRequest(key="v", prompt="Describe.", frames=frames,
                                               timestamps=tuple(float(i) for i in range(12))),
                                CaptionRequest(key="bad", prompt="x", frames=np.zeros((3, 4), np.uint8))])
