@@ -1,22 +1,56 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.protocols.base import JudgeProtocol as _JudgeProtocol
+from engine.protocols.base import JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy
 from engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
 from .codes import CapabilityVerdict as _CapabilityVerdict
 
+#: The official retry rule (eval.py:427-468, argparse defaults): up to 5 more rounds, stopping once at most 5 items
+#: are still unanswered; re-asks resend the same request.
+OFFICIAL_MAX_RETRY_TIMES = 5
+OFFICIAL_MAX_ALLOW_MISSING = 5
+
 
 class CapabilityProtocol(_JudgeProtocol):
+    """CAPability: 13 tasks judged from a prompt pack. Params: mode ("strict" | "official"), prompts (pack path),
+    strict_match (official mode: compare the copied annotation field, off as in the official run), structured
+    (strict mode: send a JSON schema), max_retry_times / max_allow_missing (official retry rounds)."""
+
     name = "capability"
-    version = "1"
+    version = "2"
     codes = (_CapabilityVerdict,)
 
-    def render(self, item, caption, *, seed, **opts):
-        return _prompts.render(item, caption, seed=seed, **opts)
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), mode="strict", prompts=None,
+                       **opts):
+        pack = _prompts.pack_for(mode, prompts)
+        # The pack's content hash is part of the revision, hence of every request key: two packs never share
+        # cached judgments. The mode is not: the same prompt and sampling give the same answer in either mode.
+        revision = f"{judge_revision}|pack:{pack.digest}"
+        return super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds,
+                                      mode=_prompts.check_mode(mode), pack=pack, **opts)
+
+    def render(self, item, caption, *, seed, pack=None, mode="strict", prompts=None, **opts):
+        if pack is None:
+            pack = _prompts.pack_for(mode, prompts)
+        return _prompts.render(item, caption, pack=pack, mode=mode, **opts)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)
+
+    def judging_policy(self, mode: str = "strict", **params) -> _JudgingPolicy:
+        if _prompts.check_mode(mode) == "official":
+            return _JudgingPolicy(
+                max_reasks=int(params.get("max_retry_times", OFFICIAL_MAX_RETRY_TIMES)), reask_temperature=None,
+                stop_when_failed_at_most=int(params.get("max_allow_missing", OFFICIAL_MAX_ALLOW_MISSING)),
+                mode="official")
+        return _JudgingPolicy(mode="strict")
+
+    def compute_metrics(self, verdicts, **kwargs):
+        from . import metrics
+
+        allowed = {"items", "captions", "n_resamples", "seed", "mode", "confidence"}
+        return metrics.compute_metrics(verdicts, **{k: v for k, v in kwargs.items() if k in allowed})
 
 
 PROTOCOL = _register_protocol("capability")(CapabilityProtocol())

@@ -9,6 +9,10 @@ Per task, over verdict rows (one per item; one per object for dynamic_object_num
 mode "official": all = pos + neg + miss — items without a judgment (missing, parse failures) are left out, as the
     official script leaves out unsaved items; their number is reported in n_no_verdict / n_missing / n_failed.
 mode "strict": all = pos + neg + miss + nv — a row without a verdict counts as a miss.
+In official mode a dynamic_object_number item counts only when every object has a verdict (the official script saves
+an item only when all its per-object replies pass); otherwise all its rows are rows without a verdict.
+A 0/0 metric (no hits for precision, no rows for recall) is null with the reason in the `note` column, never an
+error; a task average over a null task is null too (numpy's mean of a nan is nan, as in the official summary).
 """
 
 from __future__ import annotations
@@ -126,6 +130,41 @@ def _prepare(verdicts, items, captions) -> pl.DataFrame:
     return df
 
 
+def all_or_nothing(df: pl.DataFrame) -> pl.DataFrame:
+    """Official rule: a dynamic_object_number item with any object lacking a verdict has no verdict at all (its
+    judged objects become FAILED rows; MISSING rows stay MISSING)."""
+    keys = [*GROUP_COLUMNS, "task", "item_id"]
+    dyn = (pl.col("task") == "dynamic_object_number")
+    broken = df.filter(dyn & (pl.col("verdict") < 0)).select(keys).unique().with_columns(pl.lit(True).alias("_broken"))
+    if broken.height == 0:
+        return df
+    df = df.join(broken, on=keys, how="left").with_columns(pl.col("_broken").fill_null(False))
+    return df.with_columns(
+        pl.when(pl.col("_broken") & (pl.col("verdict") >= 0)).then(pl.lit(NO_VERDICT, pl.Int8))
+        .otherwise(pl.col("verdict")).alias("verdict"),
+        pl.when(pl.col("_broken") & (pl.col("verdict") >= 0)).then(pl.lit(int(ParseStatus.FAILED), pl.Int8))
+        .otherwise(pl.col("parse_status")).alias("parse_status"),
+    ).drop("_broken")
+
+
+_NOTES = {
+    "precision": "undefined (0/0): no hits, nothing the caption mentioned to be right or wrong",
+    "recall": "undefined (0/0): no rows with a verdict",
+    "hit_rate": "undefined (0/0): no rows with a verdict",
+    "f1": "undefined: precision or recall is undefined, or both are 0",
+    "kt": "undefined (0/0): no correctly answered QA item with a caption verdict",
+}
+
+
+def _with_notes(frame: pl.DataFrame, label: str = "avg") -> pl.DataFrame:
+    """A `note` column saying why a value is null (0/0 and the like)."""
+    reason = pl.col("metric").replace_strict(_NOTES, default="undefined")
+    avg_reason = pl.lit("undefined: the metric is undefined for at least one task (see its row)")
+    note = (pl.when(pl.col("value").is_not_null() & pl.col("value").is_not_nan()).then(pl.lit(None, pl.String))
+            .when(pl.col("task") == label).then(avg_reason).otherwise(reason))
+    return frame.with_columns(note.alias("note"))
+
+
 def _ordered_tasks(tasks) -> list[str]:
     present = set(tasks)
     return [t for t in TASKS if t in present] + sorted(present - set(TASKS))
@@ -160,12 +199,12 @@ def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: 
         frame = bootstrap_frame(counts, keys, metrics, tallies, n_resamples=n_resamples, seed=seed,
                                 confidence=confidence, scale=100.0, average_over="task" if average_label else None,
                                 average_label=average_label, average_skips_nan=False, nan_as_null=True)
-        frames.append(frame.with_columns(pl.lit(mode).alias("mode")))
+        frames.append(_with_notes(frame.with_columns(pl.lit(mode).alias("mode"))))
     if frames:
         return pl.concat(frames, how="vertical")
     schema = {**{c: pl.String for c in GROUP_COLUMNS}, "task": pl.String, "metric": pl.String, "value": pl.Float64,
               "ci_low": pl.Float64, "ci_high": pl.Float64, "n": pl.Int64, "n_no_verdict": pl.Int64,
-              "n_missing": pl.Int64, "n_failed": pl.Int64, "mode": pl.String}
+              "n_missing": pl.Int64, "n_failed": pl.Int64, "mode": pl.String, "note": pl.String}
     return pl.DataFrame(schema=schema)
 
 
@@ -179,44 +218,82 @@ def compute_metrics(verdicts, *, items=None, captions=None, n_resamples: int = 1
     misses). captions: CAPTIONS; when given with items, every (captioner, prompt, frame_spec) seen there is
     expected to have verdicts for every item."""
     df = _prepare(verdicts, items, captions)
+    if mode == "official":
+        df = all_or_nothing(df)
     return _task_frame(df, METRIC_FUNCTIONS, mode, n_resamples, seed, confidence)
+
+
+def _label_join_keys(qa: pl.DataFrame, cap: pl.DataFrame) -> tuple[list[str], list[str]]:
+    """Group columns to join QA and caption verdicts on, and notes for labels that had to be bridged.
+
+    A column named on both sides with the same labels is joined on. When each side names exactly one label and
+    they differ (QA run as "gpt-4o", captions as "gpt-4o-0806"), the rows are joined by item and a note says so;
+    any other mismatch is an error listing both sides' labels (a silent join would give null or 100%)."""
+    keys, notes = [], []
+    for c in GROUP_COLUMNS:
+        ql = sorted(set(qa[c].to_list()) - {""})
+        cl = sorted(set(cap[c].to_list()) - {""})
+        if not ql or not cl:
+            continue
+        if set(ql) <= set(cl):
+            keys.append(c)
+        elif len(ql) == 1 and len(cl) == 1:
+            notes.append(f"{c} labels differ (QA {ql[0]!r}, captions {cl[0]!r}): joined by item")
+        else:
+            raise ValueError(f"KT: QA verdicts name {c} {ql} but caption verdicts name {cl}; the labels do not match "
+                             f"(rename one side, or pass one {c} per table)")
+    return keys, notes
 
 
 def know_but_cannot_tell(qa_verdicts, caption_verdicts, *, n_resamples: int = 1000, seed: int = 0,
                          mode: str = "official", confidence: float = 0.95) -> pl.DataFrame:
-    """KT: among QA items answered correctly (CapabilityQAVerdict.CORRECT), the share whose caption verdict is
-    NEGATIVE or MISS, per task and averaged over tasks, in percent (metric "kt").
+    """KT (paper Eq. 4): among QA items answered correctly (CapabilityQAVerdict.CORRECT), the share whose caption
+    verdict is NEGATIVE or MISS, per task and averaged over tasks, in percent (metric "kt").
 
-    Rows are matched on (task, item_id, sub_index) and, when both tables name captioners, on the group columns.
-    Correct QA items with no caption verdict row are counted in n_no_verdict (and in strict mode as misses)."""
+    QA rows join caption rows by (task, item_id) and sub_index; a QA row without sub_index (one question per
+    item) joins every object row of that item. Group columns join as `_label_join_keys` says; a bridged label is
+    reported in `note`. Correct QA items with no caption verdict row are counted in n_no_verdict (and in strict
+    mode as misses). When no correct QA row finds its item among the caption verdicts at all, that is an error
+    naming the tables' item ids, not a null or 100% KT."""
     qa = _with_groups(_as_frame(qa_verdicts))
     cap = _with_groups(_as_frame(caption_verdicts))
-    keys = ["task", "item_id", "_sub"]
-    for c in GROUP_COLUMNS:
-        if (qa[c] != "").any() and (cap[c] != "").any():
-            keys.append(c)
-    qa = qa.with_columns(pl.col("sub_index").fill_null(-1).alias("_sub"))
-    cap = cap.with_columns(pl.col("sub_index").fill_null(-1).alias("_sub"))
-    dup = cap.group_by(keys).len().filter(pl.col("len") > 1)
+    keys, notes = _label_join_keys(qa, cap)
+    dup = cap.group_by(["task", "item_id", "sub_index", *keys]).len().filter(pl.col("len") > 1)
     if dup.height:
         raise ValueError(f"caption verdicts have {dup.height} keys with several rows (e.g. {dup.row(0)})")
     correct = qa.filter(pl.col("verdict") == int(CapabilityQAVerdict.CORRECT))
-    joined = correct.join(cap.select(*keys, pl.col("verdict").alias("_cv"), pl.col("parse_status").alias("_cs")),
-                          on=keys, how="left")
+    capv = cap.select("task", "item_id", *keys, pl.col("sub_index").alias("_cap_sub"),
+                      pl.col("verdict").alias("_cv"), pl.col("parse_status").alias("_cs"))
+    joined = correct.join(capv, on=["task", "item_id", *keys], how="left")
+    joined = joined.filter(pl.col("sub_index").is_null() | pl.col("_cap_sub").is_null()
+                           | (pl.col("sub_index") == pl.col("_cap_sub")))
+    if correct.height and joined["_cv"].is_null().all():
+        ex = correct.row(0, named=True)
+        raise ValueError(f"KT: none of the {correct.height} correctly answered QA items has a caption verdict "
+                         f"(e.g. task {ex['task']!r}, item {ex['item_id']!r}); the item ids of the two tables do "
+                         f"not match")
     joined = joined.with_columns(
+        pl.coalesce("sub_index", "_cap_sub").alias("sub_index"),
         pl.col("_cv").fill_null(NO_VERDICT).cast(pl.Int8).alias("verdict"),
         pl.when(pl.col("_cv").is_null()).then(int(ParseStatus.MISSING)).otherwise(pl.col("_cs"))
         .cast(pl.Int8).alias("parse_status"))
     df = joined.select(*GROUP_COLUMNS, "task", "item_id", pl.col("video_id").cast(pl.String),
                        pl.col("sub_index").cast(pl.Int32), "verdict", "parse_status")
-    return _task_frame(df, {"kt": know_but_cannot_tell_rate}, mode, n_resamples, seed, confidence)
+    out = _task_frame(df, {"kt": know_but_cannot_tell_rate}, mode, n_resamples, seed, confidence)
+    if notes:
+        bridge = "; ".join(notes)
+        out = out.with_columns(pl.when(pl.col("note").is_null()).then(pl.lit(bridge))
+                               .otherwise(pl.col("note") + "; " + bridge).alias("note"))
+    return out
 
 
 def wide(metrics: pl.DataFrame) -> pl.DataFrame:
     """One row per (group, task): value and CI columns per metric (precision, precision_ci_low, ...) and counts."""
     groups = [c for c in (*GROUP_COLUMNS, "task") if c in metrics.columns]
     counts = metrics.group_by(groups, maintain_order=True).agg(
-        pl.col(c).first() for c in ("n", "n_no_verdict", "n_missing", "n_failed", "mode") if c in metrics.columns)
+        *(pl.col(c).first() for c in ("n", "n_no_verdict", "n_missing", "n_failed", "mode") if c in metrics.columns),
+        *([pl.col("note").drop_nulls().unique(maintain_order=True).str.join("; ").alias("note")]
+          if "note" in metrics.columns else []))
     out = counts
     for m in metrics["metric"].unique(maintain_order=True).to_list():
         part = metrics.filter(pl.col("metric") == m).select(

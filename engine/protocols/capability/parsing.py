@@ -1,56 +1,98 @@
-"""CAPability parsing: a JSON object (fences stripped, single quotes accepted via ast.literal_eval as the official
-script does) -> CapabilityVerdict. Scored tasks read the `score` field only; classification tasks read `pred`."""
+"""CAPability reply parsing in the two modes; both return (verdict code, ParseStatus, detail JSON | error text).
+
+official: exactly the official extraction and validation (official.py). A reply the official script would not save
+    is FAILED (the judge loop re-asks it, as the official retry rounds do); the accepted score maps through
+    official.code_of. dynamic_object_number is judged one object per row here; that an item counts only when every
+    object's reply was accepted is applied when metrics are computed (metrics.py, official mode).
+strict (capeval's own): the reply may be JSON or a Python literal, fenced or inside prose (a lenient extraction,
+    status REPAIRED when it was needed); then the official validation (strict_match off) so strict never accepts a
+    value the official validator rejects, plus three rules of its own: a score must be a number or numeric text
+    (not a boolean), `pred` must be a list or text (not a dict), and a list that mixes "N/A" with category names is
+    contradictory and re-asked instead of silently becoming a miss.
+
+The parse context (Rendered.parse, built by prompts.py) carries: mode, task, annotation (the object's {obj: value}
+for the object tasks), strict_match, and for classification tasks the pack's category names and explanation lines.
+"""
 
 from __future__ import annotations
 
-import ast
 import json
 
-from engine.judging.repair import ParseError, extract_json, parse_int_field
+from engine.judging.repair import ParseError, extract_json
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 
-from .codes import FROM_SCORE, CapabilityVerdict
+from . import official
+from .codes import CLASSIFICATION_TASKS
 
 
-def _pred_list(raw) -> tuple[list[str], bool]:
-    if isinstance(raw, list):
-        return [str(x).strip().lower() for x in raw], False
-    if isinstance(raw, str):  # the official prompt asks for "a python list" inside the JSON string
-        s = raw.strip()
-        if s.upper() in ("N/A", "NA", "NONE", ""):
-            return ["n/a"], True
-        try:
-            value = ast.literal_eval(s)
-        except (ValueError, SyntaxError):
-            return [p.strip().strip("'\"").lower() for p in s.strip("[]").split(",") if p.strip()], True
-        return _pred_list(value if isinstance(value, list) else [value])[0], True
-    raise ParseError(f"'pred' is neither a list nor a string: {raw!r}")
+def _categories(ctx: dict) -> official.Categories:
+    return official.Categories(tuple(ctx.get("names") or ()), tuple(ctx.get("explains") or ()))
+
+
+def _detail(reply, score) -> str:
+    detail = {"score": 1 if score == 1 else 0 if score == 0 else -1}
+    if type(score) is not int:  # True, 1.0: what the official script stored
+        detail["score_repr"] = repr(score)
+    if isinstance(reply, dict):
+        for k in ("pred", "reason"):
+            if k in reply and official.json_safe(reply[k]):
+                detail[k] = reply[k]
+    return json.dumps(detail, ensure_ascii=False)
+
+
+def _validate(task: str, reply, ctx: dict):
+    if task in CLASSIFICATION_TASKS:
+        return official.validate_classification(task, reply, ctx.get("annotation"), _categories(ctx))
+    return official.validate_scored(task, reply, ctx.get("annotation"), bool(ctx.get("strict_match")))
+
+
+def parse_official(task: str, text: str | None, ctx: dict):
+    try:
+        reply = official.extract(text)
+        score = _validate(task, reply, ctx)
+        if not official.json_safe(reply):
+            raise official.Rejected("validate", "the reply holds values json cannot write")
+    except official.Rejected as exc:
+        return NO_VERDICT, ParseStatus.FAILED, f"rejected by the official rules at {exc}"
+    return official.code_of(score), ParseStatus.OK, _detail(reply, score)
+
+
+def _strict_extract(text: str | None) -> tuple[object, bool]:
+    try:
+        return official.extract(text), False
+    except official.Rejected:
+        pass
+    try:
+        return extract_json(text, dict)[0], True
+    except ParseError as exc:
+        raise official.Rejected("parse", str(exc)) from None
+
+
+def parse_strict(task: str, text: str | None, ctx: dict):
+    try:
+        reply, repaired = _strict_extract(text)
+        if not isinstance(reply, dict):
+            raise official.Rejected("parse", f"expected a JSON object, got {type(reply).__name__}")
+        if task in CLASSIFICATION_TASKS:
+            pred = reply.get("pred")
+            if not isinstance(pred, (list, str)):
+                raise official.Rejected("validate", f"'pred' must be a list of categories, got {pred!r}")
+            if isinstance(pred, list) and "N/A" in pred and any(p != "N/A" for p in pred):
+                raise official.Rejected("validate", f"'pred' mixes N/A with categories: {pred!r}")
+        elif isinstance(reply.get("score"), bool):
+            raise official.Rejected("validate", "'score' is a boolean, not 1, 0 or -1")
+        score = _validate(task, reply, ctx)
+        if not official.json_safe(reply):
+            raise official.Rejected("validate", "the reply holds values json cannot write")
+    except official.Rejected as exc:
+        return NO_VERDICT, ParseStatus.FAILED, f"rejected: {exc}"
+    return official.code_of(score), ParseStatus.REPAIRED if repaired else ParseStatus.OK, _detail(reply, score)
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
     ctx = parse_context(request).get("parse", {})
-    try:
-        obj, repaired = extract_json(text, dict)
-        if ctx.get("kind") == "classification":
-            if "pred" not in obj:
-                raise ParseError(f"JSON has no 'pred' field (keys: {sorted(obj)[:8]})")
-            pred, fixed = _pred_list(obj["pred"])
-            repaired |= fixed
-            annotation = str(ctx.get("annotation", "")).strip().lower()
-            if annotation in pred:
-                code = CapabilityVerdict.POSITIVE
-            elif not pred or all(p in ("n/a", "na") for p in pred):
-                code = CapabilityVerdict.MISS
-            else:
-                code = CapabilityVerdict.NEGATIVE
-            detail = {"pred": pred}
-        else:
-            score, fixed = parse_int_field(obj, "score", (1, 0, -1))
-            repaired |= fixed
-            code = FROM_SCORE[score]
-            detail = {"score": score, "reason": obj.get("reason")}
-    except ParseError as exc:
-        return NO_VERDICT, ParseStatus.FAILED, str(exc)
-    status = ParseStatus.REPAIRED if repaired else ParseStatus.OK
-    return int(code), status, json.dumps(detail, ensure_ascii=False)
+    task = ctx.get("task") or request.get("task")
+    if ctx.get("mode") == "official":
+        return parse_official(task, text, ctx)
+    return parse_strict(task, text, ctx)

@@ -1,162 +1,138 @@
-"""CAPability judge prompts, written in the spirit of the official evaluation/prompt.py (ali-vilab/CAPability).
+"""CAPability judge requests, rendered from a prompt pack (engine/packs.py).
 
-Scored tasks ask whether the caption describes one annotated aspect (object, number, color, relation, scene, OCR
-text, name, action, event) and return {"score": 1 | 0 | -1, "reason": ...} with the official meanings (1 correct,
-0 not mentioned, -1 wrong / for action and the 'mentions something else' tasks: the given one not mentioned).
-Classification tasks (camera_angle, camera_movement, style) return {"pred": [categories] or ["N/A"], "reason"}.
-dynamic_object_number renders one request per annotated object (sub_index = object's position).
-Layout for prefix caching: task system prompt, then the caption, then the task text and annotation last.
+The pack is capeval's own (`pack.toml` beside this file) unless the run names another (`prompts`, e.g. the official
+../shared/protocols/capability.toml); official mode requires an explicit official pack. Each task uses the pack's
+prompt `judge/<task>`: system = role_system, user = user.format(**fields). The fields follow the official filling
+rules (eval.py / prompt.py, as the pack's `placeholders` describe them):
+
+* caption: the caption text exactly as given (action items are paired with the event captions upstream: they share
+  the event videos' file ids);
+* a text annotation fills every placeholder other than `caption` (event, action, object, scene, ocr_text, name, ...);
+* an {object: value} annotation fills `object` with the key and every other placeholder (number, color) with
+  str(value); object_number / object_color use the first pair, dynamic_object_number renders one request per pair,
+  in the annotation's order (sub_index = position);
+* camera_angle / camera_movement / style have only the caption; their labels come from the pack's [[category]].
+
+Official mode sends what the official script sends: the two messages and no sampling parameters (temperature None,
+no structured output). Strict mode asks at temperature 0 and, with `structured=true`, sends a JSON schema whose
+every instance the official validator accepts.
 """
 
 from __future__ import annotations
 
 import json
 
+from engine.packs import PackError, PromptPack, resolve_pack
 from engine.protocols.base import Rendered, annotation_value
 
 from .codes import CLASSIFICATION_TASKS, TASKS
+from .official import COPIED_FIELD, Categories
 
-_MEDIUM = {"image": "image", "video": "video"}
-
-_ASPECT = {  # what the caption is checked for, per scored task
-    "object_category": "the objects in the {m}",
-    "object_number": "the number of objects in the {m}",
-    "dynamic_object_number": "the number of objects in the {m}",
-    "object_color": "the colors of objects in the {m}",
-    "spatial_relation": "the spatial relationships between objects in the {m}",
-    "scene": "the scene of the {m}",
-    "OCR": "the text (OCR) visible in the {m}",
-    "character_identification": "the identity (names) of people or characters in the {m}",
-    "action": "the actions in the {m}",
-    "event": "the events in the {m}",
-}
-
-_RULES = {  # (what is given, scoring rule): 1 / 0 / -1 with the official meanings
-    "object_category": ("Object", "Score 1 if the caption mentions this object (an expression with a similar meaning "
-                        "counts). Score 0 if the caption mentions no objects at all. Score -1 if the caption mentions "
-                        "other objects but not this one."),
-    "object_number": ("Object number, as {object: number}", "Count how many of this object the caption describes. "
-                      "Score 1 if the caption gives the correct number. Score 0 if the caption does not mention the "
-                      "object or gives no specific number (words such as 'some', 'several', 'various' are not "
-                      "numbers). Score -1 only if the caption gives a wrong number."),
-    "object_color": ("Object color, as {object: color}", "Score 1 if the caption describes this object's color "
-                     "correctly (a similar color word counts). Score 0 if the caption does not mention the object or "
-                     "does not give its color. Score -1 only if the caption gives a wrong color."),
-    "spatial_relation": ("Spatial relationship", "Score 1 if the caption describes this spatial relationship "
-                         "correctly. Score 0 if the caption does not mention the objects or their relationship. Score "
-                         "-1 only if the caption describes a wrong relationship."),
-    "scene": ("Scene", "Score 1 if the caption mentions this scene. Score 0 if the caption gives no scene information "
-              "at all. Score -1 only if the caption describes other scenes but not this one."),
-    "OCR": ("OCR text", "Score 1 if the caption refers to this text and reproduces it correctly. Score 0 if the "
-            "caption says nothing about this text. Score -1 if the caption's reading of the text is wrong."),
-    "character_identification": ("Name of the person/character", "Score 1 if the caption names this person or "
-                                 "character correctly. Score 0 if the caption mentions no names. Score -1 if the "
-                                 "caption gives a wrong name."),
-    "action": ("Action", "Score 1 if the caption mentions this action (an expression with a similar meaning counts). "
-               "Score 0 if the caption mentions no actions at all. Score -1 if the caption describes other actions but "
-               "not this one."),
-    "event": ("Event", "Score 1 if the caption describes this event correctly (a similar meaning counts). Score 0 if "
-              "the caption is unrelated to this event. Score -1 if the caption describes the related event wrongly."),
-}
-_RULES["dynamic_object_number"] = _RULES["object_number"]
-
-CATEGORIES = {
-    "camera_angle": {
-        "level angle": "the subject is shot horizontally (flat shot)",
-        "high angle": "the camera looks down on the subject (overhead shot)",
-        "low angle": "the camera looks up at the subject (upward shot)",
-        "dutch angle": "the camera is rolled about its axis so the horizon is tilted",
-    },
-    "camera_movement": {
-        "left": "the camera pans or tracks to the left",
-        "right": "the camera pans or tracks to the right",
-        "up": "the camera tilts or booms up",
-        "down": "the camera tilts or booms down",
-        "in": "the camera dollies toward the subject or zooms in",
-        "out": "the camera dollies away from the subject or zooms out, so the subject looks smaller",
-        "fixed": "the camera stays (almost) still",
-    },
-    "style": {
-        "realistic": "lifelike, truthful depiction",
-        "animated": "2D drawings or 3D computer-generated imagery, e.g. cartoon, anime",
-        "special effect": "illusions made with practical or digital effects",
-        "old-fashioned": "vintage or classical, historical look",
-        "pixel art": "blocky, low-resolution retro pixels",
-        "sketch art": "rough drawings emphasising line work",
-        "abstract art": "non-representational shapes and colors",
-        "impressionism art": "visible brushstrokes, dabs of vivid color capturing light",
-        "cubism art": "fragmented geometric planes, several perspectives at once",
-    },
-}
-_CLASS_WHAT = {"camera_angle": "camera angle", "camera_movement": "camera movement", "style": "artistic style"}
-
-SCORE_SCHEMA = json.dumps({
-    "type": "object",
-    "properties": {"score": {"type": "integer", "enum": [1, 0, -1]}, "reason": {"type": "string", "maxLength": 300}},
-    "required": ["score", "reason"],
-})
+MODES = ("strict", "official")
+#: No max_tokens is sent officially (the API default: until the model stops); 1024 is far above the ~100-token
+#: replies of these prompts, so nothing the official run would see is cut.
+MAX_TOKENS = {"official": 1024, "strict": 512}
+#: A copied '{object: number}' the official validator accepts: one ':' and an integer after it.
+NUMBER_FIELD_PATTERN = r"^[^:]*:[ ]*[0-9]+[ ]*\}*$"
 
 
-def pred_schema(task: str) -> str:
-    return json.dumps({
-        "type": "object",
-        "properties": {
-            "pred": {"type": "array", "items": {"type": "string", "enum": [*CATEGORIES[task], "N/A"]}, "minItems": 1,
-                     "maxItems": len(CATEGORIES[task])},
-            "reason": {"type": "string", "maxLength": 300},
-        },
-        "required": ["pred", "reason"],
-    })
+def flag(value) -> bool:
+    """A boolean protocol param that may arrive as text from the CLI (--param strict_match=true)."""
+    if isinstance(value, str):
+        v = value.strip().lower()
+        if v in ("1", "true", "yes", "on"):
+            return True
+        if v in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"expected true or false, got {value!r}")
+    return bool(value)
 
 
-def _medium(item: dict) -> str:
-    return _MEDIUM.get((item.get("media_type") or "").lower(), "video" if item["task"] in (
-        "dynamic_object_number", "action", "event", "camera_movement") else "image")
+def check_mode(mode: str | None) -> str:
+    mode = mode or "strict"
+    if mode not in MODES:
+        raise ValueError(f"capability: mode must be one of {MODES}, got {mode!r}")
+    return mode
 
 
-def _system(task: str, m: str) -> str:
-    if task in CLASSIFICATION_TASKS:
-        return (f"You are an expert in {m} analysis who checks {m} captions. Read the user's caption and classify what "
-                f"it says about the {_CLASS_WHAT[task]}.")
-    return (f"You are an expert in {m} analysis who checks the accuracy of {m} captions, in particular what they say "
-            f"about {_ASPECT[task].format(m=m)}. Compare the user's caption with the given annotation and score it.")
+def pack_for(mode: str = "strict", prompts=None) -> PromptPack:
+    return resolve_pack("capability", prompts, mode=check_mode(mode))
 
 
-def _annotation_text(task: str, value) -> list[str]:
-    if task in ("object_number", "object_color"):
-        (obj, val), = list(value.items())[:1] if isinstance(value, dict) else [(value, "")]
-        return [f"{{{obj}: {val}}}"]
-    if task == "dynamic_object_number":
-        return [f"{{{obj}: {num}}}" for obj, num in value.items()]
-    return [value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)]
+def categories(pack: PromptPack, task: str) -> Categories:
+    for entry in pack.table("category"):
+        if entry.get("task") == task:
+            names = entry.get("names")
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise PackError(f"{pack.path}: [[category]] for {task!r} needs 'names', a list of text")
+            return Categories(tuple(names), tuple(entry.get("explains") or ()))
+    raise PackError(f"{pack.path}: no [[category]] table with task = {task!r} (needed to validate its replies)")
 
 
-def render(item: dict, caption: dict, *, seed: int, **_opts) -> list[Rendered]:
+def _score_schema(task: str) -> str:
+    props = {"score": {"type": "integer", "enum": [1, 0, -1]}, "reason": {"type": "string", "maxLength": 400}}
+    copied = {"type": "string", "maxLength": 300}
+    if task in ("object_number", "dynamic_object_number"):
+        copied["pattern"] = NUMBER_FIELD_PATTERN
+    elif task == "object_color":
+        copied["pattern"] = "^[^:]*:.*$"
+    field = COPIED_FIELD[task]
+    return json.dumps({"type": "object", "properties": {field: copied, **props},
+                       "required": [field, "score", "reason"]})
+
+
+def _pred_schema(cats: Categories) -> str:
+    return json.dumps({"type": "object", "properties": {
+        "pred": {"type": "array", "items": {"type": "string", "enum": [*cats.names, "N/A"]}, "minItems": 1,
+                 "maxItems": len(cats.names)},
+        "reason": {"type": "string", "maxLength": 400}}, "required": ["pred", "reason"]})
+
+
+def _fills(task: str, value, names: list[str]) -> list[tuple[dict, object, dict]]:
+    """(template fields, annotation the validator compares with, fields for structured backends) per request."""
+    others = [n for n in names if n != "caption"]
+    if isinstance(value, dict):
+        if not value:
+            raise ValueError(f"{task}: empty {{object: value}} annotation")
+        pairs = list(value.items()) if task == "dynamic_object_number" else list(value.items())[:1]
+        out = []
+        for obj, v in pairs:
+            fields = {n: str(v) for n in others}
+            fields["object"] = obj
+            out.append((fields, {obj: v}, {"annotation": json.dumps({obj: v}, ensure_ascii=False), "object": obj,
+                                           "value": str(v)}))
+        return out
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return [({n: text for n in others}, text, {"annotation": text})]
+
+
+def render(item: dict, caption: dict, *, pack: PromptPack, mode: str = "strict", strict_match=False,
+           structured=False, **_opts) -> list[Rendered]:
     task = item["task"]
     if task not in TASKS:
         raise ValueError(f"capability item {item['item_id']!r}: unknown task {task!r} (known: {', '.join(TASKS)})")
-    m = _medium(item)
-    text = caption.get("text") or ""
-    head = f"{m.capitalize()} caption:\n{text}\n\n"
+    mode = check_mode(mode)
+    structured = flag(structured) and mode == "strict"
+    prompt = pack.prompt(f"judge/{task}")
+    text = caption.get("text")
+    text = "" if text is None else text
     value = annotation_value(item)
+    names = list(prompt.placeholders) or ["caption"]
+    sampling = {"temperature": None if mode == "official" else 0.0, "max_tokens": MAX_TOKENS[mode]}
+    base_parse = {"mode": mode, "task": task, "strict_match": flag(strict_match)}
     if task in CLASSIFICATION_TASKS:
-        cats = CATEGORIES[task]
-        explain = "\n".join(f"- {c}: {d}" for c, d in cats.items())
-        user = (head + f"Which of these {_CLASS_WHAT[task]} categories does the caption explicitly describe?\n"
-                f"{explain}\nOnly use what the caption says about the {_CLASS_WHAT[task]}; do not infer it from the "
-                "rest of the caption. Put the matching categories in the 'pred' list; if the caption says nothing "
-                "about it, or what it says fits no category, use [\"N/A\"].\n"
-                'Output only JSON: {"pred": ["category", ...], "reason": "why"}')
-        return [Rendered(task=task, step="judge", system=_system(task, m), user=user, json_schema=pred_schema(task),
-                         max_tokens=256, fields={"caption": text, "categories": json.dumps(list(cats)),
-                                                 "annotation": str(value)},
-                         parse={"annotation": str(value), "kind": "classification"})]
-    given, rule = _RULES[task]
+        cats = categories(pack, task)
+        system, user = prompt.render(caption=text, **{n: "" for n in names if n != "caption"})
+        return [Rendered(task=task, step="judge", system=system, user=user,
+                         json_schema=_pred_schema(cats) if structured else None,
+                         fields={"caption": text, "categories": json.dumps(list(cats.names)), "annotation": str(value)},
+                         parse={**base_parse, "annotation": value, "names": list(cats.names),
+                                "explains": list(cats.explains)}, **sampling)]
     out = []
-    for sub, ann in enumerate(_annotation_text(task, value)):
-        user = (head + f"{given}: {ann}\n{rule}\n"
-                'Output only JSON: {"score": 1 or 0 or -1, "reason": "why"}')
-        out.append(Rendered(task=task, step="judge", sub_index=sub, system=_system(task, m), user=user,
-                            json_schema=SCORE_SCHEMA, max_tokens=256,
-                            fields={"caption": text, "annotation": ann}, parse={"kind": "score"}))
+    for sub, (fields, compared, backend_fields) in enumerate(_fills(task, value, names)):
+        system, user = prompt.render(caption=text, **fields)
+        out.append(Rendered(task=task, step="judge", sub_index=sub, system=system, user=user,
+                            json_schema=_score_schema(task) if structured else None,
+                            fields={"caption": text, **backend_fields},
+                            parse={**base_parse, "annotation": compared}, **sampling))
     return out
