@@ -1,8 +1,9 @@
 """DREAM-1K (bytedance/tarsier): 1,000 clips with a reference description and its event list (no videos).
 
-`load_clips` gives one ITEMS row per clip (annotation = JSON list of events, answer = reference description,
-category = source dataset, extra = duration and counts); `load_events` one row per event (the unit of
-AutoDQ-style event precision/recall)."""
+`load_clips` gives one ITEMS row per clip in the shape the LVCap-Eval protocol judges (task "events", annotation =
+JSON list of the reference events as stored, answer = reference description, category = source dataset such as
+"DREAM/youtube", extra = duration, idx and the n_events / n_shots / n_subjects counts that AutoDQ buckets by);
+`load_events` one row per event. `clip_items` builds the same rows from records already in memory."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from engine import schemas
 from engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
 
 BENCHMARK = "dream1k"
+TASK = "events"  # the LVCap-Eval task that judges a clip's events (AutoDQ)
 
 
 def _records(path: Path):
@@ -40,21 +42,31 @@ def _records(path: Path):
         yield str(vid), events, reference, source, extra
 
 
-def load_clips(path: str | Path) -> pa.Table:
-    path = Path(path)
+def clip_items(clips) -> pa.Table:
+    """ITEMS rows from (vid, events, reference, source, extra) tuples (what `_records` yields)."""
     rows = {k: [] for k in ("item_id", "annotation", "answer", "category", "extra")}
     seen = set()
-    for vid, events, reference, source, extra in _records(path):
+    for vid, events, reference, source, extra in clips:
         if vid in seen:
-            raise DatasetFormatError(path, None, f"duplicate vid {vid!r}", field="vid")
+            raise ValueError(f"duplicate vid {vid!r}")
         seen.add(vid)
         for k, v in zip(rows, (vid, json.dumps(events, ensure_ascii=False), reference, source,
                                json.dumps(extra, ensure_ascii=False))):
             rows[k].append(v)
     n = len(rows["item_id"])
-    table = pa.table({"benchmark": [BENCHMARK] * n, "task": ["caption"] * n, "video_id": rows["item_id"],
+    table = pa.table({"benchmark": [BENCHMARK] * n, "task": [TASK] * n, "video_id": rows["item_id"],
                       "media_type": ["video"] * n, **rows})
     return schemas.conform(table, schemas.ITEMS)
+
+
+def load_clips(path: str | Path) -> pa.Table:
+    path = Path(path)
+    try:
+        return clip_items(_records(path))
+    except DatasetFormatError:
+        raise
+    except ValueError as exc:
+        raise DatasetFormatError(path, None, str(exc), field="vid") from None
 
 
 def load_events(path: str | Path) -> pa.Table:

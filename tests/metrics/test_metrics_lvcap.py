@@ -36,8 +36,8 @@ def test_autodq_video_average_by_hand():
     assert get(out, "S_e")["value"] == pytest.approx(100 * 2 * p * r / (p + r))
     assert get(out, "S_e")["n_no_verdict"] == 1 and get(out, "S_e")["n"] == 8
     assert get(out, "S_s")["value"] == pytest.approx(100 / 3)
-    assert get(out, "S_e", "<1min")["value"] == pytest.approx(50.0)
-    assert get(out, "S_s", "5min-15min")["value"] == pytest.approx(0.0)
+    assert get(out, "S_e", "<2min")["value"] == pytest.approx(50.0)
+    assert get(out, "S_s", "6-10min")["value"] == pytest.approx(0.0)
 
 
 def test_pooled_and_paper_modes():
@@ -48,7 +48,7 @@ def test_pooled_and_paper_modes():
     paper = compute_metrics(table(SPEC), items=ITEMS, n_resamples=0, paper_compatible=True)
     assert get(paper, "event_recall")["value"] == pytest.approx(50.0)  # video b dropped as AutoDQ does
     assert get(paper, "S_s")["value"] == pytest.approx(50.0)
-    assert get(paper, "S_e", "5min-15min")["value"] is None and get(paper, "S_e", "5min-15min")["n_no_verdict"] == 1
+    assert get(paper, "S_e", "6-10min")["value"] is None and get(paper, "S_e", "6-10min")["n_no_verdict"] == 1
 
 
 def test_ci_deterministic_with_seed_and_contains_value():
@@ -59,6 +59,27 @@ def test_ci_deterministic_with_seed_and_contains_value():
     assert row["ci_low"] <= row["value"] <= row["ci_high"]
 
 
-def test_duration_buckets():
-    assert duration_bucket(30) == "<1min" and duration_bucket(60) == "1min-5min" and duration_bucket(4000) == ">=30min"
-    assert duration_bucket(None) == "unknown"
+def test_duration_buckets_default_to_the_papers():
+    # the paper's buckets: 2-5, 6-10, 11-15, 16-20 minutes = [2, 5], (5, 10], (10, 15], (15, 20]
+    assert duration_bucket(30) == "<2min" and duration_bucket(120) == "2-5min" and duration_bucket(300) == "2-5min"
+    assert duration_bucket(301) == "6-10min" and duration_bucket(600) == "6-10min"
+    assert duration_bucket(14.5 * 60) == "11-15min" and duration_bucket(20 * 60) == "16-20min"
+    assert duration_bucket(20 * 60 + 1) == ">20min" and duration_bucket(None) == "unknown"
+
+
+def test_duration_bucket_edges_are_a_param():
+    out = compute_metrics(table(SPEC), items=ITEMS, n_resamples=0, duration_buckets="0,1,10")
+    assert get(out, "S_e", "0-1min")["value"] == pytest.approx(50.0)  # a: 30 s
+    assert get(out, "S_s", "2-10min")["value"] == pytest.approx(0.0)  # b: 400 s, in (1, 10]
+    with pytest.raises(ValueError, match="duration_buckets"):
+        compute_metrics(table(SPEC), items=ITEMS, n_resamples=0, duration_buckets="5,2")
+
+
+def test_keep_intermediate_rows_never_change_a_metric():
+    """extract rows (kept with --keep-intermediate) carry no verdict and are not scene answers."""
+    extra = pl.DataFrame([dict(item_id=v, task="events", video_id=v, captioner="m", prompt_id="p", frame_spec="f",
+                               step="extract", sub_index=0, verdict=-1) for v in "ab"],
+                         schema_overrides={"verdict": pl.Int8})
+    base = compute_metrics(table(SPEC), items=ITEMS, n_resamples=50, seed=3)
+    kept = compute_metrics(pl.concat([table(SPEC), extra]), items=ITEMS, n_resamples=50, seed=3)
+    assert base.equals(kept)

@@ -2,39 +2,113 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from engine.protocols.base import JudgeProtocol as _JudgeProtocol, rows_to_table as _rows_to_table
+from engine.protocols.base import (JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
+                                   caption_identity as _caption_identity, make_row as _make_row,
+                                   pair_items_captions as _pair_items_captions, parse_context as _parse_context,
+                                   rows_to_table as _rows_to_table)
+from engine.packs import load_pack as _load_pack
 from engine.registry import register_protocol as _register_protocol
 from engine.schemas import ParseStatus as _ParseStatus
 
-from . import parsing as _parsing, prompts as _prompts
-from .codes import EntailmentVerdict as _EntailmentVerdict, SceneQAVerdict as _SceneQAVerdict
+from . import autodq as _autodq, parsing as _parsing, prompts as _prompts
+from .codes import (BatchVerdict as _BatchVerdict, EntailmentVerdict as _EntailmentVerdict,
+                    SceneQAVerdict as _SceneQAVerdict)
+
+_IDENTITY = ("item_id", "video_id", "caption_key", "captioner", "prompt_id", "frame_spec")
 
 
 class LVCapProtocol(_JudgeProtocol):
+    """LVCap-Eval: scene QA (S_s) and AutoDQ events (S_e). Params: mode, prompts, event_prompts (prompts.py),
+    duration_buckets, event_average (metrics.py)."""
+
     name = "lvcap"
-    version = "1"
-    codes = (_SceneQAVerdict, _EntailmentVerdict)
+    version = "2"
+    codes = (_SceneQAVerdict, _EntailmentVerdict, _BatchVerdict)
     intermediate_steps = ("extract",)
 
-    def render(self, item, caption, *, seed, **opts):
-        return _prompts.render(item, caption, seed=seed, **opts)
+    def judging_policy(self, mode: str = "strict", **params) -> _JudgingPolicy:
+        if mode == "official":  # AutoDQ: up to 10 tries per call, the same request again each time
+            return _JudgingPolicy(max_reasks=_autodq.OFFICIAL_TRIES - 1, reask_temperature=None, mode="official")
+        return _JudgingPolicy(mode=mode)
+
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), mode="strict", prompts=None,
+                       event_prompts=None, **opts):
+        scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts)
+        # The packs' contents enter every request key (and so the cache identity) through the revision.
+        suffix = f"|packs:{scene_pack.digest},{event_pack.digest}|mode:{mode}"
+        revision = f"{judge_revision}|{self.name}@{self.version}{suffix}"
+        pairs, self.uncaptioned_items = _pair_items_captions(items, captions)
+        rows, scene_groups = [], {}
+        for item, cap in pairs:
+            if mode == "official" and item["task"] != "events":
+                scene_groups.setdefault((item["video_id"], cap["caption_key"]), (cap, []))[1].append(item)
+                continue
+            if mode == "official":
+                rendered = _prompts.render_official_events(item, cap, event_pack)
+            else:
+                rendered = _prompts.render_strict(item, cap, scene_pack, event_pack)
+            rows += self._rows(rendered, item, cap, seeds, judge, revision, suffix)
+        for cap, group in scene_groups.values():
+            r = _prompts.render_scene_video(group, cap, scene_pack)
+            rows += self._rows([r], dict(group[0], item_id=group[0]["video_id"]), cap, seeds, judge, revision, suffix)
+        return _rows_to_table(rows)
+
+    def _rows(self, rendered, item, cap, seeds, judge, revision, suffix) -> list[dict]:
+        base = {"item_id": item["item_id"], "video_id": item["video_id"], **_caption_identity(cap)}
+        out = []
+        for trial, seed in enumerate(seeds):
+            for r in rendered:
+                r.parse = {**r.parse, "revision_suffix": suffix}
+                if cap.get("text") is None:
+                    r.parse = {**r.parse, "missing": f"caption failed: {cap.get('error') or 'no text'}"}
+                out.append(_make_row(r, base, protocol=self.name, judge=judge, judge_revision=revision,
+                                     seed=int(seed), trial=trial))
+        return out
+
+    def render(self, item, caption, *, seed, mode="strict", prompts=None, event_prompts=None, **opts):
+        scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts)
+        if mode == "official":
+            if item["task"] != "events":
+                return [_prompts.render_scene_video([item], caption, scene_pack)]
+            return _prompts.render_official_events(item, caption, event_pack)
+        return _prompts.render_strict(item, caption, scene_pack, event_pack)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)
 
     def next_requests(self, requests, verdicts, *, judge, judge_revision):
-        def entail_p(req, v, ctx):
-            reference = ctx.get("parse", {}).get("reference", "")
+        """After extraction: the precision direction (one call per clip in official mode, one per event in strict
+        mode). A failed extraction gives one precision row without a verdict, so the clip stays accountable."""
+        if requests.num_rows != verdicts.num_rows:
+            raise ValueError(f"{self.name}: {requests.num_rows} requests but {verdicts.num_rows} verdicts")
+        rows = []
+        for req, v in zip(requests.to_pylist(), verdicts.to_pylist()):
+            if req["step"] != "extract":
+                continue
+            ctx = _parse_context(req).get("parse", {})
+            suffix = ctx.get("revision_suffix", "")
+            revision = f"{judge_revision}|{self.name}@{self.version}{suffix}"
+            pack = _load_pack(ctx["event_pack"])
+            official = ctx.get("mode") == "official"
             if v["parse_status"] not in (_ParseStatus.OK, _ParseStatus.REPAIRED):
-                # extraction failed: one entail_p row without a verdict keeps the video's precision accountable
-                r = _prompts.render_entail("events", "entail_p", reference, f"[extraction failed {req['request_key']}]", 0)
-                r.parse = {**r.parse, "missing": f"extract step: {v['error'] or 'no events'}",
+                step = "precision" if official else "entail_p"
+                r = _prompts.Rendered(task="events", step=step, user=f"[extraction failed {req['request_key']}]")
+                r.parse = {"mode": ctx.get("mode"), "missing": f"extract step: {v['error'] or 'no events'}",
                            "upstream_status": int(v["parse_status"])}
-                return [r]
-            events = _json.loads(v["detail"])["events"]
-            return [_prompts.render_entail("events", "entail_p", reference, e, i) for i, e in enumerate(events)]
-
-        return _rows_to_table(self._next_rows(requests, verdicts, "extract", judge, judge_revision, entail_p))
+                rendered = [r]
+            elif official:
+                rendered = [_prompts.render_precision(pack, ctx["caption_text"], ctx["reference"],
+                                                      _json.loads(v["detail"]))]
+            else:
+                events = _json.loads(v["detail"])["events"]
+                rendered = [_prompts.render_entail_one(pack, "entail_p", ctx["reference"], e, i)
+                            for i, e in enumerate(events)]
+            base = {k: req[k] for k in _IDENTITY}
+            for r in rendered:
+                r.parse = {**r.parse, "revision_suffix": suffix}
+                rows.append(_make_row(r, base, protocol=self.name, judge=judge, judge_revision=revision,
+                                      seed=req["seed"], trial=req["trial"]))
+        return _rows_to_table(rows)
 
 
 PROTOCOL = _register_protocol("lvcap")(LVCapProtocol())

@@ -15,3 +15,12 @@ class EntailmentVerdict(IntEnum):
 
 N_SCENE_CODES = len(SceneQAVerdict)
 N_ENTAILMENT_CODES = len(EntailmentVerdict)
+
+
+class BatchVerdict(IntEnum):
+    """Official mode judges whole lists in one call: AutoDQ sends ONE entailment call per direction per clip (every
+    event), LVCap's Prompt4 one call per video (every scene question). Such a row carries no per-event code: what
+    the accepted reply says (relationships and hits, or correct answers per scene) is in the row's `detail` JSON; a
+    reply the official rules reject leaves the row without a verdict."""
+
+    JUDGED = 0

@@ -20,11 +20,17 @@ unanswered scene question as wrong; `paper_compatible=True` (mode "paper") does 
 AutoDQ drops a whole video when its judge output fails to parse, so a video with any unjudged event row is left
 out of S_e, and unanswered scene questions leave the S_s denominator. `n_no_verdict` is reported either way.
 
-Duration buckets: `items.category` when set, else `duration` (seconds) in `items.extra` JSON bucketed by
-`duration_edges` (default 60 s, 300 s, 900 s, 1800 s: our choice, not the benchmark's; pass the release's edges).
-Rows whose video has no bucket go to "unknown". CIs: percentile bootstrap resampling videos
+Duration buckets: `duration` (seconds) in `items.extra` JSON, bucketed by `duration_buckets` = edges in minutes (param; a list or "2,5,10,15,20").
+Default: the paper's buckets 2-5, 6-10, 11-15, 16-20 min, i.e. [2, 5], (5, 10], (10, 15], (15, 20]; durations outside
+go to "<2min" / ">20min", rows without a duration to "unknown". CIs: percentile bootstrap resampling videos
 (kernels.bootstrap.cluster_bootstrap), the same replicate weights for every group, so groups scored on the same
 videos are paired.
+
+Official mode (`mode="official"` rows, steps recall / precision / scene_qa): S_e as AutoDQ aggregates it
+(autodq_metrics.py: per clip -> per source -> OVERALL, buckets by subjects / shots / events, with S_e_pooled and
+S_e_clip_mean labelled), and S_s from Prompt4's per-video counts: `S_s` = mean over videos of 100 * correct /
+questions (Prompt4's per-video total_score), `S_s_pooled` = 100 * all correct / all questions; a video whose reply
+was rejected is left out and counted in n_no_verdict.
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQA
 
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
 ENTAIL_STEPS = ("entail_p", "entail_r")
-DURATION_EDGES = (60.0, 300.0, 900.0, 1800.0)
+PAPER_DURATION_BUCKETS = (2.0, 5.0, 10.0, 15.0, 20.0)  # minutes: 2-5, 6-10, 11-15, 16-20 (LVCap-Eval Table 3)
 ALL = "all"
 
 
@@ -60,30 +66,44 @@ EVENT_STATS = {
 SCENE_STATS = {"S_s": lambda s: safe_ratio(s[..., 0], s[..., 1])}  # [correct, counted questions]
 
 
-def duration_bucket(seconds: float | None, edges=DURATION_EDGES) -> str:
+def duration_edges(value) -> tuple[float, ...]:
+    """Bucket edges in minutes from a param: a sequence of numbers or text like "2,5,10,15,20"."""
+    if value is None:
+        return PAPER_DURATION_BUCKETS
+    items = value.split(",") if isinstance(value, str) else list(value)
+    try:
+        edges = tuple(float(x) for x in items)
+    except (TypeError, ValueError):
+        raise ValueError(f"duration_buckets: expected edges in minutes such as 2,5,10,15,20; got {value!r}") from None
+    if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])):
+        raise ValueError(f"duration_buckets: need at least 2 increasing edges (minutes); got {value!r}")
+    return edges
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def duration_bucket(seconds: float | None, edges=PAPER_DURATION_BUCKETS) -> str:
+    """[e0, e1], (e1, e2], ... in minutes, labelled as the paper does for whole minutes ("2-5min", "6-10min")."""
     if seconds is None or not np.isfinite(seconds):
         return "unknown"
-    labels = _bucket_labels(edges)
-    return labels[int(np.searchsorted(np.asarray(edges, dtype=np.float64), seconds, side="right"))]
-
-
-def _bucket_labels(edges) -> list[str]:
-    def fmt(x: float) -> str:
-        return f"{x / 60:g}min" if x >= 60 else f"{x:g}s"
-
-    labels = [f"<{fmt(edges[0])}"]
-    labels += [f"{fmt(a)}-{fmt(b)}" for a, b in zip(edges[:-1], edges[1:])]
-    return labels + [f">={fmt(edges[-1])}"]
+    minutes = seconds / 60.0
+    if minutes < edges[0]:
+        return f"<{_fmt(edges[0])}min"
+    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
+        if minutes <= b:
+            low = a if i == 0 or not float(a).is_integer() else a + 1
+            return f"{_fmt(low)}-{_fmt(b)}min"
+    return f">{_fmt(edges[-1])}min"
 
 
 def _buckets(items: pl.DataFrame | None, edges) -> pl.DataFrame | None:
-    """video_id -> bucket from items (category first, then extra.duration)."""
+    """video_id -> duration bucket from items (extra.duration, seconds)."""
     if items is None or "video_id" not in items.columns:
         return None
 
     def bucket(row: dict) -> str:
-        if row.get("category"):
-            return row["category"]
         try:
             extra = json.loads(row.get("extra") or "{}")
             duration = extra.get("duration")
@@ -91,7 +111,7 @@ def _buckets(items: pl.DataFrame | None, edges) -> pl.DataFrame | None:
         except (ValueError, TypeError, AttributeError) as exc:
             raise ValueError(f"items: video {row['video_id']!r}: unreadable extra/duration ({exc})") from exc
 
-    cols = [c for c in ("video_id", "category", "extra") if c in items.columns]
+    cols = [c for c in ("video_id", "extra") if c in items.columns]
     rows = items.select(cols).unique(subset=["video_id"], keep="first").to_dicts()
     return pl.DataFrame({"video_id": [r["video_id"] for r in rows], "bucket": [bucket(r) for r in rows]},
                         schema={"video_id": pl.String, "bucket": pl.String})
@@ -161,16 +181,39 @@ def compute_metrics(
     seed: int = 0,
     paper_compatible: bool = False,
     event_average: str = "video",
-    duration_edges=DURATION_EDGES,
+    duration_buckets=None,
     confidence: float = 0.95,
     **options,
 ) -> pl.DataFrame:
-    """S_s, S_e (+ event_precision, event_recall), percent, per group x duration bucket ("all" = every video).
+    """S_s, S_e (+ event_precision, event_recall), percent, per group x bucket ("all" = every video).
 
-    Group columns: captioner, prompt_id, frame_spec, bucket, mode (mode also names the event averaging, e.g.
-    "strict" or "paper", with "/pooled" appended for pooled events)."""
-    del captions, options
-    v = _prepare(verdicts, items, tuple(float(e) for e in duration_edges))
+    Group columns: captioner, prompt_id, frame_spec, bucket, mode. Strict rows give duration buckets and mode
+    "strict" (or "paper" with paper_compatible, "/pooled" appended for pooled events); official rows (steps recall /
+    precision / scene_qa) give mode "official" with AutoDQ's per-source ("source:<name>") and count buckets
+    ("subjects<=1", "events in [4, 5]", ...) as well as duration buckets. `options` may hold the run's other
+    protocol params (mode, prompts, event_prompts): the rows themselves say which flow made them."""
+    del captions
+    edges = duration_edges(duration_buckets)
+    frames = []
+    steps = set(verdicts["step"].drop_nulls().to_list()) if "step" in verdicts.columns else set()
+    official_steps = {"recall", "precision", "scene_qa"}
+    if steps & official_steps:
+        frames.append(_official_frame(verdicts, items, edges, n_resamples=n_resamples, seed=seed,
+                                      confidence=confidence))
+    strict = verdicts.filter(~pl.col("step").is_in(list(official_steps)) | pl.col("step").is_null()) \
+        if "step" in verdicts.columns else verdicts
+    strict = strict.filter(pl.col("step") != "extract") if "step" in strict.columns else strict
+    if strict.height or not frames:
+        frames.append(_strict_frame(strict, items, edges, n_resamples=n_resamples, seed=seed, confidence=confidence,
+                                    paper_compatible=paper_compatible, event_average=event_average))
+    del options
+    out = pl.concat(frames, how="vertical_relaxed")
+    group_cols = GROUP_COLUMNS + ["bucket", "mode"]
+    return out.select(group_cols + [c for c in out.columns if c not in group_cols])
+
+
+def _strict_frame(verdicts, items, edges, *, n_resamples, seed, confidence, paper_compatible, event_average):
+    v = _prepare(verdicts, items, edges)
     events, scene = _unit_table(v, paper_compatible, event_average)
     frames = []
     for units, n_stats, fns in ((scene, 2, SCENE_STATS), (events, 4, EVENT_STATS)):
@@ -187,6 +230,60 @@ def compute_metrics(
     if not frames:
         raise ValueError("the verdict table has no LVCap-Eval rows to score")
     mode = ("paper" if paper_compatible else "strict") + ("/pooled" if event_average == "pooled" else "")
-    out = pl.concat(frames, how="vertical").with_columns(pl.lit(mode).alias("mode"))
-    group_cols = GROUP_COLUMNS + ["bucket", "mode"]
-    return out.select(group_cols + [c for c in out.columns if c not in group_cols])
+    return pl.concat(frames, how="vertical").with_columns(pl.lit(mode).alias("mode"))
+
+
+def _official_frame(verdicts, items, edges, *, n_resamples, seed, confidence) -> pl.DataFrame:
+    from . import autodq_metrics
+
+    v = verdicts.with_columns(
+        [pl.col(c).cast(pl.String).fill_null("-") if c in verdicts.columns else pl.lit("-").alias(c)
+         for c in GROUP_COLUMNS])
+    info = autodq_metrics.clip_info(items)
+    durations = _buckets(items, edges)
+    bucket_of = dict(durations.iter_rows()) if durations is not None else {}
+    rows = []
+    clips = autodq_metrics.clip_scores(v, GROUP_COLUMNS)
+    for key, part in clips.group_by(GROUP_COLUMNS, maintain_order=True):
+        group = dict(zip(GROUP_COLUMNS, key))
+        rows += autodq_metrics.metric_rows(part, info, group, n_resamples=n_resamples, seed=seed,
+                                           confidence=confidence)
+        by_duration = part.with_columns(pl.col("video_id").replace_strict(bucket_of, default="unknown")
+                                        .alias("_dur"))
+        for (dur,), sub in by_duration.group_by(["_dur"], maintain_order=True):
+            t = autodq_metrics.summarize(sub.drop("_dur"), {k: {**i, "source": "all"} for k, i in info.items()})
+            o = t["overall"]
+            for metric, k in (("S_e", "f1"), ("event_recall", "recall"), ("event_precision", "precision")):
+                rows.append({**group, "bucket": f"duration:{dur}", "metric": metric,
+                             "value": None if not np.isfinite(o[k]) else 100.0 * o[k], "ci_low": None,
+                             "ci_high": None, "n": o["success"], "n_no_verdict": o["failed"]})
+    rows += _official_scene_rows(v, bucket_of)
+    schema = {**{c: pl.String for c in GROUP_COLUMNS}, "bucket": pl.String, "metric": pl.String,
+              "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "n": pl.Int64,
+              "n_no_verdict": pl.Int64}
+    return pl.DataFrame(rows, schema=schema).with_columns(pl.lit("official").alias("mode"))
+
+
+def _official_scene_rows(v: pl.DataFrame, bucket_of: dict) -> list[dict]:
+    """S_s from Prompt4 replies: one row per (group, video) with the correct / question counts in detail."""
+    sc = v.filter(pl.col("step") == "scene_qa")
+    out = []
+    for key, part in sc.group_by(GROUP_COLUMNS, maintain_order=True):
+        group = dict(zip(GROUP_COLUMNS, key))
+        per_bucket: dict[str, list] = {}
+        for rec in part.iter_rows(named=True):
+            ok = rec["verdict"] is not None and rec["verdict"] >= 0 and rec["detail"]
+            d = json.loads(rec["detail"]) if ok else None
+            entry = (d["correct"], d["questions"]) if ok and d["questions"] else None
+            for b in (ALL, f"duration:{bucket_of.get(rec['video_id'], 'unknown')}"):
+                per_bucket.setdefault(b, []).append(entry)
+        for b, entries in per_bucket.items():
+            ok = [e for e in entries if e is not None]
+            nv = len(entries) - len(ok)
+            mean = float(np.mean([c / q for c, q in ok])) * 100.0 if ok else None
+            pooled = 100.0 * sum(c for c, _ in ok) / sum(q for _, q in ok) if ok else None
+            out += [{**group, "bucket": b, "metric": "S_s", "value": mean, "ci_low": None, "ci_high": None,
+                     "n": len(ok), "n_no_verdict": nv},
+                    {**group, "bucket": b, "metric": "S_s_pooled", "value": pooled, "ci_low": None,
+                     "ci_high": None, "n": len(ok), "n_no_verdict": nv}]
+    return out
