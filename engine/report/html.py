@@ -1,0 +1,244 @@
+"""`write_report(run_dir)`: ONE self-contained HTML file for a run folder (opens offline: plotly.js, CSS and the
+per-sample browser's JavaScript are inlined; nothing is fetched).
+
+Sections: run record, leaderboards (headline table with CIs, warnings, breakdown), plots (metric vs frames, per
+task bars, paired-difference forest plot, verdict distributions, judge agreement when several judges or seeds
+ran), paired comparisons, the per-sample browser and the failures table.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+from pathlib import Path
+
+import polars as pl
+
+from engine.report import plots
+from engine.report.assets import CSS, JS
+from engine.report.compare import compare_run
+from engine.report.leaderboard import Leaderboard, leaderboards
+from engine.report.rundir import RunData, load_run
+
+#: rows embedded in the per-sample browser; failures always, the rest in order up to this many
+MAX_SAMPLES = 5000
+_FAILED_STATUS = {2: "failed", 3: "error", 4: "missing"}
+_STATUS = {0: "ok", 1: "repaired", **_FAILED_STATUS}
+
+
+def _e(x) -> str:
+    return html.escape("" if x is None else str(x))
+
+
+def _num(v, digits=1) -> str:
+    return "–" if v is None else f"{v:.{digits}f}"
+
+
+def _leaderboard_html(lb: Leaderboard) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in lb.system_columns + lb.metrics + ["n", "no verdict", "videos"])
+    body = []
+    for r in lb.table.iter_rows(named=True):
+        cells = "".join(f"<td>{_e(r[c])}</td>" for c in lb.system_columns)
+        for m in lb.metrics:
+            star = "*" if r["note"] and m in r["note"] else ""
+            ci = ("" if r[f"{m}_low"] is None else
+                  f" <span class='ci'>[{_num(r[f'{m}_low'])}, {_num(r[f'{m}_high'])}]</span>")
+            cells += f"<td class='num'>{_num(r[m])}{star}{ci}</td>"
+        cells += "".join(f"<td class='num'>{_e(r[c])}</td>" for c in ("n", "n_no_verdict", "n_videos"))
+        body.append(f"<tr>{cells}</tr>")
+    out = [f"<h3>{_e(lb.protocol)}</h3>", f"<table class='leaderboard'><thead><tr>{head}</tr></thead>"
+           f"<tbody>{''.join(body)}</tbody></table>"]
+    for r in lb.table.filter(pl.col("note").is_not_null()).iter_rows(named=True):
+        out.append(f"<p class='note'>* {_e(' '.join(str(r[c]) for c in lb.system_columns))}: {_e(r['note'])}</p>")
+    out += [f"<div class='warn'>{_e(w)}</div>" for w in lb.warnings]
+    if lb.breakdown.height:
+        out.append(f"<details><summary>by {_e(', '.join(lb.breakdown_columns))} ({lb.breakdown.height} rows)"
+                   f"</summary>{_frame_html(lb.breakdown)}</details>")
+    return "\n".join(out)
+
+
+def _frame_html(df: pl.DataFrame, digits: int = 2, max_rows: int = 2000) -> str:
+    head = "".join(f"<th>{_e(c)}</th>" for c in df.columns)
+    rows = []
+    for r in df.head(max_rows).iter_rows():
+        rows.append("<tr>" + "".join(
+            f"<td class='num'>{_num(v, digits)}</td>" if isinstance(v, float) else f"<td>{_e(v)}</td>" for v in r)
+            + "</tr>")
+    more = f"<p class='note'>{df.height - max_rows} more rows not shown</p>" if df.height > max_rows else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>{more}"
+
+
+def _comparison_html(comp: pl.DataFrame) -> str:
+    if comp.is_empty():
+        return "<p class='note'>No two systems of the same dataset, protocol and judge share videos.</p>"
+    shown = comp.select("protocol", "same", "a", "b", "metric", "a_value", "b_value", "diff", "ci_low", "ci_high",
+                        "p_value", "p_holm", "n_videos", "warning")
+    n = int(comp["p_value"].is_not_null().sum())
+    return (_frame_html(shown, digits=3).replace("<td class='num'>", "<td class='num'>", 1)
+            + f"<p class='note'>Paired bootstrap over the videos both systems were judged on (the same resampled "
+              f"videos for a and b). p_holm applies Holm's correction over all {n} differences in this table; "
+              f"p-values resolve down to 1/resamples.</p>")
+
+
+def _verdict_labels(protocol_name: str) -> dict[int, str]:
+    """code -> name from the protocol's codes module (its first IntEnum named *Verdict)."""
+    import enum
+    import importlib
+
+    try:
+        codes = importlib.import_module(f"engine.protocols.{protocol_name}.codes")
+    except ImportError:
+        return {}
+    for obj in vars(codes).values():
+        if isinstance(obj, type) and issubclass(obj, enum.IntEnum) and obj.__name__.endswith("Verdict"):
+            return {int(m): m.name for m in obj}
+    return {}
+
+
+def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
+    v = run.verdicts
+    labels = {}
+    for name in v["protocol_name"].unique().to_list():
+        if name == "lvcap":  # two code sets (scene answers, entailments): the code alone is unambiguous there
+            continue
+        for code, label in _verdict_labels(name).items():
+            labels[(name, code)] = label
+    v = v.with_columns(
+        pl.struct("protocol_name", "verdict").map_elements(
+            lambda s: "no verdict" if s["verdict"] < 0 else labels.get((s["protocol_name"], s["verdict"]),
+                                                                       str(s["verdict"])),
+            return_dtype=pl.String).alias("verdict_label"),
+        pl.col("parse_status").cast(pl.Int64).replace_strict(_STATUS, default="?", return_dtype=pl.String)
+        .alias("status"))
+    if run.captions is not None:
+        caps = run.captions.select("captioner", "prompt_id", "frame_spec", "video_id",
+                                   pl.col("text").alias("caption"), pl.col("error").alias("caption_error")).unique(
+            subset=["captioner", "prompt_id", "frame_spec", "video_id"], keep="first")
+        v = v.join(caps, on=["captioner", "prompt_id", "frame_spec", "video_id"], how="left")
+    else:
+        v = v.with_columns(pl.lit(None, dtype=pl.String).alias("caption"),
+                           pl.lit(None, dtype=pl.String).alias("caption_error"))
+    prompts = {}
+    for pid in v["prompt_id"].unique().to_list():
+        try:
+            from engine.prompts_library import get_prompt
+
+            prompts[pid] = get_prompt(pid).text
+        except Exception:  # a prompt id the library does not know (an external pack): show none
+            prompts[pid] = None
+    v = v.with_columns(pl.col("prompt_id").replace_strict(prompts, default=None, return_dtype=pl.String)
+                       .alias("caption_prompt"))
+    failures = v.filter(pl.col("parse_status") >= 2)
+    ordered = pl.concat([failures, v.filter(pl.col("parse_status") < 2)], how="vertical")
+    embedded = ordered.head(max_samples)
+    shown = ["protocol", "captioner", "prompt_id", "frame_spec", "judge", "task", "item_id", "video_id", "step",
+             "verdict_label", "status"]
+    details = ["caption", "caption_prompt", "raw_output", "detail", "error", "caption_error"]
+    cols = [c for c in dict.fromkeys(shown + details) if c in embedded.columns]
+    data = {"columns": cols, "rows": embedded.select(cols).rows(),
+            "filters": [c for c in ("protocol", "captioner", "prompt_id", "frame_spec", "judge", "task",
+                                    "verdict_label", "status") if c in cols],
+            "shown": [c for c in shown if c in cols], "details": [c for c in details if c in cols],
+            "left_out": max(0, ordered.height - max_samples)}
+    return data, failures
+
+
+def _failures_html(failures: pl.DataFrame, captions: pl.DataFrame | None) -> str:
+    parts = []
+    if failures.height:
+        cols = [c for c in ("protocol", "captioner", "prompt_id", "frame_spec", "judge", "task", "item_id", "status",
+                            "attempt", "error", "raw_output") if c in failures.columns]
+        parts.append(f"<p>{failures.height} verdict rows without a verdict (counted in n_no_verdict):</p>"
+                     + _frame_html(failures.select(cols), max_rows=500))
+    if captions is not None and "error" in captions.columns:
+        bad = captions.filter(pl.col("error").is_not_null())
+        if bad.height:
+            parts.append(f"<p>{bad.height} captions failed:</p>" + _frame_html(
+                bad.select("captioner", "prompt_id", "frame_spec", "video_id", "error"), max_rows=500))
+    return "\n".join(parts) or "<p class='note'>No failed judgments and no failed captions.</p>"
+
+
+def _record_html(run: RunData) -> str:
+    if not run.records:
+        return "<p class='note'>No run.json in this folder (a run before run records existed).</p>"
+    last = run.records[-1]
+    versions = ", ".join(f"{k} {v}" for k, v in (last.get("versions") or {}).items() if v)
+    rows = [("runs recorded", len(run.records)), ("last run", f"{last.get('command')} finished "
+            f"{last.get('finished_at')} in {last.get('wall_s')} s"),
+            ("capeval revision", (last.get("capeval") or {}).get("git_revision")), ("versions", versions),
+            ("components", json.dumps(last.get("components"))), ("modes", json.dumps(last.get("modes"))),
+            ("prompt packs", json.dumps(last.get("pack_digests"))),
+            ("counts", json.dumps(last.get("counts_by_status"))), ("throughput", json.dumps(last.get("throughput")))]
+    body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+    return f"<table>{body}</table>"
+
+
+def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MAX_SAMPLES) -> str:
+    """The page's HTML text."""
+    from plotly.offline import get_plotlyjs
+
+    n_videos = run.n_videos()
+    lbs = leaderboards(run.results, n_videos=n_videos) if run.results.height else []
+    comp = compare_run(run.verdicts, n_resamples=n_resamples) if run.verdicts is not None else pl.DataFrame()
+    figures = []
+    for i, lb in enumerate(lbs):
+        figures += [plots.frames_plot(lb, f"fig-frames-{i}"), plots.task_bars(lb, run.results, f"fig-tasks-{i}")]
+    if comp.height:
+        figures.append(plots.forest_plot(comp, "fig-forest"))
+    agreement = pl.DataFrame()
+    if run.verdicts is not None:
+        for i, p in enumerate(dict.fromkeys(run.verdicts["protocol"].to_list())):
+            name = run.verdicts.filter(pl.col("protocol") == p)["protocol_name"][0]
+            figures.append(plots.verdict_distribution(run.verdicts, p, _verdict_labels(name), f"fig-dist-{i}"))
+        agreement = plots.agreement_table(run.verdicts)
+        figures.append(plots.agreement_plot(agreement, "fig-agreement"))
+    samples, failures = _sample_rows(run, max_samples) if run.verdicts is not None else (
+        {"columns": [], "rows": [], "filters": [], "shown": [], "details": [], "left_out": 0}, pl.DataFrame())
+    data_json = json.dumps(samples, default=str).replace("</", "<\\/")
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    head_cols = "".join(f"<th>{_e(c)}</th>" for c in samples["shown"])
+    agreement_html = (_frame_html(agreement, 3) if agreement.height else
+                      "<p class='note'>One judge and one seed per item: no agreement to show.</p>")
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>capeval report: {_e(run.path.name)}</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>{CSS}</style>
+<script type="text/javascript">{get_plotlyjs()}</script>
+</head><body>
+<header><h1>capeval report: {_e(run.path.name)}</h1><p>{_e(run.path.resolve())} · generated {now}</p></header>
+<nav><a href="#leaderboards">Leaderboards</a><a href="#plots">Plots</a><a href="#comparisons">Comparisons</a>
+<a href="#samples">Samples</a><a href="#failures">Failures</a><a href="#run">Run record</a></nav>
+<main>
+<section id="leaderboards"><h2>Leaderboards</h2>
+<p class="note">Headline metrics with 95% percentile intervals from a bootstrap that resamples videos.</p>
+{''.join(_leaderboard_html(lb) for lb in lbs) or "<p class='note'>No results table in this folder.</p>"}
+</section>
+<section id="plots"><h2>Plots</h2>{''.join(f for f in figures if f)}</section>
+<section id="comparisons"><h2>Paired comparisons</h2>{_comparison_html(comp)}</section>
+<section id="agreement"><h2>Judge agreement</h2>{agreement_html}</section>
+<section id="samples"><h2>Samples</h2>
+<p class="note">Every judged row: filter, then click a row for its caption, captioning prompt and raw judge output.</p>
+<div class="filters" id="sample-filters"></div>
+<div class="pager"><button id="samples-prev">&larr; previous</button><button id="samples-next">next &rarr;</button>
+<span id="samples-count"></span></div>
+<table id="samples-table"><thead><tr>{head_cols}</tr></thead><tbody></tbody></table>
+</section>
+<section id="failures"><h2>Failures</h2>{_failures_html(failures, run.captions)}</section>
+<section id="run"><h2>Run record</h2>{_record_html(run)}</section>
+</main>
+<script type="application/json" id="samples-data">{data_json}</script>
+<script type="text/javascript">{JS}</script>
+</body></html>
+"""
+
+
+def write_report(run_dir, out=None, **options) -> Path:
+    """Write the report of `run_dir` to `out` (default `<run_dir>/report.html`) atomically; returns the path."""
+    run = load_run(run_dir)
+    path = Path(out) if out else run.path / "report.html"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(build_report(run, **options), encoding="utf-8")
+    tmp.replace(path)
+    return path
