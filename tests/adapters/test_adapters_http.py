@@ -123,6 +123,16 @@ def test_sync_judge_from_threads():
         assert [o.text for o in results[t]] == [f"echo:t{t} question {i}" for i in range(20)]
 
 
+@pytest.mark.parametrize("transport", ["lean", "aiohttp"])
+def test_transports_answer_alike(transport):
+    faults = FaultConfig(rate=0.2, kinds=("500", "garbage"), seed=5)
+    with LoopbackServer(faults) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", transport=transport,
+                         backoff_base_s=0.01, max_in_flight=8) as judge:
+            out = judge.judge(_plain_requests(60, transport))
+    assert [o.text for o in out] == [f"echo:{transport} question {i}" for i in range(60)]
+
+
 def test_retry_after_parsing():
     assert retry_after_s({"retry-after": "2"}) == 2.0
     assert retry_after_s({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
@@ -130,17 +140,59 @@ def test_retry_after_parsing():
     assert retry_after_s({}) is None
 
 
-def test_captioner_subsamples_frames():
+def test_captioner_subsamples_frames_only_with_explicit_max_frames():
     assert subsample_indices(32, 4).tolist() == [0, 10, 21, 31]
+    assert subsample_indices(480, None).tolist() == list(range(480))  # no silent cap
     frames = np.random.default_rng(0).integers(0, 255, size=(12, 32, 48, 3), dtype=np.uint8)
+    stamps = tuple(float(i) for i in range(12))
     with LoopbackServer() as server:
         with OpenAICaptioner(model="cap", base_url=server.base_url, max_frames=4) as cap:
-            out = cap.caption([CaptionRequest(key="v", prompt="Describe.", frames=frames,
-                                              timestamps=tuple(float(i) for i in range(12))),
+            out = cap.caption([CaptionRequest(key="v", prompt="Describe.", frames=frames, timestamps=stamps),
                                CaptionRequest(key="bad", prompt="x", frames=np.zeros((3, 4), np.uint8))])
+        with OpenAICaptioner(model="cap", base_url=server.base_url) as cap:
+            body, n_sent, note = cap._body(CaptionRequest(key="all", prompt="Describe.", frames=frames))
+            full = cap.caption([CaptionRequest(key="all", prompt="Describe.", frames=frames, timestamps=stamps)])
     assert out[0].text.startswith("echo:Describe.") and "0.00, 4.00, 7.00, 11.00" in out[0].text
-    assert "4 of 12" in out[0].note
+    assert "4 of 12" in out[0].note and out[0].frames_sent == 4
     assert out[1].text is None and "shape" in out[1].error
+    # default: every frame of the frame spec is sent, and the body says so
+    content = json.loads(body)["messages"][0]["content"]
+    assert n_sent == 12 and note is None and sum(p["type"] == "image_url" for p in content) == 12
+    assert full[0].frames_sent == 12 and full[0].note is None and full[0].text.endswith("11.00)")
+    assert json.loads(body)["max_tokens"] == 2048  # long enough for detailed captions
+
+
+def test_captioner_flags_truncated_captions():
+    frames = np.zeros((2, 16, 16, 3), np.uint8)
+    long_prompt = "Describe every object, colour and motion in detail. " * 4
+    with LoopbackServer() as server:  # the loopback cuts replies longer than max_tokens with finish_reason "length"
+        with OpenAICaptioner(model="cap", base_url=server.base_url, max_tokens=8) as short, \
+                OpenAICaptioner(model="cap", base_url=server.base_url) as roomy:
+            cut = short.caption([CaptionRequest(key="v", prompt=long_prompt, frames=frames)])[0]
+            whole = roomy.caption([CaptionRequest(key="v", prompt=long_prompt, frames=frames)])[0]
+    assert cut.truncated and cut.n_tokens == 8 and len(cut.text) == 32
+    assert not whole.truncated and whole.text == "echo:" + long_prompt
+
+
+def test_request_body_layout():
+    """Images before the text, no temperature when the request has none, structured fields per mode."""
+    with OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", structured="vllm") as judge:
+        img = JudgeRequest(key="i", user="Caption: x", system="sys", images=(b"\xff\xd8jpeg",), temperature=None,
+                           choices=("yes", "no"), seed=5)
+        body, unwrap = judge.body(img)
+        plain, _ = judge.body(JudgeRequest(key="p", user="q", temperature=0.0))
+    msg = json.loads(body)
+    assert unwrap is None and "temperature" not in msg and msg["seed"] == 5
+    assert msg["structured_outputs"] == {"choice": ["yes", "no"]}
+    assert msg["messages"][0] == {"role": "system", "content": "sys"}
+    assert [p["type"] for p in msg["messages"][1]["content"]] == ["image_url", "text"]
+    assert msg["messages"][1]["content"][0]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    assert json.loads(plain)["temperature"] == 0.0
+
+
+def test_unknown_option_names_the_valid_ones():
+    with pytest.raises(ValueError, match="max_images.*valid.*max_frames"):
+        OpenAICaptioner(model="m", base_url="http://127.0.0.1:9/v1", max_images=4)
 
 
 @pytest.mark.vllm

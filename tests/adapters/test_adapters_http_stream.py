@@ -1,0 +1,120 @@
+"""OpenAIJudge.stream (bounded window over a RequestFeed), 401/403 as BackendFatalError, prefix-cache usage."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+from adapters.base import BackendFatalError, JudgeRequest, StreamingJudge
+from adapters.openai_http import OpenAIJudge
+from benchmarks.loopback_server import FaultConfig, LoopbackServer
+
+
+class ListFeed:
+    """A simple RequestFeed: requests become ready when put; closed once nothing is ready or outstanding."""
+
+    def __init__(self, requests=()):
+        self.ready = list(requests)
+        self.outstanding = 0
+        self.taken_sizes = []
+
+    def put(self, r):
+        self.ready.append(r)
+
+    def take(self, n):
+        out, self.ready = self.ready[:n], self.ready[n:]
+        self.outstanding += len(out)
+        self.taken_sizes.append(len(out))
+        return out
+
+    def done(self):
+        self.outstanding -= 1
+
+    @property
+    def closed(self):
+        return not self.ready and self.outstanding == 0
+
+
+def _reqs(n, tag="s"):
+    return [JudgeRequest(key=f"{tag}{i}", user=f"{tag} question {i}", seed=i) for i in range(n)]
+
+
+def test_stream_bounded_window_with_follow_ups():
+    """Responses arrive in completion order, never more than the window in flight, follow-up requests added during
+    the stream (what re-asks and next steps do) are sent, and every request is answered exactly once."""
+    faults = FaultConfig(latency_median_s=0.02, latency_sigma=0.8, seed=3)
+    with LoopbackServer(faults) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=64) as judge:
+            assert isinstance(judge, StreamingJudge)
+            feed = ListFeed(_reqs(150))
+            seen = []
+            for resp in judge.stream(feed, max_in_flight=12):
+                seen.append(resp)
+                assert resp.error is None, resp.error
+                if resp.key.startswith("s") and int(resp.key[1:]) % 10 == 0:  # a second step for every 10th
+                    feed.put(JudgeRequest(key="f" + resp.key, user="follow-up " + resp.key))
+                feed.done()
+        stats = server.stats()
+    keys = [r.key for r in seen]
+    assert Counter(keys) == Counter([f"s{i}" for i in range(150)] + [f"fs{i}" for i in range(0, 150, 10)])
+    by_key = {r.key: r for r in seen}
+    assert by_key["s7"].text == "echo:s question 7"
+    assert by_key["fs20"].text == "echo:follow-up s20"
+    assert 8 <= stats["max_in_flight"] <= 12  # the window was used, and never exceeded
+    assert max(feed.taken_sizes) <= 12
+    # completion order, not submission order: lognormal latencies reorder answers
+    firsts = [int(k[1:]) for k in keys if k.startswith("s")]
+    assert firsts != sorted(firsts)
+
+
+def test_stream_waits_for_an_open_feed_and_reports_invalid_requests():
+    """A feed that is open but empty is polled until it gets work from another thread; a request whose body cannot
+    be built comes back as an error response without being sent."""
+    with LoopbackServer() as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="openai") as judge:
+            feed = ListFeed()
+            feed.outstanding = 1  # held open by the producer below
+
+            def producer():
+                feed.put(JudgeRequest(key="late", user="late question"))
+                feed.put(JudgeRequest(key="bad", user="q", json_schema="{not json"))
+                feed.outstanding -= 1
+
+            threading.Timer(0.2, producer).start()
+            out = []
+            for r in judge.stream(feed, 4):
+                out.append(r)
+                feed.done()
+    assert {r.key: r.text for r in out} == {"late": "echo:late question", "bad": None}
+    assert "invalid request" in next(r.error for r in out if r.key == "bad")
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_auth_failure_is_fatal_after_one_request(status):
+    """A wrong key: batch and stream raise BackendFatalError with one clear line; the server saw one request."""
+    cfg = FaultConfig(api_key="right-key", status_for_bad_key=status)
+    with LoopbackServer(cfg) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, api_key="wrong-key", structured="none",
+                         max_in_flight=32) as judge:
+            with pytest.raises(BackendFatalError, match=f"HTTP {status}") as err:
+                judge.judge(_reqs(200, "b"))
+            assert "\n" not in str(err.value) and "API key" in str(err.value)
+            with pytest.raises(BackendFatalError):
+                list(judge.stream(ListFeed(_reqs(200, "t")), 32))
+        assert server.stats()["requests"] == 1  # the probe; nothing else was sent
+        with OpenAIJudge(model="m", base_url=server.base_url, api_key="right-key", structured="none") as judge:
+            assert all(r.error is None for r in judge.judge(_reqs(20, "ok")))
+
+
+def test_cached_prompt_tokens_read_from_usage():
+    """Against a server that simulates a prefix cache, requests sharing a long prefix report cached tokens."""
+    caption = "Caption: a red car drives past a bakery while two people cross the road at dusk. " * 6
+    reqs = [JudgeRequest(key=f"q{i}", system="Judge the caption.", user=f"{caption}\nQuestion {i}: is it dusk?")
+            for i in range(20)]
+    with LoopbackServer(FaultConfig(cache_mode="prefix")) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=1) as judge:
+            out = judge.judge(reqs)
+    assert out[0].cached_prompt_tokens == 0
+    assert all(0.7 < o.cached_prompt_tokens / o.prompt_tokens < 1 for o in out[1:])
