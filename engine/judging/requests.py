@@ -37,16 +37,20 @@ def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
     raise ValueError(f"{path}: frames must be an .npy array, a .jpg, or a directory of .jpg files")
 
 
-def to_judge_request(row: dict, *, attempt: int = 0) -> JudgeRequest:
-    """The backend request for a row; attempt > 0 is a re-ask (different derived seed, non-zero temperature, its
-    own cache key derived from the original one)."""
-    ctx = parse_context(row)
+def to_judge_request(row: dict, *, attempt: int = 0, ctx: dict | None = None,
+                     reask_temperature: float | None = REASK_TEMPERATURE) -> JudgeRequest:
+    """The backend request for a row. attempt > 0 is a re-ask with its own cache key (derived from the original
+    one, so each attempt is cached separately): with `reask_temperature` None the request is resent unchanged
+    (same seed and sampling, as official scripts re-ask); otherwise at that temperature with a derived seed (a
+    re-ask at temperature 0 would repeat the same malformed answer). `ctx`: the row's parsed context, if at hand."""
+    ctx = parse_context(row) if ctx is None else ctx
     images = load_jpegs(ctx["frames_path"]) if ctx.get("frames_path") else ()
     temperature = ctx.get("temperature", 0.0)  # None: send no temperature (the backend's default)
     temperature = None if temperature is None else float(temperature)
-    key, seed = row["request_key"], int(row["seed"] or 0)
-    if attempt:
-        key, seed, temperature = reask_key(key, attempt), reask_seed(seed, attempt), REASK_TEMPERATURE
+    key = attempt_key(row["request_key"], attempt, reask_temperature)
+    seed = int(row["seed"] or 0)
+    if attempt and reask_temperature is not None:
+        seed, temperature = reask_seed(seed, attempt), float(reask_temperature)
     return JudgeRequest(
         key=key, user=row["user"], system=row.get("system"),
         choices=tuple(row["choices"]) if row.get("choices") else None, json_schema=row.get("json_schema"),
@@ -60,3 +64,17 @@ def to_judge_request(row: dict, *, attempt: int = 0) -> JudgeRequest:
 
 def reask_key(request_key: str, attempt: int) -> str:
     return content_key("reask", request_key, int(attempt))
+
+
+def attempt_key(request_key: str, attempt: int, reask_temperature: float | None = REASK_TEMPERATURE) -> str:
+    """The cache key of a row's `attempt`-th ask (0 = the request key itself). A re-ask resent unchanged
+    (reask_temperature None) is another sample of the same request (official scripts resend and take the new
+    answer): its own key per attempt, distinct from a re-ask at a temperature; a non-default re-ask temperature is
+    part of the key too (the default keeps the keys of existing caches)."""
+    if not attempt:
+        return request_key
+    if reask_temperature is None:
+        return content_key("resend", request_key, int(attempt))
+    if float(reask_temperature) != REASK_TEMPERATURE:
+        return content_key("reask", request_key, int(attempt), float(reask_temperature))
+    return reask_key(request_key, attempt)

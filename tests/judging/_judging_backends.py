@@ -50,6 +50,8 @@ class ScriptedJudge:
             elif spec.get("type") == "array":
                 items = spec.get("items", {})
                 out[name] = [items["enum"][_h(r.key, name) % len(items["enum"])]] if "enum" in items else ["x"]
+            elif name in ("object_number", "object_color"):  # CAPability's copied "{object}: {value}" field
+                out[name] = "thing: 2"
             else:
                 out[name] = "because 2"
         return json.dumps(out) if schema else f"free-text answer {_h(r.key) % 100}"

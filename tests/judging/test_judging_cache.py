@@ -45,8 +45,9 @@ def _capability_subset(shared_data, per_task=3):
 def capability_requests(shared_data):
     items, captions = _capability_subset(shared_data)
     judge = ScriptedJudge()
+    # structured=True: JSON-schema requests, which the scripted judge answers validly from the schema
     return lookup("protocol", "capability").build_requests(items, captions, judge=judge.name,
-                                                           judge_revision=judge.revision)
+                                                           judge_revision=judge.revision, structured=True)
 
 
 def test_second_identical_run_sends_zero_requests(tmp_path, capability_requests):

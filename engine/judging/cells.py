@@ -1,0 +1,323 @@
+"""One judged cell inside the streaming loop: its request rows, their re-asks, units, next steps and verdict table.
+
+A cell is one `run_judging` call (or one sweep cell handed to `JudgeScheduler`): a request table, a protocol and a
+`JudgingPolicy`. Rows are pulled from the table in slices (never the whole table as Python dicts). A *unit* is the
+rows sharing (item_id, caption_key, trial) at one step: when all of a unit's rows are final, the protocol's
+`next_requests` is called for that unit alone, so the next step (VidCapBench answer -> score, LVCap extract ->
+entail) enters the window while the rest of the step is still being judged. With `stop_when_failed_at_most` set
+(official retry rounds) a unit is asked, accepted or re-asked as a whole (the official scripts re-ask an item whose
+any per-object reply was rejected), and `rounds.RetryRounds` drops afterwards what the official rounds would not
+have reached. Verdict rows are built into Arrow chunks as they finish and ordered at the end: first-step rows in
+input order, later steps by caption/item/step/sub_index/trial, so the table never depends on completion order.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.protocols.base import REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
+from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
+
+from .requests import attempt_key, to_judge_request
+from .rounds import RetryRounds, group_of
+
+_SLICE = 2048
+_CHUNK = 8192
+_ID_COLUMNS = ("request_key", "protocol", "task", "item_id", "video_id", "captioner", "prompt_id", "frame_spec",
+               "step", "sub_index", "seed", "trial")
+_HIDDEN = [pa.field("_depth", pa.int16()), pa.field("_order", pa.int64()), pa.field("_caption_key", pa.string())]
+_ROW_SCHEMA = pa.schema([f.with_nullable(True) for f in VERDICTS])
+_SINK_SCHEMA = pa.schema(list(_ROW_SCHEMA) + _HIDDEN)
+_OK = (ParseStatus.OK, ParseStatus.REPAIRED)
+
+
+class Row:
+    __slots__ = ("cell", "req", "ctx", "depth", "order", "unit", "attempt", "key", "outcome", "final")
+
+    def __init__(self, cell: "Cell", req: dict, depth: int, order: int):
+        self.cell, self.req, self.depth, self.order = cell, req, depth, order
+        self.ctx = json.loads(req["context"]) if req.get("context") else {}
+        self.unit: Unit | None = None
+        self.attempt = 0
+        self.key = req["request_key"]
+        self.outcome: dict | None = None  # verdict fields of the latest answer (unit rounds: until the unit decides)
+        self.final = False
+
+    def judge_request(self):
+        return to_judge_request(self.req, attempt=self.attempt, ctx=self.ctx,
+                                reask_temperature=self.cell.policy.reask_temperature)
+
+
+class Unit:
+    __slots__ = ("key", "rows", "open", "sealed")
+
+    def __init__(self, key: tuple):
+        self.key, self.rows, self.open, self.sealed = key, [], 0, False
+
+
+class Cell:
+    """See the module docstring. `loop` provides enqueue(rows, front) and the judge's identity."""
+
+    def __init__(self, requests: pa.Table, protocol: JudgeProtocol, policy: JudgingPolicy, *, judge_name: str,
+                 judge_revision: str, keep_intermediate: bool = False, max_steps: int = 8, summary=None,
+                 on_complete: Callable[["Cell", pa.Table], None] | None = None, name: str = ""):
+        from .runner import JudgingSummary
+
+        self.protocol, self.policy, self.name = protocol, policy, name
+        self.judge_name, self.judge_revision = judge_name, judge_revision
+        self.keep_intermediate, self.max_steps = keep_intermediate, max_steps
+        self.summary = summary if summary is not None else JudgingSummary()
+        self.on_complete = on_complete
+        self.intermediate = frozenset(getattr(protocol, "intermediate_steps", ()) or ())
+        self.multi_step = type(protocol).next_requests is not JudgeProtocol.next_requests
+        self.unit_rounds = policy.stop_when_failed_at_most is not None
+        self.track_units = self.multi_step or self.unit_rounds
+        self.rounds = RetryRounds(policy.stop_when_failed_at_most) if self.unit_rounds else None
+        self.retry_errors = policy.mode == "official"  # official scripts re-ask on API failures too
+        self.requests = conform(requests, REQUESTS_WITH_CONTEXT)
+        self._rows_iter = self._iter_rows()
+        self.exhausted = False
+        self.open = 0  # rows admitted, not yet final
+        self.units: dict[tuple, Unit] = {}
+        self._block: tuple | None = None
+        self._block_units: list[Unit] = []
+        self._seq = 0  # production order of later-step rows
+        self._cols: dict[str, list] = {f.name: [] for f in _SINK_SCHEMA}
+        self._chunks: list[pa.Table] = []
+        self.n_rows = 0
+        self.done = False
+        self.loop = None  # set by the loop
+
+    # -- source ---------------------------------------------------------------------------------------------------
+    def _iter_rows(self) -> Iterator[tuple[int, dict]]:
+        t = self.requests
+        order = None
+        if self.track_units and t.num_rows:  # units must be contiguous: stable sort by (caption_key, item_id)
+            idx = pc.sort_indices(t, [("caption_key", "ascending"), ("item_id", "ascending")])
+            if not np.array_equal(idx.to_numpy(), np.arange(t.num_rows)):
+                order = idx
+        for start in range(0, t.num_rows, _SLICE):
+            if order is None:
+                part, ids = t.slice(start, _SLICE), range(start, min(start + _SLICE, t.num_rows))
+            else:
+                sel = order.slice(start, _SLICE)
+                part, ids = t.take(sel), sel.to_pylist()
+            yield from zip(ids, part.to_pylist())
+
+    def pull(self, n: int) -> list[Row]:
+        """Up to about n rows to send: first-step rows (rows without a caption are finished here, never sent) and
+        whatever finishing them releases."""
+        out: list[Row] = []
+        for _ in range(n):
+            try:
+                order, req = next(self._rows_iter)
+            except StopIteration:
+                self.exhausted = True
+                out += self._seal_block()
+                break
+            row = Row(self, req, 0, order)
+            self.open += 1
+            self.summary.steps[req["step"] or ""] = self.summary.steps.get(req["step"] or "", 0) + 1
+            if self.track_units:
+                block = (req["caption_key"], req["item_id"])
+                if block != self._block:
+                    out += self._seal_block()
+                    self._block = block
+                self._attach(row, sealed=False)
+            out += self._admit(row)
+        return out
+
+    def _attach(self, row: Row, sealed: bool) -> None:
+        r = row.req
+        key = (r["item_id"], r["caption_key"], r["trial"], row.depth)
+        unit = self.units.get(key)
+        if unit is None:
+            unit = self.units[key] = Unit(key)
+            if not sealed:
+                self._block_units.append(unit)
+        unit.sealed = unit.sealed or sealed
+        unit.rows.append(row)
+        unit.open += 1
+        row.unit = unit
+
+    def _seal_block(self) -> list[Row]:
+        units, self._block_units = self._block_units, []
+        out: list[Row] = []
+        for unit in units:
+            unit.sealed = True
+            if unit.open == 0:
+                out += self._unit_answered(unit)
+        return out
+
+    def _admit(self, row: Row) -> list[Row]:
+        """[row] to ask it, or what finishing it without asking releases (no caption, an upstream step failed)."""
+        missing = row.ctx.get("parse", {}).get("missing")
+        if not missing:
+            return [row]
+        status = row.ctx["parse"].get("upstream_status", int(ParseStatus.MISSING))
+        return self._final(row, {"verdict": NO_VERDICT, "parse_status": int(status), "error": missing,
+                                 "attempt": None})
+
+    # -- answers --------------------------------------------------------------------------------------------------
+    def answer(self, row: Row, answer) -> list[Row]:
+        """An answer (CachedResponse) or a backend error (str) for the row's current attempt; returns rows to ask
+        (re-asks, next steps)."""
+        if isinstance(answer, str):
+            outcome = {"verdict": NO_VERDICT, "parse_status": int(ParseStatus.ERROR), "error": answer}
+            retry = self.retry_errors
+        else:
+            code, status, detail = self.protocol.parse(row.req, answer.text)
+            if row.attempt and status == ParseStatus.OK:
+                status = ParseStatus.REPAIRED  # parsed only after a re-ask
+            failed = status == ParseStatus.FAILED
+            outcome = {"raw_output": answer.text, "verdict": int(code), "parse_status": int(status),
+                       "detail": None if failed else detail, "error": detail if failed else None,
+                       "prompt_tokens": answer.prompt_tokens, "cached_prompt_tokens": answer.cached_prompt_tokens,
+                       "completion_tokens": answer.completion_tokens, "latency_s": answer.latency_s}
+            retry = failed
+        outcome["attempt"] = row.attempt
+        if self.unit_rounds:
+            row.outcome = outcome
+            row.unit.open -= 1
+            if row.unit.open == 0 and row.unit.sealed:
+                return self._unit_answered(row.unit)
+            return []
+        if retry and row.attempt < self.policy.max_reasks:
+            self._reask(row)
+            return [row]
+        return self._final(row, outcome)
+
+    def _reask(self, row: Row) -> None:
+        row.attempt += 1
+        row.key = attempt_key(row.req["request_key"], row.attempt, self.policy.reask_temperature)
+        self.summary.reasks += 1
+
+    def _unit_answered(self, unit: Unit) -> list[Row]:
+        """Every row of the unit is final, or (unit rounds) answered at the unit's current attempt."""
+        asked = [r for r in unit.rows if not r.final]
+        if not self.unit_rounds or not asked:
+            return self._unit_complete(unit)
+        if any(r.outcome["parse_status"] not in _OK for r in asked):
+            if asked[0].attempt < self.policy.max_reasks:  # the whole item again, as an official round does
+                for r in asked:
+                    self._reask(r)
+                unit.open = len(asked)
+                return asked
+            for r in asked:  # never accepted: parsed replies of a rejected item carry no verdict either
+                if r.outcome["parse_status"] in _OK:
+                    r.outcome = {**r.outcome, "verdict": NO_VERDICT, "parse_status": int(ParseStatus.FAILED),
+                                 "detail": None, "error": "another reply of this item was rejected (official rule: "
+                                                          "an item is kept only when every reply passes)"}
+            accepted = None
+        else:
+            accepted = asked[0].attempt
+        self.rounds.add(group_of(asked[0].req), accepted, [(r.depth, r.order) for r in asked])
+        unit.open = len(asked)  # each _final counts one down; the last completes the unit
+        out: list[Row] = []
+        for r in asked:
+            out += self._final(r, r.outcome)
+        return out
+
+    def _final(self, row: Row, fields: dict) -> list[Row]:
+        req = row.req
+        record = {k: req.get(k) for k in _ID_COLUMNS}
+        record.update(judge=self.judge_name, _depth=row.depth, _order=row.order, _caption_key=req.get("caption_key"))
+        record.update(fields)
+        status = record["parse_status"]
+        s = self.summary
+        s.parse_failures += status == ParseStatus.FAILED
+        s.repaired += status == ParseStatus.REPAIRED
+        s.errors += status == ParseStatus.ERROR
+        s.missing += status == ParseStatus.MISSING
+        self.open -= 1
+        row.final = True
+        if self.keep_intermediate or req.get("step") not in self.intermediate:
+            cols = self._cols
+            for name in cols:
+                cols[name].append(record.get(name))
+            if len(cols["request_key"]) >= _CHUNK:
+                self._flush_chunk()
+        unit = row.unit
+        if unit is None:
+            return []
+        row.outcome = record
+        unit.open -= 1
+        if unit.open == 0 and unit.sealed:
+            return self._unit_complete(unit)
+        return []
+
+    def _unit_complete(self, unit: Unit) -> list[Row]:
+        if self.units.pop(unit.key, None) is None:
+            return []  # completed already
+        depth = unit.key[3]
+        if not self.multi_step or depth + 1 >= self.max_steps:
+            return []
+        reqs = pa.Table.from_pylist([r.req for r in unit.rows], schema=REQUESTS_WITH_CONTEXT)
+        verdicts = pa.Table.from_pylist([r.outcome for r in unit.rows], schema=_ROW_SCHEMA)
+        nxt = self.protocol.next_requests(reqs, verdicts, judge=self.judge_name, judge_revision=self.judge_revision)
+        if not nxt.num_rows:
+            return []
+        rows = []
+        for req in conform(nxt, REQUESTS_WITH_CONTEXT).to_pylist():
+            self._seq += 1
+            row = Row(self, req, depth + 1, self._seq)
+            self.open += 1
+            self.summary.steps[req["step"] or ""] = self.summary.steps.get(req["step"] or "", 0) + 1
+            self._attach(row, sealed=True)
+            rows.append(row)
+        out: list[Row] = []
+        for row in rows:
+            out += self._admit(row)
+        return out
+
+    # -- the verdict table ----------------------------------------------------------------------------------------
+    def _flush_chunk(self) -> None:
+        cols = self._cols
+        if not cols["request_key"]:
+            return
+        self._chunks.append(pa.table({f.name: pa.array(cols[f.name], f.type) for f in _SINK_SCHEMA},
+                                     schema=_SINK_SCHEMA))
+        self.n_rows += len(cols["request_key"])
+        for v in cols.values():
+            v.clear()
+
+    def table(self) -> pa.Table:
+        """The cell's VERDICTS table (call once every row is final)."""
+        self._flush_chunk()
+        t = pa.concat_tables(self._chunks) if self._chunks else _SINK_SCHEMA.empty_table()
+        self._chunks = []
+        if self.rounds is not None:
+            t = _apply_drops(t, self.rounds.dropped())
+        first = t.filter(pc.equal(t["_depth"], 0))
+        first = first.take(pc.sort_indices(first, [("_order", "ascending")]))
+        later = t.filter(pc.greater(t["_depth"], 0))
+        later = later.take(pc.sort_indices(later, [("_depth", "ascending"), ("_caption_key", "ascending"),
+                                                   ("item_id", "ascending"), ("step", "ascending"),
+                                                   ("sub_index", "ascending"), ("trial", "ascending"),
+                                                   ("_order", "ascending")]))
+        t = pa.concat_tables([first, later]).drop_columns([f.name for f in _HIDDEN])
+        return conform(t, VERDICTS)
+
+
+def _apply_drops(t: pa.Table, dropped: dict) -> pa.Table:
+    if not dropped or not t.num_rows:
+        return t
+    ids = t["_depth"].to_numpy().astype(np.int64) * (1 << 40) + t["_order"].to_numpy()
+    wanted = {d * (1 << 40) + o: msg for (d, o), msg in dropped.items()}
+    mask_np = np.isin(ids, np.fromiter(wanted, np.int64, len(wanted)))
+    mask = pa.array(mask_np)
+    errors = [wanted.get(int(i)) if m else None for i, m in zip(ids, mask_np)]
+    t = t.set_column(t.schema.get_field_index("verdict"), "verdict",
+                     pc.if_else(mask, pa.scalar(NO_VERDICT, pa.int8()), t["verdict"]))
+    t = t.set_column(t.schema.get_field_index("parse_status"), "parse_status",
+                     pc.if_else(mask, pa.scalar(int(ParseStatus.FAILED), pa.int8()), t["parse_status"]))
+    t = t.set_column(t.schema.get_field_index("detail"), "detail",
+                     pc.if_else(mask, pa.scalar(None, pa.string()), t["detail"]))
+    t = t.set_column(t.schema.get_field_index("error"), "error",
+                     pc.if_else(mask, pa.array(errors, pa.string()), t["error"]))
+    return t

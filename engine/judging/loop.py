@@ -1,0 +1,259 @@
+"""The streaming judge loop: cells' rows -> cache check + claim -> a bounded in-flight window -> answers.
+
+One `JudgeLoop` per judge. It keeps up to `max_in_flight` requests at the backend (`stream(feed, max_in_flight)` when
+the backend has it, else `window.batch_stream` over `judge(batch)`), topping the window up after every answer with,
+first, the re-asks and next-step requests that answer released (they share the caption that is being judged, which
+keeps the prefix cache warm), then new rows in caption order. Before a key is sent it is re-checked in the judgment
+cache and claimed there (engine.store.judgment_cache: a key another live process claimed is waited for, never sent
+twice); rows sharing a key share one request. Answers go to the cache through `window.Committer` (group commits from
+a background thread), so a kill -9 loses at most the window.
+
+Stops: a `BackendFatalError` (401/403) ends the run after the requests in flight, with everything finished committed,
+as `engine.errors.AbortedError`; so does a cache that cannot be written (disk full, read-only), naming the path.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections import deque
+
+from adapters.base import BackendFatalError, JudgeResponse
+from engine.errors import AbortedError
+from engine.store.judgment_cache import CachedResponse, JudgmentCache
+
+from .cells import Cell, Row
+from .window import CacheWriteError, Committer, WindowFeed, batch_stream
+
+_POLL_S = 0.2  # how often keys claimed by another process are looked up again
+
+
+class JudgeLoop:
+    def __init__(self, judge, cache_dir, *, max_in_flight: int = 64, batch_size: int = 64, use_cache: bool = True,
+                 progress: bool = False, claim_timeout_s: float | None = None):
+        self.judge = judge
+        self.max_in_flight = max(1, int(max_in_flight))
+        self.batch_size = max(1, int(batch_size))
+        self.use_cache = use_cache
+        self.cells: list[Cell] = []
+        self._pending: deque[Row] = deque()  # rows to check/claim, then send
+        self._waiters: dict[str, list[Row]] = {}  # key -> rows waiting for its answer (ready, in flight, held)
+        self._held: dict[str, float] = {}  # keys another live process claimed -> when we last looked
+        self._claimed: set[str] = set()  # keys this loop claimed and has not answered yet (released on close)
+        self._next_poll = 0.0
+        self.feed = WindowFeed()
+        self.streaming = callable(getattr(judge, "stream", None))
+        try:
+            self.cache = JudgmentCache(cache_dir, claim_timeout_s=claim_timeout_s)
+            self.committer = Committer(cache_dir)
+        except sqlite3.Error as exc:
+            raise AbortedError(f"judgment cache {cache_dir}: cannot open for writing: {exc}") from None
+        self._bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=0, desc=f"judge {getattr(judge, 'name', '')}", unit="req", dynamic_ncols=True)
+
+    def add(self, cell: Cell) -> None:
+        cell.loop = self
+        self.cells.append(cell)
+        if self._bar is not None:
+            self._bar.total += cell.requests.num_rows
+
+    # -- main loop --------------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while True:
+                self._top_up()
+                if self.feed.ready:
+                    self._session()
+                    continue
+                if self._held:
+                    self.committer.flush()
+                    time.sleep(_POLL_S)
+                    self._poll_held(force=True)
+                    continue
+                if self._pending:
+                    continue
+                open_cells = [c for c in self.cells if not c.done]
+                if not open_cells:
+                    break
+                for c in open_cells:  # nothing left to ask: these are complete
+                    if c.exhausted and c.open == 0:
+                        self._complete(c)
+                if all(c.done for c in self.cells):
+                    break
+                if not any(not c.exhausted for c in self.cells if not c.done):
+                    stuck = [(c.name, c.open) for c in self.cells if not c.done]
+                    raise RuntimeError(f"judge loop: rows neither pending nor in flight: {stuck}")
+            self.committer.flush()
+        except CacheWriteError as exc:
+            raise AbortedError(f"{exc}; the run stopped, every earlier answer is kept") from None
+        finally:
+            self.close()
+
+    def _session(self) -> None:
+        """Stream until the feed closes (nothing ready, nothing in flight)."""
+        self.feed.reopen()
+        stream = (self.judge.stream(self.feed, self.max_in_flight) if self.streaming
+                  else batch_stream(self.judge, self.feed, self.max_in_flight, self.batch_size))
+        fatal = None
+        try:
+            for resp in stream:
+                self._on_response(resp)
+                self.feed.done()
+                if fatal is None:
+                    self._top_up()
+                self.committer.check()
+        except BackendFatalError as exc:
+            fatal = exc
+        finally:
+            close = getattr(stream, "close", None)
+            if close:
+                close()
+        if fatal is not None:
+            self.committer.flush()
+            done = self.committer.written
+            raise AbortedError(f"judge {getattr(self.judge, 'name', '?')} refused the run ({fatal}); stopped after "
+                               f"the requests in flight, {done} answers of this run are in the cache at "
+                               f"{self.cache.path}; fix the credentials and rerun to ask the rest") from None
+
+    # -- filling the window -----------------------------------------------------------------------------------------
+    def _top_up(self) -> None:
+        target = self.max_in_flight
+        while self.feed.ready < target:
+            if not self._pending:
+                cell = next((c for c in self.cells if not c.exhausted and not c.done), None)
+                if cell is None:
+                    break
+                self._enqueue(cell.pull(max(256, target)))
+                self._complete_finished()
+                continue
+            n = min(len(self._pending), max(256, target - self.feed.ready))
+            self._dispatch([self._pending.popleft() for _ in range(n)])
+        if self._held and time.monotonic() >= self._next_poll:
+            self._poll_held()
+        self._complete_finished()
+
+    def _enqueue(self, rows: list[Row], front: bool = False) -> None:
+        if front:
+            self._pending.extendleft(reversed(rows))
+        else:
+            self._pending.extend(rows)
+
+    def _dispatch(self, rows: list[Row]) -> None:
+        new: list[str] = []
+        for row in rows:
+            waiting = self._waiters.get(row.key)
+            if waiting is not None:
+                waiting.append(row)
+            else:
+                self._waiters[row.key] = [row]
+                new.append(row.key)
+        if not new:
+            return
+        if not self.use_cache:
+            for k in new:
+                self._send(k)
+            return
+        res = self._claim(new)
+        self._claimed.update(res.claimed)
+        for k in res.claimed:
+            self._send(k)
+        for k in res.held:
+            self._held[k] = time.monotonic()
+        for k, cached in res.found.items():
+            rows_ = self._waiters[k]
+            rows_[0].cell.summary.cached += 1
+            self._resolve(k, cached)
+
+    def _claim(self, keys):
+        try:
+            return self.cache.claim(keys)
+        except sqlite3.Error as exc:
+            raise AbortedError(f"judgment cache {self.cache.path}: could not claim {len(keys)} keys before sending "
+                               f"them: {exc}") from None
+
+    def _send(self, key: str) -> None:
+        row = self._waiters[key][0]
+        try:
+            request = row.judge_request()
+        except Exception as exc:  # noqa: BLE001 - e.g. unreadable frames: this request fails, the run goes on
+            self._release(key)
+            self._resolve(key, f"{type(exc).__name__}: {exc}")
+            return
+        self.feed.put(request)
+
+    def _poll_held(self, force: bool = False) -> None:
+        self._next_poll = time.monotonic() + _POLL_S
+        keys = list(self._held)
+        res = self._claim(keys)
+        self._claimed.update(res.claimed)
+        for k in res.claimed:
+            del self._held[k]
+            self._send(k)
+        for k, cached in res.found.items():
+            del self._held[k]
+            self._waiters[k][0].cell.summary.cached += 1
+            self._resolve(k, cached)
+
+    # -- answers ----------------------------------------------------------------------------------------------------
+    def _on_response(self, resp: JudgeResponse) -> None:
+        rows = self._waiters.get(resp.key)
+        if rows is None:
+            return  # not ours (a backend answering twice): ignore
+        self._claimed.discard(resp.key)
+        s = rows[0].cell.summary
+        s.sent += 1
+        s.prompt_tokens += resp.prompt_tokens or 0
+        s.cached_prompt_tokens += resp.cached_prompt_tokens or 0
+        s.completion_tokens += resp.completion_tokens or 0
+        if resp.text is None:
+            self._release(resp.key)  # a failed request is not ours any more: another run may ask it
+            self._resolve(resp.key, resp.error or "backend returned no text")
+            return
+        cr = CachedResponse(resp.key, self.judge.name, resp.text, resp.prompt_tokens or 0,
+                            resp.cached_prompt_tokens or 0, resp.completion_tokens or 0,
+                            float(resp.latency_s or 0.0), float(resp.cost_usd or 0.0))
+        self.committer.put(cr)
+        self._resolve(resp.key, cr)
+
+    def _release(self, key: str) -> None:
+        if self.use_cache:
+            self.committer.release(key)
+
+    def _resolve(self, key: str, answer) -> None:
+        rows = self._waiters.pop(key)
+        follow: list[Row] = []
+        for row in rows:
+            follow += row.cell.answer(row, answer)
+        if self._bar is not None:
+            self._bar.update(len(rows))
+        if follow:
+            self._enqueue(follow, front=True)
+
+    def _complete_finished(self) -> None:
+        for c in self.cells:
+            if not c.done and c.exhausted and c.open == 0:
+                self._complete(c)
+
+    def _complete(self, cell: Cell) -> None:
+        cell.done = True
+        if cell.on_complete is not None:
+            self.committer.flush()  # a cell's verdicts never get ahead of its cached answers
+            cell.on_complete(cell, cell.table())
+
+    def close(self) -> None:
+        try:
+            self.committer.close()
+        except CacheWriteError:
+            pass  # raised already by run() (its flush); nothing more was written
+        finally:
+            try:
+                if self._claimed:  # asked but never answered (a stop): let other processes take them at once
+                    self.cache.release(self._claimed)
+            except sqlite3.Error:
+                pass
+            self.cache.close()
+            if self._bar is not None:
+                self._bar.close()

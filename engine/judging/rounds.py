@@ -1,0 +1,63 @@
+"""Official retry rounds, reproduced after streaming (JudgingPolicy.stop_when_failed_at_most).
+
+Official scripts (CAPability's `evaluation/eval.py`) ask every item, then re-ask the rejected ones in ROUNDS, and
+stop as soon as at most K items are still rejected; what is rejected then is dropped. The streaming loop does not
+wait for rounds: it re-asks an item as soon as its answer is rejected. The outcome is the same if, afterwards, an item
+accepted only at an attempt whose round would not have run is turned back into a row without a verdict. Round r
+(r >= 1) runs iff more than K items were still rejected after round r-1; since that count only falls, the rounds that
+run are 1..R for one R. Items are counted per official run: one task of one captioning model and trial (see
+`group_of`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+DROPPED = ("dropped by the official retry rule: accepted at attempt {attempt}, but only {rounds} re-ask round(s) "
+           "would have run ({failed} item(s) still failed after round {last}, at most {k} allowed)")
+
+
+def group_of(row: dict) -> tuple:
+    """What one official run covers: a task file judged for one caption set (captioner, prompt, frames) and trial."""
+    return (row.get("task"), row.get("step"), row.get("captioner"), row.get("prompt_id"), row.get("frame_spec"),
+            row.get("trial"))
+
+
+class RetryRounds:
+    """Collects, per group, the attempt at which each item (unit) was accepted (None = never), then says which
+    accepted items the official rounds would not have reached."""
+
+    def __init__(self, k: int):
+        self.k = int(k)
+        self._counts: dict[tuple, Counter] = defaultdict(Counter)  # group -> attempt (None = never) -> units
+        self._late: dict[tuple, list[tuple[int, list]]] = defaultdict(list)  # group -> (attempt, row ids) if >= 1
+
+    def add(self, group: tuple, accepted_attempt: int | None, row_ids: list) -> None:
+        self._counts[group][accepted_attempt] += 1
+        if accepted_attempt:  # attempt 0 is round 0, which always runs
+            self._late[group].append((accepted_attempt, row_ids))
+
+    def last_round(self, group: tuple) -> tuple[int, int]:
+        """(R, failed after round R): the last re-ask round that runs and how many items are still failed then."""
+        counts = self._counts[group]
+        top = max((a for a in counts if a is not None), default=0)
+
+        def failed_after(r: int) -> int:
+            return sum(n for a, n in counts.items() if a is None or a > r)
+
+        r = 0
+        while r < top and failed_after(r) > self.k:
+            r += 1
+        return r, failed_after(r)
+
+    def dropped(self) -> dict:
+        """row id -> error text, for the rows of items accepted in a round that would not have run."""
+        out = {}
+        for group, late in self._late.items():
+            last, failed = self.last_round(group)
+            for attempt, row_ids in late:
+                if attempt > last:
+                    msg = DROPPED.format(attempt=attempt, rounds=last, failed=failed, last=last, k=self.k)
+                    for rid in row_ids:
+                        out[rid] = msg
+        return out
