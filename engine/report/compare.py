@@ -266,8 +266,8 @@ def _compare_pair(verdicts, x, y, differ, spec: PairedSpec, average_over, n_resa
     names = list(spec.metrics)
 
     def statistic(sums: np.ndarray) -> np.ndarray:  # (..., T, S) -> (..., M): metrics averaged over tasks
-        vals = np.stack([np.asarray(spec.metrics[m](sums), dtype=np.float64) for m in names], axis=-1)
-        with np.errstate(invalid="ignore"), _quiet():
+        with np.errstate(divide="ignore", invalid="ignore"), _quiet():  # 0/0 -> nan: metric undefined there
+            vals = np.stack([np.asarray(spec.metrics[m](sums), dtype=np.float64) for m in names], axis=-1)
             return np.nanmean(vals, axis=-2) * spec.scale
 
     res = paired_bootstrap_diff(ca, cb, statistic, n_resamples=n_resamples, seed=seed, confidence=confidence)

@@ -1,0 +1,68 @@
+"""`capeval compare RUN_DIR [--a X --b Y] [--json]`: paired differences of headline metrics between systems
+judged on the same videos, with paired bootstrap CIs, p-values and Holm's correction."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def register(sub) -> None:
+    p = sub.add_parser("compare", help="paired differences between captioners / prompts / frame specs of a run")
+    p.add_argument("run_dir", type=Path, help="a sweep's output folder (verdicts/, metrics/)")
+    p.add_argument("--a", help="systems on the left: 'captioner=X,prompt_id=Y' or a bare value (e.g. a prompt id)")
+    p.add_argument("--b", help="systems on the right, same syntax; factors neither side names are held equal")
+    p.add_argument("--all-pairs", action="store_true",
+                   help="every pair of systems, not only those differing in one factor")
+    p.add_argument("--resamples", type=int, default=2000, help="paired bootstrap resamples over videos")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--confidence", type=float, default=0.95)
+    p.add_argument("--mode", action="append", default=[], metavar="PROTOCOL=MODE",
+                   help="metric mode per protocol (capquiz=paper, capability=strict, ...); default: the run's")
+    p.add_argument("--json", action="store_true", help="print JSON rows instead of text")
+    p.add_argument("--out", type=Path, help="also write the table (.csv or .parquet)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=run)
+
+
+def run_modes(results, overrides: list[str]) -> dict[str, str]:
+    """protocol -> mode: the `mode` column of the run's results, then --mode overrides."""
+    import polars as pl
+
+    modes = {}
+    if results.height and "mode" in results.columns and "protocol" in results.columns:
+        for r in results.select("protocol", "mode").drop_nulls().unique(subset=["protocol"], keep="first").iter_rows():
+            modes[r[0]] = r[1]
+    for item in overrides:
+        proto, sep, mode = item.partition("=")
+        if not sep or not mode:
+            raise ValueError(f"--mode expects PROTOCOL=MODE, got {item!r}")
+        modes[proto.strip()] = mode.strip()
+    del pl
+    return modes
+
+
+def run(args) -> int:
+    from engine.report.compare import compare_run, format_comparison
+    from engine.report.rundir import load_run
+
+    if args.resamples < 1:
+        raise ValueError(f"--resamples must be >= 1, got {args.resamples}")
+    data = load_run(args.run_dir)
+    if data.verdicts is None:
+        raise FileNotFoundError(f"{args.run_dir}/verdicts holds no verdict segments: nothing to compare")
+    frame = compare_run(data.verdicts, a=args.a, b=args.b, all_pairs=args.all_pairs,
+                        modes=run_modes(data.results, args.mode), n_resamples=args.resamples, seed=args.seed,
+                        confidence=args.confidence)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        frame.write_parquet(args.out) if args.out.suffix == ".parquet" else frame.write_csv(args.out)
+    if args.json:
+        print(json.dumps({"comparisons": frame.to_dicts(), "n_resamples": args.resamples,
+                          "multiple_comparisons": f"Holm over {int(frame['p_value'].is_not_null().sum())} tests"},
+                         indent=1))
+    else:
+        print(format_comparison(frame))
+    if frame.is_empty() and (args.a or args.b):
+        return 2  # the selectors matched no pair: a usage problem worth a non-zero exit
+    return 0
