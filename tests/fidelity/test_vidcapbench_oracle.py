@@ -75,9 +75,8 @@ def _run(case: dict, tmp_path: Path, **params):
     judge = ReplayJudge(_replies(case))
     protocol = lookup("protocol", "vidcapbench")
     requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision, **params)
-    policy = protocol.judging_policy(**params)
     verdicts = run_judging(requests, judge, cache_dir=tmp_path / f"cache-{params.get('mode')}", protocol=protocol,
-                           max_reasks=policy.max_reasks, progress=False)
+                           protocol_params=params, progress=False)  # the run's params select the judging policy
     metrics = compute_metrics(pl.from_arrow(verdicts), items=pl.from_arrow(items), captions=pl.from_arrow(captions),
                               n_resamples=0, **params)
     return requests, pl.from_arrow(verdicts), metrics
@@ -180,7 +179,7 @@ def test_official_requests_are_the_official_messages(case, tmp_path):
     # the score step: official template with the answer step's reply inserted unparsed
     verdicts = run_judging(protocol.build_requests(items, _captions(case), judge=judge.name,
                                                    judge_revision=judge.revision, **params),
-                           judge, cache_dir=tmp_path / "c", protocol=protocol, max_reasks=0, progress=False,
+                           judge, cache_dir=tmp_path / "c", protocol=protocol, protocol_params=params, progress=False,
                            keep_intermediate=True)
     assert verdicts.num_rows == 2 * len(case["qa"])
     strict = protocol.build_requests(items, _captions(case), judge=judge.name, judge_revision=judge.revision)

@@ -1,19 +1,24 @@
-"""CapQuiz metrics against hand-computed CapP / CapR / CapF1 on small verdict tables."""
+"""CapQuiz metrics against hand-computed CapP / CapR / CapF1 on small verdict tables, with the paper's ten
+question types, overridable type maps, and judge / seed / trial as grouping columns."""
+
+import json
 
 import polars as pl
 import pytest
 
 from engine.protocols.capquiz.metrics import TYPE_FAMILY, compute_metrics
+from engine.protocols.capquiz.types import load_type_map
 
 CD, TP, FP, NV = 0, 1, 2, -1
 
 
-def table(rows):
+def table(rows, judge="j", seed=0, trial=0, start=0):
     return pl.DataFrame(
-        [dict(request_key=f"r{i}", protocol="capquiz", task="t", item_id=f"q{i}", video_id=v, captioner="m",
-              prompt_id="p", frame_spec="f", judge="j", verdict=c, parse_status=0 if c >= 0 else 2)
+        [dict(request_key=f"r{judge}{trial}{i}", protocol="capquiz", task="t", item_id=f"q{start + i}", video_id=v,
+              captioner="m", prompt_id="p", frame_spec="f", judge=judge, seed=seed, trial=trial, verdict=c,
+              parse_status=0 if c >= 0 else 2)
          for i, (v, _, c) in enumerate(rows)],
-        schema_overrides={"verdict": pl.Int8, "parse_status": pl.Int8})
+        schema_overrides={"verdict": pl.Int8, "parse_status": pl.Int8, "seed": pl.Int64, "trial": pl.Int16})
 
 
 def items(rows):
@@ -21,12 +26,15 @@ def items(rows):
                          "category": [t for _, t, _ in rows]})
 
 
-ROWS = [("a", "object", TP), ("a", "object", FP), ("a", "causal", CD), ("b", "causal", TP), ("b", "object", NV),
-        ("c", "action", TP), ("c", "causal", FP)]
+ROWS = [("a", "Entity", TP), ("a", "Entity", FP), ("a", "Causal Reasoning", CD), ("b", "Causal Reasoning", TP),
+        ("b", "Entity", NV), ("c", "Action", TP), ("c", "Causal Reasoning", FP)]
 
 
-def get(frame, metric, family="all", qtype="all"):
-    row = frame.filter((pl.col("metric") == metric) & (pl.col("family") == family) & (pl.col("question_type") == qtype))
+def get(frame, metric, family="all", qtype="all", **where):
+    cond = (pl.col("metric") == metric) & (pl.col("family") == family) & (pl.col("question_type") == qtype)
+    for k, v in where.items():
+        cond = cond & (pl.col(k) == v)
+    row = frame.filter(cond)
     assert row.height == 1, row
     return row.row(0, named=True)
 
@@ -39,15 +47,33 @@ def test_overall_and_per_type_by_hand():
     assert get(out, "CapR")["value"] == pytest.approx(100 * r)
     assert get(out, "CapF1")["value"] == pytest.approx(100 * 2 * p * r / (p + r))
     assert get(out, "CapR")["n_no_verdict"] == 1 and get(out, "CapR")["n"] == 6
-    # object: TP=1, FP=1, NV=1
-    assert get(out, "CapP", "Descriptive", "object")["value"] == pytest.approx(50.0)
-    assert get(out, "CapR", "Descriptive", "object")["value"] == pytest.approx(100 / 3)
-    # Descriptive family = object + action: TP=2, FP=1, NV=1
+    # Entity: TP=1, FP=1, NV=1
+    assert get(out, "CapP", "Descriptive", "Entity")["value"] == pytest.approx(50.0)
+    assert get(out, "CapR", "Descriptive", "Entity")["value"] == pytest.approx(100 / 3)
+    # Descriptive = Entity + Action: TP=2, FP=1, NV=1
     assert get(out, "CapR", "Descriptive")["value"] == pytest.approx(50.0)
-    # Inferential = causal: TP=1, FP=1, CD=1
+    # Inferential = Causal Reasoning: TP=1, FP=1, CD=1
     assert get(out, "CapP", "Inferential")["value"] == pytest.approx(50.0)
-    assert get(out, "CapR", "Inferential", "causal")["value"] == pytest.approx(100 / 3)
+    assert get(out, "CapR", "Inferential", "Causal Reasoning")["value"] == pytest.approx(100 / 3)
     assert set(out["mode"]) == {"strict"}
+    assert get(out, "CapP", "Descriptive", "Entity")["inferred"] is False
+
+
+def test_the_papers_ten_types_map_to_both_groups_and_inferred_groups_are_marked():
+    names = ["Entity", "Attribute", "Action", "Event", "Setting", "Relational Reasoning", "Causal Reasoning",
+             "Interpretive Reasoning", "Intent & Emotion Reasoning", "Grounding Reasoning"]
+    rows = [(f"v{i}", n, TP) for i, n in enumerate(names)]
+    out = compute_metrics(table(rows), items=items(rows), n_resamples=0)
+    assert "unmapped" not in set(out["family"])
+    assert get(out, "CapR", "Descriptive")["n"] == 5 and get(out, "CapR", "Inferential")["n"] == 5
+    assert get(out, "CapP", "Descriptive", "Event")["inferred"] is True
+    assert get(out, "CapP", "Inferential", "Causal Reasoning")["inferred"] is False
+    assert get(out, "CapP", "Inferential")["inferred"] is True  # some of its types are inferred
+    assert len(TYPE_FAMILY) == 10
+    # spelling variants of the same names still map
+    variants = [("v0", "intent_and_emotion", TP), ("v1", "causal", FP), ("v2", "RELATIONAL-reasoning", TP)]
+    out = compute_metrics(table(variants), items=items(variants), n_resamples=0)
+    assert set(out["family"]) == {"Inferential", "all"}
 
 
 def test_paper_mode_drops_no_verdict_from_denominator_and_says_so():
@@ -55,10 +81,11 @@ def test_paper_mode_drops_no_verdict_from_denominator_and_says_so():
     assert get(out, "CapR")["value"] == pytest.approx(100 * 3 / 6)
     assert get(out, "CapR")["n_no_verdict"] == 1
     assert set(out["mode"]) == {"paper"}
+    assert set(compute_metrics(table(ROWS), n_resamples=0, mode="official")["mode"]) == {"official"}
 
 
 def test_all_parse_failures_give_null_values_not_errors():
-    rows = [("a", "object", NV), ("b", "object", NV)]
+    rows = [("a", "Entity", NV), ("b", "Entity", NV)]
     out = compute_metrics(table(rows), items=items(rows), n_resamples=50)
     assert get(out, "CapP")["value"] is None and get(out, "CapP")["n_no_verdict"] == 2
     assert get(out, "CapR")["value"] == pytest.approx(0.0)  # strict: unanswered questions count against recall
@@ -78,11 +105,32 @@ def test_one_video_has_degenerate_ci_and_seeded_ci_is_deterministic():
     assert low <= get(a, "CapR")["value"] <= high and low < high
 
 
-def test_unmapped_types_are_kept_and_family_map_covers_ten_types():
-    assert len(TYPE_FAMILY) == 10 and set(TYPE_FAMILY.values()) == {"Descriptive", "Inferential"}
+def test_judge_seed_and_trial_are_grouping_columns():
+    first = [("a", "Entity", TP), ("b", "Entity", TP)]
+    second = [("a", "Entity", FP), ("b", "Entity", CD)]
+    frame = pl.concat([table(first, judge="j1", seed=0, trial=0), table(second, judge="j1", seed=1, trial=1),
+                       table(second, judge="j2", seed=0, trial=0)])
+    out = compute_metrics(frame, items=items(first), n_resamples=0)
+    assert get(out, "CapR", judge="j1", trial="0")["value"] == pytest.approx(100.0)
+    assert get(out, "CapR", judge="j1", trial="1")["value"] == pytest.approx(0.0)
+    assert get(out, "CapP", judge="j2", seed="0")["value"] == pytest.approx(0.0)
+    assert out.filter(pl.col("metric") == "CapR").height == 3 * 3  # 3 runs x (type, family, overall)
+
+
+def test_unmapped_types_are_kept_and_type_maps_come_from_mappings_json_and_toml(tmp_path):
     rows = [("a", "Mystery Type", TP), ("b", "Causal", FP)]
     out = compute_metrics(table(rows), items=items(rows), n_resamples=20)
     assert get(out, "CapP", "unmapped", "Mystery Type")["value"] == pytest.approx(100.0)
     assert get(out, "CapP", "Inferential", "Causal")["value"] == pytest.approx(0.0)
-    custom = compute_metrics(table(rows), items=items(rows), n_resamples=20, type_families={"mystery type": "Inferential"})
-    assert get(custom, "CapP", "Inferential")["value"] == pytest.approx(100.0)
+    custom = {"mystery type": "Inferential", "Causal": "Inferential"}
+    toml = tmp_path / "types.toml"
+    toml.write_text('[[question_type]]\nname = "Mystery Type"\ngroup = "Inferential"\n\n'
+                    '[[question_type]]\nname = "Causal Reasoning"\ngroup = "Inferential"\ninferred = true\n')
+    (tmp_path / "types.json").write_text(json.dumps(custom))
+    for spec in (custom, json.dumps(custom), str(tmp_path / "types.json"), str(toml)):
+        got = compute_metrics(table(rows), items=items(rows), n_resamples=0, type_families=spec)
+        assert get(got, "CapP", "Inferential")["value"] == pytest.approx(50.0), spec
+        assert "unmapped" not in set(got["family"])
+    assert load_type_map(str(toml))["Causal Reasoning"] == ("Inferential", True)
+    with pytest.raises(ValueError, match="type_families"):
+        compute_metrics(table(rows), items=items(rows), n_resamples=0, type_families="no/such/file.toml")

@@ -1,6 +1,8 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.protocols.base import JudgeProtocol as _JudgeProtocol
+from engine.protocols.base import (JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
+                                   Rendered as _Rendered, caption_identity as _caption_identity,
+                                   make_row as _make_row, rows_to_table as _rows_to_table)
 from engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
@@ -9,7 +11,7 @@ from .codes import CapQuizVerdict as _CapQuizVerdict
 
 class CapQuizProtocol(_JudgeProtocol):
     name = "capquiz"
-    version = "1"
+    version = "2"
     codes = (_CapQuizVerdict,)
 
     def render(self, item, caption, *, seed, **opts):
@@ -17,6 +19,46 @@ class CapQuizProtocol(_JudgeProtocol):
 
     def parse(self, request, text):
         return _parsing.parse(request, text)
+
+    def judging_policy(self, mode="strict", **params):
+        if _prompts.check_mode(mode) == "official":
+            # The paper states no retry rule: official mode takes the judge's first reply.
+            return _JudgingPolicy(max_reasks=0, reask_temperature=None, mode="official")
+        return _JudgingPolicy(mode="strict")
+
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), **opts):
+        """As the base class, with the pack digest and mode in every key; in strict mode an item whose video has
+        no caption in a (captioner, prompt, frames) group still gets a row there (no verdict, MISSING), so it
+        counts in N."""
+        mode = _prompts.check_mode(opts.get("mode"))
+        pack = _prompts.pack_for(mode, opts.get("prompts"))
+        revision = f"{judge_revision}|pack:{pack.digest}|mode:{mode}"
+        table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
+        if mode != "strict":
+            return table
+        extra = self._uncaptioned_rows(items, captions, judge, revision, seeds)
+        return _rows_to_table(table.to_pylist() + extra) if extra else table
+
+    def _uncaptioned_rows(self, items, captions, judge, revision, seeds) -> list[dict]:
+        groups = {(c["captioner"], c["prompt_id"], c["frame_spec"]): c for c in captions.to_pylist()}
+        videos = {(c["captioner"], c["prompt_id"], c["frame_spec"], c["video_id"]) for c in captions.to_pylist()}
+        rows = []
+        for item in items.to_pylist():
+            for (cap, prompt_id, frames), _ in groups.items():
+                if (cap, prompt_id, frames, item["video_id"]) in videos or (cap, prompt_id, frames,
+                                                                             item["item_id"]) in videos:
+                    continue
+                base = {"item_id": item["item_id"], "video_id": item["video_id"],
+                        **_caption_identity({"captioner": cap, "prompt_id": prompt_id, "frame_spec": frames})}
+                for trial, seed in enumerate(seeds):
+                    r = _Rendered(task=item["task"], step="answer",
+                                  user=f"[no caption for video {item['video_id']!r}, item {item['item_id']!r}]",
+                                  parse={"missing": "no caption for this video in this captioner/prompt/frames "
+                                                    "group (counted in N in strict mode)"})
+                    rows.append(_make_row(r, base, protocol=self.name, judge=judge,
+                                          judge_revision=f"{revision}|{self.name}@{self.version}|{cap}|{prompt_id}|"
+                                                         f"{frames}", seed=int(seed), trial=trial))
+        return rows
 
 
 PROTOCOL = _register_protocol("capquiz")(CapQuizProtocol())

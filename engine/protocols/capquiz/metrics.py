@@ -19,12 +19,16 @@ in N, so a question the judge could not answer counts against recall exactly lik
 not evidence of a wrong statement, so it never enters CapP's denominator). With `paper_compatible=True`
 (`mode="paper"`) they are left out of N, the way an official script that skips unparseable answers would do.
 
-Question types: the paper's taxonomy has 10 question types under two families, Descriptive and Inferential. The
-released type names were not available to us when this was written (the benchmark was announced, not yet
-released), so `TYPE_FAMILY` below is our best reading of the taxonomy and is *not verified*: pass
-`type_families={type: family}` to `compute_metrics` to use the release's names. A type missing from the map is
-reported under family "unmapped", never dropped. Types are matched case-insensitively, with spaces, dashes and
-underscores treated alike.
+Question types: the paper's ten types in two groups (Descriptive, Inferential), from capeval's pack (types.py);
+`type_families` (protocol param: a mapping, JSON text, or a TOML/JSON path) overrides the map. A type missing from
+the map is reported under family "unmapped", never dropped; `inferred` says whether a type's group is read off its
+name rather than stated in the paper (for a family row: whether any of its types is).
+
+Grouping columns: captioner, prompt_id, frame_spec, judge, seed, trial (when the verdicts have them: each judge,
+seed and trial is its own table), family, question_type, mode. Official mode (`mode="official"`) scores what the
+paper's prompt produced with the paper's definitions (N = every question asked); it differs from strict mode in
+the prompt, sampling and re-asks, and in that strict mode also asks for (and counts in N) questions whose video
+has no caption.
 """
 
 from __future__ import annotations
@@ -35,30 +39,17 @@ import polars as pl
 from engine.metrics.core import count_table, metrics_frame, safe_ratio
 
 from .codes import N_CODES, CapQuizVerdict
+from .types import GROUPS, group_lookup, load_type_map, normalize_type  # noqa: F401 (normalize_type re-exported)
 
 CD, TP, FP = int(CapQuizVerdict.CANNOT_DETERMINE), int(CapQuizVerdict.CORRECT), int(CapQuizVerdict.WRONG)
 NV = N_CODES  # the count table's last column: rows without a verdict
 
-#: question type -> family. Not verified against the release (see the module docstring).
-TYPE_FAMILY: dict[str, str] = {
-    "object": "Descriptive",
-    "attribute": "Descriptive",
-    "action": "Descriptive",
-    "counting": "Descriptive",
-    "spatial_relation": "Descriptive",
-    "scene": "Descriptive",
-    "temporal_order": "Inferential",
-    "causal": "Inferential",
-    "intention": "Inferential",
-    "emotion": "Inferential",
-}
-FAMILIES = ("Descriptive", "Inferential")
+#: question type -> family, from capeval's pack (the paper's ten types); override with `type_families`.
+TYPE_FAMILY: dict[str, str] = {name: group for name, (group, _) in load_type_map().items()}
+FAMILIES = GROUPS
 ALL = "all"
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
-
-
-def normalize_type(name: str | None) -> str:
-    return "" if name is None else "_".join(name.strip().lower().replace("-", " ").replace("_", " ").split())
+RUN_COLUMNS = ["judge", "seed", "trial"]  # grouping columns too, when the verdict table has them
 
 
 # -- metric functions of count arrays: counts[..., N_CODES + 1] -> fractions ------------------------------------
@@ -93,22 +84,21 @@ def metric_functions(paper_compatible: bool = False) -> dict:
 # -- the verdict table -> long-format metrics -------------------------------------------------------------------
 
 
-def _with_types(verdicts: pl.DataFrame, items: pl.DataFrame | None, type_families: dict[str, str]) -> pl.DataFrame:
-    """Adds `question_type` (items.category, joined on task + item_id) and `family`; never drops a verdict row."""
+def _with_types(verdicts: pl.DataFrame, items: pl.DataFrame | None, type_families) -> pl.DataFrame:
+    """Adds `question_type` (items.category, joined on task + item_id), `family` and `inferred`; never drops a
+    verdict row."""
     if items is None or "category" not in items.columns:
-        return verdicts.with_columns(pl.lit(ALL).alias("question_type"), pl.lit(ALL).alias("family"))
+        return verdicts.with_columns(pl.lit(ALL).alias("question_type"), pl.lit(ALL).alias("family"),
+                                     pl.lit(None, dtype=pl.Boolean).alias("inferred"))
     keys = [k for k in ("task", "item_id") if k in items.columns and k in verdicts.columns]
     if "item_id" not in keys:
         raise KeyError("items need an `item_id` column to attach question types to verdicts")
     cats = items.select(*keys, pl.col("category").alias("question_type")).unique(subset=keys, keep="first")
-    out = verdicts.join(cats, on=keys, how="left")
-    families = {normalize_type(k): v for k, v in type_families.items()}
-    out = out.with_columns(pl.col("question_type").fill_null("unknown"))
+    out = verdicts.join(cats, on=keys, how="left").with_columns(pl.col("question_type").fill_null("unknown"))
+    group, inferred = group_lookup(type_families)
     return out.with_columns(
-        pl.col("question_type")
-        .map_elements(lambda t: families.get(normalize_type(t), "unmapped"), return_dtype=pl.String)
-        .alias("family")
-    )
+        pl.col("question_type").map_elements(group, return_dtype=pl.String).alias("family"),
+        pl.col("question_type").map_elements(inferred, return_dtype=pl.Boolean, skip_nulls=False).alias("inferred"))
 
 
 def compute_metrics(
@@ -119,31 +109,43 @@ def compute_metrics(
     n_resamples: int = 1000,
     seed: int = 0,
     paper_compatible: bool = False,
-    type_families: dict[str, str] | None = None,
+    type_families=None,
     confidence: float = 0.95,
+    mode: str | None = None,
     **options,
 ) -> pl.DataFrame:
-    """CapP / CapR / CapF1 (percent) per (captioner, prompt_id, frame_spec) x {type, family, overall}.
+    """CapP / CapR / CapF1 (percent) per (captioner, prompt_id, frame_spec, judge, seed, trial) x {type, family,
+    overall}.
 
-    Group columns: captioner, prompt_id, frame_spec, family, question_type, mode; `family == question_type ==
-    "all"` is the overall row, `question_type == "all"` a family row. CIs: percentile bootstrap over videos."""
+    Group columns: those, then family, question_type, mode; `family == question_type == "all"` is the overall row,
+    `question_type == "all"` a family row; `inferred` flags groups read off type names. CIs: percentile bootstrap
+    over videos."""
+    from .prompts import check_mode
+
     del captions, options
     _check_verdicts(verdicts)
-    mode = "paper" if paper_compatible else "strict"
-    table = _with_types(_fill_groups(verdicts), items, type_families or TYPE_FAMILY)
+    mode = check_mode(mode)
+    label = "paper" if (paper_compatible and mode == "strict") else mode
+    filled, run_cols = _fill_groups(verdicts)
+    table = _with_types(filled, items, type_families)
     fns = metric_functions(paper_compatible)
+    base = GROUP_COLUMNS + run_cols
     frames = []
     for extra in (["family", "question_type"], ["family"], []):
-        frame = metrics_frame(count_table(table, GROUP_COLUMNS + extra, N_CODES), fns, n_resamples=n_resamples,
+        frame = metrics_frame(count_table(table, base + extra, N_CODES), fns, n_resamples=n_resamples,
                               seed=seed, confidence=confidence, scale=100.0, resample="per_group", nan_as_null=True)
         for col in ("family", "question_type"):
             if col not in frame.columns:
                 frame = frame.with_columns(pl.lit(ALL).alias(col))
         frames.append(frame)
     out = pl.concat([f.select(frames[0].columns) for f in frames], how="vertical")
-    out = out.unique(maintain_order=True)  # without items the three levels coincide
-    out = out.with_columns(pl.lit(mode).alias("mode"))
-    group_cols = GROUP_COLUMNS + ["family", "question_type", "mode"]
+    out = out.unique(subset=base + ["family", "question_type", "metric"], maintain_order=True)  # no items: 1 level
+    flags = table.group_by("family", "question_type").agg(pl.col("inferred").first())
+    fam = table.group_by("family").agg(pl.col("inferred").any()).with_columns(pl.lit(ALL).alias("question_type"))
+    flags = pl.concat([flags, fam.select(flags.columns)], how="vertical").unique(["family", "question_type"])
+    out = out.join(flags, on=["family", "question_type"], how="left")
+    out = out.with_columns(pl.lit(label).alias("mode"))
+    group_cols = base + ["family", "question_type", "mode"]
     rest = [c for c in out.columns if c not in group_cols]
     return out.select(group_cols + rest)
 
@@ -154,9 +156,12 @@ def _check_verdicts(verdicts: pl.DataFrame) -> None:
         raise KeyError(f"verdict table lacks columns {missing} (have {verdicts.columns})")
 
 
-def _fill_groups(verdicts: pl.DataFrame) -> pl.DataFrame:
-    """Group columns may be null (e.g. released judgments without a prompt id): label them instead of losing rows."""
+def _fill_groups(verdicts: pl.DataFrame) -> tuple[pl.DataFrame, list[str]]:
+    """Group columns may be null (e.g. released judgments without a prompt id): label them instead of losing rows.
+    Returns the table and the run columns (judge, seed, trial) it has."""
     cols = []
     for c in GROUP_COLUMNS:
         cols.append(pl.col(c).cast(pl.String).fill_null("-").alias(c) if c in verdicts.columns else pl.lit("-").alias(c))
-    return verdicts.with_columns(cols)
+    run_cols = [c for c in RUN_COLUMNS if c in verdicts.columns]
+    cols += [pl.col(c).cast(pl.String).fill_null("-").alias(c) for c in run_cols]
+    return verdicts.with_columns(cols), run_cols

@@ -1,8 +1,14 @@
-"""CapQuiz prompts: the judge answers a 5-option question from the caption alone, with "Cannot be determined" as F.
+"""CapQuiz prompts, from a prompt pack (engine.packs): the judge answers a multiple-choice question from the
+caption alone, with "Cannot be determined" as the last option.
 
-Options are shuffled per question by a seed derived from the item id (engine.keys.derived_seed), so the order is the
-same in every run, on every machine and whatever order items arrive in; F always stays "Cannot be determined".
-"""
+Options are shown in the order given (the benchmark balances the position of the correct answer itself); the
+protocol param `shuffle=True` shuffles them per item and judge seed, for position-robustness trials (a different
+order per seed, the same on every machine and in every run). Params: `mode` ("strict": capeval's pack;
+"official": the paper's judge prompt from the benchmark pack, no system message, no temperature sent), `prompts`
+(a pack path), `shuffle`, `temperature`. The pack digest and the mode enter every request key.
+
+What the paper leaves open and capeval fixes (said here, not guessed silently): options render one per line as
+"<letter>. <text>", the letters as "A, B, C, D, E, F"."""
 
 from __future__ import annotations
 
@@ -10,53 +16,89 @@ import json
 import random
 
 from engine.keys import derived_seed
+from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 
 LETTERS = ("A", "B", "C", "D", "E")
 CANNOT_DETERMINE_LETTER = "F"
 CANNOT_DETERMINE_TEXT = "Cannot be determined"
 CHOICES = LETTERS + (CANNOT_DETERMINE_LETTER,)
-
-SYSTEM = (
-    "You are given a description (caption) of a video and a multiple-choice question about the video. "
-    "Answer using ONLY the information in the caption; do not guess from common sense. If the caption does not "
-    f"contain enough information to choose an option, answer {CANNOT_DETERMINE_LETTER} ({CANNOT_DETERMINE_TEXT}). "
-    "Reply with a single capital letter and nothing else."
-)
+ALPHABET = "ABCDEFGHIJ"
+OFFICIAL, STRICT = "official", "strict"
+UNSET = object()
 
 
-def shuffle_order(item_id: str, n: int = len(LETTERS)) -> list[int]:
-    """order[i] = index (in the item's original option list) of the option shown at letter i."""
+def check_mode(mode: str | None) -> str:
+    mode = mode or STRICT
+    if mode not in (OFFICIAL, STRICT):
+        raise ValueError(f"capquiz: param mode must be 'official' or 'strict', got {mode!r}")
+    return mode
+
+
+def pack_for(mode: str = STRICT, prompts: str | None = None) -> PromptPack:
+    return resolve_pack("capquiz", prompts, mode=check_mode(mode), official_name="capquiz")
+
+
+def as_bool(value) -> bool:
+    if isinstance(value, str):
+        if value.strip().lower() in ("1", "true", "yes", "on"):
+            return True
+        if value.strip().lower() in ("0", "false", "no", "off", ""):
+            return False
+        raise ValueError(f"capquiz: expected true/false, got {value!r}")
+    return bool(value)
+
+
+def shuffle_order(item_id: str, n: int = len(LETTERS), seed: int = 0) -> list[int]:
+    """order[i] = index (in the item's given option list) of the option shown at letter i, for judge seed `seed`."""
     order = list(range(n))
-    random.Random(derived_seed("capquiz", "option-shuffle", item_id)).shuffle(order)
+    random.Random(derived_seed("capquiz", "option-shuffle", item_id, int(seed))).shuffle(order)
     return order
 
 
 def correct_index(item: dict) -> int:
-    """The correct option's index in the original list: `answer` is the option text or its letter (A-E)."""
+    """The correct option's index in the given list: `answer` is the option text or its letter."""
     options, answer = list(item.get("options") or []), item.get("answer")
     if answer in options:
         return options.index(answer)
-    if isinstance(answer, str) and answer.strip().upper() in LETTERS[: len(options)]:
-        return LETTERS.index(answer.strip().upper())
-    raise ValueError(f"capquiz item {item.get('item_id')!r}: answer {answer!r} is neither an option nor a letter")
+    if isinstance(answer, str):
+        stripped = answer.strip()
+        folded = [o.strip().lower() for o in options]
+        if stripped.lower() in folded:
+            return folded.index(stripped.lower())
+        if stripped.upper() in ALPHABET[: len(options)] and len(stripped) == 1:
+            return ALPHABET.index(stripped.upper())
+    raise ValueError(f"capquiz item {item.get('item_id')!r}: answer {answer!r} is neither one of its options "
+                     f"{options} nor an option letter")
 
 
-def render(item: dict, caption: dict, *, seed: int, **_opts) -> list[Rendered]:
-    options = list(item.get("options") or [])
-    if len(options) != len(LETTERS):
-        raise ValueError(f"capquiz item {item['item_id']!r}: expected {len(LETTERS)} options, got {len(options)}")
-    order = shuffle_order(item["item_id"])
+def option_block(shown: list[str]) -> tuple[str, str, tuple[str, ...]]:
+    """(options text, option_id_str, letters) for the options as shown (the last one "Cannot be determined")."""
+    letters = tuple(ALPHABET[: len(shown)])
+    return "\n".join(f"{k}. {t}" for k, t in zip(letters, shown)), ", ".join(letters), letters
+
+
+def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts: str | None = None,
+           shuffle=False, temperature=UNSET, **_opts) -> list[Rendered]:
+    mode = check_mode(mode)
+    options = [str(o) for o in (item.get("options") or [])]
+    if not 2 <= len(options) <= len(ALPHABET) - 1:
+        raise ValueError(f"capquiz item {item['item_id']!r}: expected 2-{len(ALPHABET) - 1} options, got {len(options)}")
+    order = shuffle_order(item["item_id"], len(options), seed) if as_bool(shuffle) else list(range(len(options)))
     shown = [options[i] for i in order] + [CANNOT_DETERMINE_TEXT]
-    correct_letter = LETTERS[order.index(correct_index(item))]
+    block, option_ids, letters = option_block(shown)
+    correct = letters[order.index(correct_index(item))]
     question = item.get("annotation") or ""
-    lines = "\n".join(f"{letter}. {text}" for letter, text in zip(CHOICES, shown))
-    user = (
-        f"Caption:\n{caption.get('text') or ''}\n\n"  # shared prefix: every question about this caption reuses it
-        f"Question: {question}\nOptions:\n{lines}\nAnswer with one letter:"
-    )
+    text = caption.get("text") or ""
+    system, user = pack_for(mode, prompts).render("judge/mcq", caption=text, question=question, options=block,
+                                                  option_id_str=option_ids)
+    if temperature is UNSET:
+        temp = None if mode == OFFICIAL else 0.0
+    else:
+        temp = None if temperature in (None, "none") else float(temperature)
     return [Rendered(
-        task=item["task"], step="answer", system=SYSTEM, user=user, choices=CHOICES, max_tokens=8,
-        fields={"caption": caption.get("text") or "", "question": question, "options": json.dumps(shown)},
-        parse={"correct": correct_letter, "order": order},
+        task=item["task"], step="answer", system=system, user=user, choices=letters if mode == STRICT else None,
+        max_tokens=8 if mode == STRICT else 64, temperature=temp,
+        fields={"caption": text, "question": question, "options": json.dumps(shown)},
+        parse={"correct": correct, "order": order, "shown": shown, "cannot": letters[-1], "mode": mode},
     )]
