@@ -2,9 +2,12 @@
 
 * `correlate(metric, human)`: Kendall τ_b and τ_c and Spearman ρ between a metric's per-caption scores and the
   mean human score, plus the VATEX-EVAL protocol (Shi et al., EMScore, CVPR 2022; `compute_correlation_uniquehuman`
-  in github.com/shiyaya/emscore): round the metric to 4 decimals, correlate it with *each annotator's* scores
-  separately (scipy's kendalltau = τ_b, spearmanr) and average over annotators. VC-Inspector (arXiv 2509.16538)
-  reports τ_b and τ_c on VATEX-Eval this way.
+  in github.com/shiyaya/emscore): correlate the metric with *each annotator's* scores separately (scipy's
+  kendalltau = τ_b, spearmanr) and average over annotators. VC-Inspector (arXiv 2509.16538) reports τ_b and τ_c on
+  VATEX-Eval this way. EMScore also rounds the metric to 4 decimals first (and the averages after): off by default
+  here (`round_decimals=4` turns it on), since it changes τ_b by up to 0.0014 on VATEX-EVAL's BLEU-1.
+* `align(table, score_column, rating_columns, ...)`: the whole `capeval align` computation on a joined table, with
+  percentile bootstrap CIs that resample videos.
 * `gwet_ac1(ratings)`: Gwet's AC1 agreement among raters (Gwet 2008, "Computing inter-rater reliability and its
   variance in the presence of high agreement", BJMSP 61), multi-rater form; tolerant of missing ratings (NaN).
 * `swap_caption(caption, swaps, seed)`: VC-Inspector's data recipe makes captions with controlled factual errors
@@ -32,7 +35,7 @@ def _clean(metric, human) -> tuple[np.ndarray, np.ndarray]:
     return x, h
 
 
-def correlate(metric, human, *, round_decimals: int | None = 4) -> dict[str, float]:
+def correlate(metric, human, *, round_decimals: int | None = None) -> dict[str, float]:
     """Rank correlations of `metric` (n,) with `human` (n,) or (n, annotators); NaN human ratings are skipped
     pairwise. Keys: kendall_tau_b, kendall_tau_c, spearman_rho (against the mean human score) and
     kendall_tau_b_per_annotator, spearman_rho_per_annotator (VATEX-EVAL: per annotator, then averaged), n."""
@@ -56,7 +59,55 @@ def correlate(metric, human, *, round_decimals: int | None = 4) -> dict[str, flo
             rhos.append(spearman_rho(x[m], h[m, a]))
     out["kendall_tau_b_per_annotator"] = float(np.mean(taus)) if taus else float("nan")
     out["spearman_rho_per_annotator"] = float(np.mean(rhos)) if rhos else float("nan")
+    out["kendall_tau_c_per_annotator"] = float(np.mean(
+        [kendall_tau_c(x[ok & np.isfinite(h[:, a])], h[ok & np.isfinite(h[:, a]), a]) for a in range(h.shape[1])
+         if (ok & np.isfinite(h[:, a])).sum() > 1])) if taus else float("nan")
     out["n"] = int(both.sum())
+    return out
+
+
+HEADLINE = {"tau_b": "kendall_tau_b_per_annotator", "rho": "spearman_rho_per_annotator",
+            "tau_c": "kendall_tau_c_per_annotator", "tau_b_mean_human": "kendall_tau_b",
+            "rho_mean_human": "spearman_rho", "tau_c_mean_human": "kendall_tau_c"}
+
+
+def align(metric, human, videos, *, round4: bool = False, n_resamples: int = 1000, seed: int = 0,
+          confidence: float = 0.95) -> dict:
+    """`capeval align`'s figures for metric (n,) against human (n, annotators), rows grouped by `videos` (n,).
+
+    Headline (EMScore's per-annotator protocol): tau_b, rho (and tau_c) = mean over annotators of the correlation
+    with that annotator's column; `*_mean_human` against the mean rating. Fractions, unrounded unless `round4`
+    (EMScore: metric rounded to 4 decimals before, averages after). `ci` holds percentile bootstrap intervals that
+    resample whole videos (all candidates of a drawn video enter together), `n_resamples` = 0 for none."""
+    x, h = _clean(metric, human)
+    videos = np.asarray(videos)
+    if videos.shape[0] != x.shape[0]:
+        raise ValueError(f"videos must have one entry per row: {videos.shape[0]} for {x.shape[0]} rows")
+    rnd = 4 if round4 else None
+    point = correlate(x, h, round_decimals=rnd)
+    out = {k: point[v] for k, v in HEADLINE.items()}
+    if round4:
+        out = {k: float(np.round(v, 4)) for k, v in out.items()}
+    out["n"] = int(point["n"])
+    _, cluster = np.unique(videos, return_inverse=True)
+    out["n_videos"] = int(cluster.max() + 1) if cluster.size else 0
+    out["ci"] = {}
+    if n_resamples and out["n_videos"] > 1:
+        rng = np.random.default_rng(seed)
+        reps = {k: [] for k in HEADLINE}
+        index = np.arange(x.shape[0])
+        for _ in range(int(n_resamples)):
+            counts = np.bincount(rng.integers(0, out["n_videos"], out["n_videos"]), minlength=out["n_videos"])
+            rows = np.repeat(index, counts[cluster])  # each row as often as its video was drawn
+            r = correlate(x[rows], h[rows], round_decimals=rnd)
+            for k, v in HEADLINE.items():
+                reps[k].append(r[v])
+        alpha = (1.0 - confidence) / 2.0
+        for k, values in reps.items():
+            values = np.asarray(values)
+            values = values[np.isfinite(values)]
+            out["ci"][k] = [float(np.quantile(values, alpha)), float(np.quantile(values, 1.0 - alpha))] \
+                if values.size else [None, None]
     return out
 
 

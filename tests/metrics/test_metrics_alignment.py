@@ -45,3 +45,28 @@ def test_swap_caption_is_deterministic_and_keeps_case():
     assert one == swap_caption(caption, swaps, seed=3, n_swaps=1)
     assert sum(a != b for a, b in zip(one.split(), caption.split())) >= 1 and one != caption
     assert swap_caption("hotdog stand", {"dog": "cat"}, seed=0) == "hotdog stand"  # whole words only
+
+
+def test_align_headline_is_the_per_annotator_mean_and_ci_resamples_videos():
+    from engine.metrics.alignment import align
+
+    rng = np.random.default_rng(2)
+    videos = np.repeat(np.arange(40), 6)
+    human = rng.integers(1, 6, size=(240, 3)).astype(float)
+    metric = human.mean(axis=1) + rng.normal(0, 1.0, 240)
+    out = align(metric, human, videos, n_resamples=200, seed=4)
+    per = [stats.kendalltau(metric, human[:, a]).statistic for a in range(3)]
+    assert out["tau_b"] == pytest.approx(np.mean(per))
+    assert out["rho"] == pytest.approx(np.mean([stats.spearmanr(metric, human[:, a]).statistic for a in range(3)]))
+    assert out["tau_b_mean_human"] == pytest.approx(stats.kendalltau(metric, human.mean(axis=1)).statistic)
+    assert out["n"] == 240 and out["n_videos"] == 40
+    lo, hi = out["ci"]["tau_b"]
+    assert lo < out["tau_b"] < hi
+    # resampling whole videos: with every video's rows identical across its 6 candidates the CI is as wide as
+    # with 40 rows, not 240 (a row-level bootstrap would be ~sqrt(6) narrower)
+    same = align(np.repeat(metric[::6], 6), np.repeat(human[::6], 6, axis=0), videos, n_resamples=200, seed=4)
+    few = align(metric[::6], human[::6], np.arange(40), n_resamples=200, seed=4)
+    width = lambda o: o["ci"]["tau_b"][1] - o["ci"]["tau_b"][0]  # noqa: E731
+    assert width(same) == pytest.approx(width(few), rel=0.35)
+    rounded = align(metric, human, videos, round4=True, n_resamples=0)
+    assert rounded["tau_b"] == round(rounded["tau_b"], 4) and rounded["ci"] == {}
