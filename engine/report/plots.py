@@ -128,13 +128,25 @@ def verdict_distribution(verdicts: pl.DataFrame, protocol: str, labels: dict[int
     fig = go.Figure()
     for label, g in share.group_by("_label", maintain_order=True):
         fig.add_trace(go.Bar(y=g["_system"].to_list(), x=g["share"].to_list(), name=str(label[0]),
-                             orientation="h", customdata=g["len"].to_list(),
+                             orientation="h", customdata=g["len"].to_list(), marker_color=_code_colour(label[0]),
                              hovertemplate="%{y}: %{x:.1f}% (%{customdata} rows)<extra>" + str(label[0])
                                            + "</extra>"))
     n_sys = share["_system"].n_unique()
     fig.update_layout(barmode="stack", title=f"{protocol}: verdict distribution per system (% of rows)",
                       xaxis_title="% of verdict rows", height=max(260, 40 * n_sys + 140), margin=dict(l=320))
     return _html(fig, div_id)
+
+
+def _code_colour(label: str) -> str | None:
+    """Green for right, red for wrong, grey for no verdict, so the stacks read the same in every protocol."""
+    name = str(label).upper()
+    if name == "NO VERDICT":
+        return "#9e9e9e"
+    if name in ("CORRECT", "POSITIVE", "ENTAILMENT"):
+        return "#2ca02c"
+    if name in ("WRONG", "NEGATIVE", "INCORRECT", "CONTRADICTION"):
+        return "#d62728"
+    return None
 
 
 def agreement_table(verdicts: pl.DataFrame) -> pl.DataFrame:

@@ -45,7 +45,8 @@ class Browser:
         port = int(port_file.read_text().split()[0])
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10) as r:
             pages = [t for t in json.load(r) if t["type"] == "page"]
-        self.ws = connect(pages[0]["webSocketDebuggerUrl"], max_size=2**28, open_timeout=30)
+        self._conn = connect(pages[0]["webSocketDebuggerUrl"], max_size=2**28, open_timeout=30)
+        self.ws = self._conn.__enter__()
         self._id = 0
         self.events: list[dict] = []
         for domain in ("Page", "Runtime", "Log"):
@@ -107,8 +108,8 @@ class Browser:
 
     def close(self) -> None:
         try:
-            if getattr(self, "ws", None) is not None:
-                self.ws.close()
+            if getattr(self, "_conn", None) is not None:
+                self._conn.__exit__(None, None, None)
         finally:
             if self.proc.poll() is None:
                 self.proc.terminate()
