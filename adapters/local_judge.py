@@ -112,23 +112,37 @@ def parse_number(token: str) -> int | None:
 
 
 class _Embeddings:
-    """Encodes every distinct text of a batch in one call; lookups are by text."""
+    """Encodes every distinct text of a batch in one call; lookups are by text. A text not seen up front (e.g. one
+    a per-protocol answerer derives) is encoded on first use."""
 
     def __init__(self, texts: set[str]):
         order = sorted(texts)
-        vecs = embedding_model().encode(order, batch_size=64, normalize_embeddings=True, convert_to_numpy=True) \
-            if order else np.zeros((0, 384), np.float32)
+        vecs = self._encode(order)
         self._index = {t: i for i, t in enumerate(order)}
-        self._vecs = vecs
+        self._rows = list(vecs)
+
+    @staticmethod
+    def _encode(texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, 384), np.float32)
+        return embedding_model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+
+    def vector(self, text: str) -> np.ndarray:
+        i = self._index.get(text)
+        if i is None:
+            self._rows.append(self._encode([text])[0])
+            i = self._index[text] = len(self._rows) - 1
+        return self._rows[i]
 
     def max_sim(self, a: str, bs: Sequence[str]) -> float:
         if not bs:
             return 0.0
-        va = self._vecs[self._index[a]]
-        return float(max(self._vecs[self._index[b]] @ va for b in bs))
+        va = self.vector(a)
+        return float(max(self.vector(b) @ va for b in bs))
 
     def best(self, a: str, bs: Sequence[str]) -> tuple[int, float]:
-        sims = [float(self._vecs[self._index[b]] @ self._vecs[self._index[a]]) for b in bs]
+        va = self.vector(a)
+        sims = [float(self.vector(b) @ va) for b in bs]
         i = int(np.argmax(sims))
         return i, sims[i]
 
@@ -151,16 +165,34 @@ def _object_window(obj: str, caption: str, before: int, after: int) -> list[list
     return [toks[max(0, i - before): i + after + 1] for i, t in enumerate(toks) if _stem(t) == head]
 
 
-def _number_score(ann: str, caption: str) -> tuple[int, str]:
-    obj, n = next(iter(json.loads(ann).items()))
+def object_value(fields: dict) -> tuple[str, str]:
+    """(object, value) of an {object: value} annotation, from the request fields: `object`/`value`, or an
+    `annotation` given as JSON ({"hair": "golden"}) or as the prompts write it ({hair: golden})."""
+    if fields.get("object") and fields.get("value") is not None:
+        return fields["object"], str(fields["value"])
+    ann = (fields.get("annotation") or "").strip()
+    try:
+        value = json.loads(ann)
+        if isinstance(value, dict) and value:
+            obj, v = next(iter(value.items()))
+            return str(obj), str(v)
+    except json.JSONDecodeError:
+        pass
+    obj, sep, v = ann.strip("{}").rpartition(":")
+    if not sep:
+        raise ValueError(f"annotation {ann!r} is not an {{object: value}} pair")
+    return obj.strip(), v.strip()
+
+
+def _number_score(obj: str, n: str, caption: str) -> tuple[int, str]:
     found = [v for w in _object_window(obj, caption, 4, 0) for t in w if (v := parse_number(t)) is not None]
     if not found:
         return 0, f"no number near '{obj}'"
-    return (1, f"caption says {n} {obj}") if int(n) in found else (-1, f"caption counts {found[0]}, not {n}")
+    want = parse_number(str(n).strip().lower())
+    return (1, f"caption says {n} {obj}") if want in found else (-1, f"caption counts {found[0]}, not {n}")
 
 
-def _color_score(ann: str, caption: str) -> tuple[int, str]:
-    obj, color = next(iter(json.loads(ann).items()))
+def _color_score(obj: str, color: str, caption: str) -> tuple[int, str]:
     want = {COLOR_ALIASES.get(w, w) for w in words(color) if w in COLORS} or {color.lower()}
     found = {COLOR_ALIASES.get(t, t) for w in _object_window(obj, caption, 5, 5) for t in w if t in COLORS}
     found -= {"dark", "light"}
@@ -213,21 +245,15 @@ class LocalJudge:
         return out
 
     def _answer(self, r: JudgeRequest, emb: _Embeddings) -> str:
+        if r.task.startswith("lvcap/"):  # LVCap-Eval / AutoDQ steps have their own answerer
+            from adapters import local_judge_lvcap
+
+            return local_judge_lvcap.answer(r, emb)
         protocol, task, step = (r.task.split("/") + ["", "", ""])[:3]
         f = r.fields
         caption = f.get("caption", "")
         if protocol == "capability":
-            ann = f.get("annotation", "")
-            if "categories" in f:
-                pred = _classify(task, caption, json.loads(f["categories"]))
-                return json.dumps({"pred": pred, "reason": "keyword match" if pred != ["N/A"] else "no cue"})
-            if task in ("object_number", "dynamic_object_number"):
-                score, why = _number_score(ann, caption)
-            elif task == "object_color":
-                score, why = _color_score(ann, caption)
-            else:
-                score, why = _mention_score(task, ann, caption, emb)
-            return json.dumps({"score": score, "reason": why})
+            return _capability(task, f, caption, emb)
         if protocol == "capquiz":
             return self._capquiz(r, emb)
         if protocol == "vidcapbench" and step == "answer":
@@ -274,6 +300,27 @@ class LocalJudge:
         if cannot is not None and (best < 0.45 or margin < 0.03):
             return cannot
         return letter
+
+
+def _capability(task: str, f: dict, caption: str, emb: _Embeddings) -> str:
+    """A CAPability reply that both the official parser (a Python literal: only strings and integers, no
+    true/false/null) and capeval's strict parser accept: the copied annotation field, score and reason, or pred
+    (exact category names from the request) and reason."""
+    from engine.protocols.capability.official import COPIED_FIELD
+
+    if "categories" in f:
+        pred = _classify(task, caption, json.loads(f["categories"]))
+        return json.dumps({"pred": pred, "reason": "keyword match" if pred != ["N/A"] else "no cue"})
+    ann = f.get("annotation", "")
+    if task in ("object_number", "dynamic_object_number", "object_color"):
+        obj, value = object_value(f)
+        number = task != "object_color"
+        score, why = _number_score(obj, value, caption) if number else _color_score(obj, value, caption)
+        copied = f"{{{obj}: {value}}}"
+    else:
+        score, why = _mention_score(task, ann, caption, emb)
+        copied = ann
+    return json.dumps({COPIED_FIELD.get(task, task): copied, "score": score, "reason": why})
 
 
 def _pick(choices: Sequence[str] | None, label: str) -> str:

@@ -74,8 +74,11 @@ def test_capability_scores_from_fenced_single_quoted_and_string_json():
     color, dog, man = sorted(reqs, key=lambda r: (r["item_id"], r["sub_index"]))
     assert "{coat: red}" in color["user"] and "{dog: 2}" in dog["user"] and "{man: 1}" in man["user"]
     assert (dog["sub_index"], man["sub_index"]) == (0, 1)
-    assert p.parse(color, '{"score": 1, "reason": "red coat"}')[:2] == (CapabilityVerdict.POSITIVE, ParseStatus.OK)
-    assert p.parse(color, '```json\n{"score": "-1", "reason": "says blue"}\n```')[:2] == (
+    # strict mode runs the official validator: object_color replies must copy the {object: color} field
+    assert p.parse(color, '{"object_color": "{coat: red}", "score": 1, "reason": "red coat"}')[:2] == (
+        CapabilityVerdict.POSITIVE, ParseStatus.OK)
+    assert p.parse(color, '{"score": 1, "reason": "red coat"}')[:2] == (NO_VERDICT, ParseStatus.FAILED)
+    assert p.parse(color, '```json\n{"object_color": "coat: red", "score": "-1", "reason": "says blue"}\n```')[:2] == (
         CapabilityVerdict.NEGATIVE, ParseStatus.REPAIRED)
     assert p.parse(color, "Here: {'object_color': '{coat: red}', 'score': 0, 'reason': 'no color'} done")[:2] == (
         CapabilityVerdict.MISS, ParseStatus.REPAIRED)

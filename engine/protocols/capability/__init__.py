@@ -15,7 +15,7 @@ OFFICIAL_MAX_ALLOW_MISSING = 5
 class CapabilityProtocol(_JudgeProtocol):
     """CAPability: 13 tasks judged from a prompt pack. Params: mode ("strict" | "official"), prompts (pack path),
     strict_match (official mode: compare the copied annotation field, off as in the official run), structured
-    (strict mode: send a JSON schema), max_retry_times / max_allow_missing (official retry rounds)."""
+    (strict mode: send a JSON schema; default on unless the judge lacks schema support), max_retry_times / max_allow_missing (official retry rounds)."""
 
     name = "capability"
     version = "2"
@@ -28,12 +28,12 @@ class CapabilityProtocol(_JudgeProtocol):
         # cached judgments. The mode is not: the same prompt and sampling give the same answer in either mode.
         revision = f"{judge_revision}|pack:{pack.digest}"
         return super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds,
-                                      mode=_prompts.check_mode(mode), pack=pack, **opts)
+                                      mode=_prompts.check_mode(mode), pack=pack, judge_name=judge, **opts)
 
-    def render(self, item, caption, *, seed, pack=None, mode="strict", prompts=None, **opts):
+    def render(self, item, caption, *, seed, pack=None, mode="strict", prompts=None, judge_name="", **opts):
         if pack is None:
             pack = _prompts.pack_for(mode, prompts)
-        return _prompts.render(item, caption, pack=pack, mode=mode, **opts)
+        return _prompts.render(item, caption, pack=pack, mode=mode, judge=judge_name, **opts)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)

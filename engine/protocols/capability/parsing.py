@@ -59,10 +59,15 @@ def parse_official(task: str, text: str | None, ctx: dict):
 
 
 def _strict_extract(text: str | None) -> tuple[object, bool]:
+    """(value, repaired): the official extraction first (repaired when it had to strip a fence); only when that
+    cannot read the text at all, a lenient JSON extraction (prose around the object, JSON literals, smart quotes).
+    A value the official extraction did read (a list, a tuple) is not searched further: officially it is rejected
+    by the validator, and strict mode never accepts what the validator rejects."""
     try:
-        return official.extract(text), False
-    except official.Rejected:
-        pass
+        return official.extract(text), "```" in text
+    except official.Rejected as exc:
+        if exc.stage == "api":
+            raise
     try:
         return extract_json(text, dict)[0], True
     except ParseError as exc:
@@ -80,6 +85,7 @@ def parse_strict(task: str, text: str | None, ctx: dict):
                 raise official.Rejected("validate", f"'pred' must be a list of categories, got {pred!r}")
             if isinstance(pred, list) and "N/A" in pred and any(p != "N/A" for p in pred):
                 raise official.Rejected("validate", f"'pred' mixes N/A with categories: {pred!r}")
+            repaired |= isinstance(pred, str) and pred.strip() != "N/A"  # a list written as text
         elif isinstance(reply.get("score"), bool):
             raise official.Rejected("validate", "'score' is a boolean, not 1, 0 or -1")
         score = _validate(task, reply, ctx)

@@ -14,8 +14,9 @@ rules (eval.py / prompt.py, as the pack's `placeholders` describe them):
 * camera_angle / camera_movement / style have only the caption; their labels come from the pack's [[category]].
 
 Official mode sends what the official script sends: the two messages and no sampling parameters (temperature None,
-no structured output). Strict mode asks at temperature 0 and, with `structured=true`, sends a JSON schema whose
-every instance the official validator accepts.
+no structured output). Strict mode asks at temperature 0 and sends a JSON schema whose every instance the official
+validator accepts (param `structured`: default on, except for judges known to lack JSON-schema support such as
+GPT-4-Turbo; `structured=false` turns it off).
 """
 
 from __future__ import annotations
@@ -46,6 +47,21 @@ def flag(value) -> bool:
             return False
         raise ValueError(f"expected true or false, got {value!r}")
     return bool(value)
+
+
+#: Judges known to lack JSON-schema structured output (substring of the judge/model name, lower case):
+#: GPT-4-Turbo, the paper's judge, offers JSON mode but no schema.
+NO_SCHEMA_JUDGES = ("gpt-4-turbo", "gpt-4-1106", "gpt-4-0125", "gpt-4-0613", "gpt-3.5")
+
+
+def use_structured(structured, mode: str, judge: str = "") -> bool:
+    """structured output: never in official mode; in strict mode as asked, or by default unless the judge is known
+    to lack JSON-schema support."""
+    if check_mode(mode) == "official":
+        return False
+    if structured is None or (isinstance(structured, str) and structured.strip().lower() in ("", "auto")):
+        return not any(name in (judge or "").lower() for name in NO_SCHEMA_JUDGES)
+    return flag(structured)
 
 
 def check_mode(mode: str | None) -> str:
@@ -107,12 +123,12 @@ def _fills(task: str, value, names: list[str]) -> list[tuple[dict, object, dict]
 
 
 def render(item: dict, caption: dict, *, pack: PromptPack, mode: str = "strict", strict_match=False,
-           structured=False, **_opts) -> list[Rendered]:
+           structured=None, judge: str = "", **_opts) -> list[Rendered]:
     task = item["task"]
     if task not in TASKS:
         raise ValueError(f"capability item {item['item_id']!r}: unknown task {task!r} (known: {', '.join(TASKS)})")
     mode = check_mode(mode)
-    structured = flag(structured) and mode == "strict"
+    structured = use_structured(structured, mode, judge)
     prompt = pack.prompt(f"judge/{task}")
     text = caption.get("text")
     text = "" if text is None else text
