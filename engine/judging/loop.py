@@ -41,6 +41,7 @@ class JudgeLoop:
         self._held: dict[str, float] = {}  # keys another live process claimed -> when we last looked
         self._claimed: set[str] = set()  # keys this loop claimed and has not answered yet (released on close)
         self._next_poll = 0.0
+        self._cached_run = 1  # rows to claim at once: grows while every key is found in the cache
         self.feed = WindowFeed()
         self.streaming = callable(getattr(judge, "stream", None))
         try:
@@ -129,7 +130,9 @@ class JudgeLoop:
                 self._enqueue(cell.pull(max(256, target)))
                 self._complete_finished()
                 continue
-            n = min(len(self._pending), max(256, target - self.feed.ready))
+            # Claim only what the window needs now (re-asks and next steps queued later still go out first), but
+            # grow the chunk while rows keep coming from the cache (a rerun: few transactions, nothing to send).
+            n = min(len(self._pending), max(target - self.feed.ready, self._cached_run))
             self._dispatch([self._pending.popleft() for _ in range(n)])
         if self._held and time.monotonic() >= self._next_poll:
             self._poll_held()
@@ -157,6 +160,7 @@ class JudgeLoop:
                 self._send(k)
             return
         res = self._claim(new)
+        self._cached_run = min(1024, 2 * self._cached_run) if len(res.found) == len(new) else 1
         self._claimed.update(res.claimed)
         for k in res.claimed:
             self._send(k)

@@ -207,7 +207,10 @@ class JudgmentCache:
                 db.execute("BEGIN IMMEDIATE")
 
             def __exit__(self_inner, exc_type, exc, tb):
-                db.execute("ROLLBACK" if exc_type else "COMMIT")
+                if exc_type is None:
+                    db.execute("COMMIT")
+                elif db.in_transaction:  # SQLite rolls back by itself on some errors (SQLITE_FULL): keep that error
+                    db.execute("ROLLBACK")
                 return False
 
         return _Tx()

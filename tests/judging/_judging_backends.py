@@ -70,3 +70,40 @@ class ScriptedJudge:
 
     def close(self):
         pass
+
+
+class StreamingScriptedJudge(ScriptedJudge):
+    """ScriptedJudge with `stream()`: keeps up to max_in_flight requests running on threads, each answered after a
+    random delay (seeded), yielded in completion order. Records the order in which requests were taken."""
+
+    def __init__(self, *args, max_delay_s: float = 0.01, seed: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_delay_s, self.seed = max_delay_s, seed
+        self.taken: list = []  # JudgeRequests in the order the stream took them
+        self.peak_in_flight = 0
+
+    def _one(self, request, delay):
+        time.sleep(delay)
+        return ScriptedJudge.judge(self, [request])[0]
+
+    def stream(self, feed, max_in_flight):
+        import random
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        rng = random.Random(self.seed)
+        with ThreadPoolExecutor(max_in_flight) as pool:
+            running = set()
+            while True:
+                room = max_in_flight - len(running)
+                for r in feed.take(room) if room > 0 else []:
+                    self.taken.append(r)
+                    running.add(pool.submit(self._one, r, rng.random() * self.max_delay_s))
+                self.peak_in_flight = max(self.peak_in_flight, len(running))
+                if not running:
+                    if feed.closed:
+                        return
+                    time.sleep(0.001)
+                    continue
+                done, running = wait(running, return_when=FIRST_COMPLETED)
+                for f in done:
+                    yield f.result()
