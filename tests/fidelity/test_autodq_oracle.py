@@ -80,8 +80,9 @@ def _run(case, tmp_path, keep_intermediate=False):
     requests = PROTOCOL.build_requests(_items(case), _captions(case), judge=judge.name,
                                        judge_revision=judge.revision, **params)
     policy = PROTOCOL.judging_policy(**params)
-    verdicts = run_judging(requests, judge, cache_dir=tmp_path / "cache", protocol=PROTOCOL,
-                           max_reasks=policy.max_reasks, progress=False, keep_intermediate=keep_intermediate)
+    assert (policy.max_reasks, policy.reask_temperature, policy.mode) == (TRIES - 1, None, "official")
+    verdicts = run_judging(requests, judge, cache_dir=tmp_path / "cache", protocol=PROTOCOL, protocol_params=params,
+                           progress=False, keep_intermediate=keep_intermediate)
     return requests, pl.from_arrow(verdicts), params
 
 
@@ -187,7 +188,7 @@ def _request_user(tmp_path, key, case, video):
     params = {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml"}
     requests = PROTOCOL.build_requests(_items(case), _captions(case), judge=judge.name,
                                        judge_revision=judge.revision, **params)
-    verdicts = run_judging(requests, judge, cache_dir=tmp_path / "cache2", protocol=PROTOCOL, max_reasks=9,
+    verdicts = run_judging(requests, judge, cache_dir=tmp_path / "cache2", protocol=PROTOCOL, protocol_params=params,
                            progress=False, keep_intermediate=True)
     first = verdicts.slice(0, requests.num_rows)  # the first step's rows come first, in request order
     assert first["request_key"].to_pylist() == requests["request_key"].to_pylist()
