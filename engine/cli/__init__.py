@@ -1,11 +1,17 @@
 """`capeval` command line. Each subcommand lives in its own module here, exposing `register(subparsers)`;
-heavy imports (Ray, vLLM, torch) happen inside the command functions so `capeval --help` stays fast."""
+heavy imports (Ray, vLLM, torch) happen inside the command functions so `capeval --help` stays fast.
+
+Exit codes are the same for every command (engine/exitcodes.py): a command returns OK or FAILURES; errors raised
+as engine.errors.CapevalError end with their own code (USAGE, ABORTED) and a one-line message; bad command lines
+exit USAGE (argparse); anything unexpected exits INTERNAL with a one-line message (the traceback with --debug)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+
+from engine import exitcodes
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
 _COMMAND_MODULES = ("demo", "capability", "capquiz", "score", "judge", "align", "sweep", "compare", "report", "submit",
@@ -14,6 +20,7 @@ _COMMAND_MODULES = ("demo", "capability", "capquiz", "score", "judge", "align", 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capeval", description="High-throughput evaluation engine for video captions.")
+    parser.add_argument("--debug", dest="debug_all", action="store_true", help="show tracebacks of errors")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:
@@ -26,22 +33,64 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _usage_errors() -> tuple[type, ...]:
+    """Input errors raised by modules that predate engine.errors: they are the user's to fix (exit USAGE)."""
+    kinds: list[type] = []
+    try:
+        from engine.sweep.config import SweepFileError
+
+        kinds.append(SweepFileError)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from engine.frames.sampling import FrameSpecError
+
+        kinds.append(FrameSpecError)
+    except ImportError:  # pragma: no cover
+        pass
+    return tuple(kinds)
+
+
 def main(argv: list[str] | None = None) -> int:
+    from engine.errors import CapevalError
+
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # bad command lines: argparse prints usage and exits USAGE (2)
     if not getattr(args, "func", None):
         parser.print_help()
-        return 2
+        return exitcodes.USAGE
+    debug = getattr(args, "debug", False) or getattr(args, "debug_all", False)
+    name = f"capeval {args.command}"
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
-        print("interrupted; finished work is kept and a rerun resumes", file=sys.stderr)
-        return 130
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        if getattr(args, "debug", False):
+        print(f"{name}: interrupted; finished work is kept and a rerun resumes", file=sys.stderr)
+        return exitcodes.INTERRUPTED
+    except CapevalError as exc:
+        if debug:
             raise
-        print(f"capeval {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        # the whole message: input validation lists every error at once, one per line
+        print(f"{name}: {_kind(exc.exit_code)}: {str(exc).strip()}", file=sys.stderr)
+        return exc.exit_code
+    except Exception as exc:  # noqa: BLE001 - the one place that turns any error into an exit code
+        if debug:
+            raise
+        if isinstance(exc, _usage_errors()) or isinstance(exc, FileNotFoundError):
+            print(f"{name}: error: {str(exc).strip()}", file=sys.stderr)
+            return exitcodes.USAGE
+        print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the "
+              "traceback)", file=sys.stderr)
+        return exitcodes.INTERNAL
+
+
+def _kind(code: int) -> str:
+    return {exitcodes.USAGE: "error", exitcodes.ABORTED: "aborted"}.get(code, "error")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    lines = text.splitlines()
+    return lines[0] + (f" (+{len(lines) - 1} more lines)" if len(lines) > 1 else "")
 
 
 if __name__ == "__main__":

@@ -23,24 +23,29 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run the no-GPU, no-network demo sweep (a plumbing check)")
     p.add_argument("--out", default=".capeval/demo", help="output folder (default .capeval/demo); reruns resume")
     p.add_argument("--sweep", default=str(DEMO_FILE), help="sweep file (default examples/demo.toml)")
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--debug", action="store_true")
+    from engine.cli.sweep import add_run_options
+
+    add_run_options(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     import time
 
-    from engine.cli.sweep import print_results
+    from engine.cli.sweep import exit_line, print_results
     from engine.sweep.config import load_sweep
     from engine.sweep.runner import run_sweep
 
     t0 = time.perf_counter()
     config = load_sweep(args.sweep)
     print(f"capeval demo: sweep {args.sweep} -> {args.out}", file=sys.stderr)
-    result = run_sweep(config, Path(args.out), progress=not args.no_progress)
+    result = run_sweep(config, Path(args.out), progress=not args.no_progress, accept_failures=args.accept_failures,
+                       max_failure_share=args.max_failure_share, verbose=args.verbose)
     print_results(result)
     print(f"cached cells: {result.cells_cached} of {result.cells_total} (a rerun redoes nothing); "
           f"total {time.perf_counter() - t0:.1f}s")
     print(NOTICE)
-    return 0
+    line = exit_line(result, args.max_failure_share)
+    if line:
+        print(line, file=sys.stderr)
+    return result.exit_code

@@ -1,4 +1,8 @@
-"""`capeval sweep FILE [--out DIR]`: run a sweep file, skipping every cell already done, and print the results."""
+"""`capeval sweep FILE [--out DIR]`: run a sweep file, skipping every cell already done, and print the results.
+
+Exit codes (engine/exitcodes.py): 0 every item has a verdict (or the share without one is within
+--max-failure-share); 3 completed with failures; 2 invalid sweep file or options; 4 aborted (another run holds
+--out, the judge refused authentication, disk full)."""
 
 from __future__ import annotations
 
@@ -6,13 +10,37 @@ import sys
 from pathlib import Path
 
 
+def add_run_options(p) -> None:
+    """Options shared by `sweep` and `demo`."""
+    p.add_argument("--accept-failures", action="store_true",
+                   help="finish cells that still have retryable failures (the results say so in cell_status); "
+                        "by default such cells stay incomplete and the next run redoes exactly those items")
+    p.add_argument("--max-failure-share", type=_share, default=0.0, metavar="X",
+                   help="exit 0 when at most this share (0-1) of items lacks a verdict; above it exit 3 "
+                        "(default 0: any item without a verdict gives exit code 3)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.add_argument("--verbose", action="store_true", help="show Ray's and the model loaders' log lines")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+
+
+def _share(text: str) -> float:
+    import argparse
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1, got {value}")
+    return value
+
+
 def register(subparsers) -> None:
     p = subparsers.add_parser("sweep", help="run a sweep file (datasets x captioners x prompts x frames x protocols x judges)")
     p.add_argument("file", help="sweep file (.toml or .yaml)")
     p.add_argument("--out", help="output folder (default: runs/<sweep name>); rerunning into it resumes")
     p.add_argument("--check", action="store_true", help="only validate the file and print the grid")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    add_run_options(p)
     p.set_defaults(func=main)
 
 
@@ -26,6 +54,27 @@ def print_results(result, stream=sys.stdout) -> None:
     print(result.summary(), file=stream)
 
 
+def exit_line(result, max_failure_share: float) -> str | None:
+    """The one line that explains a non-zero exit code (None when the exit code is 0)."""
+    a = result.account
+    if result.exit_code == 0:
+        return None
+    return (f"completed with failures: {a.without_verdict} of {a.items} items without a verdict "
+            f"({a.failure_share:.1%} > --max-failure-share {max_failure_share:g}); exit code {result.exit_code}")
+
+
+def run_and_report(config, out: Path, args) -> int:
+    from engine.sweep.runner import run_sweep
+
+    result = run_sweep(config, out, progress=not args.no_progress, accept_failures=args.accept_failures,
+                       max_failure_share=args.max_failure_share, verbose=args.verbose)
+    print_results(result)
+    line = exit_line(result, args.max_failure_share)
+    if line:
+        print(line, file=sys.stderr)
+    return result.exit_code
+
+
 def main(args) -> int:
     from engine.sweep.config import load_sweep
     from engine.sweep.grid import expand
@@ -37,9 +86,5 @@ def main(args) -> int:
         for cell in cells:
             print("  " + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
         return 0
-    from engine.sweep.runner import run_sweep
-
     out = Path(args.out) if args.out else Path("runs") / config.name
-    result = run_sweep(config, out, progress=not args.no_progress)
-    print_results(result)
-    return 0
+    return run_and_report(config, out, args)

@@ -1,20 +1,21 @@
 """The caption stage on Ray: caption actors (one per GPU; num_gpus=0 on CPU) sharded by video, with backpressure,
 restarts of dead actors, retries of their unfinished videos, a progress bar, and rows appended to a segment store
-as they finish.
+as they finish. Only successful captions are stored (each key once); failures are returned in the stage's counts
+(`failures`: caption_key -> error) for the sweep to account for, and a rerun captions them again.
 
 Why an explicit scheduler instead of ray.data: a captioner holds a model (minutes to load), so its actor must live
 for the whole stage and see whole videos; we keep at most `inflight_per_actor` batches queued per actor (pulling new
 tasks from the upstream iterator only when a slot frees up, so decode never runs far ahead of captioning) and do our
 own bookkeeping of which batch went to which actor. When an actor dies (OOM, segfault, os._exit), Ray restarts it
 (max_restarts) and the calls that were in flight fail with RayActorError: we re-queue exactly those batches, up to
-`max_attempts` times, then record per-row errors instead of losing the rows. An actor that has used up its restarts
-is replaced by a fresh one.
+`max_attempts` times, then report per-row errors instead of losing the rows. A batch whose call raised (the
+captioner raised, its frames file vanished) is reported the same way. An actor that has used up its restarts is
+replaced by a fresh one.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Iterator
@@ -161,26 +162,6 @@ def _batches_by_video(tasks: Iterator[CaptionTask], batch_size: int) -> Iterator
         yield batch
 
 
-class _Progress:
-    """Videos done, throughput and ETA on stderr (tqdm when available)."""
-
-    def __init__(self, total: int, desc: str, enabled: bool):
-        self.bar = None
-        if enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc=desc, unit="video", file=sys.stderr, dynamic_ncols=True,
-                            smoothing=0.1, disable=None)
-
-    def update(self, n: int) -> None:
-        if self.bar is not None and n:
-            self.bar.update(n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def run_caption_stage(
     tasks: Iterable[CaptionTask],
     *,
@@ -199,21 +180,29 @@ def run_caption_stage(
 ) -> dict:
     """Caption every task not already in `store` (by caption_key) and append rows as batches finish.
 
-    Returns counts: {"captioned", "cached", "failed", "retried_batches", "actor_deaths"}. Tasks are pulled from the
-    iterator lazily, so an upstream generator (e.g. the decode stage) is throttled by captioning speed.
+    Returns counts: {"captioned", "cached", "failed", "retried_batches", "actor_deaths"} and `failures`
+    ({caption_key: error} of the captions that failed; they are not stored, so a rerun retries them). Tasks are
+    pulled from the iterator lazily, so an upstream generator (e.g. the decode stage) is throttled by captioning
+    speed. A key that appears twice (videos with identical frames) is captioned once.
     """
     import ray
-    from ray.exceptions import RayActorError
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from engine.stages.progress import Bar
+    from engine.sweep.faultpoints import hit
 
     params = dict(params or {})
     done = finished_keys(store)
-    stats = {"captioned": 0, "cached": 0, "failed": 0, "retried_batches": 0, "actor_deaths": 0}
+    stats: dict = {"captioned": 0, "cached": 0, "failed": 0, "retried_batches": 0, "actor_deaths": 0}
+    failures: dict[str, str] = {}
+    seen: set[str] = set()
 
     def fresh() -> Iterator[CaptionTask]:
         for t in tasks:
-            if t.caption_key in done:
+            if t.caption_key in done or t.caption_key in seen:
                 stats["cached"] += 1
                 continue
+            seen.add(t.caption_key)
             yield t
 
     actor_cls = ray.remote(CaptionWorker).options(
@@ -229,7 +218,7 @@ def run_caption_stage(
     pending = _batches_by_video(fresh(), batch_size)
     retry: deque[tuple[list[CaptionTask], int]] = deque()
     inflight: dict = {}  # ObjectRef -> (actor index, batch, attempt)
-    bar = _Progress(n_videos or 0, f"captions [{captioner}]", progress)
+    bar = Bar(n_videos or 0, f"caption [{captioner}]", "video", progress)
     exhausted = False
     try:
         while True:
@@ -264,10 +253,17 @@ def run_caption_stage(
                     retry.append((batch, attempt + 1))
                     continue
                 rows = [_row(t, captioner, None, f"caption actor died {attempt} times", 0, 0, 0.0) for t in batch]
-            store.append(pa.Table.from_pylist(rows, schema=CAPTIONS))
+            except RayTaskError as exc:  # the call raised inside a live actor: these rows failed, the rest go on
+                cause = str(exc.cause if getattr(exc, "cause", None) is not None else exc).splitlines()[-1]
+                rows = [_row(t, captioner, None, f"captioner raised: {cause}", 0, 0, 0.0) for t in batch]
+            good = [r for r in rows if r["error"] is None]
+            store.append(pa.Table.from_pylist(good, schema=CAPTIONS))
             for r in rows:
+                if r["error"] is not None:
+                    failures[r["caption_key"]] = r["error"]
                 stats["failed" if r["error"] else "captioned"] += 1
             bar.update(len({t.video_id for t in batch}))
+            hit("caption")
     finally:
         bar.close()
         for a in actors:
@@ -275,5 +271,6 @@ def run_caption_stage(
                 ray.kill(a)
             except Exception:  # already dead
                 pass
+    stats["failures"] = failures
     return stats
 

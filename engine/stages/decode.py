@@ -1,37 +1,110 @@
-"""The CPU decode stage on Ray: one task per video decodes every frame spec the sweep needs for it (through the
-frame cache of engine.frames), with a bounded number of tasks in flight. (engine.frames.ray_decode.DecodePool maps
-one spec over many videos and returns when all are done; captioning wants all specs of a video together, as soon as
-that video is ready.)
+"""The CPU decode stage on Ray: one task per distinct video decodes every frame spec the sweep needs for it (through
+the frame cache of engine.frames), with a bounded number of tasks in flight and a progress bar.
 
-`decode_stream` is a generator: it submits at most `max_inflight` videos ahead and yields each video's FRAMES rows
-as soon as its task finishes. The caption stage pulls from it lazily, so decoding never runs more than
-`max_inflight` videos ahead of captioning (backpressure) and frames of finished videos can be captioned while
-others are still decoding.
+`decode_stream` is a generator: it submits at most `max_inflight` videos ahead and yields each video's rows as soon
+as its task finishes. The caption stage pulls from it lazily, so decoding never runs more than `max_inflight` videos
+ahead of captioning (backpressure), and frames of finished videos are captioned while others still decode.
+
+Videos with identical bytes are decoded once (content keys share work): files are grouped by size first (a stat),
+and only files that share a size are hashed; each video id of a group still gets its own rows.
+
+Every row says whether it failed and how (`failure`: an engine.sweep.accounting.Failure, or None): a file the
+decoder rejects is `bad_media` (permanent); a frame cache that cannot be written (disk full) or read is `io_error`
+(retryable, never a silent loss); a decode task lost with its worker is `frames_missing` (retryable).
 """
 
 from __future__ import annotations
 
+import os
+from collections import defaultdict
 from typing import Iterator
+
+from engine.sweep.accounting import BAD_MEDIA, FRAMES_MISSING, IO_ERROR, Failure
+
+
+def decode_one(path: str, video_id: str, spec: str, cache_dir: str) -> dict:
+    """One FRAMES row (+ `failure`) of one video and spec, through the frame cache."""
+    from engine.frames.cache import decode_frames_cached, frames_key, video_digest
+    from engine.frames.decode import VideoDecodeError
+    from engine.frames.sampling import parse_frame_spec
+
+    spec_text = str(parse_frame_spec(spec))
+    row = {"frames_key": "", "video_id": video_id, "frame_spec": spec_text, "timestamps": None, "height": None,
+           "width": None, "path": None, "error": None, "failure": None}
+    try:
+        result = decode_frames_cached(path, spec_text, None, cache_dir, threads=1)
+        _, h, w, _ = result.frames.shape
+        return {**row, "frames_key": frames_key(video_digest(path), spec_text, None),
+                "timestamps": [float(t) for t in result.timestamps], "height": int(h), "width": int(w),
+                "path": result.path}
+    except VideoDecodeError as exc:
+        failure = Failure(BAD_MEDIA, f"bad media: {exc.kind}", f"bad media: {exc}")
+    except OSError as exc:  # the frame cache (or the file system under it) refused: a rerun can succeed
+        failure = Failure(IO_ERROR, f"frame cache I/O: {exc.strerror or type(exc).__name__}",
+                          f"frame cache I/O error for {path} under {cache_dir}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - an unexpected decoder error: retry rather than call the media bad
+        failure = Failure(FRAMES_MISSING, f"decode raised {type(exc).__name__}",
+                          f"decode of {path} raised {type(exc).__name__}: {exc}")
+    return {**row, "frames_key": f"failed:{video_id}:{spec_text}", "error": failure.message, "failure": failure}
 
 
 def decode_video_specs(video_id: str, path: str, specs: list[str], cache_dir: str) -> list[dict]:
-    """FRAMES rows (one per spec) of one video through engine.frames' cache; a bad video gives error rows."""
-    from engine.frames.cache import frames_row
-
-    return [frames_row(path, video_id, spec, None, cache_dir, threads=1) for spec in specs]
+    return [decode_one(path, video_id, spec, cache_dir) for spec in specs]
 
 
-def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir: str,
-                  max_inflight: int = 4) -> Iterator[list[dict]]:
-    """Yield the FRAMES rows of each (video_id, path), all `specs` at once, as Ray decode tasks finish."""
+def content_groups(videos: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """(video_id, path) grouped by identical bytes, in first-seen order. Only same-size files are hashed."""
+    from engine.frames.cache import video_digest
+
+    by_size: dict[object, list[tuple[str, str]]] = defaultdict(list)
+    for vid, path in videos:
+        try:
+            by_size[os.stat(path).st_size].append((vid, path))
+        except OSError:
+            by_size[("unreadable", vid)].append((vid, path))  # decode will say why
+    groups: dict[object, list[tuple[str, str]]] = {}
+    for size, members in by_size.items():
+        if len(members) == 1:
+            groups[(size, members[0][0])] = members
+            continue
+        for vid, path in members:
+            try:
+                ident = (size, video_digest(path))
+            except OSError:
+                ident = ("unreadable", vid)
+            groups.setdefault(ident, []).append((vid, path))
+    order = {vid: i for i, (vid, _) in enumerate(videos)}
+    return sorted(groups.values(), key=lambda g: order[g[0][0]])
+
+
+def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir: str, max_inflight: int = 4,
+                  progress: bool = False, desc: str = "decode") -> Iterator[list[dict]]:
+    """Yield the rows of each (video_id, path), all `specs` at once, as Ray decode tasks finish."""
     import ray
 
+    from engine.stages.progress import Bar
+    from engine.sweep.faultpoints import hit
+
     remote = ray.remote(num_cpus=1, max_retries=2)(decode_video_specs)
-    queue = list(videos)
-    inflight: list = []
-    while queue or inflight:
-        while queue and len(inflight) < max_inflight:
-            vid, path = queue.pop(0)
-            inflight.append(remote.remote(vid, path, list(specs), cache_dir))
-        ready, inflight = ray.wait(inflight, num_returns=1)
-        yield ray.get(ready[0])
+    queue = content_groups(videos)
+    queue.reverse()  # pop() from the end keeps the input order
+    inflight: dict = {}
+    with Bar(len(videos), desc, "video", progress) as bar:
+        while queue or inflight:
+            while queue and len(inflight) < max_inflight:
+                group = queue.pop()
+                vid, path = group[0]
+                inflight[remote.remote(vid, path, list(specs), cache_dir)] = group
+            ready, _ = ray.wait(list(inflight), num_returns=1)
+            group = inflight.pop(ready[0])
+            try:
+                rows = ray.get(ready[0])
+            except Exception as exc:  # noqa: BLE001 - the task's worker died past its retries
+                failure = Failure(FRAMES_MISSING, "decode task lost", f"decode task lost: {type(exc).__name__}")
+                rows = [{"frames_key": f"failed:{group[0][0]}:{s}", "video_id": group[0][0], "frame_spec": s,
+                         "timestamps": None, "height": None, "width": None, "path": None, "error": failure.message,
+                         "failure": failure} for s in specs]
+            for vid, _ in group:
+                yield [{**r, "video_id": vid} for r in rows]
+                hit("decode")
+            bar.update(len(group))

@@ -1,22 +1,33 @@
 """Decode -> caption for the caption cells a sweep still needs, streaming video by video.
 
 The FRAMES rows of every decoded (video, spec) go to a small index store (`frames_index/`), so caption keys can be
-recomputed by a later run without decoding again; a video whose captions all exist is not decoded at all.
+recomputed by a later run without decoding again; a video whose captions all exist is not decoded at all. What
+failed (a video that cannot be decoded, a frame cache that could not be written, a caption that failed) is returned
+in a `CaptionOutcome` for the sweep to account for item by item; failures are never written as if they were
+results, so the next run retries the retryable ones.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import pyarrow as pa
 
 from engine.prompts_library import get_prompt
-from engine.schemas import CAPTIONS, FRAMES
+from engine.schemas import FRAMES
 from engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
 
 SEGMENTS_PER_VIDEO = 4  # LVCap segmental prompts: consecutive segments, each conditioned on the previous ones
 MAX_TOKENS = 512
+
+
+@dataclass
+class CaptionOutcome:
+    stats: dict = field(default_factory=dict)  # summed caption-stage counts
+    frame_failures: dict = field(default_factory=dict)  # (video_id, frame_spec) -> accounting.Failure
+    caption_failures: dict = field(default_factory=dict)  # caption_key -> error text
 
 
 def _index_store(stores):
@@ -25,7 +36,7 @@ def _index_store(stores):
     return SegmentStore(stores.frames.parent / "frames_index", FRAMES)
 
 
-def _frames_index(stores) -> dict[tuple[str, str], dict]:
+def frames_index(stores) -> dict[tuple[str, str], dict]:
     store = _index_store(stores)
     if not store.segments():
         return {}
@@ -39,6 +50,11 @@ def _key(row: dict, captioner, cap_rev: dict, prompt_id: str) -> str:
     return caption_key(row["frames_key"], captioner.name, cap_rev[captioner.display], prompt.text, params)
 
 
+def caption_key_for(row: dict, captioner, cap_rev: dict, prompt_id: str) -> str:
+    """Caption key of a frames-index row under a cell's captioner and prompt."""
+    return _key(row, captioner, cap_rev, prompt_id)
+
+
 def _task(row: dict, captioner, cap_rev: dict, prompt_id: str) -> CaptionTask:
     prompt = get_prompt(prompt_id)
     return CaptionTask(
@@ -50,15 +66,15 @@ def _task(row: dict, captioner, cap_rev: dict, prompt_id: str) -> CaptionTask:
 
 def cell_caption_keys(cell, data, stores, cap_rev: dict) -> list[str]:
     """Caption keys of one cell (videos of its dataset at its frame spec and prompt), from the frames index."""
-    index = _frames_index(stores)
+    index = frames_index(stores)
     cc = cell.caption
     return [_key(index[(vid, cc.frame_spec)], cc.captioner, cap_rev, cc.prompt_id)
             for vid in data.videos if (vid, cc.frame_spec) in index]
 
 
 def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progress: bool = True,
-                      exit_once_marker: str | None = None) -> dict:
-    """Decode and caption everything the pending cells need; returns summed caption-stage counts."""
+                      exit_once_marker: str | None = None) -> CaptionOutcome:
+    """Decode and caption everything the pending cells need; returns counts and what failed."""
     from engine.stages.decode import decode_stream
 
     groups: dict[tuple[str, str], dict] = {}
@@ -68,12 +84,13 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
                               {"captioner": cc.captioner, "prompts": set(), "specs": set()})
         g["prompts"].add(cc.prompt_id)
         g["specs"].add(cc.frame_spec)
+    outcome = CaptionOutcome()
     totals: dict = defaultdict(int)
     index_store = _index_store(stores)
     for (dname, _), g in groups.items():
         data, captioner = datasets[dname], g["captioner"]
         prompts, specs = sorted(g["prompts"]), sorted(g["specs"])
-        index, done = _frames_index(stores), finished_keys(stores.captions)
+        index, done = frames_index(stores), finished_keys(stores.captions)
         todo = []
         for vid, path in data.videos.items():
             rows = [index.get((vid, s)) for s in specs]
@@ -85,17 +102,14 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
             continue
 
         def tasks(todo=todo, prompts=prompts, specs=specs, captioner=captioner, index=index) -> Iterator[CaptionTask]:
-            for rows in decode_stream(todo, specs, cache_dir=str(stores.frames)):
-                new = [r for r in rows if r["error"] is None and (r["video_id"], r["frame_spec"]) not in index]
+            for rows in decode_stream(todo, specs, cache_dir=str(stores.frames), progress=progress,
+                                      desc=f"decode [{dname}]"):
+                new = [r for r in rows if r["failure"] is None and (r["video_id"], r["frame_spec"]) not in index]
                 if new:
                     index_store.append(pa.Table.from_pylist(new, schema=FRAMES))
                 for r in rows:
-                    if r["error"] is not None:  # decode failed: one error row per caption, retried next run
-                        stores.captions.append(pa.Table.from_pylist([
-                            {"caption_key": f"decode-error:{r['video_id']}:{r['frame_spec']}:{p}",
-                             "captioner": captioner.name, "prompt_id": p, "frame_spec": r["frame_spec"],
-                             "video_id": r["video_id"], "error": f"decode failed: {r['error']}"} for p in prompts
-                        ], schema=CAPTIONS))
+                    if r["failure"] is not None:  # accounted item by item when the cells are judged
+                        outcome.frame_failures[(r["video_id"], r["frame_spec"])] = r["failure"]
                         continue
                     for p in prompts:
                         yield _task(r, captioner, cap_rev, p)
@@ -107,6 +121,8 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
             batch_size=opts.batch_size, max_restarts=opts.max_restarts, progress=progress,
             exit_once_marker=exit_once_marker,
         )
+        outcome.caption_failures.update(stats.pop("failures", {}))
         for k, v in stats.items():
             totals[k] += v
-    return dict(totals)
+    outcome.stats = dict(totals)
+    return outcome

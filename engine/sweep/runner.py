@@ -1,32 +1,37 @@
 """`run_sweep`: expand the grid, skip finished cells, caption what is missing, judge, compute metrics, report.
 
-Output folder layout (every store is append-only Parquet segments, so a kill -9 loses at most the batch in flight):
+Output folder layout (one writer at a time: `.capeval.lock`, engine.store.lock):
 
-    videos/      generated videos (synthetic datasets)       frames/     decoded frame cache (.npy)
-    captions/    CAPTIONS rows, keyed by caption_key          judge_cache/ judgment cache (SQLite WAL)
-    verdicts/    VERDICTS rows + cell_key                     metrics/    long metrics + cell columns + cell_key
-    results.parquet, results.csv                              the results table of this sweep's cells
+    videos/      generated videos (synthetic datasets)       frames/       decoded frame cache (.npy)
+    frames_index/ FRAMES rows of decoded (video, spec)        captions/     successful CAPTIONS rows, one per key
+    judge_cache/ judgment cache (SQLite WAL)                  verdicts/     <cell_key>.parquet: VERDICTS + cell_key,
+    metrics/     <cell_key>.parquet: metrics + cell columns                 item_status, retryable
+                 + cell_key + cell_status                     results.parquet, results.csv: this sweep's cells
 
-A cell is finished when its metrics segment exists (one atomic append per cell), so a rerun skips it entirely; a
-cell killed half-way reuses its stored captions and cached judgments and redoes only the rest.
+Guarantees (docs/guarantees.md): every item of every cell yields verdict rows, with a verdict or with an
+`item_status` saying why not (engine.sweep.accounting); work is shared through content keys (one decode, one
+caption, one judge call per key), rows never are. A cell is finished when its metrics segment is committed as
+`complete` (or `failures_accepted`); a cell with retryable failures is committed as `incomplete` and the next run
+redoes it, sending only what the caches do not hold. A kill -9 anywhere loses at most the work in flight.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pyarrow as pa
-
 from engine.keys import content_key
 from engine.prompts_library import get_prompt
+from engine.ray_local import init_ray
+from engine.sweep import accounting
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import LoadedDataset, load_dataset
-from engine.sweep.grid import CELL_COLUMNS, Cell, expand
+from engine.sweep.grid import Cell, expand
+
+__all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_fingerprint"]
 
 
 @dataclass
@@ -39,13 +44,16 @@ class SweepResult:
     judge_stats: dict = field(default_factory=dict)
     wall_s: float = 0.0
     out_dir: Path | None = None
+    account: accounting.RunAccount = field(default_factory=accounting.RunAccount)
+    exit_code: int = 0
+    recovered_cells: int = 0
 
     def summary(self) -> str:
         c = self.caption_stats
         return (f"cells: {self.cells_total} total, {self.cells_cached} cached (skipped), {self.cells_run} run | "
                 f"captions: {c.get('captioned', 0)} new, {c.get('cached', 0)} cached, {c.get('failed', 0)} failed | "
                 f"judge requests: {self.judge_stats.get('sent', 0)} sent, {self.judge_stats.get('cached', 0)} "
-                f"cached | {self.wall_s:.1f}s")
+                f"cached | {self.wall_s:.1f}s\n{self.account.summary()}")
 
 
 def component_revision(kind: str, spec: ComponentSpec) -> str:
@@ -62,19 +70,6 @@ def component_revision(kind: str, spec: ComponentSpec) -> str:
     return rev if isinstance(rev, str) else ""
 
 
-def init_ray() -> None:
-    """Join the cluster named by RAY_ADDRESS, or start a small local Ray (loopback, no dashboard)."""
-    import ray
-
-    if ray.is_initialized():
-        return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-    else:
-        ray.init(num_cpus=max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=False,
-                 object_store_memory=256 * 1024 * 1024, _node_ip_address="127.0.0.1")
-
-
 class _Stores:
     def __init__(self, out: Path):
         from engine.schemas import CAPTIONS
@@ -88,13 +83,29 @@ class _Stores:
 
 
 def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True, log=None,
-              exit_once_marker: str | None = None) -> SweepResult:
-    """Run every unfinished cell of `config`, writing under `out_dir`; returns the results of all its cells."""
+              exit_once_marker: str | None = None, accept_failures: bool = False, max_failure_share: float = 0.0,
+              verbose: bool = False) -> SweepResult:
+    """Run every unfinished cell of `config`, writing under `out_dir` (holding its lock); returns the results of
+    all its cells, the item accounting and the exit code (OK, or FAILURES when the share of items without a
+    verdict exceeds `max_failure_share`). Raises AbortedError (lock held, auth refused, disk full)."""
+    from engine.store.lock import FolderLock
+
+    out = Path(out_dir)
+    with FolderLock(out, purpose=f"sweep {config.name}"):
+        return _run_locked(config, out, progress=progress, log=log, exit_once_marker=exit_once_marker,
+                           accept_failures=accept_failures, max_failure_share=max_failure_share, verbose=verbose)
+
+
+def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_marker, accept_failures,
+                max_failure_share, verbose) -> SweepResult:
+    from engine.sweep import cells as cellmod
+
     t0 = time.perf_counter()
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     stores = _Stores(out)
+    recovered = cellmod.recover(stores)
+    if recovered:
+        log(f"[sweep {config.name}] rolled back {len(recovered)} cell(s) interrupted between verdicts and metrics")
     datasets = {d.name: load_dataset(d, out_dir=out, sweep_dir=config.path.parent) for d in config.datasets}
     cap_rev = {c.display: component_revision("captioner", c) for c in config.captioners}
     judge_rev = {j.display: component_revision("judge", j) for j in config.judges}
@@ -106,46 +117,63 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True
                        judge_revision=judge_rev[cell.judge.display])
         for cell in cells
     }
-    done = stores.metrics.existing_keys("cell_key") if stores.metrics.segments() else set()
-    pending = [c for c in cells if keys[c] not in done]
+    states = cellmod.cell_states(stores)
+    pending = [c for c in cells if states.get(keys[c]) not in accounting.FINISHED_STATUSES]
+    redo = sum(1 for c in pending if keys[c] in states)
     log(f"[sweep {config.name}] {len(cells)} cells: {len(cells) - len(pending)} cached (skipped), "
-        f"{len(pending)} to run")
+        f"{len(pending)} to run" + (f" ({redo} incomplete, redoing their failures)" if redo else ""))
     caption_stats: dict = {}
     judge_stats: dict = {"sent": 0, "cached": 0}
     if pending:
         from engine.stages.pipeline import caption_cells_for
 
-        init_ray()
-        caption_stats = caption_cells_for(pending, datasets, config, stores, cap_rev, progress=progress,
-                                          exit_once_marker=exit_once_marker)
+        init_ray(verbose=verbose)
+        outcome = caption_cells_for(pending, datasets, config, stores, cap_rev, progress=progress,
+                                    exit_once_marker=exit_once_marker)
+        caption_stats = outcome.stats
+        inputs = cellmod.load_inputs(stores, outcome)
         judges: dict = {}
         try:
             for i, cell in enumerate(pending, start=1):
-                summary = _run_cell(cell, keys[cell], datasets[cell.caption.dataset.name], config, stores,
-                                    cap_rev, judges, progress)
+                summary, status = _run_cell(cell, keys[cell], datasets[cell.caption.dataset.name], config, stores,
+                                            cap_rev, judges, inputs, progress, accept_failures)
                 judge_stats["sent"] += summary.get("sent", 0)
                 judge_stats["cached"] += summary.get("cached", 0)
-                log(f"[sweep {config.name}] cell {i}/{len(pending)} done: "
+                log(f"[sweep {config.name}] cell {i}/{len(pending)} {status}: "
                     + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
         finally:
             for j in judges.values():
                 j.close()
+    account = _account(stores, [keys[c] for c in cells])
     from engine.report import results_table, write_results
 
     results = results_table(stores.metrics, [keys[c] for c in cells])
     write_results(results, out)
     return SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
-                       time.perf_counter() - t0, out)
+                       time.perf_counter() - t0, out, account, account.exit_code(max_failure_share), len(recovered))
+
+
+def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
+    """Items by status over every cell of the sweep (run now or earlier), from the committed verdicts."""
+    from engine.sweep import cells as cellmod
+
+    states = cellmod.cell_states(stores)
+    account = accounting.RunAccount()
+    for key in dict.fromkeys(cell_keys):
+        verdicts = cellmod.stored_verdicts(stores, key)
+        if verdicts is not None:
+            account.add_cell(verdicts, states.get(key, accounting.COMPLETE))
+    return account
 
 
 def _run_cell(cell: Cell, key: str, data: LoadedDataset, config: SweepConfig, stores: _Stores, cap_rev: dict,
-              judges: dict, progress: bool) -> dict:
+              judges: dict, inputs, progress: bool, accept_failures: bool) -> tuple[dict, str]:
     import polars as pl
+    import pyarrow as pa
 
     from engine.judging.runner import run_judging
     from engine.registry import lookup
-    from engine.stages.caption import read_captions
-    from engine.stages.pipeline import cell_caption_keys
+    from engine.sweep import cells as cellmod
 
     protocol = lookup("protocol", cell.protocol.name)
     jspec = cell.judge
@@ -159,24 +187,28 @@ def _run_cell(cell: Cell, key: str, data: LoadedDataset, config: SweepConfig, st
         else:
             judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
     judge = judges[jspec.display]
-    captions = read_captions(stores.captions, cell_caption_keys(cell, data, stores, cap_rev))
-    items = data.items.filter(pa.compute.equal(data.items.column("benchmark"), cell.protocol.name)) \
-        if cell.protocol.name in set(data.items.column("benchmark").to_pylist()) else data.items
+    captions, video_failures = cellmod.cell_captions(cell, data, inputs, cap_rev)
+    items = cellmod.cell_items(cell, data)
     requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                        seeds=list(jspec.seeds), **cell.protocol.params)
     verdicts, summary = run_judging(requests, judge, cache_dir=stores.judge_cache, protocol=protocol,
                                     batch_size=config.options.judge_batch_size, progress=progress,
-                                    return_summary=True)
-    stores.verdicts.append(verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string())))
-    metrics = protocol.compute_metrics(pl.from_arrow(verdicts), items=pl.from_arrow(items),
-                                       captions=pl.from_arrow(captions), n_resamples=config.options.n_resamples,
-                                       seed=0)
-    labels = cell.labels()
-    metrics = metrics.drop([c for c in CELL_COLUMNS if c in metrics.columns])
-    metrics = metrics.with_columns([pl.lit(v).alias(k) for k, v in labels.items()] + [pl.lit(key).alias("cell_key")])
-    # One atomic append per cell: its presence is what marks the cell finished.
-    stores.metrics.append(metrics.to_arrow())
-    return {"sent": summary.sent, "cached": summary.cached}
+                                    return_summary=True, protocol_params=dict(cell.protocol.params))
+    verdicts = accounting.classify_verdicts(verdicts, video_failures)
+    status = accounting.cell_status(verdicts, accept_failures)
+    verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
+    metrics = protocol.compute_metrics(pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])),
+                                       items=pl.from_arrow(items), captions=pl.from_arrow(captions),
+                                       n_resamples=config.options.n_resamples, seed=0,
+                                       **_metric_params(cell.protocol.params))
+    metrics = cellmod.label_metrics(metrics, cell, key, status)
+    cellmod.commit(stores, key, verdicts, metrics.to_arrow())
+    return {"sent": summary.sent, "cached": summary.cached}, status
+
+
+def _metric_params(params: dict) -> dict:
+    """The protocol params that concern metrics too (the mode); the rest (prompt packs, ...) shape requests only."""
+    return {k: v for k, v in params.items() if k == "mode"}
 
 
 def sweep_fingerprint(config: SweepConfig) -> str:

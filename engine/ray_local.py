@@ -1,0 +1,44 @@
+"""Start (or join) Ray for a capeval command: a local Ray listens on loopback only and stays quiet.
+
+- `RAY_ADDRESS` set: join that cluster (its network settings are the cluster operator's business).
+- Otherwise a private local Ray: every service bound to 127.0.0.1 (`_node_ip_address`; Ray 2.60 then binds the
+  GCS, raylet, workers and agents to that address, checked by tests/faults/test_faults_loopback.py), no dashboard,
+  a bounded object store. Nothing on the machine's other interfaces can reach it.
+- Token authentication stays on (Ray's default for a new local cluster); setting `RAY_AUTH_MODE=token` explicitly
+  keeps it on without Ray's warning about the default being printed on every run.
+- Ray's own log lines and worker output stay out of the terminal unless `verbose` (they are in Ray's session logs).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+LOOPBACK = "127.0.0.1"
+
+
+def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store_mb: int = 256,
+             temp_dir: str | None = None) -> None:
+    import ray
+
+    if ray.is_initialized():
+        return
+    level = logging.INFO if verbose else logging.ERROR
+    if os.environ.get("RAY_ADDRESS"):
+        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=verbose, logging_level=level)
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    kwargs = dict(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=verbose,
+                  logging_level=level, object_store_memory=object_store_mb * 1024 * 1024,
+                  _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK)
+    if temp_dir:
+        kwargs["_temp_dir"] = temp_dir
+    if not verbose:
+        _quiet_ray_loggers()
+    ray.init(**kwargs)
+
+
+def _quiet_ray_loggers() -> None:
+    """Ray logs start-up INFO/WARNING lines through the `ray` logger tree before `logging_level` applies."""
+    for name in ("ray", "ray._private", "ray._private.authentication", "ray._private.worker"):
+        logging.getLogger(name).setLevel(logging.ERROR)

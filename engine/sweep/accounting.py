@@ -1,0 +1,167 @@
+"""Every item is accounted for: why an item has no verdict, whether a rerun can fix it, and what a run reports.
+
+A verdict row without a verdict gets an `item_status` (and `retryable`) next to its `error`:
+
+    ok              a verdict (parsed first time, or repaired / re-asked)
+    bad_media       permanent: the video cannot be decoded (empty, corrupt, truncated, not found, no video stream)
+    unparsed        permanent: the judge answered, nothing parseable came out after the re-asks (answers are cached)
+    io_error        retryable: the frame cache could not be written or read (disk full, I/O error)
+    frames_missing  retryable: no frames for the video in this run (e.g. its decode task was lost)
+    caption_failed  retryable: the captioner failed (backend error, actor died, raised)
+    judge_error     retryable: the judge backend or transport failed after its own retries
+    missing         retryable: no judgment for another reason
+
+A cell whose rows include retryable failures is not finished (a rerun redoes exactly those), unless the run
+accepts failures. The run's exit code says whether the share of items without a verdict stayed within
+`max_failure_share` (engine.exitcodes: OK or FAILURES).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine import exitcodes
+from engine.schemas import NO_VERDICT, ParseStatus
+
+OK = "ok"
+BAD_MEDIA = "bad_media"
+UNPARSED = "unparsed"
+IO_ERROR = "io_error"
+FRAMES_MISSING = "frames_missing"
+CAPTION_FAILED = "caption_failed"
+JUDGE_ERROR = "judge_error"
+MISSING = "missing"
+PERMANENT = frozenset({BAD_MEDIA, UNPARSED})
+RETRYABLE = frozenset({IO_ERROR, FRAMES_MISSING, CAPTION_FAILED, JUDGE_ERROR, MISSING})
+
+#: cell_status of a metrics segment: finished cells are skipped by a rerun, incomplete ones are redone.
+COMPLETE = "complete"  # no retryable failures (permanent ones are counted in n_no_verdict)
+FAILURES_ACCEPTED = "failures_accepted"  # finished with retryable failures because the run accepted them
+INCOMPLETE = "incomplete"  # retryable failures: a rerun redoes them
+FINISHED_STATUSES = (COMPLETE, FAILURES_ACCEPTED)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why one video (or caption) has no usable input for the judge. `reason` groups failures in summaries."""
+
+    status: str
+    reason: str
+    message: str
+
+    @property
+    def retryable(self) -> bool:
+        return self.status in RETRYABLE
+
+
+def classify_verdicts(verdicts: pa.Table, video_failures: dict[str, Failure]) -> pa.Table:
+    """`verdicts` + `item_status` and `retryable` columns; rows MISSING because their video or caption failed get
+    that failure's message as `error` (instead of the generic "caption failed: ...")."""
+    status, retryable, errors = [], [], []
+    for vid, verdict, parse, error in zip(verdicts.column("video_id").to_pylist(),
+                                           verdicts.column("verdict").to_pylist(),
+                                           verdicts.column("parse_status").to_pylist(),
+                                           verdicts.column("error").to_pylist()):
+        if verdict != NO_VERDICT:
+            s = OK
+        elif parse == ParseStatus.FAILED:
+            s = UNPARSED
+        elif parse == ParseStatus.ERROR:
+            s = JUDGE_ERROR
+        elif vid in video_failures:
+            s, error = video_failures[vid].status, video_failures[vid].message
+        else:
+            s = MISSING
+        status.append(s)
+        retryable.append(s in RETRYABLE)
+        errors.append(error)
+    t = verdicts.set_column(verdicts.schema.get_field_index("error"), "error", pa.array(errors, pa.string()))
+    return t.append_column("item_status", pa.array(status, pa.string())).append_column(
+        "retryable", pa.array(retryable, pa.bool_()))
+
+
+def cell_status(verdicts: pa.Table, accept_failures: bool) -> str:
+    if verdicts.num_rows == 0 or not pc.any(verdicts.column("retryable")).as_py():
+        return COMPLETE
+    return FAILURES_ACCEPTED if accept_failures else INCOMPLETE
+
+
+def status_of_legacy(verdicts: pa.Table) -> pa.Table:
+    """Verdict segments written before item_status existed: derive it from parse_status."""
+    if "item_status" in verdicts.column_names:
+        return verdicts
+    return classify_verdicts(verdicts, {})
+
+
+@dataclass
+class RunAccount:
+    """Items of the sweep's cells by status, with example item ids per reason (for the end-of-run summary)."""
+
+    items: int = 0
+    by_status: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)  # (status, reason) -> items
+    examples: dict = field(default_factory=lambda: defaultdict(list))  # (status, reason) -> item ids
+    cells_by_status: Counter = field(default_factory=Counter)
+
+    def add_cell(self, verdicts: pa.Table, status: str) -> None:
+        """One cell's verdict rows; an item counts once per cell, under its first non-ok status."""
+        self.cells_by_status[status] += 1
+        verdicts = status_of_legacy(verdicts)
+        per_item: dict[str, tuple[str, str]] = {}
+        for item, s, err in zip(verdicts.column("item_id").to_pylist(), verdicts.column("item_status").to_pylist(),
+                                verdicts.column("error").to_pylist()):
+            if item not in per_item or (per_item[item][0] == OK and s != OK):
+                per_item[item] = (s, err or "")
+        for item, (s, err) in per_item.items():
+            self.items += 1
+            self.by_status[s] += 1
+            if s != OK:
+                key = (s, short_reason(err))
+                self.reasons[key] += 1
+                if len(self.examples[key]) < 5:
+                    self.examples[key].append(item)
+
+    @property
+    def without_verdict(self) -> int:
+        return self.items - self.by_status.get(OK, 0)
+
+    @property
+    def retryable(self) -> int:
+        return sum(n for s, n in self.by_status.items() if s in RETRYABLE)
+
+    @property
+    def failure_share(self) -> float:
+        return self.without_verdict / self.items if self.items else 0.0
+
+    def exit_code(self, max_failure_share: float = 0.0) -> int:
+        return exitcodes.FAILURES if self.failure_share > max_failure_share else exitcodes.OK
+
+    def summary(self, top: int = 5) -> str:
+        if not self.items:
+            return "items: none judged"
+        counts = ", ".join(f"{s} {n}" for s, n in sorted(self.by_status.items(), key=lambda x: (x[0] != OK, x[0])))
+        cells = ", ".join(f"{s} {n}" for s, n in sorted(self.cells_by_status.items()))
+        lines = [f"items: {self.items} (item x cell) | {counts} | without a verdict: {self.without_verdict} "
+                 f"({self.failure_share:.1%}; {self.retryable} retryable) | cells: {cells}"]
+        for (s, reason), n in self.reasons.most_common(top):
+            kind = "retryable" if s in RETRYABLE else "permanent"
+            ids = ", ".join(self.examples[(s, reason)])
+            lines.append(f"  {n:>6} {s} ({kind}): {reason} -- e.g. {ids}")
+        if self.retryable:
+            lines.append("  retryable failures: rerun the same command to redo exactly those items "
+                         "(or --accept-failures to finish the cells as they are)")
+        return "\n".join(lines)
+
+
+def short_reason(error: str, limit: int = 140) -> str:
+    """A groupable one-line reason: the first line, without the per-video path when one is named."""
+    line = (error or "no detail").splitlines()[0]
+    parts = line.split(": ")
+    # decode errors read "<kind>: <path>: <detail>": drop the path so equal causes group together
+    if len(parts) >= 3 and ("/" in parts[1] or "\\" in parts[1]):
+        line = ": ".join([parts[0]] + parts[2:])
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -1,0 +1,136 @@
+"""One sweep cell, from stored captions to committed verdicts and metrics, with every item accounted for.
+
+Captions are looked up per *video id*, not per content key: videos with identical bytes share one decode and one
+caption (same keys), and each still gets its own caption row, so each of their items gets its own verdict rows.
+A video without a usable caption gets a caption row without text whose error says why (engine.sweep.accounting),
+so its items become verdict rows without a verdict instead of vanishing.
+
+Commit protocol (one writer holds the output folder's lock; engine.store.lock):
+  1. verdicts/<cell_key>.parquet   the cell's verdict rows (+ cell_key, item_status, retryable)
+  2. metrics/<cell_key>.parquet    the cell's metrics (+ cell columns, cell_key, cell_status)  <- the commit point
+Both are named segments (SegmentStore.put): redoing a cell replaces them, never adds a copy. A kill between 1 and 2
+leaves a verdicts segment with no metrics; `recover` (run at the start of every sweep, under the lock) removes it, so
+at rest each cell is in both stores exactly once or in neither. A cell is finished when its metrics segment says
+`complete` or `failures_accepted`; an `incomplete` cell (retryable failures) is redone by the next run, which
+re-sends only what is not in the caches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from engine.schemas import CAPTIONS
+from engine.sweep import accounting
+from engine.sweep.accounting import CAPTION_FAILED, FRAMES_MISSING, Failure
+from engine.sweep.grid import CELL_COLUMNS
+
+
+def recover(stores) -> list[str]:
+    """Roll back cells killed between their verdicts and their metrics; returns their keys."""
+    committed = {p.stem for p in stores.metrics.segments()}
+    orphans = [p.stem for p in stores.verdicts.segments() if _is_cell_name(p.stem) and p.stem not in committed]
+    for name in orphans:
+        stores.verdicts.remove(name)
+    return orphans
+
+
+def _is_cell_name(stem: str) -> bool:
+    return "-" not in stem  # cell keys are hex; timestamp-named segments of older runs contain "-"
+
+
+def cell_states(stores) -> dict[str, str]:
+    """cell_key -> cell_status of every committed cell (segments of older runs count as complete)."""
+    states: dict[str, str] = {}
+    for p in stores.metrics.segments():
+        names = pq.read_schema(p).names
+        cols = ["cell_key"] + (["cell_status"] if "cell_status" in names else [])
+        t = pq.read_table(p, columns=cols)
+        if t.num_rows == 0:
+            continue
+        key = t.column("cell_key")[0].as_py()
+        states[key] = t.column("cell_status")[0].as_py() if "cell_status" in cols else accounting.COMPLETE
+    return states
+
+
+def stored_verdicts(stores, key: str) -> pa.Table | None:
+    path = stores.verdicts.path_of(key)
+    return pq.read_table(path) if path.exists() else None
+
+
+@dataclass
+class CellInputs:
+    """What the caption stage left for the cells: the frames index, stored captions by key, and failures."""
+
+    index: dict  # (video_id, frame_spec) -> FRAMES row
+    captions: dict  # caption_key -> CAPTIONS row (successful captions only)
+    frame_failures: dict  # (video_id, frame_spec) -> Failure (this run)
+    caption_failures: dict  # caption_key -> error text (this run)
+
+
+def load_inputs(stores, outcome) -> CellInputs:
+    from engine.stages.caption import read_captions
+    from engine.stages.pipeline import frames_index
+
+    table = read_captions(stores.captions)
+    ok = table.filter(pc.is_null(table.column("error"))) if table.num_rows else table
+    captions = {r["caption_key"]: r for r in ok.to_pylist()}
+    return CellInputs(frames_index(stores), captions, dict(outcome.frame_failures), dict(outcome.caption_failures))
+
+
+def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict) -> tuple[pa.Table, dict[str, Failure]]:
+    """One caption row per video of the cell's dataset (video_id = that video), and the failure of each video
+    without a usable caption."""
+    from engine.stages.pipeline import caption_key_for
+
+    cc = cell.caption
+    rows, failures = [], {}
+    for vid in data.videos:
+        frames = inputs.index.get((vid, cc.frame_spec))
+        failure = inputs.frame_failures.get((vid, cc.frame_spec))
+        cap = None
+        if frames is not None:
+            key = caption_key_for(frames, cc.captioner, cap_rev, cc.prompt_id)
+            cap = inputs.captions.get(key)
+            if cap is None and failure is None:
+                error = inputs.caption_failures.get(key, "no caption stored for these frames")
+                failure = Failure(CAPTION_FAILED, f"captioner: {accounting.short_reason(error, 80)}",
+                                  f"caption failed: {error}")
+        elif failure is None:
+            failure = Failure(FRAMES_MISSING, "no frames", "no frames: the video was not decoded in this run")
+        if cap is not None:
+            rows.append({**cap, "video_id": vid})
+            continue
+        failures[vid] = failure
+        rows.append({"caption_key": f"none:{vid}:{cc.frame_spec}:{cc.prompt_id}", "captioner": cc.captioner.name,
+                     "prompt_id": cc.prompt_id, "frame_spec": cc.frame_spec, "video_id": vid, "text": None,
+                     "error": failure.message})
+    return pa.Table.from_pylist(rows, schema=CAPTIONS), failures
+
+
+def cell_items(cell, data) -> pa.Table:
+    items = data.items
+    benchmarks = set(items.column("benchmark").to_pylist())
+    if cell.protocol.name in benchmarks:
+        items = items.filter(pc.equal(items.column("benchmark"), cell.protocol.name))
+    return items
+
+
+def commit(stores, key: str, verdicts: pa.Table, metrics: pa.Table) -> None:
+    """Verdicts first, then metrics (the commit point); see the module docstring."""
+    from engine.sweep.faultpoints import hit
+
+    stores.verdicts.put(verdicts, key)
+    hit("cell_verdicts")
+    stores.metrics.put(metrics, key)
+
+
+def label_metrics(metrics, cell, key: str, status: str):
+    import polars as pl
+
+    metrics = metrics.drop([c for c in CELL_COLUMNS + ["cell_key", "cell_status"] if c in metrics.columns])
+    return metrics.with_columns([pl.lit(v).alias(k) for k, v in cell.labels().items()]
+                                + [pl.lit(key).alias("cell_key"), pl.lit(status).alias("cell_status")])
