@@ -1,24 +1,33 @@
 """Sweep files: which datasets, captioners, prompts, frame specs, protocols and judges to cross.
 
-A sweep file is TOML (read with tomllib) or YAML. Validation is strict and names the file, the field and (where it
-can be found) the line: unknown keys, wrong types, unknown prompt ids and unknown protocol/judge/captioner names
-(checked against engine.registry) are errors before any work starts.
+A sweep file is TOML (read with tomllib) or YAML. Validation is strict and reports EVERY problem at once, each
+naming the file, the line (where it can be found) and the field: unknown keys, wrong types, frame specs (parsed by
+the same parser the run uses), option ranges, dataset kinds and their parameters, each captioner's and judge's
+parameters against what the backend's constructor accepts, paths that must exist (engine/sweep/validation.py).
+Every option is documented in docs/inputs.md.
 
     name = "demo"
-    prompts = ["capquiz_standard", "brief"]      # ids from engine.prompts_library
-    frames = ["uniform:4", 8]                     # sampling specs; an int N means "uniform:N"
+    prompts = ["capquiz_standard", "brief"]      # built-in ids (capeval list prompts) or tables, see below
+    frames = ["uniform:4", 8, "linspace:32"]      # sampling specs; an int N means "uniform:N"
 
     [[datasets]]
     name = "shapes"
-    kind = "synthetic"      # synthetic: generated videos of moving shapes + CapQuiz-style items from ground truth
-    n_videos = 6            # items: `path` to an ITEMS-schema Parquet/JSONL file whose media_path are videos
+    kind = "synthetic"      # synthetic | items | videos | capability | vidcapbench | dream1k | vatex_eval
+    n_videos = 6            # the kind's own parameters (capeval list kinds)
+    limit = 10              # optional: only the first N videos
 
     [[captioners]]
     name = "local"          # registry name
     params = {}             # constructor keyword arguments
+    max_tokens = 2048       # optional caption length per request
 
-    [[protocols]]
-    name = "capquiz"
+    [[captions]]            # captions already written (JSONL/CSV/Parquet): a caption cell without captioning
+    path = "captions/qwen.jsonl"
+    dataset = "shapes"      # optional (default: every dataset); captioner/prompt_id/frame_spec: labels
+
+    [[protocols]]           # optional: no protocol = a caption-only sweep
+    name = "vcinspector"
+    params = { mode = "official", prompts = "../shared/protocols/vcinspector.toml", judge_frames = "linspace:32" }
 
     [[judges]]
     name = "local"
@@ -28,30 +37,51 @@ can be found) the line: unknown keys, wrong types, unknown prompt ids and unknow
     caption_actors = 1      # caption actors (one per GPU on GPU nodes)
     batch_size = 4          # videos per caption call
     n_resamples = 200       # bootstrap resamples for the metrics' confidence intervals
+
+Prompts are ids or tables in the same `prompts` array (`[[prompts]]` in TOML): `{id, text}` (the user's text,
+optional `image` variant), `{id, file}`, or `{id, pack, video, image}` (texts read from a prompt pack).
 """
 
 from __future__ import annotations
 
-import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from engine.errors import UsageError
+from engine.sweep.lines import LineFinder
 
-class SweepFileError(ValueError):
-    """A sweep file that cannot be run; the message names the file, the field and the line when known."""
+
+class SweepFileError(UsageError):
+    """A sweep file that cannot be run; the message lists every problem with file, line and field."""
+
+    def __init__(self, message: str, problems: list[str] | None = None):
+        super().__init__(message)
+        self.problems = problems or [message]
 
 
 @dataclass(frozen=True)
 class DatasetSpec:
     name: str
-    kind: str  # synthetic | items
+    kind: str  # a registered dataset kind (engine/datasets/registry.py)
     path: str | None = None
     n_videos: int = 6
     seed: int = 0
     duration_s: float = 2.0
     limit: int | None = None
+    params: dict = field(default_factory=dict, hash=False, compare=False)  # the kind's own parameters, as written
+
+    def kind_params(self) -> dict:
+        """The parameters the kind's loader receives (old-style fields included when set)."""
+        out = dict(self.params)
+        if self.path is not None:
+            out.setdefault("path", self.path)
+        if self.kind == "synthetic":
+            out.setdefault("n_videos", self.n_videos)
+            out.setdefault("seed", self.seed)
+            out.setdefault("duration_s", self.duration_s)
+        return out
 
 
 @dataclass(frozen=True)
@@ -62,10 +92,22 @@ class ComponentSpec:
     params: dict = field(default_factory=dict, hash=False)
     seeds: tuple[int, ...] = (0,)
     label: str | None = None  # how it shows in the results table; defaults to the name
+    max_tokens: int | None = None  # captioners: caption length per request (None: the stage's default)
 
     @property
     def display(self) -> str:
         return self.label or self.name
+
+
+@dataclass(frozen=True)
+class CaptionSource:
+    """`[[captions]]`: captions read from a file instead of captioned; one caption cell per dataset it serves."""
+
+    path: str  # absolute
+    dataset: str | None = None  # None: every dataset
+    captioner: str | None = None  # label; default: the file's `captioner` column or its name
+    prompt_id: str = "file"
+    frame_spec: str = "file"
 
 
 @dataclass(frozen=True)
@@ -87,72 +129,51 @@ class SweepConfig:
     path: Path
     datasets: tuple[DatasetSpec, ...]
     captioners: tuple[ComponentSpec, ...]
-    prompts: tuple[str, ...]
+    prompts: tuple[str, ...]  # prompt ids; texts via engine.prompts_library.get_prompt (or prompt_defs)
     frames: tuple[str, ...]
-    protocols: tuple[ComponentSpec, ...]
+    protocols: tuple[ComponentSpec, ...]  # empty: a caption-only sweep
     judges: tuple[ComponentSpec, ...]
     options: SweepOptions = SweepOptions()
+    captions: tuple[CaptionSource, ...] = ()
+    prompt_defs: dict = field(default_factory=dict, hash=False, compare=False)  # id -> CaptionPrompt (this file's)
+
+    @property
+    def caption_only(self) -> bool:
+        return not self.protocols
 
 
 # field -> (type(s), required). Types are checked before anything else so errors are precise.
-_TOP = {"name": (str, True), "datasets": (list, True), "captioners": (list, True), "prompts": (list, True),
-        "frames": (list, True), "protocols": (list, True), "judges": (list, True), "options": (dict, False)}
-_DATASET = {"name": (str, True), "kind": (str, True), "path": (str, False), "n_videos": (int, False),
-            "seed": (int, False), "duration_s": ((int, float), False), "limit": (int, False)}
+_TOP = {"name": (str, True), "datasets": (list, True), "captioners": (list, False), "prompts": (list, False),
+        "frames": (list, False), "protocols": (list, False), "judges": (list, False), "options": (dict, False),
+        "captions": (list, False)}
+_DATASET_COMMON = {"name": (str, True), "kind": (str, True), "limit": (int, False)}
 _COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False)}
+_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False)}
 _JUDGE = {**_COMPONENT, "seeds": (list, False)}
+_CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
+             "frame_spec": (str, False)}
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
             "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
             "judge_actors": (int, False)}
-_DATASET_KINDS = ("synthetic", "items")
-_FRAME_SPEC = re.compile(r"^[a-z_]+:[0-9.]+(?:[,:@][a-z0-9_.=]+)*$")
 
 
 class _Checker:
+    """Collects problems (never stops at the first) with file and line."""
+
     def __init__(self, path: Path, text: str):
-        self.path, self.lines = path, text.splitlines()
+        self.path, self.lines, self.problems = path, LineFinder(text), []
 
     def fail(self, where: str, message: str, key: str | None = None) -> None:
-        line = self._line_of(where, key)
+        line = self.lines.line_of(where, key)
         at = f", line {line}" if line else ""
-        raise SweepFileError(f"{self.path}{at}: {where}: {message}")
+        self.problems.append(f"{self.path}{at}: {where}: {message}")
 
-    def _line_of(self, where: str, key: str | None) -> int | None:
-        """Best-effort line of `where` (e.g. "judges[1].seeds"): tomllib gives no positions, so walk the text:
-        the (i+1)-th `[[judges]]` header (TOML) or i-th `- ` item under `judges:` (YAML), then the key's line."""
-        pos = 0
-        parts = [p for p in where.split(".") if p and p != "top level"]
-        for part in parts:
-            m = re.match(r"^(\w+)(?:\[(\d+)\])?$", part)
-            if not m:
-                return None
-            name, idx = m.group(1), m.group(2)
-            found = self._find(rf"^\s*\[\[\s*{name}\s*\]\]", pos, int(idx) + 1) if idx is not None else None
-            if found is None:
-                found = self._find(rf"^\s*(-\s*)?{{?\s*{name}\s*[=:]", pos, 1) or self._find(
-                    rf"^\s*\[\s*{name}\s*\]", pos, 1)
-                if found is not None and idx is not None and not self.lines[found - 1].rstrip().endswith("]"):
-                    found = self._find(r"^\s*-", found, int(idx) + 1) or found
-            if found is None:
-                break
-            pos = found
-        if key and (not parts or parts[-1].split("[")[0] != key):
-            hit = self._find(rf"^\s*(-\s*)?{re.escape(key)}\s*[=:]", pos, 1)
-            pos = hit or pos
-        return pos or None
-
-    def _find(self, pattern: str, start: int, nth: int) -> int | None:
-        rx = re.compile(pattern)
-        for i in range(start, len(self.lines)):
-            if rx.search(self.lines[i]):
-                nth -= 1
-                if nth == 0:
-                    return i + 1
-        return None
-
-    def table(self, value: Any, spec: dict, where: str) -> dict:
+    def table(self, value: Any, spec: dict, where: str) -> bool:
+        """Check keys and types; False when `value` is unusable (not a table or a required key missing/wrong)."""
         if not isinstance(value, dict):
-            self.fail(where, f"expected a table, got {type(value).__name__}")
+            self.fail(where or "top level", f"expected a table, got {type(value).__name__}")
+            return False
+        ok = True
         for key in value:
             if key not in spec:
                 self.fail(f"{where}.{key}" if where else key,
@@ -162,51 +183,32 @@ class _Checker:
             if key not in value:
                 if required:
                     self.fail(where or "top level", f"missing required key {key!r}", where.split("[")[0] or None)
+                    ok = False
                 continue
             v = value[key]
-            ok = isinstance(v, types) and not (isinstance(v, bool) and bool not in _as_tuple(types))
-            if not ok:
+            if not _type_ok(v, types):
                 wanted = "/".join(t.__name__ for t in _as_tuple(types))
                 self.fail(name, f"expected {wanted}, got {type(v).__name__} ({v!r})", key)
-        return value
+                ok = ok and not required  # a bad optional key is skipped by the caller (good())
+        return ok
+
+    def good(self, value: dict, key: str, spec: dict) -> bool:
+        return key in value and _type_ok(value[key], spec[key][0])
+
+
+def _type_ok(v: Any, types) -> bool:
+    return isinstance(v, types) and not (isinstance(v, bool) and bool not in _as_tuple(types))
 
 
 def _as_tuple(types) -> tuple:
     return types if isinstance(types, tuple) else (types,)
 
 
-def _canonical_frame_spec(value: Any) -> str | None:
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return f"uniform:{value}"
-    if isinstance(value, str) and _FRAME_SPEC.match(value.strip()):
-        return value.strip()
-    return None
-
-
-def _registered(kind: str, name: str) -> str | None:
-    """None when `name` is registered, else the registry's error text."""
-    from engine.registry import lookup
-
-    if kind == "captioner" and name == "vllm":
-        # adapters.vllm_captioner is not among the registry's builtin modules yet; importing it registers "vllm".
-        import importlib
-
-        try:
-            importlib.import_module("adapters.vllm_captioner")
-        except ImportError:
-            pass
-    try:
-        lookup(kind, name)
-        return None
-    except KeyError as exc:
-        return str(exc.args[0]) if exc.args else str(exc)
-
-
-def load_sweep(path: str | Path, *, check_registry: bool = True) -> SweepConfig:
-    """Read and validate a sweep file; raises SweepFileError naming the file, field and line."""
+def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bool = True) -> SweepConfig:
+    """Read and validate a sweep file; raises SweepFileError listing every problem with file, field and line."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"sweep file not found: {path}")
+        raise SweepFileError(f"sweep file not found: {path}")
     text = path.read_text(encoding="utf-8")
     if path.suffix == ".toml":
         try:
@@ -222,74 +224,140 @@ def load_sweep(path: str | Path, *, check_registry: bool = True) -> SweepConfig:
             raise SweepFileError(f"{path}: invalid YAML: {exc}") from None
     else:
         raise SweepFileError(f"{path}: sweep files are .toml, .yaml or .yml")
-    return parse_sweep(raw, path=path, text=text, check_registry=check_registry)
+    return parse_sweep(raw, path=path, text=text, check_registry=check_registry, check_paths=check_paths)
 
 
-def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = True) -> SweepConfig:
-    from engine.prompts_library import PROMPTS
+def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = True,
+                check_paths: bool = True) -> SweepConfig:
+    from engine.sweep.validation import check_config, read_prompts
 
     c = _Checker(path, text)
-    c.table(raw, _TOP, "")
-    datasets = []
-    for i, d in enumerate(raw["datasets"]):
-        where = f"datasets[{i}]"
-        c.table(d, _DATASET, where)
-        if d["kind"] not in _DATASET_KINDS:
-            c.fail(f"{where}.kind", f"unknown dataset kind {d['kind']!r} (known: {', '.join(_DATASET_KINDS)})", "kind")
-        if d["kind"] == "items" and not d.get("path"):
-            c.fail(where, "a dataset of kind 'items' needs `path` (an ITEMS-schema Parquet or JSONL file)", "kind")
-        if d.get("n_videos", 1) < 1:
-            c.fail(f"{where}.n_videos", "must be at least 1", "n_videos")
-        datasets.append(DatasetSpec(**d))
-
-    def components(key: str, spec: dict, kind: str) -> list[ComponentSpec]:
-        out = []
-        for i, comp in enumerate(raw[key]):
-            where = f"{key}[{i}]"
-            c.table(comp, spec, where)
-            seeds = comp.get("seeds", [0])
-            if not seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds):
-                c.fail(f"{where}.seeds", f"expected a non-empty list of integers, got {seeds!r}", "seeds")
-            if check_registry:
-                error = _registered(kind, comp["name"])
-                if error:
-                    c.fail(f"{where}.name", error, "name")
-            out.append(ComponentSpec(comp["name"], dict(comp.get("params", {})), tuple(seeds), comp.get("label")))
-        from engine.keys import canonical_json
-
-        seen: dict[str, int] = {}
-        for i, x in enumerate(out):
-            ident = canonical_json([x.name, x.params, list(x.seeds)])
-            if ident in seen:  # same content key: it would give the very same results twice
-                c.fail(f"{key}[{i}]", f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)
-            seen[ident] = i
-        labels = [x.display for x in out]
-        if len(set(labels)) != len(labels):
-            c.fail(key, f"two entries show as the same name ({labels}); give one a distinct `label`", key)
-        return out
-
-    captioners = components("captioners", _COMPONENT, "captioner")
-    protocols = components("protocols", _COMPONENT, "protocol")
-    judges = components("judges", _JUDGE, "judge")
-    for i, p in enumerate(raw["prompts"]):
-        if not isinstance(p, str):
-            c.fail(f"prompts[{i}]", f"expected a prompt id (str), got {type(p).__name__}", "prompts")
-        if p not in PROMPTS:
-            c.fail(f"prompts[{i}]", f"unknown caption prompt {p!r}; known: {', '.join(sorted(PROMPTS))}", "prompts")
+    if not c.table(raw, _TOP, ""):
+        _raise(c)
+    base = path.parent
+    datasets = [s for i, d in enumerate(raw.get("datasets") or []) if (s := _dataset(c, d, f"datasets[{i}]"))]
+    captioners = _components(c, raw, "captioners", _CAPTIONER)
+    protocols = _components(c, raw, "protocols", _COMPONENT)
+    judges = _components(c, raw, "judges", _JUDGE)
+    prompt_ids, prompt_defs = read_prompts(c, raw.get("prompts") or [], base)
     frames = []
-    for i, f in enumerate(raw["frames"]):
-        spec = _canonical_frame_spec(f)
-        if spec is None:
-            c.fail(f"frames[{i}]", f"not a frame spec: {f!r} (use e.g. 'uniform:8', 'fps:1' or a positive int)",
-                   "frames")
-        frames.append(spec)
-    for key in ("datasets", "captioners", "prompts", "frames", "protocols", "judges"):
-        if not raw[key]:
-            c.fail(key, "must not be empty", key)
-    options = SweepOptions(**c.table(raw.get("options", {}), _OPTIONS, "options"))
-    if options.caption_actors < 1 or options.batch_size < 1:
-        c.fail("options", "caption_actors and batch_size must be at least 1", "options")
-    if options.judge_actors < 0:
-        c.fail("options", "judge_actors must be 0 (judge in the driver) or a number of Ray actors", "options")
-    return SweepConfig(raw["name"], path, tuple(datasets), tuple(captioners), tuple(dict.fromkeys(raw["prompts"])),
-                       tuple(dict.fromkeys(frames)), tuple(protocols), tuple(judges), options)
+    for i, f in enumerate(raw.get("frames") or []):
+        frames.append(_frame_spec(c, f, f"frames[{i}]"))
+    captions = _captions(c, raw.get("captions") or [], base, {d.name for d in datasets})
+    options = SweepOptions(**{k: v for k, v in (raw.get("options") or {}).items() if k in _OPTIONS
+                              and _type_ok(v, _OPTIONS[k][0])}) if isinstance(raw.get("options"), dict) else SweepOptions()
+    if isinstance(raw.get("options"), dict):
+        c.table(raw["options"], _OPTIONS, "options")
+    if not raw.get("datasets"):
+        c.fail("datasets", "must not be empty", "datasets")
+    if not captioners and not captions:
+        c.fail("captioners", "a sweep needs [[captioners]] or [[captions]] (captions from files)", "captioners")
+    if captioners and not prompt_ids:
+        c.fail("prompts", "captioners need at least one prompt", "prompts")
+    if captioners and not frames:
+        c.fail("frames", "captioners need at least one frame spec", "frames")
+    if protocols and not judges:
+        c.fail("judges", "protocols need at least one judge", "judges")
+    if judges and not protocols and "protocols" in raw:
+        c.fail("protocols", "judges are given but no protocol", "protocols")
+    config = SweepConfig(str(raw.get("name", "")), path, tuple(datasets), tuple(captioners),
+                         tuple(dict.fromkeys(prompt_ids)), tuple(dict.fromkeys(f for f in frames if f)),
+                         tuple(protocols), tuple(judges), options, tuple(captions), prompt_defs)
+    check_config(config, c, check_registry=check_registry, check_paths=check_paths)
+    _raise(c)
+    from engine.prompts_library import register_prompts
+
+    register_prompts(prompt_defs)
+    return config
+
+
+def _raise(c: _Checker) -> None:
+    if c.problems:
+        head = c.problems[0] if len(c.problems) == 1 else f"{len(c.problems)} problems:\n  " + "\n  ".join(c.problems)
+        raise SweepFileError(head, c.problems)
+
+
+def _dataset(c: _Checker, d: Any, where: str) -> DatasetSpec | None:
+    if not isinstance(d, dict):
+        c.fail(where, f"expected a table, got {type(d).__name__}")
+        return None
+    ok = True
+    for key, (types, required) in _DATASET_COMMON.items():
+        if key not in d:
+            if required:
+                c.fail(where, f"missing required key {key!r}", "datasets")
+                ok = False
+        elif not _type_ok(d[key], types):
+            c.fail(f"{where}.{key}", f"expected {'/'.join(t.__name__ for t in _as_tuple(types))}, got "
+                                     f"{type(d[key]).__name__} ({d[key]!r})", key)
+            ok = False
+    if not ok:
+        return None
+    if d.get("limit") is not None and d["limit"] < 1:
+        c.fail(f"{where}.limit", f"must be at least 1, got {d['limit']}", "limit")
+    params = {k: v for k, v in d.items() if k not in _DATASET_COMMON}
+    legacy = {k: params[k] for k in ("path", "n_videos", "seed", "duration_s") if k in params
+              and _type_ok(params[k], {"path": str, "n_videos": int, "seed": int, "duration_s": (int, float)}[k])}
+    return DatasetSpec(d["name"], d["kind"], limit=d.get("limit"), params=params, **legacy)
+
+
+def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentSpec]:
+    from engine.keys import canonical_json
+
+    out, seen = [], {}
+    entries = raw.get(key) or []
+    if not isinstance(entries, list):
+        return out
+    for i, comp in enumerate(entries):
+        where = f"{key}[{i}]"
+        if not c.table(comp, spec, where):
+            continue
+        seeds = comp.get("seeds", [0])
+        if not isinstance(seeds, list) or not seeds or not all(_type_ok(s, int) for s in seeds):
+            c.fail(f"{where}.seeds", f"expected a non-empty list of integers, got {seeds!r}", "seeds")
+            seeds = [0]
+        params = comp.get("params", {}) if c.good(comp, "params", spec) else {}
+        max_tokens = comp.get("max_tokens") if c.good(comp, "max_tokens", spec) else None
+        label = comp.get("label") if c.good(comp, "label", spec) else None
+        x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens)
+        ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens])
+        if ident in seen:  # same content key: it would give the very same results twice
+            c.fail(where, f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)
+        seen[ident] = i
+        out.append(x)
+    labels = [x.display for x in out]
+    if len(set(labels)) != len(labels):
+        c.fail(key, f"two entries show as the same name ({labels}); give one a distinct `label`", key)
+    return out
+
+
+def _frame_spec(c: _Checker, value: Any, where: str) -> str | None:
+    """Canonical text of a frame spec, parsed by the run's own parser (engine.frames.sampling)."""
+    from engine.frames.sampling import FrameSpecError, parse_frame_spec
+
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = f"uniform:{value}"
+    if not isinstance(value, str):
+        c.fail(where, f"not a frame spec: {value!r} (use e.g. 'uniform:8', 'linspace:32', 'fps:1' or a positive int)",
+               where.split("[")[0].split(".")[-1])
+        return None
+    try:
+        return str(parse_frame_spec(value))
+    except FrameSpecError as exc:
+        c.fail(where, f"not a frame spec: {value!r}: {exc}", where.split("[")[0].split(".")[-1])
+        return None
+
+
+def _captions(c: _Checker, entries: Any, base: Path, dataset_names: set[str]) -> list[CaptionSource]:
+    out = []
+    for i, e in enumerate(entries if isinstance(entries, list) else []):
+        where = f"captions[{i}]"
+        if not c.table(e, _CAPTIONS, where):
+            continue
+        p = Path(e["path"]).expanduser()
+        p = p if p.is_absolute() else base / p
+        if e.get("dataset") is not None and e["dataset"] not in dataset_names:
+            c.fail(f"{where}.dataset", f"no dataset named {e['dataset']!r} (have {sorted(dataset_names)})", "dataset")
+        out.append(CaptionSource(str(p), e.get("dataset"), e.get("captioner"), e.get("prompt_id", "file"),
+                                 e.get("frame_spec", "file")))
+    return out

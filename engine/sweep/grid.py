@@ -1,13 +1,20 @@
 """Grid expansion: a sweep is datasets x captioners x prompts x frame specs (caption cells), each crossed with
-protocols x judges (result cells). A caption cell is captioned once and shared by every protocol and judge."""
+protocols x judges (result cells). A caption cell is captioned once and shared by every protocol and judge.
+
+`[[captions]]` files add caption cells that are read, not captioned (`CaptionCell.source`); a sweep without
+protocols is caption-only: `caption_cells` is its work and `expand` is empty."""
 
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
+from pathlib import Path
 
 from engine.keys import content_key
-from engine.sweep.config import ComponentSpec, DatasetSpec, SweepConfig
+from engine.sweep.config import CaptionSource, ComponentSpec, DatasetSpec, SweepConfig
+
+#: the captioner name of caption cells read from a `[[captions]]` file
+FILE_CAPTIONER = "file"
 
 
 @dataclass(frozen=True)
@@ -16,6 +23,20 @@ class CaptionCell:
     captioner: ComponentSpec
     prompt_id: str
     frame_spec: str
+    source: CaptionSource | None = None  # captions read from this file instead of captioned
+
+    @property
+    def from_file(self) -> bool:
+        return self.source is not None
+
+    def prompt_key_text(self) -> str:
+        """What of the prompt enters keys: every media-type variant of a library prompt; a file's path otherwise
+        (the file's bytes enter through `source_digest` in Cell.key)."""
+        if self.source is not None:
+            return f"file:{self.source.path}"
+        from engine.prompts_library import get_prompt
+
+        return get_prompt(self.prompt_id).key_text
 
 
 @dataclass(frozen=True)
@@ -37,24 +58,46 @@ class Cell:
             "judge": self.judge.display,
         }
 
-    def key(self, *, dataset_digest: str, captioner_revision: str, prompt_text: str, judge_revision: str) -> str:
-        """Content key of the cell's result: everything that determines its metrics."""
+    def key(self, *, dataset_digest: str, captioner_revision: str, prompt_text: str, judge_revision: str,
+            source_digest: str | None = None) -> str:
+        """Content key of the cell's result: everything that determines its metrics. `source_digest`: the bytes
+        of a `[[captions]]` file (engine.keys.file_digest); new settings enter only when set, so the keys of
+        existing sweeps do not change."""
         cap = self.caption
-        return content_key(
+        parts = [
             "cell", dataset_digest, cap.captioner.name, captioner_revision, cap.captioner.params, prompt_text,
             cap.frame_spec, self.protocol.name, self.protocol.params, self.judge.name, judge_revision,
             self.judge.params, list(self.judge.seeds),
-        )
+        ]
+        extra = {k: v for k, v in (("source", source_digest), ("max_tokens", cap.captioner.max_tokens)) if v}
+        return content_key(*parts, extra) if extra else content_key(*parts)
 
 
 CELL_COLUMNS = ["dataset", "captioner", "prompt_id", "frame_spec", "protocol", "judge"]
 
 
 def caption_cells(config: SweepConfig) -> list[CaptionCell]:
-    return [
+    cells = [
         CaptionCell(d, c, p, f)
         for d, c, p, f in itertools.product(config.datasets, config.captioners, config.prompts, config.frames)
     ]
+    for src in config.captions:
+        label = src.captioner or Path(src.path).stem
+        for d in config.datasets:
+            if src.dataset in (None, d.name):
+                cells.append(CaptionCell(d, ComponentSpec(FILE_CAPTIONER, {}, label=label), src.prompt_id,
+                                         src.frame_spec, src))
+    return cells
+
+
+def file_captions(cell: CaptionCell):
+    """The CAPTIONS table of a `[[captions]]` cell (checked by engine.inputs.read_captions)."""
+    from engine.inputs import read_captions
+
+    if cell.source is None:
+        raise ValueError("not a caption cell read from a file")
+    return read_captions(cell.source.path, captioner=cell.source.captioner, prompt_id=cell.source.prompt_id,
+                         frame_spec=cell.source.frame_spec)
 
 
 def expand(config: SweepConfig) -> list[Cell]:

@@ -1,0 +1,1 @@
+"""One module per dataset kind; each registers itself with engine.datasets.registry."""

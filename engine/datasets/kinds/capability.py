@@ -1,0 +1,51 @@
+"""`capability`: the CAPability release layout: `annotations/<task>.jsonl` (13 tasks; images for 9, videos for 4)
+plus the media the records' `file_path` name, relative to the release root (the folder holding `annotations/`) or
+to `media_root`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+
+
+def _tasks(v) -> str | None:
+    from engine.protocols.capability.codes import TASKS
+
+    bad = [t for t in v if t not in TASKS]
+    return f"unknown task(s) {bad}; tasks: {', '.join(TASKS)}" if bad else None
+
+
+def release_root(annotations: Path) -> Path:
+    """The folder the records' file_path are relative to: the parent of annotations/ (of a task file's folder)."""
+    folder = annotations.parent if annotations.is_file() else annotations
+    return folder.parent
+
+
+def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
+    from engine.datasets.capability import load_items
+    from engine.protocols.capability.codes import TASKS
+
+    annotations = resolve(base_dir, params["path"])
+    root = resolve(base_dir, params["media_root"]) if "media_root" in params else release_root(annotations)
+    items = load_items(annotations, tuple(params.get("tasks") or TASKS), media_root=root)
+    media = {}
+    for vid, task, path in zip(items.column("video_id").to_pylist(), items.column("task").to_pylist(),
+                               items.column("media_path").to_pylist()):
+        if media.setdefault(vid, path) != path:
+            from engine.errors import UsageError
+
+            raise UsageError(f"{annotations}: file_id {vid!r} names two media files ({media[vid]} and {path}, task "
+                             f"{task!r}); capeval keys media by file_id")
+    return DatasetLoad(items, media)
+
+
+KIND = register_kind(DatasetKind(
+    "capability", __doc__.split("\n\n")[0],
+    (Param("path", (str,), "the release's annotations/ folder, or one <task>.jsonl", required=True,
+           path="file_or_dir"),
+     Param("media_root", (str,), "folder the records' file_path are relative to (default: the release root)",
+           path="dir"),
+     Param("tasks", (list,), "only these tasks (default: every task file present)", check=_tasks)),
+    load,
+))

@@ -1,0 +1,33 @@
+"""`dream1k`: DREAM-1K's `DREAM-1k.jsonl` (reference description and events per clip) plus its videos under
+`media_root`, named by the clip's `vid` (`<vid>.mp4` or another video suffix); `unit = "events"` gives one item per
+reference event instead of one per clip."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.datasets.kinds._media import find_media
+from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+
+
+def _unit(v) -> str | None:
+    return None if v in ("clips", "events") else f"expected 'clips' or 'events', got {v!r}"
+
+
+def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
+    from engine.datasets import dream1k
+
+    path = resolve(base_dir, params["path"])
+    items = (dream1k.load_events if params.get("unit") == "events" else dream1k.load_clips)(path)
+    root = resolve(base_dir, params["media_root"]) if "media_root" in params else path.parent
+    media = {v: find_media(root, v) for v in dict.fromkeys(items.column("video_id").to_pylist())}
+    return DatasetLoad(items, media)
+
+
+KIND = register_kind(DatasetKind(
+    "dream1k", __doc__.split("\n\n")[0],
+    (Param("path", (str,), "DREAM-1k.jsonl", required=True, path="file"),
+     Param("media_root", (str,), "folder of the videos (default: the jsonl's folder)", path="dir"),
+     Param("unit", (str,), "'clips' (default) or 'events'", check=_unit)),
+    load,
+))

@@ -1,0 +1,48 @@
+"""`vatex_eval`: VATEX-EVAL's human-rated candidate captions (VC-Inspector's correlation benchmark) plus the VATEX
+clips under `media_root`. Read by engine/datasets/vatex_eval.py; the candidates come as captions, the ratings in
+the items."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine.datasets.kinds._media import find_media
+from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+
+_LOADER_NAMES = ("load_vatex_eval", "load_items", "load")
+
+
+def _loader():
+    from engine.errors import UsageError
+
+    try:
+        from engine.datasets import vatex_eval
+    except ModuleNotFoundError as exc:
+        if exc.name != "engine.datasets.vatex_eval":
+            raise
+        raise UsageError("dataset kind 'vatex_eval': its loader (engine/datasets/vatex_eval.py) is not "
+                         "installed in this checkout") from None
+    for name in _LOADER_NAMES:
+        if callable(getattr(vatex_eval, name, None)):
+            return getattr(vatex_eval, name)
+    raise UsageError(f"engine/datasets/vatex_eval.py has none of {_LOADER_NAMES}")
+
+
+def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
+    import pyarrow as pa
+
+    path = resolve(base_dir, params["path"])
+    loaded = _loader()(path)
+    items = loaded if isinstance(loaded, pa.Table) else getattr(loaded, "items", loaded[0])
+    root = resolve(base_dir, params["media_root"]) if "media_root" in params else path.parent
+    media = {v: find_media(root, v) for v in dict.fromkeys(items.column("video_id").to_pylist())}
+    return DatasetLoad(items, media)
+
+
+KIND = register_kind(DatasetKind(
+    "vatex_eval", __doc__.split("\n\n")[0],
+    (Param("path", (str,), "the VATEX-EVAL file or folder (as engine/datasets/vatex_eval.py reads it)",
+           required=True, path="file_or_dir"),
+     Param("media_root", (str,), "folder of the VATEX clips", path="dir")),
+    load, needs_media=False,
+))

@@ -1,0 +1,217 @@
+"""Checks a sweep needs before any work, with the parsers the run itself uses: dataset kinds and their parameters,
+captioner/judge parameters against the backend's constructor, protocol params (mode, prompt pack, judge frames),
+option ranges, caption files, and (for a run) the output folder. `validate_config(config, out_dir=None)` returns
+every problem as one text each (file, line, field); the runner calls it before Ray starts, `--check` prints them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+#: protocol params understood by every protocol (the rest go to the protocol as they are)
+PROTOCOL_MODES = ("strict", "official")
+
+
+def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
+    """Prompt ids of the sweep and the CaptionPrompts it defines ({id: prompt}); problems go to checker `c`."""
+    from engine.prompts_library import BUILTIN, PromptError, prompt_from_entry
+
+    defined = {}
+    for i, e in enumerate(entries):
+        if isinstance(e, dict):
+            try:
+                p = prompt_from_entry(e, base, where=f"prompts[{i}]")
+            except PromptError as exc:
+                c.fail(f"prompts[{i}]", str(exc).split(": ", 1)[-1], "prompts")
+                continue
+            if p.id in defined or (p.id in BUILTIN and BUILTIN[p.id].key_text != p.key_text):
+                c.fail(f"prompts[{i}].id", f"prompt id {p.id!r} is already taken; choose another id", "id")
+                continue
+            defined[p.id] = p
+    ids = []
+    for i, e in enumerate(entries):
+        if isinstance(e, str):
+            if e not in BUILTIN and e not in defined:
+                known = sorted(set(BUILTIN) | set(defined))
+                c.fail(f"prompts[{i}]", f"unknown caption prompt {e!r}; known: {', '.join(known)}", "prompts")
+            ids.append(e)
+        elif isinstance(e, dict):
+            if isinstance(e.get("id"), str):
+                ids.append(e["id"])
+        else:
+            c.fail(f"prompts[{i}]", f"expected a prompt id or a table, got {type(e).__name__}", "prompts")
+    return ids, defined
+
+
+def check_config(config, c, *, check_registry: bool = True, check_paths: bool = True) -> None:
+    """Semantic checks of a parsed config; every problem goes to checker `c` (see config._Checker)."""
+    from engine.datasets.registry import validate as validate_dataset
+
+    base = config.path.parent
+    names = [d.name for d in config.datasets]
+    for i, d in enumerate(config.datasets):
+        where = f"datasets[{i}]"
+        if names.count(d.name) > 1 and names.index(d.name) != i:
+            c.fail(f"{where}.name", f"dataset name {d.name!r} is used twice", "name")
+        for problem in validate_dataset(d.kind, d.kind_params(), base, check_paths=check_paths):
+            key, _, msg = problem.partition(": ")
+            c.fail(f"{where}.{key}", msg, key)
+    for key, kind in (("captioners", "captioner"), ("judges", "judge"), ("protocols", "protocol")):
+        for i, comp in enumerate(getattr(config, key)):
+            where = f"{key}[{i}]"
+            if check_registry:
+                cls, error = _lookup(kind, comp.name)
+                if error:
+                    c.fail(f"{where}.name", error, "name")
+                elif kind != "protocol":
+                    for msg in constructor_problems(cls, comp.params, f"{kind} {comp.name!r}"):
+                        c.fail(f"{where}.params", msg, "params")
+            if comp.max_tokens is not None and comp.max_tokens < 1:
+                c.fail(f"{where}.max_tokens", f"must be at least 1, got {comp.max_tokens}", "max_tokens")
+    for i, p in enumerate(config.protocols):
+        for msg_key, msg in protocol_param_problems(p.params, base):
+            c.fail(f"protocols[{i}].params.{msg_key}", msg, msg_key)
+    for i, src in enumerate(config.captions if check_paths else ()):
+        if not Path(src.path).is_file():
+            c.fail(f"captions[{i}].path", f"caption file not found: {src.path}", "path")
+            continue
+        try:
+            from engine.inputs import read_captions
+
+            read_captions(src.path, captioner=src.captioner)
+        except ValueError as exc:  # UsageError: names file, row and column
+            c.fail(f"captions[{i}].path", str(exc), "path")
+    for name, low, what in (("caption_actors", 1, "at least 1"), ("batch_size", 1, "at least 1"),
+                            ("judge_batch_size", 1, "at least 1"), ("n_resamples", 0, "0 (no CIs) or more"),
+                            ("max_restarts", 0, "0 or more"), ("judge_actors", 0, "0 (judge in the driver) or more"),
+                            ("gpus_per_actor", 0, "0 or more")):
+        v = getattr(config.options, name)
+        if v < low:
+            c.fail(f"options.{name}", f"must be {what}, got {v}", name)
+
+
+def protocol_param_problems(params: dict, base: Path) -> list[tuple[str, str]]:
+    """(key, message) for the protocol params capeval itself reads; `prompts` is made absolute in place (a pack
+    path in a sweep file is relative to the file)."""
+    from engine.frames.sampling import FrameSpecError, parse_frame_spec
+
+    out = []
+    mode = params.get("mode", "strict")
+    if mode not in PROTOCOL_MODES:
+        out.append(("mode", f"expected one of {PROTOCOL_MODES}, got {mode!r}"))
+    if "prompts" in params:
+        v = params["prompts"]
+        if not isinstance(v, str):
+            out.append(("prompts", f"expected a prompt pack path, got {type(v).__name__}"))
+        else:
+            p = Path(v).expanduser()
+            p = p if p.is_absolute() else base / p
+            if not p.is_file():
+                out.append(("prompts", f"prompt pack not found: {p}"))
+            else:
+                from engine.packs import PackError, load_pack
+
+                try:
+                    load_pack(p)
+                    params["prompts"] = str(p.resolve())
+                except PackError as exc:
+                    out.append(("prompts", str(exc)))
+    if "judge_frames" in params:
+        try:
+            params["judge_frames"] = str(parse_frame_spec(params["judge_frames"]))
+        except FrameSpecError as exc:
+            out.append(("judge_frames", str(exc)))
+    return out
+
+
+def _lookup(kind: str, name: str):
+    from engine.registry import lookup
+
+    if kind == "captioner" and name == "vllm":
+        try:  # not among the registry's builtin modules everywhere; importing it registers "vllm"
+            import adapters.vllm_captioner  # noqa: F401
+        except ImportError:
+            pass
+    try:
+        return lookup(kind, name), None
+    except KeyError as exc:
+        return None, str(exc.args[0]) if exc.args else str(exc)
+
+
+def accepted_params(cls) -> tuple[dict[str, Any], bool]:
+    """({name: default or inspect.Parameter.empty}, open_ended) of what `cls(**params)` accepts. A `**_x` catch-all
+    (leading underscore) ignores what it receives, so it accepts nothing useful; `config` typed as a dataclass with
+    `**overrides` accepts that dataclass's fields (adapters.openai_http)."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return {}, True
+    named, open_ended = {}, False
+    var_kw = None
+    for n, p in sig.parameters.items():
+        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            named[n] = p.default
+        elif p.kind == p.VAR_KEYWORD:
+            var_kw = p
+    if var_kw is not None and not var_kw.name.startswith("_"):
+        config_cls = _dataclass_of(cls, sig.parameters.get("config"))
+        if config_cls is not None:
+            named.pop("config", None)
+            named.update({f.name: f.default for f in dataclasses.fields(config_cls)})
+        else:
+            open_ended = True
+    return named, open_ended
+
+
+def _dataclass_of(cls, param) -> type | None:
+    if param is None:
+        return None
+    ann = param.annotation
+    module = sys.modules.get(getattr(cls, "__module__", ""), None)
+    candidates = [ann] if not isinstance(ann, str) else [getattr(module, n.strip(), None) for n in ann.split("|")]
+    return next((t for t in candidates if isinstance(t, type) and dataclasses.is_dataclass(t)), None)
+
+
+def constructor_problems(cls, params: dict, what: str) -> list[str]:
+    named, open_ended = accepted_params(cls)
+    out = []
+    if not open_ended:
+        unknown = sorted(k for k in params if k not in named)
+        if unknown:
+            valid = ", ".join(sorted(named)) or "none"
+            out.append(f"{what} does not accept {', '.join(map(repr, unknown))} (valid: {valid})")
+    missing = [n for n, d in named.items() if d is inspect.Parameter.empty and n not in params]
+    if missing:
+        out.append(f"{what} needs {', '.join(map(repr, missing))}")
+    return out
+
+
+def writable_problem(folder: str | Path) -> str | None:
+    """None when `folder` exists and is writable or can be created; else why not."""
+    p = Path(folder).resolve()
+    probe = p
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{p}: {probe} is a file, not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{p}: not writable ({probe} does not allow writing)"
+    return None
+
+
+def validate_config(config, out_dir: str | Path | None = None, *, check_registry: bool = True,
+                    check_paths: bool = True) -> list[str]:
+    """Every problem of `config` (and of `out_dir` when given) as "file, line N: field: message"; [] when none."""
+    from engine.sweep.config import _Checker
+
+    text = config.path.read_text(encoding="utf-8") if config.path.is_file() else ""
+    c = _Checker(config.path, text)
+    check_config(config, c, check_registry=check_registry, check_paths=check_paths)
+    if out_dir is not None and (msg := writable_problem(out_dir)):
+        c.problems.append(f"output folder {msg}")
+    return c.problems
