@@ -20,6 +20,8 @@ import json
 import sys
 from pathlib import Path
 
+from engine.errors import UsageError
+
 USAGE = """examples:
   capeval align --dataset vatex_eval --data ../shared/data/vatex_eval \\
       --scores ../shared/data/vatex_eval/metric_scores.parquet --column cider_9ref --json
@@ -63,8 +65,8 @@ def read_table(path: Path, what: str):
         if suffix == ".json":
             return pl.read_json(path)
     except Exception as exc:  # polars raises several types for a malformed file
-        raise ValueError(f"{what} file {path}: cannot be read as {suffix[1:]}: {exc}") from exc
-    raise ValueError(f"{what} file {path}: unknown format {suffix!r} (use .parquet, .csv, .tsv, .jsonl or .json)")
+        raise UsageError(f"{what} file {path}: cannot be read as {suffix[1:]}: {exc}") from exc
+    raise UsageError(f"{what} file {path}: unknown format {suffix!r} (use .parquet, .csv, .tsv, .jsonl or .json)")
 
 
 def ratings_table(args):
@@ -72,24 +74,28 @@ def ratings_table(args):
 
     if args.dataset == "vatex_eval":
         if args.data is None:
-            raise ValueError("--dataset vatex_eval needs --data DIR (the folder holding vid_cans_score_dict.json)")
+            raise UsageError("--dataset vatex_eval needs --data DIR (the folder holding vid_cans_score_dict.json)")
+        from engine.datasets.jsonl import DatasetFormatError
         from engine.datasets.vatex_eval import load_ratings
 
-        table = load_ratings(args.data)
+        try:
+            table = load_ratings(args.data)
+        except DatasetFormatError as exc:
+            raise UsageError(str(exc)) from None
     else:
         table = read_table(args.ratings, "ratings")
     missing = [k for k in KEYS if k not in table.columns]
     if missing:
-        raise ValueError(f"ratings: columns {missing} are required (have {table.columns})")
+        raise UsageError(f"ratings: columns {missing} are required (have {table.columns})")
     if args.rating_columns:
         columns = [c.strip() for c in args.rating_columns.split(",") if c.strip()]
         absent = [c for c in columns if c not in table.columns]
         if absent:
-            raise ValueError(f"ratings: --rating-columns {absent} not in the table (have {table.columns})")
+            raise UsageError(f"ratings: --rating-columns {absent} not in the table (have {table.columns})")
     else:
         columns = [c for c in table.columns if c.startswith("rating")]
     if not columns:
-        raise ValueError(f"ratings: no annotator columns (name them with --rating-columns; have {table.columns})")
+        raise UsageError(f"ratings: no annotator columns (name them with --rating-columns; have {table.columns})")
     table = table.with_columns(pl.col("video_id").cast(pl.String), pl.col("candidate_index").cast(pl.Int64),
                                *[pl.col(c).cast(pl.Float64) for c in columns])
     return table, columns
@@ -103,7 +109,7 @@ def scores_table(path: Path, column: str | None):
     if "verdict" in table.columns and (column in (None, "verdict")):
         if "candidate_index" not in table.columns:
             if "item_id" not in table.columns:
-                raise ValueError("scores: a verdict table needs item_id '<video>/<k>' or a candidate_index column")
+                raise UsageError("scores: a verdict table needs item_id '<video>/<k>' or a candidate_index column")
             parts = pl.col("item_id").cast(pl.String).str.split("/")
             table = table.with_columns(parts.list.last().cast(pl.Int64, strict=False).alias("candidate_index"),
                                        parts.list.slice(0, parts.list.len() - 1).list.join("/").alias("video_id"))
@@ -116,18 +122,18 @@ def scores_table(path: Path, column: str | None):
     else:
         column = column or "score"
         if column not in table.columns:
-            raise ValueError(f"scores: no column {column!r} (have {table.columns}); pick one with --column")
+            raise UsageError(f"scores: no column {column!r} (have {table.columns}); pick one with --column")
         table = table.with_columns(pl.col(column).cast(pl.Float64).alias("score"),
                                    pl.col(column).is_null().alias("no_verdict"))
     missing = [k for k in KEYS if k not in table.columns]
     if missing:
-        raise ValueError(f"scores: columns {missing} are required (have {table.columns})")
+        raise UsageError(f"scores: columns {missing} are required (have {table.columns})")
     table = table.select(pl.col("video_id").cast(pl.String), pl.col("candidate_index").cast(pl.Int64), "score",
                          "no_verdict")
     dup = table.group_by(KEYS).len().filter(pl.col("len") > 1)
     if dup.height:
         first = dup.row(0, named=True)
-        raise ValueError(f"scores: {dup.height} (video_id, candidate_index) keys occur more than once, e.g. "
+        raise UsageError(f"scores: {dup.height} (video_id, candidate_index) keys occur more than once, e.g. "
                          f"{first['video_id']!r}/{first['candidate_index']}; keep one run (captioner, seed) per file")
     return table, column
 
@@ -142,7 +148,7 @@ def compute(ratings, rating_columns, scores, *, round4=False, n_resamples=1000, 
     usable = joined.filter(joined["score"].is_not_null() & joined["score"].is_finite())
     n_no_verdict = int(joined["no_verdict"].fill_null(False).sum())
     if usable.height < 2:
-        raise ValueError(f"only {usable.height} rated candidates have a score: nothing to correlate "
+        raise UsageError(f"only {usable.height} rated candidates have a score: nothing to correlate "
                          f"(check that the scores use the ratings' video ids and candidate indices)")
     human = np.column_stack([usable[c].to_numpy() for c in rating_columns])
     out = align(usable["score"].to_numpy(), human, usable["video_id"].to_numpy(), round4=round4,
@@ -156,7 +162,7 @@ def compute(ratings, rating_columns, scores, *, round4=False, n_resamples=1000, 
 
 def run(args) -> int:
     if args.resamples < 0:
-        raise ValueError(f"--resamples must be >= 0, got {args.resamples}")
+        raise UsageError(f"--resamples must be >= 0, got {args.resamples}")
     ratings, columns = ratings_table(args)
     scores, column = scores_table(args.scores, args.column)
     out = compute(ratings, columns, scores, round4=args.round4, n_resamples=args.resamples, seed=args.seed,

@@ -99,5 +99,5 @@ def test_any_ratings_table(capsys, tmp_path):
     tau = (stats.kendalltau(m, ratings["judge_x"]).statistic + stats.kendalltau(m, ratings["judge_y"]).statistic) / 2
     assert out["tau_b"] == pytest.approx(tau) and out["annotators"] == ["judge_x", "judge_y"]
     assert main(["align", "--ratings", str(tmp_path / "ratings.csv"), "--scores", str(tmp_path / "s.parquet"),
-                 "--column", "m"]) == 1
+                 "--column", "m"]) == 2  # a usage error
     assert "no annotator columns" in capsys.readouterr().err

@@ -1,5 +1,7 @@
 """VC-Inspector mean score and score shares against hand-computed values."""
 
+import json
+
 import polars as pl
 import pytest
 
@@ -47,5 +49,79 @@ def test_score_command_writes_csv_and_names_a_missing_file(tmp_path, capsys):
     frame = pl.read_csv(out)
     assert frame.filter(pl.col("metric") == "mean_score")["value"][0] == pytest.approx(4.0)
     assert "mean_score" in capsys.readouterr().out
-    assert main(["score", "--protocol", "vcinspector", "--verdicts", str(tmp_path / "no.parquet"), "--out", str(out)]) == 1
+    assert main(["score", "--protocol", "vcinspector", "--verdicts", str(tmp_path / "no.parquet"), "--out", str(out)]) == 2
     assert "no.parquet" in capsys.readouterr().err
+
+
+# -- official mode: prompt, frames, parsing ------------------------------------------------------------------------
+import importlib.util  # noqa: E402
+import tomllib  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pyarrow as pa  # noqa: E402
+
+from engine.judging.requests import to_judge_request  # noqa: E402
+from engine.protocols.vcinspector import PROTOCOL  # noqa: E402
+from engine.protocols.vcinspector.parsing import parse_official  # noqa: E402
+from engine.schemas import CAPTIONS, FRAMES, ITEMS, NO_VERDICT, ParseStatus, conform  # noqa: E402
+
+PACK_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "protocols"
+
+
+def _frames_row(tmp_path, video_id, spec, n, shade):
+    frames = np.full((n, 16, 16, 3), shade, dtype=np.uint8)
+    path = tmp_path / f"{video_id}-{spec.replace(':', '_')}.npy"
+    np.save(path, frames)
+    return {"frames_key": f"fk-{video_id}-{spec}", "video_id": video_id, "frame_spec": spec,
+            "timestamps": [float(i) for i in range(n)], "height": 16, "width": 16, "path": str(path)}
+
+
+def _inputs(tmp_path):
+    items = conform(pa.table({"benchmark": ["vcinspector"], "task": ["default"], "item_id": ["v1"],
+                              "video_id": ["v1"]}), ITEMS)
+    caption = 'A man in a {red} coat walks "two" dogs.\nThen 走る.'
+    caps = conform(pa.table({"caption_key": ["k"], "captioner": ["m"], "prompt_id": ["p"], "frame_spec": ["uniform:8"],
+                             "video_id": ["v1"], "text": [caption]}), CAPTIONS)
+    frames = conform(pa.Table.from_pylist([_frames_row(tmp_path, "v1", "uniform:8", 8, 10),
+                                           _frames_row(tmp_path, "v1", "linspace:32", 32, 200)]), FRAMES)
+    return items, caps, frames, caption
+
+
+@pytest.mark.skipif(not (PACK_DIR / "vcinspector.toml").is_file(), reason="shared packs not present")
+def test_official_request_is_the_official_prompt_with_32_linspace_frames(tmp_path):
+    items, caps, frames, caption = _inputs(tmp_path)
+    pack = PACK_DIR / "vcinspector.toml"
+    (req,) = PROTOCOL.build_requests(items, caps, judge="j", judge_revision="r", frames=frames, mode="official",
+                                     prompts=pack).to_pylist()
+    template = {p["id"]: p for p in tomllib.loads(pack.read_text())["prompt"]}["judge/score"]["user"]
+    assert req["user"] == template.format(image_tags="<image>" * 32, caption=caption)  # byte for byte
+    assert req["system"] is None and req["json_schema"] is None and req["choices"] is None
+    assert req["max_tokens"] == 1024
+    jr = to_judge_request(req)
+    assert jr.temperature is None and len(jr.images) == 32  # the judge's own 32 linspace frames, not the captioner's
+    from PIL import Image
+    import io
+
+    assert np.asarray(Image.open(io.BytesIO(jr.images[0]))).mean() > 150  # shade 200: the linspace:32 file
+    assert PROTOCOL.judging_policy(mode="official").max_reasks == 0
+    strict = PROTOCOL.build_requests(items, caps, judge="j", judge_revision="r", frames=frames).to_pylist()[0]
+    assert len(to_judge_request(strict).images) == 8 and strict["json_schema"]  # strict: the caption's frames, JSON
+
+
+def test_official_answer_format_parses_first_line_integer():
+    assert parse_official("4\nThe caption does not capture the video. The objects (guitar) are wrong.") == (
+        4, "The caption does not capture the video. The objects (guitar) are wrong.")
+    assert parse_official(" 5 \n\nAll correct.") == (5, "All correct.")
+    assert parse_official("2") == (2, "")
+    req = {"context": json.dumps({"parse": {"mode": "official"}})}
+    assert PROTOCOL.parse(req, "3\nok")[:2] == (2, ParseStatus.OK)
+    for bad in ('{"score": 4, "explanation": "x"}', "Score: 4\nx", "4/5\nx", "6\nx", "0\nx", "", None, "four\nx"):
+        assert PROTOCOL.parse(req, bad)[:2] == (NO_VERDICT, ParseStatus.FAILED), bad
+    # strict mode keeps the JSON answer
+    assert PROTOCOL.parse({}, '{"score": 4, "explanation": "mostly right"}')[:2] == (3, ParseStatus.OK)
+
+
+def test_official_mode_label_and_denominators():
+    out = compute_metrics(table([5, 4, 0], ["a", "b", "c"]), n_resamples=0, mode="official")
+    assert set(out["mode"]) == {"official"} and get(out, "share_4")["value"] == pytest.approx(50.0)

@@ -1,6 +1,6 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.protocols.base import JudgeProtocol as _JudgeProtocol
+from engine.protocols.base import JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy
 from engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
@@ -8,17 +8,29 @@ from .codes import VCInspectorVerdict as _VCInspectorVerdict
 
 
 class VCInspectorProtocol(_JudgeProtocol):
+    """VC-Inspector: frames + caption -> 1-5. Params: mode, prompts, judge_frames (prompts.py)."""
+
     name = "vcinspector"
-    version = "1"
+    version = "2"
     codes = (_VCInspectorVerdict,)
 
-    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), frames=None, **opts):
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), frames=None, mode="strict",
+                       prompts=None, **opts):
         """`frames`: an engine.schemas.FRAMES table (or None: every row is MISSING, nothing is sent)."""
-        return super().build_requests(items, captions, judge=judge, judge_revision=judge_revision, seeds=seeds,
-                                      frames_by_key=_prompts.frames_index(frames), **opts)
+        pack = _prompts.pack_for(mode, prompts)
+        # the pack's content enters every request key through the revision
+        return super().build_requests(items, captions, judge=judge,
+                                      judge_revision=f"{judge_revision}|pack:{pack.digest}|mode:{mode}", seeds=seeds,
+                                      frames_by_key=_prompts.frames_index(frames), pack=pack, mode=mode, **opts)
 
-    def render(self, item, caption, *, seed, **opts):
-        return _prompts.render(item, caption, seed=seed, **opts)
+    def render(self, item, caption, *, seed, pack=None, mode="strict", prompts=None, **opts):
+        pack = pack or _prompts.pack_for(mode, prompts)
+        return _prompts.render(item, caption, seed=seed, pack=pack, mode=mode, **opts)
+
+    def judging_policy(self, mode: str = "strict", **params) -> _JudgingPolicy:
+        if mode == "official":  # the official inference script generates once and has no parser to retry on
+            return _JudgingPolicy(max_reasks=0, reask_temperature=None, mode="official")
+        return _JudgingPolicy(mode=mode)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)

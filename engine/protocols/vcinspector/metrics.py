@@ -9,9 +9,9 @@ scores correlate with human ratings (Kendall τ_b / τ_c, Spearman ρ on VATEX-E
     share_k    = n_k / Σ n (percent), for k = 1..5 (the score distribution)
 
 A row without a verdict has no score to average, so the mean is over scored rows in both modes; rows without a
-verdict are counted in `n_no_verdict` next to every metric. The only difference `paper_compatible=True` makes is the
-share_k denominators: strict mode keeps unscored rows in them (shares then sum to less than 100), paper mode does
-not. Group columns: captioner, prompt_id, frame_spec, category (items.category when items are given, else "all").
+verdict are counted in `n_no_verdict` next to every metric. The only difference `paper_compatible=True` (or the run
+param `mode="official"`, labelled "official") makes is the share_k denominators: strict mode keeps unscored rows in
+them (shares then sum to less than 100), paper / official mode does not. Group columns: captioner, prompt_id, frame_spec, category (items.category when items are given, else "all").
 """
 
 from __future__ import annotations
@@ -62,7 +62,9 @@ def compute_metrics(
     confidence: float = 0.95,
     **options,
 ) -> pl.DataFrame:
-    del captions, options
+    del captions
+    official = options.get("mode") == "official"
+    paper_compatible = paper_compatible or official
     missing = [c for c in ("video_id", "verdict") if c not in verdicts.columns]
     if missing:
         raise KeyError(f"verdict table lacks columns {missing} (have {verdicts.columns})")
@@ -76,7 +78,7 @@ def compute_metrics(
         levels = [["category"], []]
     else:
         levels = [[]]
-    mode = "paper" if paper_compatible else "strict"
+    mode = "official" if official else "paper" if paper_compatible else "strict"
     inc = not paper_compatible
     frames = []
     for extra in levels:
