@@ -1,0 +1,168 @@
+"""Streaming judge loop benchmarks (issue 11), as functions returning dicts (wired into `capeval bench judge`).
+
+- `streaming(quick)`: CAPability-shaped requests (the real release's items and captions, strict mode with JSON
+  schemas) through `run_judging` and the OpenAI-compatible HTTP judge against a loopback server whose latency is
+  lognormal (median 0.3 s, sigma 0.8), 64 in flight. `bound_per_s` = in flight / mean latency of that
+  distribution (what a judge kept exactly 64-busy achieves); `share` = achieved / bound; `barrier_per_s` = the old
+  loop (send 64, wait for the slowest, commit, next 64) measured in the same process on the same server.
+- `overhead(quick)`: the same kind of requests (>= 100,000: the release's ~12k requests x judge seeds) through
+  `run_judging` with an instant in-process streaming backend: engine CPU per request (process CPU time of the call,
+  cache and commit thread included; building the requests is not counted) and the process's peak RSS.
+
+`python -m benchmarks.bench_streaming [--quick] [streaming|overhead]` prints the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import resource
+import tempfile
+import time
+from pathlib import Path
+
+MEDIAN_S, SIGMA, IN_FLIGHT = 0.3, 0.8, 64
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "capability"
+
+
+def capability_requests(n: int, judge: str = "bench-judge", revision: str = "r1"):
+    """At least n CAPability requests from the real release (qwen2.5vl_7b captions), strict mode with JSON schemas;
+    more judge seeds when one pass over the release is not enough (each seed is a distinct request)."""
+    import pyarrow as pa
+
+    from engine.datasets.capability import load_captions, load_items
+    from engine.registry import lookup
+
+    items = load_items(DATA / "annotations")
+    captions = load_captions(DATA / "captions" / "qwen2.5vl_7b", items)
+    protocol = lookup("protocol", "capability")
+    one = protocol.build_requests(items, captions, judge=judge, judge_revision=revision, structured=True)
+    seeds = max(1, math.ceil(n / max(1, one.num_rows)))
+    tables = [one] + [protocol.build_requests(items, captions, judge=judge, judge_revision=revision,
+                                              structured=True, seeds=(s,)) for s in range(1, seeds)]
+    return protocol, pa.concat_tables(tables).slice(0, n)
+
+
+class InstantJudge:
+    """An in-process backend with no latency at all: answers each request at once with valid JSON for its schema
+    (a category list for classification tasks, a score otherwise)."""
+
+    name, revision = "bench-judge", "r1"
+
+    def stream(self, feed, max_in_flight):
+        from adapters.base import JudgeResponse
+
+        while True:
+            batch = feed.take(max_in_flight)
+            if not batch:
+                if feed.closed:
+                    return
+                continue
+            for r in batch:
+                yield JudgeResponse(r.key, self._text(r), prompt_tokens=len(r.user) // 4, completion_tokens=12)
+
+    @staticmethod
+    def _text(r) -> str:
+        if r.json_schema and '"pred"' in r.json_schema:
+            return '{"pred": ["N/A"], "reason": "instant"}'
+        return '{"object_number": "thing: 2", "object_color": "thing: red", "score": 1, "reason": "instant"}'
+
+    def judge(self, requests):
+        from adapters.base import JudgeResponse
+
+        return [JudgeResponse(r.key, self._text(r)) for r in requests]
+
+    def close(self) -> None:
+        pass
+
+
+def overhead(quick: bool = True) -> dict:
+    from engine.judging.runner import run_judging
+
+    n = 100_000 if quick else 300_000
+    protocol, reqs = capability_requests(n)
+    with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        verdicts, summary = run_judging(reqs, InstantJudge(), cache_dir=tmp, protocol=protocol, max_in_flight=256,
+                                        progress=False, return_summary=True)
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+    assert verdicts.num_rows == n, (verdicts.num_rows, n)
+    return {
+        "requests": n,
+        "sent": summary.sent,
+        "engine_cpu_ms_per_request": round(1000 * cpu / summary.sent, 4),
+        "wall_ms_per_request": round(1000 * wall / summary.sent, 4),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "target_ms": 0.2,
+    }
+
+
+def _old_barrier_loop(judge, requests, batch: int) -> int:
+    """Today's loop before streaming: send a batch, wait for all of it, then the next (cache writes left out, which
+    only flatters it)."""
+    done = 0
+    for start in range(0, len(requests), batch):
+        done += len(judge.judge(requests[start : start + batch]))
+    return done
+
+
+def streaming(quick: bool = True) -> dict:
+    from adapters.openai_http import OpenAIJudge
+    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from engine.judging.requests import to_judge_request
+    from engine.judging.runner import run_judging
+
+    n = 3000
+    n_barrier = 640 if quick else 1280
+    protocol, reqs = capability_requests(n, judge="loopback", revision="lognormal")
+    mean_latency = MEDIAN_S * math.exp(SIGMA**2 / 2)
+    cfg = FaultConfig(latency_median_s=MEDIAN_S, latency_sigma=SIGMA, log_attempts=False, lifetime_s=900.0)
+    with LoopbackServer(cfg, mode="process") as server:
+        judge = OpenAIJudge(model="loopback", base_url=server.base_url, max_in_flight=IN_FLIGHT, timeout_s=60.0)
+        streams = callable(getattr(judge, "stream", None))
+        if not streams:
+            judge.thread_safe = True  # its judge() runs on a private event loop: concurrent calls are safe
+        try:
+            with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
+                t0 = time.perf_counter()
+                verdicts, summary = run_judging(reqs, judge, cache_dir=tmp, protocol=protocol, progress=False,
+                                                max_in_flight=IN_FLIGHT, batch_size=1, return_summary=True)
+                wall = time.perf_counter() - t0
+            barrier_reqs = [to_judge_request(r) for r in reqs.slice(0, n_barrier).to_pylist()]
+            barrier_reqs = [type(r)(**{**r.__dict__, "key": f"barrier-{i}", "user": r.user + f"\n#{i}"})
+                            for i, r in enumerate(barrier_reqs)]
+            t1 = time.perf_counter()
+            _old_barrier_loop(judge, barrier_reqs, IN_FLIGHT)
+            barrier_wall = time.perf_counter() - t1
+        finally:
+            judge.close()
+    achieved = summary.sent / wall
+    bound = IN_FLIGHT / mean_latency
+    return {
+        "requests": summary.sent,
+        "errors": summary.errors,
+        "achieved_per_s": round(achieved, 1),
+        "bound_per_s": round(bound, 1),
+        "share": round(achieved / bound, 3),
+        "barrier_per_s": round(n_barrier / barrier_wall, 1),
+        "barrier_requests": n_barrier,
+        "driven_by": "stream()" if streams else "judge() on 64 threads, one request per call",
+        "latency": {"median_s": MEDIAN_S, "sigma": SIGMA, "mean_s": round(mean_latency, 3)},
+        "in_flight": IN_FLIGHT,
+        "target_share": 0.9,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_streaming", description=__doc__.split("\n\n")[0])
+    p.add_argument("which", nargs="*", default=["overhead", "streaming"], choices=["overhead", "streaming"])
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    out = {name: globals()[name](args.quick) for name in args.which}
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
