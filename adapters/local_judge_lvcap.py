@@ -1,0 +1,101 @@
+"""The local judge's answers for LVCap-Eval / AutoDQ (adapters/local_judge.py dispatches `lvcap/...` tasks here).
+
+`answer(request, embedder)` returns text in the format the step's prompt asks for, so that both modes' parsers take
+it on the first try:
+
+| task (`lvcap/<task>/<step>`) | mode | reply |
+| --- | --- | --- |
+| `*/answer` | strict scene QA | `yes` / `no` |
+| `*/scene_qa` | official (Prompt4) | `{"model", "video_id", "scores": [correct per scene], "total_score"}` |
+| `events/extract` | strict (JSON schema set) | a JSON array of event sentences |
+| `events/extract` | official (AutoDQ) | a Python dict literal `{'events': [...]}` |
+| `events/entail_r`, `events/entail_p` | strict | one label |
+| `events/recall`, `events/precision` | official | JSON `{"events": [{"event", "relationship", "reason"}]}`, one entry per event |
+
+A statement is supported by a text when its best sentence similarity (the local judge's MiniLM embedder:
+`embedder.max_sim(a, sentences)`) or its content-word overlap reaches `SUPPORT` (0.6), and is a contradiction when it
+is only loosely related (>= `RELATED`, 0.35) and exactly one side is negated. `embedder=None` uses word overlap
+alone. Like the rest of the local judge, this is a plumbing check, not a model: publish numbers from an LLM judge.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from adapters.local_judge import NEGATIONS, _pick, overlap, sentences, words
+
+SUPPORT = 0.6
+RELATED = 0.35
+MAX_EVENTS = 10
+
+
+def _similarity(embedder, statement: str, text: str) -> float:
+    lex = overlap(statement, text)
+    if embedder is None or not statement.strip() or not (text or "").strip():
+        return lex
+    return max(lex, float(embedder.max_sim(statement, sentences(text))))
+
+
+def relationship(embedder, statement: str, text: str) -> str:
+    sim = _similarity(embedder, statement, text)
+    negated = bool(NEGATIONS & set(words(statement))) != bool(NEGATIONS & set(words(text)))
+    if sim >= SUPPORT and not negated:
+        return "entailment"
+    if sim >= RELATED and negated:
+        return "contradiction"
+    return "neutral"
+
+
+def extract_events(text: str) -> list[str]:
+    """Clauses of the text as events: sentences split at ', and' / ', then' / ';', at most MAX_EVENTS."""
+    parts = [c.strip().rstrip(".") for s in sentences(text) for c in re.split(r",\s*(?:and |then )|;\s*", s)]
+    return [p + "." for p in parts if len(words(p)) >= 2][:MAX_EVENTS]
+
+
+def supports_yes(embedder, question: str, text: str) -> bool:
+    return relationship(embedder, question, text) == "entailment"
+
+
+def _scene_qa(request, embedder) -> str:
+    scenes = json.loads(request.fields.get("scenes") or "[]")
+    caption = request.fields.get("caption", "")
+    scores, total, correct = [], 0, 0
+    for scene in scenes:
+        right = 0
+        for q in scene.get("questions", []):
+            said = "Yes" if supports_yes(embedder, q.get("question", ""), caption) else "No"
+            right += said.lower() == str(q.get("correct_answer", "")).lower()
+        scores.append(right)
+        total += len(scene.get("questions", []))
+        correct += right
+    return json.dumps({"model": "local", "video_id": (request.meta or {}).get("item_id"), "scores": scores,
+                       "total_score": round(100.0 * correct / total, 2) if total else 0.0})
+
+
+def answer(request, embedder=None) -> str:
+    """Reply text for one LVCap/AutoDQ request (adapters.base.JudgeRequest)."""
+    _, _task, step = (request.task.split("/") + ["", "", ""])[:3]
+    f = request.fields
+    caption = f.get("caption", "")
+    if step == "answer":
+        yes = supports_yes(embedder, f.get("question", ""), caption)
+        return _pick(request.choices, "yes" if yes else "no")
+    if step == "scene_qa":
+        return _scene_qa(request, embedder)
+    if step == "extract":
+        events = extract_events(caption)
+        if request.json_schema:  # strict: a JSON array
+            return json.dumps(events)
+        return str({"events": events})  # official: a Python dict literal, as the AutoDQ prompt asks
+    if step in ("entail_r", "entail_p", "entail"):
+        return _pick(request.choices, relationship(embedder, f.get("event", ""), caption))
+    if step in ("recall", "precision"):
+        events = json.loads(f.get("events") or "[]")
+        judged = []
+        for event in events:
+            label = relationship(embedder, str(event), caption)
+            judged.append({"event": str(event), "relationship": label,
+                           "reason": f"best match in the description: {label}"})
+        return json.dumps({"events": judged})
+    raise ValueError(f"local judge: no LVCap answer for step {step!r} (task {request.task!r})")
