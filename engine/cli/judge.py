@@ -1,101 +1,259 @@
 """`capeval judge`: render one protocol's judge requests for items x captions, judge them through the content-
-addressed cache (a rerun or a resumed run sends only what is missing) and write a VERDICTS Parquet file."""
+addressed cache (a rerun or a resumed run sends only what is missing), write a VERDICTS Parquet file and print the
+protocol's metrics.
+
+Items and captions are the files people have (JSONL, CSV, Parquet; docs/inputs.md) or a benchmark's release
+layout (`--dataset capability`, detected automatically for CAPability annotation files and folders). Everything is
+checked before the first request: tables, protocol params, and that `--out` can be written."""
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
 
+from engine.errors import UsageError
+
 USAGE = """examples:
-  capeval judge --protocol capquiz --items items.parquet --captions captions.parquet \\
-      --judge local --cache .capeval/judge-cache --out verdicts.parquet
+  capeval judge --protocol capability --items ../shared/data/capability/annotations/object_color.jsonl \\
+      --captions ../shared/data/capability/captions/gpt-4o-0806/object_color.jsonl --judge local --out v.parquet
+  capeval judge --protocol capquiz --items items.csv --captions captions.jsonl --judge local --out verdicts.parquet
   capeval judge --protocol vidcapbench ... --judge openai --judge-model gpt-4.1 --seeds 0,1,2
+  capeval judge --protocol capability --mode official --prompts ../shared/protocols/capability.toml ...
   capeval judge --protocol lvcap ... --judge openai --judge-model Qwen/Qwen2.5-72B-Instruct \\
       --base-url http://gpu-node:8000/v1        (a vLLM server; see docs/judges.md)
 """
 
 
 def register(subparsers) -> None:
-    p = subparsers.add_parser("judge", help="judge captions with one protocol (cached, resumable)",
+    p = subparsers.add_parser("judge", help="judge captions with one protocol (cached, resumable), print metrics",
                               epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--protocol", required=True, help="capquiz | lvcap | capability | vidcapbench | vcinspector")
-    p.add_argument("--items", required=True, type=Path, help="ITEMS Parquet (engine.schemas.ITEMS)")
-    p.add_argument("--captions", required=True, type=Path, help="CAPTIONS Parquet (engine.schemas.CAPTIONS)")
+    p.add_argument("--items", required=True, type=Path,
+                   help="items: JSONL/CSV/Parquet (docs/inputs.md) or a release file/folder (see --dataset)")
+    p.add_argument("--captions", required=True, type=Path,
+                   help="captions: JSONL/CSV/Parquet with video_id|item_id and caption, or a CAPability "
+                        "captions/<model>/ folder")
+    p.add_argument("--dataset", metavar="KIND",
+                   help="read --items as this dataset kind (capeval list kinds); default: detect the CAPability "
+                        "release layout, else an items table")
+    p.add_argument("--media-root", type=Path, help="folder the dataset's media paths are relative to")
     p.add_argument("--frames", type=Path, help="FRAMES Parquet (VC-Inspector: frames shown to the judge)")
-    p.add_argument("--judge", required=True, help="judge backend: local | vllm | openai")
+    p.add_argument("--judge", required=True, help="judge backend: local | replay | vllm | openai")
     p.add_argument("--judge-model", help="model path or name (vLLM: a local path or HF id; openai: model name)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. a vLLM server's http://host:8000/v1")
     p.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra backend option (value parsed as JSON when it parses), repeatable")
+                   help="backend option (value parsed as JSON when it parses), repeatable; replay: replies=FILE")
+    add_protocol_options(p)
     p.add_argument("--seeds", default="0", help="comma-separated judge seeds; one trial per seed (default 0)")
-    p.add_argument("--cache", required=True, type=Path, help="judgment cache directory (shared by runs)")
-    p.add_argument("--out", required=True, type=Path, help="VERDICTS Parquet to write")
+    p.add_argument("--limit", type=int, metavar="N", help="judge only the items of the first N videos (file order)")
+    p.add_argument("--cache", type=Path, default=Path(".capeval/judge-cache"),
+                   help="judgment cache directory, shared by runs (default .capeval/judge-cache)")
+    p.add_argument("--out", required=True, type=Path, help="VERDICTS Parquet to write (checked before judging)")
+    p.add_argument("--metrics", type=Path, help="also write the metrics as CSV here")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the metrics' CIs (0: none)")
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--max-reasks", type=int, default=2, help="re-asks for malformed output (default 2)")
+    p.add_argument("--max-reasks", type=int, default=None, help="re-asks for malformed output (default: the "
+                   "protocol's policy for --mode)")
     p.add_argument("--keep-intermediate", action="store_true", help="also keep answer/extract step rows")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
 
 
-def _read(path: Path, schema, what: str):
-    import pyarrow.parquet as pq
-
-    from engine.schemas import conform
-
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} file not found: {path}")
-    try:
-        return conform(pq.read_table(path), schema)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{path}: not a valid {what} table: {exc}") from exc
+def add_protocol_options(p) -> None:
+    """--mode, --prompts and --param: protocol params, as `protocols[].params` in a sweep (shared with score)."""
+    p.add_argument("--mode", choices=("strict", "official"),
+                   help="strict (capeval's rules, the default) or official (the benchmark's own scripts' rules)")
+    p.add_argument("--prompts", type=Path, metavar="PACK",
+                   help="prompt pack (TOML) to judge with, e.g. ../shared/protocols/capability.toml")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="protocol parameter (value parsed as JSON when it parses), repeatable, e.g. "
+                        "judge_frames=\"linspace:32\"")
 
 
-def _options(pairs: list[str]) -> dict:
+def key_values(pairs: list[str], flag: str) -> dict:
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
-        if not sep:
-            raise ValueError(f"--judge-option {pair!r}: expected KEY=VALUE")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE")
         try:
-            out[key] = json.loads(value)
+            out[key.strip()] = json.loads(value)
         except json.JSONDecodeError:
-            out[key] = value
+            out[key.strip()] = value
     return out
 
 
+def protocol_params(args) -> dict:
+    """Protocol params from --param, --mode and --prompts, checked like a sweep's protocols[].params."""
+    from engine.sweep.validation import protocol_param_problems
+
+    params = key_values(args.param, "--param")
+    if args.mode:
+        params["mode"] = args.mode
+    if args.prompts:
+        params["prompts"] = str(args.prompts)
+    problems = protocol_param_problems(params, Path.cwd())
+    if problems:
+        raise UsageError("; ".join(f"--param {k}: {m}" if k not in ("mode", "prompts") else f"--{k}: {m}"
+                                   for k, m in problems))
+    return params
+
+
+def accepted(fn, params: dict) -> dict:
+    """The params `fn` takes (all of them when it takes **kwargs)."""
+    sig = inspect.signature(fn).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values()):
+        return dict(params)
+    return {k: v for k, v in params.items() if k in sig}
+
+
+def load_items(path: Path, dataset: str | None, media_root: Path | None, protocol: str):
+    from engine.datasets.capability import is_release_file
+    from engine.datasets.registry import load
+    from engine.inputs import read_items
+
+    kind = dataset or ("capability" if path.is_dir() or is_release_file(path) else "items")
+    if kind == "items":
+        if media_root is not None:
+            raise UsageError("--media-root applies to dataset kinds; an items table gives media_path itself")
+        return read_items(path, benchmark=protocol)
+    params = {"path": str(path.resolve())}
+    if media_root is not None:
+        params["media_root"] = str(media_root.resolve())
+    return load(kind, params, base_dir=Path.cwd()).items
+
+
+def load_captions(path: Path, items):
+    from engine.inputs import read_captions
+
+    if path.is_dir():  # a CAPability captions/<model>/ folder: one <task>.jsonl per task
+        from engine.datasets.capability import load_captions as load_release_captions
+
+        return load_release_captions(path, items)
+    captions = read_captions(path)
+    if set(items.column("benchmark").to_pylist()) == {"capability"}:
+        # released captions: label them as `capeval capability score` does (per-media prompt, frames "released")
+        import pyarrow as pa
+
+        from engine.datasets.capability import RELEASED_FRAME_SPEC, prompt_id_for
+
+        media = dict(zip(items.column("video_id").to_pylist(), items.column("media_type").to_pylist()))
+        prompts = [prompt_id_for(media.get(v) or "video") if p == "file" else p
+                   for v, p in zip(captions.column("video_id").to_pylist(), captions.column("prompt_id").to_pylist())]
+        specs = [RELEASED_FRAME_SPEC if f == "file" else f for f in captions.column("frame_spec").to_pylist()]
+        captions = captions.set_column(captions.schema.get_field_index("prompt_id"), "prompt_id",
+                                       pa.array(prompts, pa.string()))
+        captions = captions.set_column(captions.schema.get_field_index("frame_spec"), "frame_spec",
+                                       pa.array(specs, pa.string()))
+    return captions
+
+
+def limit_items(items, n: int | None):
+    if n is None:
+        return items
+    if n < 1:
+        raise UsageError(f"--limit must be at least 1, got {n}")
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keep = list(dict.fromkeys(items.column("video_id").to_pylist()))[:n]
+    return items.filter(pc.is_in(items.column("video_id"), value_set=pa.array(keep, pa.string())))
+
+
+def check_out(path: Path, flag: str = "--out") -> None:
+    from engine.sweep.validation import writable_problem
+
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a folder; name the file to write")
+    problem = writable_problem(path.parent)
+    if problem:
+        raise UsageError(f"{flag} {path}: cannot be written: {problem}")
+
+
 def run(args) -> int:
+    import polars as pl
+
     from engine.judging.backends import make_judge
     from engine.judging.runner import run_judging
     from engine.registry import lookup
-    from engine.schemas import CAPTIONS, FRAMES, ITEMS
+    from engine.schemas import FRAMES
     from engine.store.segments import write_parquet_atomic
 
     try:
         seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     except ValueError:
-        raise ValueError(f"--seeds {args.seeds!r}: expected comma-separated integers") from None
-    protocol = lookup("protocol", args.protocol)
-    items = _read(args.items, ITEMS, "items")
-    captions = _read(args.captions, CAPTIONS, "captions")
-    frames = _read(args.frames, FRAMES, "frames") if args.frames else None
-    judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url, **_options(args.judge_option))
+        raise UsageError(f"--seeds {args.seeds!r}: expected comma-separated integers") from None
+    for flag, path in (("--out", args.out), ("--metrics", args.metrics)):
+        if path is not None:
+            check_out(path, flag)
+    params = protocol_params(args)
+    try:
+        protocol = lookup("protocol", args.protocol)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    items = limit_items(load_items(args.items, args.dataset, args.media_root, args.protocol), args.limit)
+    captions = load_captions(args.captions, items)
+    frames = _read_frames(args.frames, FRAMES) if args.frames else None
+    judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url,
+                       **key_values(args.judge_option, "--judge-option"))
     try:
         requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
-                                           seeds=seeds, frames=frames)
+                                           seeds=seeds, frames=frames, **params)
         n_uncaptioned = getattr(protocol, "uncaptioned_items", 0)
         print(f"[judge] {protocol.name}: {requests.num_rows} first-step requests from {items.num_rows} items x "
               f"{captions.num_rows} captions" + (f" ({n_uncaptioned} items have no caption)" if n_uncaptioned else ""),
               file=sys.stderr)
+        if requests.num_rows == 0:
+            raise UsageError(f"no (item, caption) pair matched: captions are matched to items by video_id (or "
+                             f"item_id); e.g. item video_id {items.column('video_id')[0].as_py()!r}, caption "
+                             f"video_id {captions.column('video_id')[0].as_py()!r}")
+        extra = {"protocol_params": params} if "protocol_params" in inspect.signature(run_judging).parameters else {}
         verdicts, summary = run_judging(requests, judge, cache_dir=args.cache, protocol=protocol,
                                         batch_size=args.batch_size, max_reasks=args.max_reasks,
                                         progress=not args.no_progress, keep_intermediate=args.keep_intermediate,
-                                        return_summary=True)
+                                        return_summary=True, **extra)
     finally:
         judge.close()
     write_parquet_atomic(verdicts, args.out)
-    print(f"[judge] {summary}")
-    print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}")
+    print(f"[judge] {summary}", file=sys.stderr)
+    print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}", file=sys.stderr)
+    from engine.metrics.report import format_table
+
+    # CAPability's metrics take their groups from the verdicts; given CAPTIONS they fail on the missing verdict
+    # column (engine/protocols/capability/metrics.py _with_groups), and they need nothing from them here.
+    caps = None if protocol.name == "capability" else pl.from_arrow(captions)
+    metrics = protocol.compute_metrics(pl.from_arrow(verdicts), items=pl.from_arrow(items), captions=caps,
+                                       n_resamples=args.resamples, seed=0, **_for_metrics(args.protocol, params))
+    if args.metrics:
+        metrics.write_csv(args.metrics)
+        print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)
+    print(format_table(metrics))
     return 0
+
+
+def _for_metrics(protocol: str, params: dict) -> dict:
+    """The params the protocol's metrics module takes (build-only params such as prompts stay out)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"engine.protocols.{protocol}.metrics")
+    except ModuleNotFoundError:
+        return params
+    return accepted(module.compute_metrics, params)
+
+
+def _read_frames(path: Path, schema):
+    import pyarrow.parquet as pq
+
+    from engine.schemas import conform
+
+    if not path.is_file():
+        raise UsageError(f"frames file not found: {path}")
+    try:
+        return conform(pq.read_table(path), schema)
+    except Exception as exc:  # noqa: BLE001 - a non-Parquet or wrong-schema file
+        raise UsageError(f"{path}: not a valid FRAMES table: {exc}") from None

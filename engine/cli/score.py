@@ -1,62 +1,85 @@
 """`capeval score`: metrics from a verdict table, with video-clustered bootstrap CIs, as CSV and a printed table.
 
 Dispatches to engine/protocols/<protocol>/metrics.py:compute_metrics by module name, so a new protocol needs no
-change here."""
+change here. The verdict table is checked first (engine/inputs/verdicts.py): duplicate verdict rows and verdict
+codes that are not integers are errors naming the rows, never narrower CIs or a traceback."""
 
 from __future__ import annotations
 
 import importlib
 from pathlib import Path
 
+from engine.errors import UsageError
+
 PROTOCOLS = ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")
 
 
 def register(sub) -> None:
+    from engine.cli.judge import add_protocol_options
+
     p = sub.add_parser("score", help="compute a protocol's metrics (with CIs) from a verdict table")
     p.add_argument("--protocol", required=True, choices=PROTOCOLS)
-    p.add_argument("--verdicts", required=True, type=Path, help="verdicts Parquet file (engine.schemas.VERDICTS)")
-    p.add_argument("--items", type=Path, help="items Parquet file (question types, categories, durations)")
-    p.add_argument("--captions", type=Path, help="captions Parquet file (n_tokens, for VidCapBench's conciseness)")
+    p.add_argument("--verdicts", required=True, type=Path, help="verdicts (Parquet as `capeval judge` writes; "
+                   "JSONL or CSV with the VERDICTS columns)")
+    p.add_argument("--items", type=Path, help="items file (question types, categories, durations); "
+                   "JSONL/CSV/Parquet or a CAPability annotations folder")
+    p.add_argument("--captions", type=Path, help="captions file (n_tokens, for VidCapBench's conciseness)")
     p.add_argument("--out", required=True, type=Path, help="CSV file to write (long format, one row per metric)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples over videos (0: no CIs)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--paper-compatible", action="store_true",
                    help="leave rows without a verdict out of denominators, as the official scripts do")
+    add_protocol_options(p)
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
 
 
-def _read(path: Path | None, what: str):
+def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0, **options):
+    """compute_metrics of `protocol` (importable API behind the command); options it does not take are left out
+    (a sweep's protocol params include build-only ones such as `prompts`)."""
+    from engine.cli.judge import accepted
+
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
+    module = importlib.import_module(f"engine.protocols.{protocol}.metrics")
+    return module.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
+                                  **accepted(module.compute_metrics, options))
+
+
+def _items(path: Path | None, protocol: str):
     import polars as pl
 
     if path is None:
         return None
-    if not path.is_file():
-        raise FileNotFoundError(f"{what} file not found: {path}")
-    try:
-        return pl.read_parquet(path)
-    except Exception as exc:  # polars raises several types for a non-Parquet file
-        raise ValueError(f"{what} file {path} is not a readable Parquet file: {exc}") from exc
+    from engine.cli.judge import load_items
+
+    return pl.from_arrow(load_items(path, None, None, protocol))
 
 
-def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0, **options):
-    """compute_metrics of `protocol` (importable API behind the command)."""
-    if protocol not in PROTOCOLS:
-        raise ValueError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    module = importlib.import_module(f"engine.protocols.{protocol}.metrics")
-    return module.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
-                                  **options)
+def _captions(path: Path | None):
+    import polars as pl
+
+    if path is None:
+        return None
+    from engine.inputs import read_captions
+
+    return pl.from_arrow(read_captions(path))
 
 
 def run(args) -> int:
+    from engine.cli.judge import check_out, protocol_params
+    from engine.inputs import read_verdicts
     from engine.metrics.report import format_table
 
     if args.resamples < 0:
-        raise ValueError(f"--resamples must be >= 0, got {args.resamples}")
-    verdicts = _read(args.verdicts, "verdicts")
-    options = {"paper_compatible": True} if args.paper_compatible else {}
-    frame = score(args.protocol, verdicts, items=_read(args.items, "items"), captions=_read(args.captions, "captions"),
+        raise UsageError(f"--resamples must be >= 0, got {args.resamples}")
+    check_out(args.out)
+    options = protocol_params(args)
+    if args.paper_compatible:
+        options["paper_compatible"] = True
+    verdicts = read_verdicts(args.verdicts)
+    frame = score(args.protocol, verdicts, items=_items(args.items, args.protocol), captions=_captions(args.captions),
                   n_resamples=args.resamples, seed=args.seed, **options)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.write_csv(args.out)

@@ -1,0 +1,94 @@
+"""`capeval list [WHAT]`: what a sweep file or a command can name: protocols, dataset kinds (with their
+parameters), built-in caption prompts, judges and captioners (with the parameters their constructors accept)."""
+
+from __future__ import annotations
+
+import inspect
+
+SECTIONS = ("protocols", "kinds", "prompts", "judges", "captioners")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("list", help="list protocols, dataset kinds, prompts, judges and captioners")
+    p.add_argument("what", nargs="?", choices=SECTIONS, help="one section (default: all)")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=run)
+
+
+def _first_line(obj) -> str:
+    """The first paragraph of obj's OWN docstring, on one line (an inherited base-class doc says nothing)."""
+    doc = inspect.cleandoc(obj.__dict__.get("__doc__") or "") if isinstance(obj, type) else inspect.getdoc(obj) or ""
+    return " ".join(doc.split("\n\n")[0].split())
+
+
+def _default(v) -> str:
+    return "required" if v is inspect.Parameter.empty else f"default {v!r}"
+
+
+def protocols() -> list[str]:
+    from engine.registry import lookup, names
+
+    out = []
+    for n in names("protocol"):
+        p = lookup("protocol", n)
+        import sys
+
+        about = _first_line(type(p)) or _first_line(sys.modules.get(type(p).__module__))
+        out.append(f"  {n:<14} v{getattr(p, 'version', '?'):<4} {about[:110]}")
+    out.append("  params (sweep protocols[].params, or --mode/--prompts/--param): mode = strict|official, "
+               "prompts = PACK.toml, judge_frames = SPEC (VC-Inspector), and the protocol's own")
+    return out
+
+
+def kinds() -> list[str]:
+    from engine.datasets.registry import get_kind, kind_names
+
+    out = []
+    for n in kind_names():
+        k = get_kind(n)
+        out.append(f"  {n:<14} {' '.join(k.doc.split()).split(': ', 1)[-1]}")
+        for p in k.params:
+            need = "required" if p.required else "optional"
+            out.append(f"      {p.name:<12} {'/'.join(t.__name__ for t in p.types):<10} {need:<8} {p.doc}")
+    out.append("  every kind also takes: name (required), kind, limit = N (the first N videos)")
+    return out
+
+
+def prompts() -> list[str]:
+    from engine.prompts_library import BUILTIN
+
+    out = []
+    for pid, p in BUILTIN.items():
+        media = "image+video" if p.image_text else "any"
+        flags = " (segmental)" if p.segmental else ""
+        out.append(f"  {pid:<22} {media:<12} {p.source}{flags}")
+    out.append("  own prompts: [[prompts]] id + text (+ image), id + file, or id + pack + video/image prompt ids")
+    return out
+
+
+def _components(kind: str) -> list[str]:
+    from engine.registry import lookup, names
+    from engine.sweep.validation import accepted_params
+
+    out = []
+    for n in names(kind):
+        cls = lookup(kind, n)
+        params, open_ended = accepted_params(cls)
+        shown = ", ".join(f"{k} ({_default(v)})" for k, v in params.items()) or "none"
+        out.append(f"  {n:<10} {_first_line(cls)[:100]}")
+        out.append(f"      params: {shown}" + (" + backend options passed through" if open_ended else ""))
+    return out
+
+
+def run(args) -> int:
+    sections = {"protocols": protocols, "kinds": kinds, "prompts": prompts,
+                "judges": lambda: _components("judge"), "captioners": lambda: _components("captioner")}
+    titles = {"protocols": "protocols", "kinds": "dataset kinds ([[datasets]] kind = ...)",
+              "prompts": "caption prompts (built in)", "judges": "judges ([[judges]] name = ..., --judge)",
+              "captioners": "captioners ([[captioners]] name = ...)"}
+    for name in ([args.what] if args.what else SECTIONS):
+        print(f"{titles[name]}:")
+        for line in sections[name]():
+            print(line)
+        print()
+    return 0
