@@ -53,7 +53,7 @@ def headline(results: pl.DataFrame, protocol_metrics: dict[str, list[str]] | Non
     group_cols = [c for c in results.columns if c not in CELL_COLUMNS + VALUE_COLUMNS]
     df = results
     for c in group_cols:
-        if c == "mode":
+        if c in ("mode", "cell_status"):  # cell_status (sweep runner): complete | incomplete | failures_accepted
             continue
         df = df.filter(pl.col(c).is_null() | pl.col(c).cast(pl.String).is_in(["all", "-", "overall"]))
     if protocol_metrics:
