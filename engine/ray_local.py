@@ -4,8 +4,9 @@
 - Otherwise a private local Ray: every service bound to 127.0.0.1 (`_node_ip_address`; Ray 2.60 then binds the
   GCS, raylet, workers and agents to that address, checked by tests/faults/test_faults_loopback.py), no dashboard,
   a bounded object store. Nothing on the machine's other interfaces can reach it.
-- Token authentication stays on (Ray's default for a new local cluster); setting `RAY_AUTH_MODE=token` explicitly
-  keeps it on without Ray's warning about the default being printed on every run.
+- Token authentication stays on (Ray's default for a new local cluster). Ray announces that default with a warning
+  on every start; it is one of the log lines kept out of the terminal below. (Setting `RAY_AUTH_MODE=token` after
+  `import ray` is not a way to silence it: the driver's already-initialised config would then send no token.)
 - Ray's own log lines and worker output stay out of the terminal unless `verbose` (they are in Ray's session logs).
 """
 
@@ -27,7 +28,6 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=verbose, logging_level=level)
         return
-    os.environ.setdefault("RAY_AUTH_MODE", "token")
     kwargs = dict(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=verbose,
                   logging_level=level, object_store_memory=object_store_mb * 1024 * 1024,
                   _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK)
