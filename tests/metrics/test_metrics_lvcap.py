@@ -83,3 +83,75 @@ def test_keep_intermediate_rows_never_change_a_metric():
     base = compute_metrics(table(SPEC), items=ITEMS, n_resamples=50, seed=3)
     kept = compute_metrics(pl.concat([table(SPEC), extra]), items=ITEMS, n_resamples=50, seed=3)
     assert base.equals(kept)
+
+
+# -- official scene QA (Prompt4: one call per video) -----------------------------------------------------------------
+import json  # noqa: E402
+import tomllib  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pyarrow as pa  # noqa: E402
+
+from adapters.replay import ReplayJudge  # noqa: E402
+from engine.judging.runner import run_judging  # noqa: E402
+from engine.protocols.lvcap import PROTOCOL  # noqa: E402
+from engine.schemas import CAPTIONS, ITEMS as ITEMS_SCHEMA, conform  # noqa: E402
+
+PACK_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "protocols"
+
+
+def _scene_inputs():
+    rows = []
+    for vid, duration, spec in (("v1", 200, [(1, "yes"), (1, "no"), (2, "yes")]), ("v2", 700, [(1, "no"), (1, "yes")])):
+        for k, (scene, ans) in enumerate(spec):
+            rows.append({"benchmark": "lvcap", "task": "scene", "item_id": f"{vid}/q{k}", "video_id": vid,
+                         "annotation": f"Question {k} about {vid}?", "answer": ans,
+                         "extra": json.dumps({"scene": scene, "scene_description": f"Scene {scene} of {vid}.",
+                                              "duration": duration})})
+    items = conform(pa.Table.from_pylist(rows), ITEMS_SCHEMA)
+    caps = conform(pa.table({"caption_key": ["c1", "c2"], "captioner": ["m", "m"], "prompt_id": ["p", "p"],
+                             "frame_spec": ["f", "f"], "video_id": ["v1", "v2"],
+                             "text": ["A long {caption} of v1.", "Caption of v2."]}), CAPTIONS)
+    return items, caps
+
+
+@pytest.mark.skipif(not (PACK_DIR / "lvcap.toml").is_file(), reason="shared packs not present")
+def test_official_scene_qa_is_prompt4_per_video_with_the_scene_descriptions(tmp_path):
+    items, caps = _scene_inputs()
+    params = {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml"}
+    reqs = PROTOCOL.build_requests(items, caps, judge="replay", judge_revision="r", **params).to_pylist()
+    assert [r["step"] for r in reqs] == ["scene_qa", "scene_qa"]  # one call per video
+    prompt4 = {p["id"]: p["user"] for p in tomllib.loads((PACK_DIR / "lvcap.toml").read_text())["prompt"]}
+    v1 = next(r for r in reqs if r["video_id"] == "v1")
+    instructions, attached = v1["user"][:len(prompt4["judge/scene_qa"].format())], \
+        v1["user"][len(prompt4["judge/scene_qa"].format()):]
+    assert instructions == prompt4["judge/scene_qa"].format() and v1["system"] is None
+    assert "Scene 1 of v1." in attached and "Scene 2 of v1." in attached and "A long {caption} of v1." in attached
+    qa = json.loads(attached.split("QA set:\n", 1)[1].split("\n\nModel description:", 1)[0])
+    assert [len(s["questions"]) for s in qa["scenes"]] == [2, 1]
+    assert qa["scenes"][0]["questions"][1]["correct_answer"] == "No"
+    replies = [{"item_id": "v1", "step": "scene_qa", "attempt": 0, "text": "Here: {\"scores\": [5, 1]}"},
+               {"item_id": "v1", "step": "scene_qa", "attempt": 1,
+                "text": '{"model": "m", "video_id": "v1", "scores": [1, 1], "total_score": 66.67}'},
+               {"item_id": "v2", "step": "scene_qa", "attempt": 0,
+                "text": '{"model": "m", "video_id": "v2", "scores": [0], "total_score": 0.00}'}]
+    judge = ReplayJudge(replies)
+    reqs = PROTOCOL.build_requests(items, caps, judge=judge.name, judge_revision=judge.revision, **params)
+    v = pl.from_arrow(run_judging(reqs, judge, cache_dir=tmp_path, protocol=PROTOCOL, protocol_params=params,
+                                  progress=False))
+    # v1's first reply claims 5 correct of 2 questions: rejected, asked again
+    assert v.filter(pl.col("video_id") == "v1")["attempt"].to_list() == [1]
+    out = compute_metrics(v, items=pl.from_arrow(items), n_resamples=0, **params)
+    assert get(out, "S_s")["value"] == pytest.approx(100 * (2 / 3 + 0 / 2) / 2)  # mean of per-video scores
+    assert get(out, "S_s_pooled")["value"] == pytest.approx(100 * 2 / 5)
+    assert get(out, "S_s", "duration:2-5min")["value"] == pytest.approx(100 * 2 / 3)
+    assert get(out, "S_s", "duration:11-15min")["value"] == pytest.approx(0.0)
+    assert set(out["mode"]) == {"official"}
+
+
+def test_strict_scene_prompt_shows_the_scene_description():
+    items, caps = _scene_inputs()
+    reqs = PROTOCOL.build_requests(items, caps, judge="j", judge_revision="r").to_pylist()
+    assert len(reqs) == 5 and {r["step"] for r in reqs} == {"answer"}
+    q = next(r for r in reqs if r["item_id"] == "v1/q2")
+    assert "Scene 2 of v1." in q["user"] and "Question 2 about v1?" in q["user"] and q["choices"] == ["yes", "no"]
