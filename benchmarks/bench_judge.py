@@ -126,6 +126,11 @@ def http_client_entry(quick: bool) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if any(a == "--judge" or a.startswith("--judge=") for a in argv):  # the user's own judge
+        from benchmarks.judge_endpoint import main as endpoint_main
+
+        return endpoint_main(argv)
     p = argparse.ArgumentParser(prog="capeval bench judge", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="small workload (a few minutes on 2 cores)")

@@ -1,0 +1,318 @@
+"""`capeval bench judge --judge openai|vllm ...`: throughput and cost of YOUR judge on a real protocol's requests.
+
+Researchers pick a judge setup (an API model, a vLLM pool of a 70B model) by its throughput and cost on their own
+workload. This renders the protocol's first-step requests for your items and captions (exactly what `capeval judge`
+sends: same prompts, structured output, seeds) and sends them straight through the judge backend, bypassing the
+judgment cache (nothing is answered from it, nothing is written to it), at each concurrency level in turn. Each level
+gets its own slice of the requests (a server's prefix cache would otherwise answer a repeated level from the previous
+one) and a short unmeasured warm-up. Reported per level: requests/s, prompt and completion tokens/s, latency
+p50/p95/p99, the share of prompt tokens the server served from its prefix cache, error share and cost.
+`--sweep FILE` projects a sweep's judge request count, wall time and cost from the measured rates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from adapters.base import StreamingJudge
+from adapters.http_chat import Prices
+
+PLACEHOLDER_CAPTION = ("A placeholder caption standing in for a model's description of this video: a person walks "
+                       "across a room, picks up a cup from a wooden table, looks toward the window and sits down, "
+                       "while the camera pans slowly to the left and the light dims.")
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    pos = q * (len(s) - 1)  # linear interpolation, as numpy's default percentile
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def read_inputs(items_path: Path, captions_path: Path | None, protocol: str):
+    """ITEMS and CAPTIONS tables: a CAPability release folder/file, or a user's JSONL/CSV/Parquet file
+    (engine/inputs/tables.py). Without captions, each video gets one placeholder caption (shape-only workload)."""
+    from engine.datasets import capability
+
+    if capability.is_release_file(items_path):
+        items = capability.load_items(items_path)
+    else:
+        from engine.inputs.tables import read_items
+
+        items = read_items(items_path, benchmark=protocol, resolve_media=False)
+    if captions_path is None:
+        return _placeholder_captions(items)
+    if Path(captions_path).is_dir():
+        return items, capability.load_captions(captions_path, items), str(captions_path)
+    from engine.inputs.tables import read_captions
+
+    return items, read_captions(captions_path), str(captions_path)
+
+
+def build_requests(protocol_name: str, items, captions, judge, params: dict, seeds=(0,)) -> list:
+    """First-step JudgeRequests, in the protocol's order (requests sharing a caption adjacent)."""
+    from engine.judging.requests import to_judge_request
+    from engine.protocols.base import parse_context
+    from engine.registry import lookup
+
+    protocol = lookup("protocol", protocol_name)
+    table = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
+                                    seeds=list(seeds), **params)
+    out = []
+    for row in table.to_pylist():
+        if parse_context(row).get("parse", {}).get("missing"):
+            continue  # no caption: the judge is never asked
+        out.append(to_judge_request(row))
+    return out
+
+
+class _ListFeed:
+    def __init__(self, requests):
+        self._requests, self._pos = requests, 0
+
+    def take(self, n: int):
+        out = self._requests[self._pos : self._pos + n]
+        self._pos += len(out)
+        return out
+
+    @property
+    def closed(self) -> bool:
+        return self._pos >= len(self._requests)
+
+
+def send(judge, requests: list, concurrency: int) -> list:
+    """All `requests` through the backend with at most `concurrency` outstanding: `stream()` when the backend has
+    it, else `judge()` in batches of `concurrency`."""
+    if isinstance(judge, StreamingJudge):
+        return list(judge.stream(_ListFeed(requests), concurrency))
+    out = []
+    for i in range(0, len(requests), concurrency):
+        out.extend(judge.judge(requests[i : i + concurrency]))
+    return out
+
+
+def measure_level(judge, requests: list, warmup: list, concurrency: int, prices: Prices | None) -> dict:
+    if warmup:
+        send(judge, warmup, concurrency)
+    t0 = time.perf_counter()
+    responses = send(judge, requests, concurrency)
+    wall = time.perf_counter() - t0
+    ok = [r for r in responses if r.text is not None]
+    prompt = sum(r.prompt_tokens for r in responses)
+    cached = sum(r.cached_prompt_tokens for r in responses)
+    completion = sum(r.completion_tokens for r in responses)
+    cost = (prices.cost(prompt, cached, completion) if prices is not None
+            else sum(r.cost_usd for r in responses))
+    lat = [r.latency_s for r in ok]
+    errors = [r.error for r in responses if r.text is None]
+    level = {
+        "concurrency": concurrency, "requests": len(responses), "wall_s": round(wall, 3),
+        "requests_per_s": round(len(responses) / wall, 2) if wall > 0 else None,
+        "prompt_tokens_per_s": round(prompt / wall, 1) if wall > 0 else None,
+        "completion_tokens_per_s": round(completion / wall, 1) if wall > 0 else None,
+        "latency_p50_s": _round(_pct(lat, 0.50)), "latency_p95_s": _round(_pct(lat, 0.95)),
+        "latency_p99_s": _round(_pct(lat, 0.99)),
+        "prompt_tokens": prompt, "cached_prompt_tokens": cached, "completion_tokens": completion,
+        "cached_prompt_share": round(cached / prompt, 4) if prompt else 0.0,
+        "errors": len(errors), "error_share": round(len(errors) / len(responses), 4) if responses else 0.0,
+        "cost_usd": round(cost, 6),
+        "cost_per_1k_requests_usd": round(1000 * cost / len(responses), 6) if responses else 0.0,
+    }
+    if errors:
+        level["first_error"] = errors[0][:300]
+    return level
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 4)
+
+
+def project_sweep(sweep_path: Path, levels: list[dict], requests_per_item: dict[str, float] | None = None) -> dict:
+    """The sweep's first-step judge requests (items x caption cells x protocols x judge seeds, counted by building
+    each protocol's requests over placeholder captions) and, per measured level, the wall time and cost on this
+    judge at that level's requests/s and cost per request."""
+    from engine.sweep.config import load_sweep
+    from engine.sweep.datasets import load_dataset
+    from engine.sweep.grid import caption_cells
+
+    config = load_sweep(sweep_path, check_paths=False)
+    datasets = {}
+    work = Path(".capeval") / "bench-sweep-projection"
+    for d in config.datasets:
+        datasets[d.name] = load_dataset(d, out_dir=work, sweep_dir=config.path.parent, require_media=False).items
+    per_protocol: dict[str, int] = {}
+    cells = caption_cells(config)
+
+    class _Named:
+        def __init__(self, name):
+            self.name, self.revision = name, name
+
+    for protocol in config.protocols:
+        n_protocol = 0
+        for cell in cells:
+            items = datasets[cell.dataset.name]
+            _, captions, _ = _placeholder_captions(items)
+            for judge in config.judges:
+                reqs = build_requests(protocol.name, items, captions, _Named(judge.name), dict(protocol.params),
+                                      seeds=judge.seeds)
+                n_protocol += len(reqs)
+        per_protocol[protocol.display] = n_protocol
+    total = sum(per_protocol.values())
+    projections = []
+    for level in levels:
+        rate, per_req = level.get("requests_per_s"), level["cost_per_1k_requests_usd"] / 1000
+        projections.append({"concurrency": level["concurrency"],
+                            "wall_s": round(total / rate, 3) if rate else None,
+                            "wall_h": round(total / rate / 3600, 4) if rate else None,
+                            "cost_usd": round(total * per_req, 4)})
+    return {"sweep": str(sweep_path), "caption_cells": len(cells), "judges": len(config.judges),
+            "first_step_requests": total, "by_protocol": per_protocol, "projection": projections,
+            "note": "first-step requests only: multi-step protocols (VidCapBench answer->score, LVCap events) and "
+                    "re-asks add more; rates and cost per request are this run's, on this protocol's prompts"}
+
+
+def _placeholder_captions(items):
+    import pyarrow as pa
+
+    from engine import schemas
+
+    videos = sorted(set(items.column("video_id").to_pylist()))
+    captions = schemas.conform(pa.table({
+        "caption_key": [f"placeholder/{v}" for v in videos], "captioner": ["placeholder"] * len(videos),
+        "prompt_id": ["placeholder"] * len(videos), "frame_spec": ["none"] * len(videos), "video_id": videos,
+        "text": [PLACEHOLDER_CAPTION] * len(videos)}), schemas.CAPTIONS)
+    return items, captions, "placeholder"
+
+
+def _options(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ValueError(f"expected KEY=VALUE, got {pair!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="capeval bench judge", description=__doc__.split("\n\n")[0])
+    p.add_argument("--judge", required=True, choices=("openai", "vllm"), help="backend to measure")
+    p.add_argument("--base-url", help="OpenAI-compatible endpoint (openai), e.g. http://gpu-node:8000/v1")
+    p.add_argument("--judge-model", required=True, help="model name (openai) or local path / HF id (vllm)")
+    p.add_argument("--protocol", required=True, help="capquiz | lvcap | capability | vidcapbench | vcinspector")
+    p.add_argument("--items", required=True, type=Path, help="items: a CAPability annotations folder, or a "
+                   "JSONL/CSV/Parquet items file (docs/inputs.md)")
+    p.add_argument("--captions", type=Path, help="captions file or CAPability captions/<model> folder (default: "
+                   "one placeholder caption per video)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="protocol param (mode, ...)")
+    p.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
+                   help="backend option, e.g. structured=vllm, timeout_s=60 (value parsed as JSON when it parses)")
+    p.add_argument("--requests", type=int, default=256, help="measured requests per concurrency level")
+    p.add_argument("--warmup", type=int, default=8, help="unmeasured requests before each level")
+    p.add_argument("--concurrency", default="16,64,256", help="comma-separated in-flight levels")
+    p.add_argument("--price-prompt", type=float, default=None, help="USD per 1M uncached prompt tokens")
+    p.add_argument("--price-cached", type=float, default=None, help="USD per 1M cached prompt tokens")
+    p.add_argument("--price-completion", type=float, default=None, help="USD per 1M completion tokens")
+    p.add_argument("--sweep", type=Path, help="project this sweep's judge requests, wall time and cost")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        levels = [int(c) for c in args.concurrency.split(",") if c.strip()]
+    except ValueError:
+        raise ValueError(f"--concurrency {args.concurrency!r}: expected comma-separated integers") from None
+    if not levels or min(levels) < 1 or args.requests < 1 or args.warmup < 0:
+        raise ValueError("--concurrency levels and --requests must be >= 1, --warmup >= 0")
+    if args.judge == "openai" and not args.base_url and not any(
+            o.startswith("base_url=") for o in args.judge_option):
+        print("[bench judge] no --base-url: measuring api.openai.com", file=sys.stderr)
+    result = run(args, levels)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        _print_table(result)
+    return 0
+
+
+def run(args, levels: list[int]) -> dict:
+    from adapters.base import BackendFatalError
+    from engine.errors import AbortedError, UsageError
+    from engine.judging.backends import make_judge
+
+    options = _options(args.judge_option)
+    prices = None
+    if any(v is not None for v in (args.price_prompt, args.price_cached, args.price_completion)):
+        prices = Prices(args.price_prompt or 0.0, args.price_cached, args.price_completion or 0.0)
+    if args.judge == "openai":
+        options.setdefault("max_in_flight", max(levels))
+        options.setdefault("structured", "vllm" if args.base_url else "openai")
+    params = _options(args.param)
+    judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url, **options)
+    try:
+        items, captions, caption_source = read_inputs(args.items, args.captions, args.protocol)
+        try:
+            requests = build_requests(args.protocol, items, captions, judge, params)
+        except (ValueError, KeyError) as exc:
+            raise UsageError(f"{args.items}: cannot build {args.protocol} requests: {exc}") from None
+        if not requests:
+            raise ValueError(f"{args.items}: no judge requests for protocol {args.protocol!r} (no captioned items?)")
+        per_level = args.warmup + args.requests
+        disjoint = len(requests) >= per_level * len(levels)
+        measured = []
+        for i, c in enumerate(levels):
+            start = (i * per_level) % max(1, len(requests) - per_level + 1) if not disjoint else i * per_level
+            chunk = requests[start : start + per_level]
+            if len(chunk) < per_level:
+                chunk = (chunk * (per_level // max(1, len(chunk)) + 1))[:per_level]
+            print(f"[bench judge] concurrency {c}: {len(chunk) - args.warmup} requests", file=sys.stderr)
+            try:
+                measured.append(measure_level(judge, chunk[args.warmup :], chunk[: args.warmup], c, prices))
+            except BackendFatalError as exc:
+                raise AbortedError(f"judge refused the run: {exc}") from None
+    finally:
+        judge.close()
+    result = {
+        "judge": {"backend": args.judge, "model": args.judge_model, "base_url": args.base_url,
+                  "options": {k: v for k, v in options.items() if "key" not in k}},
+        "workload": {"protocol": args.protocol, "items": str(args.items), "captions": caption_source,
+                     "available_requests": len(requests), "requests_per_level": args.requests,
+                     "warmup_per_level": args.warmup, "disjoint_slices": disjoint, "params": params,
+                     "cache": "bypassed (requests sent straight to the backend)"},
+        "levels": measured,
+        "cost_note": "from --price-* flags" if prices else "from the backend's price options (0 when none given)",
+    }
+    if args.sweep:
+        result["sweep"] = project_sweep(args.sweep, measured)
+    return result
+
+
+def _print_table(result: dict) -> None:
+    w = result["workload"]
+    print(f"judge {result['judge']['model']} ({result['judge']['backend']}) on {w['protocol']}: "
+          f"{w['requests_per_level']} requests per level, captions: {w['captions']}")
+    head = ("in flight", "req/s", "prompt tok/s", "compl tok/s", "p50 s", "p95 s", "p99 s", "cached", "errors",
+            "cost $")
+    print(" | ".join(head))
+    for lv in result["levels"]:
+        print(" | ".join(str(x) for x in (lv["concurrency"], lv["requests_per_s"], lv["prompt_tokens_per_s"],
+                                            lv["completion_tokens_per_s"], lv["latency_p50_s"], lv["latency_p95_s"],
+                                            lv["latency_p99_s"], f"{lv['cached_prompt_share']:.1%}",
+                                            f"{lv['error_share']:.1%}", lv["cost_usd"])))
+    if "sweep" in result:
+        s = result["sweep"]
+        print(f"sweep {s['sweep']}: {s['first_step_requests']} first-step judge requests {s['by_protocol']}")
+        for pj in s["projection"]:
+            print(f"  at {pj['concurrency']} in flight: {pj['wall_s']} s ({pj['wall_h']} h), ${pj['cost_usd']}")
