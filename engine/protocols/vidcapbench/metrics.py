@@ -89,8 +89,10 @@ def conciseness(acc_percent, mean_tokens) -> np.ndarray:
     return safe_ratio(100.0 * np.asarray(acc_percent, dtype=np.float64), mean_tokens)
 
 
-def metric_functions(exclude_no_verdict: bool = False) -> dict:
-    inc = not exclude_no_verdict
+def metric_functions(exclude_no_verdict: bool = False, *, paper_compatible: bool | None = None) -> dict:
+    """Acc / Pre / Cov of count arrays; rows without a verdict leave the denominators when `exclude_no_verdict`
+    (official mode, or `paper_compatible`, its older name)."""
+    inc = not (exclude_no_verdict or bool(paper_compatible))
     return {"Acc": lambda c: accuracy(c, include_no_verdict=inc), "Pre": precision,
             "Cov": lambda c: coverage(c, include_no_verdict=inc)}
 
