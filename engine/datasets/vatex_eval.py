@@ -7,8 +7,8 @@ three annotators, with 9 reference captions per video.
 * `load_ratings(folder)` -> Polars frame: video_id, candidate_index, candidate, rating_0, rating_1, rating_2 (the
   table `capeval align` correlates against);
 * `load_items(folder)` / `load_captions(folder)`: the candidates as judge inputs (one ITEMS row per candidate,
-  item_id "<video>/<k>", and per-item CAPTIONS rows whose video_id is that item id), with the references in
-  `extra` for reference-based judges; verdicts on them join back through item_id (see engine.metrics.alignment).
+  item_id "<video>/<k>", and per-item CAPTIONS rows whose video_id is that item id), with the annotators' ratings
+  and the references in `extra`; verdicts on them join back through item_id (see engine.metrics.alignment).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def load_items(folder: str | Path) -> pa.Table:
         for k in range(len(rec["cands"])):
             rows.append({"benchmark": BENCHMARK, "task": "default", "item_id": item_id(rec["video_id"], k),
                          "video_id": rec["video_id"], "media_type": "video",
-                         "extra": json.dumps({"candidate_index": k, "references": rec["refs"]}, ensure_ascii=False)})
+                         "extra": json.dumps({"candidate_index": k, "ratings": rec["scores"][k],
+                                              "references": rec["refs"]}, ensure_ascii=False)})
     return schemas.conform(pa.Table.from_pylist(rows), schemas.ITEMS)
 
 
