@@ -49,11 +49,15 @@ def _mean(x) -> float:
 
 
 def clip_scores(verdicts: pl.DataFrame, group_columns: list[str]) -> pl.DataFrame:
-    """One row per (group, item): success, score_r, score_p, hits_r, n_r, hits_p, n_p (from the rows' detail)."""
+    """One row per (group, item[, trial]): success, score_r, score_p, hits_r, n_r, hits_p, n_p (from the rows'
+    detail). Repeated judge trials of a clip are separate clips (the averages then run over trials too)."""
     v = verdicts.filter(pl.col("step").is_in(OFFICIAL_EVENT_STEPS))
+    if "trial" not in v.columns:
+        v = v.with_columns(pl.lit(0).alias("trial"))
     rows: dict[tuple, dict] = {}
-    for rec in v.select(group_columns + ["item_id", "video_id", "step", "verdict", "detail"]).iter_rows(named=True):
-        key = tuple(rec[c] for c in group_columns) + (rec["item_id"],)
+    cols = group_columns + ["item_id", "video_id", "trial", "step", "verdict", "detail"]
+    for rec in v.select(cols).iter_rows(named=True):
+        key = tuple(rec[c] for c in group_columns) + (rec["item_id"], rec["trial"])
         clip = rows.setdefault(key, {**{c: rec[c] for c in group_columns}, "item_id": rec["item_id"],
                                      "video_id": rec["video_id"]})
         d = rec["step"][0]  # "r" or "p"
