@@ -12,7 +12,6 @@ reply is still a reply); only a reply with no content at all fails."""
 from __future__ import annotations
 
 import json
-import re
 
 from engine.judging.repair import ParseError, extract_json, parse_int_field
 from engine.protocols.base import parse_context
@@ -20,7 +19,6 @@ from engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import from_score
 
-_SCORE_ONLY = re.compile(r"\s*(?:score\s*[:=]\s*)?([+-]?[012]|-1)\s*\.?\s*", re.IGNORECASE)
 #: The official cascade, in its order: the first substring found decides the score.
 OFFICIAL_CASCADE = (("2", 2), ("-1", -1), ("1", 1), ("0", 0))
 
@@ -51,15 +49,9 @@ def parse_answer(text: str | None, mode: str = "strict") -> tuple[int, ParseStat
 
 
 def parse_score(text: str | None) -> tuple[int, ParseStatus, str | None]:
-    """Strict: the JSON `score` field."""
+    """Strict: the JSON `score` field, and nothing else (a reply without one, even "Score: 1", has no verdict)."""
     try:
-        try:
-            obj, repaired = extract_json(text, dict)
-        except ParseError:
-            m = _SCORE_ONLY.fullmatch(text or "")  # a bare "score: 1" with no JSON at all
-            if not m:
-                raise
-            obj, repaired = {"score": int(m.group(1)), "analysis": None}, True
+        obj, repaired = extract_json(text, dict)
         score, fixed = parse_int_field(obj, "score", (2, 1, 0, -1))
     except ParseError as exc:
         return NO_VERDICT, ParseStatus.FAILED, str(exc)
