@@ -246,9 +246,9 @@ class LocalJudge:
 
     def _answer(self, r: JudgeRequest, emb: _Embeddings) -> str:
         if r.task.startswith("lvcap/"):  # LVCap-Eval / AutoDQ steps have their own answerer
-            from adapters import local_judge_lvcap
-
-            return local_judge_lvcap.answer(r, emb)
+            lvcap = _lvcap_answerer()
+            if lvcap is not None:
+                return lvcap.answer(r, emb)
         protocol, task, step = (r.task.split("/") + ["", "", ""])[:3]
         f = r.fields
         caption = f.get("caption", "")
@@ -300,6 +300,18 @@ class LocalJudge:
         if cannot is not None and (best < 0.45 or margin < 0.03):
             return cannot
         return letter
+
+
+def _lvcap_answerer():
+    """adapters/local_judge_lvcap (answer(request, embedder) -> str), imported on first use; None while that module
+    is absent, in which case the simple answers below serve the lvcap steps."""
+    try:
+        from adapters import local_judge_lvcap
+    except ModuleNotFoundError as exc:
+        if exc.name != "adapters.local_judge_lvcap":
+            raise
+        return None
+    return local_judge_lvcap
 
 
 def _capability(task: str, f: dict, caption: str, emb: _Embeddings) -> str:

@@ -54,6 +54,36 @@ def test_capability_real_items_answer_in_format(judge, shared_data):
     assert agree > 0.4
 
 
+def test_capability_every_task_answered_in_a_format_both_parsers_accept(judge, shared_data):
+    """Requests as the protocol builds them (dict annotations for object_number / object_color /
+    dynamic_object_number included) -> the local judge's reply -> accepted by the official parser and by capeval's
+    strict parser, with the same verdict."""
+    import polars as pl
+
+    from engine.datasets.capability import load_captions, load_items
+    from engine.judging.requests import to_judge_request
+    from engine.protocols.capability import PROTOCOL
+    from engine.protocols.capability.codes import TASKS
+    from engine.protocols.capability.parsing import parse_official, parse_strict
+    from engine.protocols.base import parse_context
+
+    root = shared_data / "capability"
+    items = pl.from_arrow(load_items(root / "annotations")).group_by("task", maintain_order=True).head(4).to_arrow()
+    captions = load_captions(root / "captions" / "gpt-4o-0806", items)
+    pack = root.parent.parent / "protocols" / "capability.toml"
+    rows = PROTOCOL.build_requests(items, captions, judge="local", judge_revision="r", mode="official",
+                                   prompts=str(pack)).to_pylist()
+    assert {r["task"] for r in rows} == set(TASKS)
+    out = judge.judge([to_judge_request(r) for r in rows])
+    for row, resp in zip(rows, out):
+        assert resp.error is None, (row["task"], resp.error)
+        ctx = parse_context(row)["parse"]
+        official = parse_official(row["task"], resp.text, ctx)
+        strict = parse_strict(row["task"], resp.text, {**ctx, "mode": "strict"})
+        assert official[1] == 0 and strict[1] == 0, (row["task"], resp.text, official, strict)
+        assert official[0] == strict[0] >= 0
+
+
 def test_other_protocols(judge):
     cap = "A man rides a red bicycle down a hill. Then he stops at a bakery and buys bread."
     out = judge.judge([
@@ -72,7 +102,15 @@ def test_other_protocols(judge):
     assert out[0].text == "A" and out[1].text == "C"
     assert "bread" in out[2].text
     assert json.loads(out[3].text)["score"] in (1, 2)
-    assert len(json.loads(out[4].text)["events"]) >= 2
-    assert out[5].text == "entailment"
+    # lvcap/ requests are answered by adapters/local_judge_lvcap (its formats are tested with that module)
+    from adapters import local_judge_lvcap
+
+    lv = [_req("lvcap/events/extract", caption=cap),
+          _req("lvcap/events/entail", choices=("entailment", "neutral", "contradiction"), caption=cap,
+               event="A man rides a bicycle.")]
+    from adapters.local_judge import _Embeddings
+
+    direct = [local_judge_lvcap.answer(r, _Embeddings(set())) for r in lv]
+    assert [o.text for o in out[4:6]] == direct and all(direct)
     assert json.loads(out[6].text)["score"] >= 3
     assert out[7].text is None and "nonsense" in out[7].error
