@@ -6,6 +6,11 @@ same order. Internally the list is cut into batches without splitting a group of
 most `max_in_flight` batches per actor, `ray.wait` for the next finished one). An actor that dies is restarted by
 Ray (`max_restarts`) and the batch it held is sent again (to any live actor) up to `batch_retries` times; after that
 its requests get per-request errors, so nothing is lost silently.
+
+`stream(feed, max_in_flight)` (adapters.base.StreamingJudge, used by the streaming judge loop) has the actors PULL
+work: whenever an actor has fewer than `max_in_flight` batches of its own, it gets the next caption-whole batch
+from the feed, and each batch's answers are yielded as soon as it returns. A slow actor holds only its own batches;
+the others keep pulling, so it never stalls the rest (no barrier across actors or batches).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from adapters.base import Judge, JudgeRequest, JudgeResponse
+from adapters.base import BackendFatalError, Judge, JudgeRequest, JudgeResponse
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +94,7 @@ class _Batch:
     idx: list[int]
     attempts: int = 0
     errors: list[str] = field(default_factory=list)
+    requests: list = field(default_factory=list)  # stream(): the batch's own requests
 
 
 class JudgePool:
@@ -185,6 +191,83 @@ class JudgePool:
             done_batches += 1
             log.info("judge pool: %d/%d batches done (%.1fs)", done_batches, total, time.monotonic() - t0)
         return out  # type: ignore[return-value]
+
+    def stream(self, feed, max_in_flight: int):
+        """Pull-based streaming over the actors (see the module docstring). At most `max_in_flight` requests are
+        out at once; batches are cut at caption-group boundaries (a group longer than a batch is cut)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        n = len(self._actors)
+        size = max(1, min(self.batch_size, max_in_flight // (n * self.max_in_flight) or 1))
+        carry: list[JudgeRequest] = []  # taken from the feed, not yet in a batch (the rest of a caption group)
+        retry: list[_Batch] = []  # batches whose actor died, with their requests
+        in_flight: dict[Any, tuple[int, _Batch, list[JudgeRequest]]] = {}
+        load = [0] * n
+        out_count = 0  # requests in batches at the actors
+
+        def next_batch(room: int) -> list[JudgeRequest]:
+            nonlocal carry
+            want = min(size, room)
+            if len(carry) <= want:
+                carry += feed.take(want + 1 - len(carry))  # one more: is the last group complete?
+            if len(carry) <= want:
+                batch, carry = carry, []
+                return batch
+            cut = want
+            while cut > 1 and group_key(carry[cut - 1]) == group_key(carry[cut]):
+                cut -= 1
+            if group_key(carry[cut - 1]) == group_key(carry[cut]):
+                cut = want  # one group longer than a batch: cut it
+            batch, carry = carry[:cut], carry[cut:]
+            return batch
+
+        while True:
+            for a in sorted(range(n), key=load.__getitem__):  # every actor with room pulls, least loaded first
+                while load[a] < self.max_in_flight and out_count < max_in_flight:
+                    if retry:
+                        batch = retry.pop()
+                        reqs = batch.requests
+                    else:
+                        reqs = next_batch(max_in_flight - out_count)
+                        if not reqs:
+                            break
+                        batch = _Batch(list(range(len(reqs))), requests=reqs)
+                    batch.attempts += 1
+                    in_flight[self._actors[a].judge.remote(reqs)] = (a, batch, reqs)
+                    load[a] += 1
+                    out_count += len(reqs)
+            if not in_flight:
+                if not carry and not retry and feed.closed:
+                    return
+                time.sleep(0.001)  # the consumer is still handing back answers
+                continue
+            (ref,), _ = ray.wait(list(in_flight), num_returns=1)
+            a, batch, reqs = in_flight.pop(ref)
+            load[a] -= 1
+            out_count -= len(reqs)
+            try:
+                responses = ray.get(ref)
+            except RayActorError as exc:
+                batch.errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                log.warning("judge actor %d died on a batch of %d (attempt %d): %s", a, len(reqs), batch.attempts,
+                            batch.errors[-1])
+                if batch.attempts <= self.batch_retries:
+                    retry.append(batch)
+                    continue
+                responses = [JudgeResponse(key=r.key, text=None, error=f"judge actor died {batch.attempts} times: "
+                                                                       f"{batch.errors[-1]}") for r in reqs]
+            except BackendFatalError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a judge that raises: per-request errors, keep the pool
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, BackendFatalError):
+                    raise cause from None
+                responses = [JudgeResponse(key=r.key, text=None, error=f"{type(exc).__name__}: {exc}") for r in reqs]
+            if len(responses) != len(reqs):
+                responses = [JudgeResponse(key=r.key, text=None, error=f"judge returned {len(responses)} responses "
+                                                                       f"for {len(reqs)} requests") for r in reqs]
+            yield from responses
 
     def stats(self) -> list[dict]:
         """Per-actor judge statistics (e.g. prefix-cache use of a vLLM judge)."""

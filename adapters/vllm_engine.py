@@ -3,7 +3,16 @@
 Requests arrive ordered so that those sharing a prefix (instructions, caption) are adjacent; the prompt is rendered
 through the model's chat template (system, then user) and tokenized here, once, so that prompt length is checked per
 request (a too-long prompt is a per-request error, never a failed batch) and the same token ids reach the engine.
-Decoding is greedy (temperature 0 unless the request says otherwise) with the request's own seed.
+Decoding is greedy (temperature 0 unless the request says otherwise) with the request's own seed. A request with
+temperature None (official protocols that send no sampling parameters) gets the model's own defaults from its
+`generation_config.json` (temperature, top_p, top_k, ...), as `vllm serve` applies them to a request that sets none;
+a model without them gets vLLM's defaults (temperature 1.0).
+
+`stream(feed, max_in_flight)` keeps the engine fed without batch barriers: it adds requests to vLLM's engine
+(`LLMEngine.add_request`) whenever fewer than `max_in_flight` are unfinished and steps it (`LLMEngine.step`),
+yielding each answer as it finishes. Requests arrive in caption order and are added in that order, so requests
+sharing a caption are scheduled together and hit the prefix cache. Multimodal requests (images before the text,
+as every backend sends them) go through `LLM.enqueue_chat`, which renders images with the model's processor.
 """
 
 from __future__ import annotations
@@ -98,6 +107,13 @@ class VLLMJudge:
         self._multimodal = bool(getattr(self._llm.model_config, "is_multimodal_model", False))
         self._has_template = bool(getattr(self._tokenizer, "chat_template", None))
         self._totals = {"requests": 0, "prompt_tokens": 0, "cached_prompt_tokens": 0, "completion_tokens": 0}
+        try:  # what `vllm serve` applies to a request without sampling parameters
+            defaults = self._llm.model_config.get_diff_sampling_param() or {}
+        except Exception:  # noqa: BLE001 - no generation config: vLLM's own defaults
+            defaults = {}
+        self._default_sampling = {k: v for k, v in defaults.items()
+                                  if k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
+        self._stream_ids = 0
 
     # -- prompt rendering -------------------------------------------------------------------------------------------
 
@@ -131,11 +147,15 @@ class VLLMJudge:
             except json.JSONDecodeError as exc:
                 raise ValueError(f"json_schema is not valid JSON: {exc}") from None
             structured = StructuredOutputsParams(json=schema)
+        if request.temperature is None:  # no sampling sent: the model's generation_config defaults
+            sampling = dict(self._default_sampling)
+        else:
+            sampling = {"temperature": request.temperature}
         return SamplingParams(
             max_tokens=max(1, min(max_tokens, self.max_model_len - prompt_len)),
-            temperature=request.temperature,
             seed=request.seed,
             structured_outputs=structured,
+            **sampling,
         )
 
     # -- Judge protocol ---------------------------------------------------------------------------------------------
@@ -178,12 +198,81 @@ class VLLMJudge:
         if multimodal_idx:
             self._judge_multimodal(multimodal_idx, requests, responses)
         for r in responses:
-            if r is not None and r.error is None:
-                self._totals["requests"] += 1
-                self._totals["prompt_tokens"] += r.prompt_tokens
-                self._totals["cached_prompt_tokens"] += r.cached_prompt_tokens
-                self._totals["completion_tokens"] += r.completion_tokens
+            if r is not None:
+                self._count(r)
         return responses  # type: ignore[return-value]
+
+    def stream(self, feed, max_in_flight: int):
+        """Continuous feeding (see the module docstring): yields one JudgeResponse per request taken from `feed`,
+        in completion order; requests still unfinished when the consumer stops are aborted in the engine."""
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self._llm.llm_engine
+        live: dict[str, tuple[JudgeRequest, float]] = {}
+        try:
+            while True:
+                failed: list[JudgeResponse] = []
+                room = max_in_flight - len(live)
+                for req in feed.take(room) if room > 0 else []:
+                    try:
+                        if req.images:
+                            if not self._multimodal:
+                                raise ValueError(f"model {self.name!r} is text-only; request has "
+                                                 f"{len(req.images)} image(s)")
+                            (rid,) = self._llm.enqueue_chat([self._conversation(req)],
+                                                            [self._sampling_params(req, 0)], use_tqdm=False)
+                        else:
+                            ids = self.render(req)
+                            if len(ids) >= self.max_model_len:
+                                raise ValueError(f"prompt has {len(ids)} tokens; max_model_len is "
+                                                 f"{self.max_model_len}")
+                            sp = self._sampling_params(req, len(ids))
+                            sp.output_kind = RequestOutputKind.FINAL_ONLY
+                            self._stream_ids += 1
+                            rid = engine.add_request(f"capeval-stream-{self._stream_ids}",
+                                                     TokensPrompt(prompt_token_ids=ids), sp)
+                    except Exception as exc:  # noqa: BLE001 - reported for this request only
+                        failed.append(JudgeResponse(key=req.key, text=None, error=f"{type(exc).__name__}: {exc}"))
+                        continue
+                    live[rid] = (req, time.perf_counter())
+                yield from failed
+                if not live:
+                    if feed.closed:
+                        return
+                    time.sleep(0.001)  # the consumer is still handing back answers
+                    continue
+                for out in engine.step():
+                    if not getattr(out, "finished", False) or out.request_id not in live:
+                        continue
+                    req, t0 = live.pop(out.request_id)
+                    resp = self._response(req, out, time.perf_counter() - t0)
+                    self._count(resp)
+                    yield resp
+        finally:
+            if live:
+                try:
+                    engine.abort_request(list(live))
+                except Exception:  # noqa: BLE001 - best effort on shutdown
+                    pass
+
+    def _count(self, r: JudgeResponse) -> None:
+        if r.error is None:
+            self._totals["requests"] += 1
+            self._totals["prompt_tokens"] += r.prompt_tokens
+            self._totals["cached_prompt_tokens"] += r.cached_prompt_tokens
+            self._totals["completion_tokens"] += r.completion_tokens
+
+    @staticmethod
+    def _conversation(req: JudgeRequest) -> list[dict]:
+        """Chat messages with the images first, then the text (as every backend sends them)."""
+        content: list[dict] = [
+            {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(b).decode()}}
+            for b in req.images
+        ]
+        content.append({"type": "text", "text": req.user})
+        system = [{"role": "system", "content": req.system}] if req.system else []
+        return system + [{"role": "user", "content": content}]
 
     def _generate_one(self, prompt, sp):
         try:
@@ -220,13 +309,7 @@ class VLLMJudge:
             except Exception as exc:  # noqa: BLE001
                 out[i] = JudgeResponse(key=req.key, text=None, error=f"{type(exc).__name__}: {exc}")
                 continue
-            content: list[dict] = [
-                {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(b).decode()}}
-                for b in req.images
-            ]
-            content.append({"type": "text", "text": req.user})
-            system = [{"role": "system", "content": req.system}] if req.system else []
-            convs.append(system + [{"role": "user", "content": content}])
+            convs.append(self._conversation(req))
             params.append(sp)
             kept.append(i)
         if not kept:

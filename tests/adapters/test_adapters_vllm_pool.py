@@ -105,3 +105,48 @@ def test_batch_of_an_always_dying_judge_gets_per_request_errors(ray_local, share
         pool.close()
     assert [r.key for r in out] == [r.key for r in reqs]
     assert all(r.text is None and "died 2 times" in r.error for r in out)
+
+
+def test_stream_actors_pull_work_so_a_slow_actor_never_stalls_the_rest(ray_local, shared_data, tmp_path):
+    import time
+    from collections import Counter
+
+    from engine.judging.window import WindowFeed
+
+    class MaybeSlow:  # the first actor to create the marker directory is slow (1.5 s per batch)
+        name, revision = "maybe-slow", "r1"
+
+        def __init__(self, lock_dir: str):
+            try:
+                os.mkdir(Path(lock_dir) / "slow")
+                self.slow = True
+            except FileExistsError:
+                self.slow = False
+
+        def judge(self, requests):
+            time.sleep(1.5 if self.slow else 0.01)
+            return [JudgeResponse(key=r.key, text="slow" if self.slow else "fast") for r in requests]
+
+        def close(self):
+            pass
+
+    reqs = _grouped_requests(shared_data, 20, 4)  # 80 requests in caption groups of 4
+    pool = JudgePool(MaybeSlow, {"lock_dir": str(tmp_path)}, num_actors=2, num_cpus_per_actor=0.5, batch_size=4,
+                     max_in_flight=1)
+    feed = WindowFeed()
+    for r in reqs:
+        feed.put(r)
+    out = []
+    try:
+        t0 = time.monotonic()
+        for resp in pool.stream(feed, 8):
+            out.append(resp)
+            feed.done()
+        wall = time.monotonic() - t0
+    finally:
+        pool.close()
+    assert sorted(r.key for r in out) == sorted(r.key for r in reqs) and all(r.error is None for r in out)
+    by_actor = Counter(r.text for r in out)
+    # batch by batch over both actors (today's judge()) the slow one would take half: 10 batches x 1.5 s
+    assert by_actor["slow"] <= 8 and by_actor["fast"] >= 72, by_actor
+    assert wall < 1.5 * 3, wall
