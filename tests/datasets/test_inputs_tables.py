@@ -1,0 +1,214 @@
+"""Items, captions and verdicts from the files people have (JSONL, CSV, Parquet), checked before any work, and
+`capeval judge` / `capeval score` on them, including CAPability's released captions as they are (issue 9 done-when
+1, issue 8 finding 4)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from engine.cli import main
+from engine.errors import UsageError
+from engine.exitcodes import USAGE
+from engine.inputs import check_verdicts, read_captions, read_items, read_verdicts
+
+ROWS = [
+    {"item_id": "q1", "video_id": "v1", "task": "color", "question": "What colour is the car?",
+     "options": ["red", "blue"], "answer": "red", "category": "object", "source": "mine"},
+    {"item_id": "q2", "video_id": "v1", "task": "count", "question": "How many cars?", "options": ["1", "2"],
+     "answer": "2", "category": "count"},
+    {"item_id": "q3", "media_path": "clips/v2.mp4", "task": "color", "annotation": {"car": "blue"}},
+]
+
+
+def _jsonl(path: Path, rows) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_items_same_from_jsonl_csv_and_parquet(tmp_path):
+    a = read_items(_jsonl(tmp_path / "items.jsonl", ROWS), benchmark="capquiz")
+    pl.DataFrame([{**r, "options": json.dumps(r.get("options")) if r.get("options") else None,
+                   "annotation": json.dumps(r["annotation"]) if "annotation" in r else None} for r in ROWS]) \
+        .write_csv(tmp_path / "items.csv")
+    b = read_items(tmp_path / "items.csv", benchmark="capquiz")
+    keys = list(dict.fromkeys(k for r in ROWS for k in r))  # from_pylist takes its columns from the first row
+    pq.write_table(pa.Table.from_pylist([{k: r.get(k) for k in keys} | {"annotation": json.dumps(r["annotation"])
+                                          if "annotation" in r else None} for r in ROWS]), tmp_path / "items.parquet")
+    c = read_items(tmp_path / "items.parquet", benchmark="capquiz")
+    for t in (a, b, c):
+        rows = t.to_pylist()
+        assert [r["item_id"] for r in rows] == ["q1", "q2", "q3"]
+        assert rows[0]["annotation"] == "What colour is the car?" and rows[0]["options"] == ["red", "blue"]
+        assert json.loads(rows[2]["annotation"]) == {"car": "blue"}
+        # video_id defaults to the media path as written; the path itself resolves against the file's folder
+        assert rows[2]["video_id"] == "clips/v2.mp4" and rows[2]["media_path"] == str(tmp_path / "clips" / "v2.mp4")
+        assert rows[2]["media_type"] == "video" and rows[0]["benchmark"] == "capquiz"
+    assert json.loads(a.to_pylist()[0]["extra"]) == {"source": "mine"}  # unknown columns are kept, not lost
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ([ROWS[0], {**ROWS[0], "answer": "blue"}], r"duplicate item ids with different content .*color/q1 \(rows 1 and 2\)"),
+    ([{**ROWS[0], "options": 5}], r"row 1, column 'options': expected an array of texts"),
+    ([{**ROWS[0], "video_id": 3.5}], r"row 1, column 'video_id': expected an id .* 3.5"),
+    ([{**ROWS[0], "item_id": ""}], r"row 1, column 'item_id': empty or NaN"),
+    ([{"task": "x", "question": "q?"}], r"row 1, column 'video_id': every item needs video_id or media_path"),
+    ([{**ROWS[0], "media_type": "audio"}], r"column 'media_type': expected 'image' or 'video'"),
+    ([{"video_id": "v", "question": "a?"}, {"video_id": "v", "question": "b?"}], r"has several items .* add item_id"),
+])
+def test_bad_item_tables_name_file_row_and_column(tmp_path, rows, needle):
+    path = _jsonl(tmp_path / "items.jsonl", rows)
+    with pytest.raises(UsageError, match=needle) as info:
+        read_items(path)
+    assert str(path) in str(info.value)
+
+
+def test_identical_duplicates_dropped_with_warning(tmp_path, capsys):
+    items = read_items(_jsonl(tmp_path / "i.jsonl", [ROWS[0], ROWS[1], ROWS[0]]))
+    assert items.num_rows == 2 and "dropped 1 identical duplicate item row" in capsys.readouterr().err
+    caps = read_captions(_jsonl(tmp_path / "c.jsonl", [{"video_id": "v1", "caption": "x"}] * 2))
+    assert caps.num_rows == 1 and "dropped 1 identical duplicate caption row" in capsys.readouterr().err
+
+
+def test_integer_video_ids_match_text_ids(tmp_path):
+    pq.write_table(pa.table({"item_id": ["a", "b"], "video_id": pa.array([17, 18], pa.int64()),
+                             "question": ["q?", "r?"]}), tmp_path / "items.parquet")
+    items = read_items(tmp_path / "items.parquet")
+    assert items.column("video_id").to_pylist() == ["17", "18"]
+    caps = read_captions(_jsonl(tmp_path / "c.jsonl", [{"video_id": 17, "caption": "x"},
+                                                       {"video_id": 18.0, "caption": "y"}]))
+    assert caps.column("video_id").to_pylist() == ["17", "18"]
+
+
+@pytest.mark.parametrize("write, needle", [
+    (lambda p: p.with_suffix(".csv").write_text("video_id,caption\nv1,hello\nv2,\n"), r"row 3, column 'caption': (empty|missing)"),
+    (lambda p: p.write_text('{"video_id": "v1", "caption": NaN}\n'), r"row 1, column 'caption': NaN value"),
+    (lambda p: p.write_text('{"video_id": "v1", "caption": ["a"]}\n'), r"row 1, column 'caption': expected text, got list"),
+    (lambda p: p.write_text('{"video_id": "v1", "text": "a", "n_tokens": "many"}\n'), r"column 'n_tokens': expected an integer"),
+    (lambda p: p.write_text('{"video_id": "v1", "caption": "a"}\n{"video_id": "v1", "caption": "b"}\n'),
+     r"duplicate caption ids with different content .*v1 \(rows 1 and 2\)"),
+    (lambda p: p.write_text('{"vid": "v1", "caption": "a"}\n'), r"needs video_id or item_id"),
+    (lambda p: p.write_text('{"video_id": "v1", "caption": "a"\n'), r":1: malformed JSON"),
+])
+def test_bad_caption_tables(tmp_path, write, needle):
+    path = tmp_path / "caps.jsonl"
+    write(path)
+    target = path.with_suffix(".csv") if path.with_suffix(".csv").exists() else path
+    with pytest.raises(UsageError, match=needle):
+        read_captions(target)
+
+
+def test_nan_caption_in_parquet(tmp_path):
+    pq.write_table(pa.table({"video_id": ["a", "b"], "caption": pa.array([1.5, math.nan])}), tmp_path / "c.parquet")
+    with pytest.raises(UsageError, match=r"row 2, column 'caption': NaN value"):
+        read_captions(tmp_path / "c.parquet")
+
+
+def test_verdict_tables_checked(tmp_path):
+    base = pl.DataFrame({"item_id": ["a", "b", "c"], "video_id": ["v", "v", "w"], "task": ["t"] * 3,
+                         "verdict": [1.0, 0.0, -1.0]})
+    ok = check_verdicts(base)
+    assert ok["verdict"].dtype == pl.Int8 and ok["verdict"].to_list() == [1, 0, -1]
+    with pytest.raises(UsageError, match=r"not integer codes .* row\(s\) \[2\]"):
+        check_verdicts(base.with_columns(pl.Series("verdict", [1.0, 0.5, 1.0])))
+    with pytest.raises(UsageError, match=r"not integer codes .* row\(s\) \[3\]"):
+        check_verdicts(base.with_columns(pl.Series("verdict", [1.0, 0.0, math.nan])))
+    doubled = pl.concat([base, base])
+    doubled.write_parquet(tmp_path / "v.parquet")
+    with pytest.raises(UsageError, match=r"6 duplicate verdict rows .*a rows \[1, 4\]"):
+        read_verdicts(tmp_path / "v.parquet")
+    with pytest.raises(UsageError, match="column 'verdict' must hold integer codes"):
+        check_verdicts(base.with_columns(pl.lit("yes").alias("verdict")))
+
+
+# --- the commands ------------------------------------------------------------------------------------------------
+
+def test_judge_capability_release_in_one_command(tmp_path, shared_data, capsys):
+    """CAPability's released captions of one model, as released, give metrics in one command (issue 9 (1))."""
+    d = shared_data / "capability"
+    out, metrics = tmp_path / "v.parquet", tmp_path / "m.csv"
+    argv = ["judge", "--protocol", "capability", "--items", str(d / "annotations" / "camera_angle.jsonl"),
+            "--captions", str(d / "captions" / "gpt-4o-0806" / "camera_angle.jsonl"), "--judge", "local",
+            "--cache", str(tmp_path / "cache"), "--out", str(out), "--metrics", str(metrics), "--limit", "40",
+            "--resamples", "50", "--no-progress"]
+    assert main(argv) == 0
+    v = pl.read_parquet(out)
+    assert v.height == 40 and v["item_id"].n_unique() == 40 and set(v["captioner"]) == {"gpt-4o-0806"}
+    assert set(v["prompt_id"]) == {"capability/image"}
+    m = pl.read_csv(metrics)
+    row = m.filter((pl.col("task") == "camera_angle") & (pl.col("metric") == "hit_rate"))
+    assert row.height == 1 and row["n"][0] == 40 and 0 <= row["value"][0] <= 100
+    assert "precision" in capsys.readouterr().out
+    assert main(argv) == 0  # a second run sends nothing: the cache answers
+    assert "sent 0" in capsys.readouterr().err
+
+
+def test_judge_with_replay_judge_and_the_release_folder(tmp_path, shared_data):
+    """--dataset capability on the annotations folder, captions folder of one model, replayed replies."""
+    d = shared_data / "capability"
+    scene = [json.loads(x) for x in (d / "annotations" / "scene.jsonl").read_text().splitlines()[:5]]
+    replies = _jsonl(tmp_path / "replies.jsonl", [{"item_id": r["file_id"], "step": "judge", "attempt": 0,
+                                                   "text": '{"score": 1}'} for r in scene])
+    items = tmp_path / "rel" / "annotations"
+    items.mkdir(parents=True)
+    _jsonl(items / "scene.jsonl", scene)
+    out = tmp_path / "v.parquet"
+    rc = main(["judge", "--protocol", "capability", "--dataset", "capability", "--items", str(items),
+               "--captions", str(d / "captions" / "qwen2.5vl_7b"), "--judge", "replay",
+               "--judge-option", f"replies={replies}", "--cache", str(tmp_path / "c"), "--out", str(out),
+               "--resamples", "0", "--no-progress"])
+    assert rc == 0
+    v = pl.read_parquet(out)
+    assert v.height == 5 and set(v["verdict"].to_list()) == {1} and set(v["captioner"]) == {"qwen2.5vl_7b"}
+
+
+def test_judge_refuses_bad_inputs_before_judging(tmp_path, shared_data, capsys):
+    d = shared_data / "capability"
+    base = ["judge", "--protocol", "capability", "--items", str(d / "annotations" / "scene.jsonl"),
+            "--captions", str(d / "captions" / "gpt-4o-0806" / "scene.jsonl"), "--judge", "local",
+            "--cache", str(tmp_path / "cache"), "--no-progress"]
+    blocker = tmp_path / "afile"
+    blocker.write_text("x")
+    assert main(base + ["--out", str(blocker / "v.parquet")]) == USAGE
+    assert "cannot be written" in capsys.readouterr().err and not (tmp_path / "cache").exists()
+    assert main(base + ["--out", str(tmp_path / "v.parquet"), "--param", "judge_frames=bogus:3"]) == USAGE
+    assert "judge_frames" in capsys.readouterr().err
+    assert main(base + ["--out", str(tmp_path / "v.parquet"), "--prompts", str(tmp_path / "nope.toml")]) == USAGE
+    bad = _jsonl(tmp_path / "caps.jsonl", [{"file_id": "scene_0", "caption": None}])
+    argv = base[:6] + [str(bad)] + base[7:] + ["--out", str(tmp_path / "v.parquet")]
+    assert main(argv) == USAGE
+    assert "row 1, column 'caption'" in capsys.readouterr().err
+    ids = _jsonl(tmp_path / "ids.jsonl", [{"video_id": 1, "caption": "x"}])  # matches no CAPability item
+    assert main(base[:6] + [str(ids)] + base[7:] + ["--out", str(tmp_path / "v.parquet")]) == USAGE
+    assert "no (item, caption) pair matched" in capsys.readouterr().err
+    assert not (tmp_path / "v.parquet").exists()
+
+
+def test_score_checks_verdicts_and_takes_protocol_options(tmp_path, shared_data, capsys):
+    d = shared_data / "capability"
+    out = tmp_path / "v.parquet"
+    assert main(["judge", "--protocol", "capability", "--items", str(d / "annotations" / "OCR.jsonl"),
+                 "--captions", str(d / "captions" / "gpt-4o-0806" / "OCR.jsonl"), "--judge", "local",
+                 "--cache", str(tmp_path / "c"), "--out", str(out), "--limit", "20", "--resamples", "0",
+                 "--no-progress"]) == 0
+    strict = tmp_path / "s.csv"
+    assert main(["score", "--protocol", "capability", "--verdicts", str(out), "--out", str(strict),
+                 "--mode", "strict", "--resamples", "0", "--quiet"]) == 0
+    assert set(pl.read_csv(strict)["mode"]) == {"strict"}
+    v = pl.read_parquet(out)
+    pl.concat([v, v]).write_parquet(tmp_path / "twice.parquet")
+    assert main(["score", "--protocol", "capability", "--verdicts", str(tmp_path / "twice.parquet"),
+                 "--out", str(tmp_path / "t.csv"), "--quiet"]) == USAGE
+    assert "duplicate verdict rows" in capsys.readouterr().err
+    v.with_columns(pl.col("verdict").cast(pl.Float64)).write_parquet(tmp_path / "float.parquet")
+    assert main(["score", "--protocol", "capability", "--verdicts", str(tmp_path / "float.parquet"),
+                 "--out", str(tmp_path / "f.csv"), "--resamples", "0", "--quiet"]) == 0
+    assert main(["score", "--protocol", "capability", "--verdicts", str(out), "--out", str(tmp_path / "o.csv"),
+                 "--resamples", "0", "--quiet"]) == 0
+    assert pl.read_csv(tmp_path / "f.csv").equals(pl.read_csv(tmp_path / "o.csv"))  # cast, same metrics
