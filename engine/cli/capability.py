@@ -28,7 +28,8 @@ def register(subparsers) -> None:
 
 def score_table(annotations: Path, judgments: Path, *, mode: str = "official", resamples: int = 1000,
                 seed: int = 0, unknown_ids: str = "error"):
-    """The CLI's CSV as a Polars frame: dimension, precision, recall, f1, hit_rate, their CIs, and counts."""
+    """The CLI's CSV as a Polars frame: dimension, precision, recall, f1, hit_rate, their CIs, counts, the mode
+    that made it and a note saying why a value is empty (0/0)."""
     import polars as pl
 
     from engine.datasets.capability import load_items, load_judgments
@@ -43,7 +44,7 @@ def score_table(annotations: Path, judgments: Path, *, mode: str = "official", r
     table = table.join(book.rename({"task": "dimension"}), on="dimension", how="left", maintain_order="left")
     cis = [f"{m}_ci_{s}" for m in METRICS for s in ("low", "high")]
     counts = ["n", "n_items", "n_no_verdict", "n_missing", "n_failed", "n_duplicates", "n_unknown"]
-    return table.select("dimension", *METRICS, *cis, *counts, "mode")
+    return table.select("dimension", *METRICS, *cis, *counts, "mode", "note")
 
 
 def run_score(args) -> int:
@@ -83,6 +84,8 @@ def _notes(table) -> str:
         notes.append(f"note: {avg['n_no_verdict']} verdict rows have no judgment ({detail}); {how}.")
     if avg["n_duplicates"]:
         notes.append(f"note: {avg['n_duplicates']} duplicate judgments; the last one per file_id is kept (as eval.py).")
+    for r in table.filter(table["note"].is_not_null()).iter_rows(named=True):
+        notes.append(f"note: {r['dimension']}: {r['note']}.")
     if avg["n_unknown"]:
         notes.append(f"note: {avg['n_unknown']} judgments for file_ids not in the annotations were skipped.")
     return "\n".join(notes) or "note: every annotated item has a judgment."

@@ -89,9 +89,9 @@ def _score_schema(task: str) -> str:
     props = {"score": {"type": "integer", "enum": [1, 0, -1]}, "reason": {"type": "string", "maxLength": 400}}
     copied = {"type": "string", "maxLength": 300}
     if task in ("object_number", "dynamic_object_number"):
-        copied["pattern"] = NUMBER_FIELD_PATTERN
+        copied = {"type": "string", "pattern": NUMBER_FIELD_PATTERN}  # xgrammar ignores maxLength beside a pattern
     elif task == "object_color":
-        copied["pattern"] = "^[^:]*:.*$"
+        copied = {"type": "string", "pattern": "^[^:]*:.*$"}
     field = COPIED_FIELD[task]
     return json.dumps({"type": "object", "properties": {field: copied, **props},
                        "required": [field, "score", "reason"]})
