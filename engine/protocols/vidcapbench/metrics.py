@@ -17,8 +17,9 @@ Modes (`mode` param, a `mode` column in the table):
 `n_no_verdict` is reported next to every metric either way.
 
 Conciseness tokens: a token count given with the captions (column `t5_tokens`, e.g. the flan-t5-base counts the
-paper uses; another column with param `con_tokens`) when every caption of the group has one, else the captioner's
-own `n_tokens`; `tokens_source` says which, `avg_tokens` the mean used. The same mean serves every dimension, as in
+paper uses; another column with param `con_tokens`) when every caption of the group has one, else `n_tokens`:
+the caption file's own count for captions read from a file (no `latency_s`), else the captioner's count;
+`tokens_source` says which, `avg_tokens` the mean used. The same mean serves every dimension, as in
 the official script.
 
 Judge seeds (`trial`, else `seed`): the headline `value` is the mean over seeds of the per-seed metric (as the
@@ -139,7 +140,7 @@ def _prepare(verdicts: pl.DataFrame, items: pl.DataFrame | None) -> pl.DataFrame
 
 
 def _tokens(captions: pl.DataFrame | None, con_tokens: str | None) -> pl.DataFrame | None:
-    """Per group: avg_tokens over ALL its caption lines and which count it is."""
+    """Per group: avg_tokens over ALL its caption lines and which count it is (see the module docstring)."""
     if captions is None:
         return None
     given = con_tokens or GIVEN_TOKENS
@@ -149,7 +150,9 @@ def _tokens(captions: pl.DataFrame | None, con_tokens: str | None) -> pl.DataFra
     has_given, has_own = given in caps.columns, "n_tokens" in caps.columns
     if not (has_given or has_own):
         return None
-    aggs = [pl.len().alias("_lines")]
+    # captions read from a file carry no latency: their n_tokens came with the file, not from a captioner run
+    from_file = pl.col("latency_s").is_null().all() if "latency_s" in caps.columns else pl.lit(True)
+    aggs = [from_file.alias("_from_file")]
     if has_given:
         aggs += [pl.col(given).cast(pl.Float64).mean().alias("_given"), pl.col(given).null_count().alias("_gnull")]
     if has_own:
@@ -163,6 +166,7 @@ def _tokens(captions: pl.DataFrame | None, con_tokens: str | None) -> pl.DataFra
         pl.when(use_given).then(pl.col("_given") if has_given else None)
         .when(own_ok).then(pl.col("_own") if has_own else None).otherwise(None).alias("avg_tokens"),
         pl.when(use_given).then(pl.lit(f"{given} (given with the captions)"))
+        .when(own_ok & pl.col("_from_file")).then(pl.lit("n_tokens (given with the captions)"))
         .when(own_ok).then(pl.lit("n_tokens (the captioner's count)")).otherwise(None).alias("tokens_source"),
     )
 
