@@ -210,3 +210,10 @@ def prompt_from_entry(entry: dict[str, Any], base_dir: Path, where: str = "promp
         raise PromptError(f"{where}.image: empty text")
     base = CaptionPrompt(pid, text.strip(), source, segmental=segmental, system=entry.get("system"))
     return replace(base, image_text=image_text.strip() if image_text else None)
+
+
+def texts_for_media(prompt_id: str, media_types: dict[str, str]) -> dict[str, str]:
+    """{video_id: instruction} for a dataset's media (LoadedDataset.media_types): the image variant for images,
+    the video text for videos. What a caption stage sends per item."""
+    prompt = get_prompt(prompt_id)
+    return {vid: prompt.text_for(mt) for vid, mt in media_types.items()}

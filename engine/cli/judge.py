@@ -33,9 +33,9 @@ def register(subparsers) -> None:
     p.add_argument("--protocol", required=True, help="capquiz | lvcap | capability | vidcapbench | vcinspector")
     p.add_argument("--items", required=True, type=Path,
                    help="items: JSONL/CSV/Parquet (docs/inputs.md) or a release file/folder (see --dataset)")
-    p.add_argument("--captions", required=True, type=Path,
+    p.add_argument("--captions", type=Path,
                    help="captions: JSONL/CSV/Parquet with video_id|item_id and caption, or a CAPability "
-                        "captions/<model>/ folder")
+                        "captions/<model>/ folder (optional for datasets that bring captions: vatex_eval)")
     p.add_argument("--dataset", metavar="KIND",
                    help="read --items as this dataset kind (capeval list kinds); default: detect the CAPability "
                         "release layout, else an items table")
@@ -111,7 +111,8 @@ def accepted(fn, params: dict) -> dict:
     return {k: v for k, v in params.items() if k in sig}
 
 
-def load_items(path: Path, dataset: str | None, media_root: Path | None, protocol: str):
+def load_dataset(path: Path, dataset: str | None, media_root: Path | None, protocol: str):
+    """(ITEMS, CAPTIONS that came with the dataset or None) from --items as the given or detected kind."""
     from engine.datasets.capability import is_release_file
     from engine.datasets.registry import load
     from engine.inputs import read_items
@@ -120,11 +121,19 @@ def load_items(path: Path, dataset: str | None, media_root: Path | None, protoco
     if kind == "items":
         if media_root is not None:
             raise UsageError("--media-root applies to dataset kinds; an items table gives media_path itself")
-        return read_items(path, benchmark=protocol)
+        return read_items(path, benchmark=protocol), None
     params = {"path": str(path.resolve())}
     if media_root is not None:
         params["media_root"] = str(media_root.resolve())
-    return load(kind, params, base_dir=Path.cwd()).items
+    try:
+        loaded = load(kind, params, base_dir=Path.cwd())
+    except KeyError as exc:
+        raise UsageError(f"--dataset: {exc.args[0]}") from None
+    return loaded.items, loaded.captions
+
+
+def load_items(path: Path, dataset: str | None, media_root: Path | None, protocol: str):
+    return load_dataset(path, dataset, media_root, protocol)[0]
 
 
 def load_captions(path: Path, items):
@@ -195,8 +204,11 @@ def run(args) -> int:
         protocol = lookup("protocol", args.protocol)
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
-    items = limit_items(load_items(args.items, args.dataset, args.media_root, args.protocol), args.limit)
-    captions = load_captions(args.captions, items)
+    items, bundled = load_dataset(args.items, args.dataset, args.media_root, args.protocol)
+    items = limit_items(items, args.limit)
+    if args.captions is None and bundled is None:
+        raise UsageError("--captions is required (this dataset brings no captions of its own)")
+    captions = load_captions(args.captions, items) if args.captions is not None else bundled
     frames = _read_frames(args.frames, FRAMES) if args.frames else None
     judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url,
                        **key_values(args.judge_option, "--judge-option"))

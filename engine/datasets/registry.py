@@ -34,6 +34,7 @@ class Param:
 class DatasetLoad:
     items: pa.Table  # engine.schemas.ITEMS
     media: dict[str, str] = field(default_factory=dict)  # video_id -> path of the video or image
+    captions: pa.Table | None = None  # CAPTIONS that come with the dataset (VATEX-EVAL's rated candidates)
 
 
 @dataclass(frozen=True)

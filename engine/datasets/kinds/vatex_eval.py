@@ -1,6 +1,6 @@
-"""`vatex_eval`: VATEX-EVAL's human-rated candidate captions (VC-Inspector's correlation benchmark) plus the VATEX
-clips under `media_root`. Read by engine/datasets/vatex_eval.py; the candidates come as captions, the ratings in
-the items."""
+"""`vatex_eval`: VATEX-EVAL's human-rated candidate captions (VC-Inspector's correlation benchmark; the folder
+holding vid_cans_score_dict.json) plus the VATEX clips under `media_root`. Read by engine/datasets/vatex_eval.py:
+one item per candidate, the candidates come with the dataset as captions, the ratings ride in the items."""
 
 from __future__ import annotations
 
@@ -34,14 +34,18 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     path = resolve(base_dir, params["path"])
     loaded = _loader()(path)
     items = loaded if isinstance(loaded, pa.Table) else getattr(loaded, "items", loaded[0])
-    root = resolve(base_dir, params["media_root"]) if "media_root" in params else path.parent
+    from engine.datasets import vatex_eval
+
+    captions = vatex_eval.load_captions(path) if callable(getattr(vatex_eval, "load_captions", None)) else None
+    root = resolve(base_dir, params["media_root"]) if "media_root" in params else (
+        path if path.is_dir() else path.parent)
     media = {v: find_media(root, v) for v in dict.fromkeys(items.column("video_id").to_pylist())}
-    return DatasetLoad(items, media)
+    return DatasetLoad(items, media, captions)
 
 
 KIND = register_kind(DatasetKind(
     "vatex_eval", __doc__.split("\n\n")[0],
-    (Param("path", (str,), "the VATEX-EVAL file or folder (as engine/datasets/vatex_eval.py reads it)",
+    (Param("path", (str,), "the folder holding vid_cans_score_dict.json",
            required=True, path="file_or_dir"),
      Param("media_root", (str,), "folder of the VATEX clips", path="dir")),
     load, needs_media=False,
