@@ -1,0 +1,136 @@
+"""A real two-node Ray cluster on 127.0.0.1, started with `ray start` (a head with the job server, and a worker
+node joining it with `--address`), every port chosen free so it never meets another Ray on the machine, and stopped
+by killing exactly the processes of its own session folder (never `ray stop`, which stops every Ray here).
+
+RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is set to 1 for these processes: despite its name, Ray 2.60 reads it on every
+platform, and 0 (what scripts/env.sh exports) makes `ray start --address` refuse to add a second node."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_ports(n: int) -> list[int]:
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _node_ports() -> list[str]:
+    (nm, om, agent, agent_grpc, rt_agent, metrics, client), lo = free_ports(7), free_ports(1)[0]
+    lo = 20000 + (lo % 20000)  # a private worker-port window per node
+    return [f"--node-manager-port={nm}", f"--object-manager-port={om}", f"--dashboard-agent-listen-port={agent}",
+            f"--dashboard-agent-grpc-port={agent_grpc}", f"--runtime-env-agent-port={rt_agent}",
+            f"--metrics-export-port={metrics}", f"--min-worker-port={lo}", f"--max-worker-port={lo + 200}"], client
+
+
+class LocalCluster:
+    def __init__(self, cpus_per_node: int = 1, object_store_mb: int = 200):
+        self.temp = Path(tempfile.mkdtemp(prefix="rc", dir="/tmp"))  # short: Ray's socket paths are bounded
+        gcs, dash = free_ports(2)
+        self.gcs_address = f"127.0.0.1:{gcs}"
+        self.dashboard = f"http://127.0.0.1:{dash}"
+        self.env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1", RAY_USAGE_STATS_ENABLED="0",
+                        PATH=f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}")
+        self.env.pop("RAY_ADDRESS", None)
+        # token auth with a token of this cluster's own (not ~/.ray/auth_token, shared with every local Ray here)
+        self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
+        ray = str(REPO / ".venv" / "bin" / "ray")
+        common = ["--node-ip-address=127.0.0.1", f"--num-cpus={cpus_per_node}",
+                  f"--object-store-memory={object_store_mb * 1024 * 1024}", "--disable-usage-stats"]
+        head_ports, client = _node_ports()
+        self._run([ray, "start", "--head", f"--port={gcs}", f"--temp-dir={self.temp}", "--include-dashboard=true",
+                   "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--ray-client-server-port={client}",
+                   *common, *head_ports])
+        worker_ports, _ = _node_ports()
+        self._run([ray, "start", f"--address={self.gcs_address}", *common, *worker_ports])
+        self._wait_ready()
+
+    def _run(self, cmd: list[str]) -> None:
+        proc = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=180)
+        if proc.returncode != 0:
+            self.stop()
+            raise RuntimeError(f"{' '.join(cmd[:3])} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+
+    def _wait_ready(self, timeout: float = 120) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                with urllib.request.urlopen(self._request("/api/version"), timeout=5) as r:
+                    if r.status == 200 and self.alive_nodes() >= 2:
+                        return
+            except OSError:
+                pass
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError("the local Ray cluster did not come up (job server or second node missing)")
+
+    def _request(self, path: str) -> urllib.request.Request:
+        return urllib.request.Request(self.dashboard + path,
+                                      headers={"Authorization": f"Bearer {self.env['RAY_AUTH_TOKEN']}"})
+
+    def alive_nodes(self) -> int:
+        import json
+
+        try:
+            with urllib.request.urlopen(self._request("/nodes?view=summary"), timeout=5) as r:
+                data = json.load(r)
+        except (OSError, ValueError):
+            return 0
+        nodes = data.get("data", {}).get("summary", [])
+        return sum(1 for n in nodes if n.get("raylet", {}).get("state") == "ALIVE")
+
+    def pids(self) -> list[int]:
+        """Processes of this cluster: their command line names its session folder (or its GCS port)."""
+        mine = []
+        marks = (str(self.temp).encode(), self.gcs_address.encode())
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if any(m in cmdline for m in marks):
+                mine.append(int(entry.name))
+        return mine
+
+    def stop(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            pids = self.pids()
+            for pid in pids:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            deadline = time.time() + 15
+            while pids and time.time() < deadline:
+                pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
+                time.sleep(0.3)
+            if not pids:
+                break
+        shutil.rmtree(self.temp, ignore_errors=True)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return " Z " in Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True

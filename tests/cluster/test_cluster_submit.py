@@ -1,0 +1,117 @@
+"""`capeval submit` against a real two-node Ray cluster on 127.0.0.1 (head with the job server + a worker node
+joined with `ray start --address`): the sweep file and its items table sit outside the repository with videos
+beside them; the job's fetched results equal a local run's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from _ray_cluster import REPO, LocalCluster
+from engine.cli.submit import extract_payload, pack_results, stage_sweep, unpack_results
+
+pytestmark = pytest.mark.slow
+
+SWEEP = """\
+name = "submit-test"
+prompts = ["capquiz_standard", "brief"]
+frames = ["uniform:2", "uniform:4"]
+
+[[datasets]]
+name = "clips"
+kind = "items"
+path = "../data/items.jsonl"
+
+[[captioners]]
+name = "local"
+
+[[protocols]]
+name = "capquiz"
+
+[[judges]]
+name = "local"
+
+[options]
+batch_size = 2
+n_resamples = 50
+"""
+
+
+@pytest.fixture(scope="module")
+def sweep_file(tmp_path_factory) -> Path:
+    """Real generated videos and their CapQuiz items in a folder of their own, named by a relative path."""
+    from engine.datasets.kinds.synthetic import load
+
+    root = tmp_path_factory.mktemp("elsewhere")
+    loaded = load({"n_videos": 3, "seed": 7, "duration_s": 1.5}, base_dir=root, out_dir=root / "data", name="clips")
+    rows = loaded.items.to_pylist()
+    for r in rows:  # media paths relative to the table, as a user would write them
+        r["media_path"] = os.path.relpath(r["media_path"], root / "data")
+    (root / "data" / "items.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "sweeps").mkdir()
+    path = root / "sweeps" / "submit_test.toml"
+    path.write_text(SWEEP)
+    return path
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env.update(PYTHONPATH=str(REPO), **(extra or {}))
+    return env
+
+
+def test_staging_ships_the_table_and_its_media(sweep_file, tmp_path):
+    staged, shipped = stage_sweep(sweep_file, tmp_path / "stage")
+    assert len(shipped) == 1 and shipped[0][0] == str((sweep_file.parent.parent / "data" / "items.jsonl").resolve())
+    table = tmp_path / "stage" / shipped[0][1]
+    rows = [json.loads(line) for line in table.read_text().splitlines()]
+    media = {r["media_path"] for r in rows}
+    assert len(media) == 3 and all((table.parent / m).is_file() for m in media)
+    assert f"path: {shipped[0][1]}" in staged.read_text()
+
+
+def test_payload_round_trip(tmp_path):
+    src = tmp_path / "src"
+    (src / "metrics").mkdir(parents=True)
+    (src / "metrics" / "a.parquet").write_bytes(b"x" * 10)
+    (src / "results.csv").write_text("a,b\n1,2\n")
+    (src / "frames").mkdir()  # stays on the cluster
+    log = "line before\n" + "\n".join(["@@capeval-results-begin@@",
+                                        __import__("base64").b64encode(pack_results(src)).decode(),
+                                        "@@capeval-results-end@@"]) + "\n"
+    unpack_results(extract_payload(log), tmp_path / "dst")
+    assert (tmp_path / "dst" / "results.csv").read_text() == "a,b\n1,2\n"
+    assert (tmp_path / "dst" / "metrics" / "a.parquet").stat().st_size == 10
+    assert not (tmp_path / "dst" / "frames").exists()
+
+
+def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path):
+    local = tmp_path / "local"
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "sweep", str(sweep_file), "--out", str(local),
+                           "--no-progress"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    cluster = LocalCluster(cpus_per_node=1)
+    try:
+        assert cluster.alive_nodes() == 2
+        fetched = tmp_path / "fetched"
+        proc = subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(sweep_file), "--address",
+                               cluster.dashboard, "--out", str(fetched)], cwd=tmp_path, env=_env(cluster.env),
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    finally:
+        cluster.stop()
+    assert cluster.pids() == []
+    # the job's log was streamed (its sweep lines), without the results payload
+    assert "[sweep submit-test]" in proc.stderr and "@@capeval-results" not in proc.stderr + proc.stdout
+    assert "ships" in proc.stderr and "succeeded" in proc.stdout
+    ours, theirs = pl.read_parquet(local / "results.parquet"), pl.read_parquet(fetched / "results.parquet")
+    assert theirs.height == ours.height > 0
+    assert theirs.equals(ours)
+    verdicts = pl.concat([pl.read_parquet(p) for p in sorted((fetched / "verdicts").glob("*.parquet"))])
+    assert verdicts["cell_key"].n_unique() == 4
