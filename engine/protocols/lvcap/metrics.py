@@ -1,19 +1,15 @@
 """LVCap-Eval metrics: scene score S_s and event score S_e, overall and per duration bucket.
 
+Strict mode (capeval's own flow, steps answer / entail_r / entail_p):
 * S_s — scene level: yes/no questions answered from the caption (SceneQAVerdict); S_s = 100 * correct / answered
   questions, pooled over questions.
-* S_e — event level, computed as DREAM-1K's AutoDQ (Wang et al., "Tarsier", arXiv 2407.00634;
-  bytedance/tarsier `evaluation/metrics/evaluate_dream_gpt.py`): events are extracted from the caption and from
-  the reference; a judge classifies each caption event against the reference (step "entail_p") and each reference
-  event against the caption (step "entail_r") as entailment / neutral / contradiction. Only ENTAILMENT counts as
-  matched (AutoDQ calls both directions with `is_recall=True`, so neutral does not count for precision either).
-  Per video, precision P_v = matched caption events / caption events and recall R_v = matched reference events /
-  reference events; AutoDQ then *averages P_v and R_v over videos* and takes F1 = 2PR / (P + R) of the averages
-  (not the mean of per-video F1s). `event_average="pooled"` instead pools events over videos (Σ matched / Σ
-  events), which weighs long, event-rich videos more. AutoDQ's overall row averages its per-source averages; we
-  average over all videos of a group (duration buckets are reported separately).
-  A video with no rows for one direction (e.g. no events were extracted) does not enter that direction's average;
-  AutoDQ scores an empty event list as 1.0, which our verdict table cannot tell apart from a missing direction.
+* S_e — event level, AutoDQ-style (Wang et al., "Tarsier", arXiv 2407.00634): a judge classifies each caption event
+  against the reference (step "entail_p") and each reference event against the caption (step "entail_r"), ONE
+  EVENT PER CALL with the answer constrained to entailment / neutral / contradiction; only ENTAILMENT counts, in
+  both directions. Per video P_v and R_v, averaged over videos, F1 of the averages (`event_average="pooled"`
+  pools events instead). How this differs from official AutoDQ (below): one call per event instead of one per list,
+  no source level (AutoDQ averages per source, then over sources), an unjudged event counts as unmatched instead of
+  failing the clip, and a direction without events is left out of that direction's average instead of scoring 1.0.
 
 No verdict: strict mode (default) keeps an unjudged event in its video's denominator as unmatched and an
 unanswered scene question as wrong; `paper_compatible=True` (mode "paper") does what the official scripts do:
