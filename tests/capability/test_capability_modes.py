@@ -138,3 +138,24 @@ def test_kt_item_level_question_joins_every_object():
     qa = _qa([(d, "a", None, CapabilityQAVerdict.CORRECT)])
     cap = _rows([(d, "a", 0, V.POSITIVE), (d, "a", 1, V.NEGATIVE), (d, "a", 2, V.MISS)])
     assert _value(know_but_cannot_tell(qa, cap, n_resamples=0), d, "kt")["value"] == pytest.approx(200 / 3)
+
+
+def test_metrics_take_captions_without_a_verdict_column_and_default_to_strict():
+    """CAPTIONS given with ITEMS: every captioner seen there is expected to have verdicts (an absent one is
+    MISSING); the protocol's compute_metrics follows the run's mode, strict unless it says official."""
+    import pyarrow as pa
+
+    from engine.schemas import CAPTIONS, ITEMS, conform
+
+    items = conform(pa.table({"benchmark": ["capability"] * 2, "task": ["scene"] * 2, "item_id": ["s0", "s1"],
+                              "video_id": ["s0", "s1"], "annotation": ["park", "beach"]}), ITEMS)
+    caps = conform(pa.table({"caption_key": ["k0", "k1"], "captioner": ["m", "m"], "prompt_id": ["p", "p"],
+                             "frame_spec": ["f", "f"], "video_id": ["s0", "s1"], "text": ["a park", None]}), CAPTIONS)
+    v = _rows([("scene", "s0", None, V.POSITIVE)]).with_columns(pl.lit("p").alias("prompt_id"),
+                                                                pl.lit("f").alias("frame_spec"))
+    strict = PROTOCOL.compute_metrics(v, items=items, captions=caps, n_resamples=0, prompts="ignored.toml")
+    row = _value(strict, "scene", "recall")
+    assert (row["value"], row["n"], row["n_missing"], row["mode"]) == (50.0, 2, 1, "strict")
+    official = _value(PROTOCOL.compute_metrics(v, items=items, captions=caps, n_resamples=0, mode="official"),
+                      "scene", "recall")
+    assert (official["value"], official["n"], official["mode"]) == (100.0, 1, "official")

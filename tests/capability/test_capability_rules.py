@@ -52,7 +52,7 @@ def _values(frame):
 def test_official_rules_by_hand(hand_release):
     items, loaded = hand_release
     assert loaded.counts.filter(pl.col("task") == "scene").row(0, named=True)["n_duplicates"] == 1
-    m = compute_metrics(loaded.verdicts, items=items, n_resamples=0)
+    m = compute_metrics(loaded.verdicts, items=items, n_resamples=0, mode="official")
     v = _values(m)
     # scene: pos s0, miss s1, neg s2 s3 (last duplicate), s4 missing -> left out: all = 4
     assert v["scene", "precision"] == pytest.approx(1 / 3)
@@ -108,7 +108,7 @@ def test_know_but_cannot_tell_by_hand():
     cap = _verdicts([("scene", "s0", CapabilityVerdict.POSITIVE), ("scene", "s1", CapabilityVerdict.MISS),
                      ("scene", "s2", CapabilityVerdict.NEGATIVE), ("scene", "s4", CapabilityVerdict.NEGATIVE),
                      ("OCR", "o0", CapabilityVerdict.POSITIVE)])
-    kt = know_but_cannot_tell(qa, cap, n_resamples=0)
+    kt = know_but_cannot_tell(qa, cap, n_resamples=0, mode="official")
     v = _values(kt)
     # correct QA on scene: s0 told (pos), s1 miss, s4 negative, s3 no caption verdict -> 2 of 3
     assert v["scene", "kt"] == pytest.approx(2 / 3)

@@ -50,7 +50,9 @@ class CapabilityProtocol(_JudgeProtocol):
         from . import metrics
 
         allowed = {"items", "captions", "n_resamples", "seed", "mode", "confidence"}
-        return metrics.compute_metrics(verdicts, **{k: v for k, v in kwargs.items() if k in allowed})
+        kwargs = {k: v for k, v in kwargs.items() if k in allowed}  # build-only params (prompts, ...) are not
+        kwargs["mode"] = _prompts.check_mode(kwargs.get("mode"))  # the run's mode; strict unless it says official
+        return metrics.compute_metrics(verdicts, **kwargs)
 
 
 PROTOCOL = _register_protocol("capability")(CapabilityProtocol())

@@ -84,7 +84,7 @@ def _with_groups(df: pl.DataFrame) -> pl.DataFrame:
     exprs.append(prompt.fill_null("").str.replace(r"/(image|video)$", "").alias("prompt_set"))
     if "sub_index" not in df.columns:
         exprs.append(pl.lit(None, pl.Int32).alias("sub_index"))
-    if "parse_status" not in df.columns:
+    if "parse_status" not in df.columns and "verdict" in df.columns:
         exprs.append(pl.when(pl.col("verdict") == NO_VERDICT).then(int(ParseStatus.FAILED)).otherwise(0)
                      .cast(pl.Int8).alias("parse_status"))
     return df.with_columns(exprs)
@@ -209,7 +209,7 @@ def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: 
 
 
 def compute_metrics(verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0,
-                    mode: str = "official", confidence: float = 0.95) -> pl.DataFrame:
+                    mode: str = "strict", confidence: float = 0.95) -> pl.DataFrame:
     """CAPability metrics in long format: group columns (captioner, prompt_set, frame_spec, task), then
     engine.schemas METRIC_VALUE_COLUMNS, then n_missing / n_failed (rows without a verdict, by why) and mode.
 
