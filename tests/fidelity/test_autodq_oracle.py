@@ -140,8 +140,10 @@ def test_autodq_case_matches_official(case, tmp_path):
     assert _nan_equal(value("all", "event_precision"), o["precision"])
     head = metrics.filter((pl.col("bucket") == "all") & (pl.col("metric") == "S_e")).row(0, named=True)
     assert (head["n"], head["n_no_verdict"]) == (o["success"], o["failed"])
-    assert [round(x, 3) for x in (value("all", "S_e"), value("all", "event_recall"),
-                                  value("all", "event_precision"))] == o["printed_rounded_3"]
+    # what the official table prints (rounded to 3 decimals) is within half a unit of the third decimal of ours
+    printed = zip((value("all", "S_e"), value("all", "event_recall"), value("all", "event_precision")),
+                  o["printed_rounded_3"])
+    assert all(_nan_equal(ours, shown, tol=5e-4 + 1e-9) for ours, shown in printed)
 
     summary = summarize(clip_scores(verdicts.with_columns([pl.col(c).cast(pl.String) for c in GROUP_COLUMNS]),
                                     GROUP_COLUMNS), clip_info(items))
