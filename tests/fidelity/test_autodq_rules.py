@@ -147,3 +147,16 @@ def test_strict_mode_judges_each_event_with_capevals_pack():
     assert all(r["system"] == system["judge/entail_one"] for r in reqs.to_pylist() if r["step"] == "entail_r")
     assert all(r["choices"] == ["entailment", "neutral", "contradiction"] for r in reqs.to_pylist()
                if r["step"] == "entail_r")
+
+
+def test_events_only_official_run_needs_only_the_autodq_pack(monkeypatch):
+    monkeypatch.delenv("CAPEVAL_PACKS", raising=False)
+    items = dream1k.load_clips(DREAM).slice(0, 2)
+    reqs = PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
+                                   mode="official", event_prompts=PACK_DIR / "autodq.toml")
+    assert sorted(set(reqs["step"].to_pylist())) == ["extract", "recall"]
+    from engine.packs import PackError
+
+    with pytest.raises(PackError, match="official mode needs"):  # no AutoDQ pack anywhere: a clear error
+        PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
+                                mode="official")

@@ -33,9 +33,12 @@ class LVCapProtocol(_JudgeProtocol):
 
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), mode="strict", prompts=None,
                        event_prompts=None, **opts):
-        scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts)
+        tasks = set(items.column("task").to_pylist())
+        scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts, scenes=bool(tasks - {"events"}),
+                                                events="events" in tasks)
         # The packs' contents enter every request key (and so the cache identity) through the revision.
-        suffix = f"|packs:{scene_pack.digest},{event_pack.digest}|mode:{mode}"
+        digests = ",".join(p.digest if p is not None else "-" for p in (scene_pack, event_pack))
+        suffix = f"|packs:{digests}|mode:{mode}"
         revision = f"{judge_revision}|{self.name}@{self.version}{suffix}"
         pairs, self.uncaptioned_items = _pair_items_captions(items, captions)
         rows, scene_groups = [], {}
@@ -66,7 +69,8 @@ class LVCapProtocol(_JudgeProtocol):
         return out
 
     def render(self, item, caption, *, seed, mode="strict", prompts=None, event_prompts=None, **opts):
-        scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts)
+        scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts, scenes=item["task"] != "events",
+                                                events=item["task"] == "events")
         if mode == "official":
             if item["task"] != "events":
                 return [_prompts.render_scene_video([item], caption, scene_pack)]

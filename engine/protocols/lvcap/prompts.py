@@ -30,16 +30,18 @@ EXTRACT_SCHEMA = json.dumps({"type": "array", "items": {"type": "string", "maxLe
 NO_SCENE = "(not given)"
 
 
-def packs(mode: str = "strict", prompts=None, event_prompts=None, **_opts) -> tuple[PromptPack, PromptPack]:
-    """(scene pack, event pack) for a run."""
-    scene = resolve_pack("lvcap", prompts, mode=mode, official_name="lvcap")
+def packs(mode: str = "strict", prompts=None, event_prompts=None, *, scenes: bool = True, events: bool = True,
+          **_opts) -> tuple[PromptPack | None, PromptPack | None]:
+    """(scene pack, event pack) for a run; a pack the run does not need (no scene items / no event items) is None,
+    so an events-only official run needs only the AutoDQ pack."""
+    scene = resolve_pack("lvcap", prompts, mode=mode, official_name="lvcap") if scenes or prompts else None
+    if not events:
+        return scene, None
     if event_prompts:
-        events = load_pack(event_prompts)
-    elif prompts and scene.has(autodq.ENTAIL_ID):
-        events = scene
-    else:
-        events = resolve_pack("lvcap", None, mode=mode, official_name="autodq")
-    return scene, events
+        return scene, load_pack(event_prompts)
+    if scene is not None and prompts and scene.has(autodq.ENTAIL_ID):
+        return scene, scene
+    return scene, resolve_pack("lvcap", None, mode=mode, official_name="autodq")
 
 
 def reference_events(item: dict) -> list[str]:
