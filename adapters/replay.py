@@ -4,7 +4,9 @@ Each line of the file is one recorded reply:
 
     {"item_id": "...", "step": "judge", "sub_index": 0, "seed": 0, "attempt": 0, "text": "..."}
 
-`sub_index` and `seed` are optional (absent = any); `attempt` is 0 for the first ask and k for the k-th re-ask;
+`sub_index`, `seed` and `task` are optional (absent = any; `task` tells apart items whose ids repeat across
+tasks, e.g. CAPability's action items, which reuse the event videos' file ids); `attempt` is 0 for the first ask
+and k for the k-th re-ask;
 `text` null means the backend returned no content (the request then fails like an empty API answer). A request with
 no recorded reply fails with an error naming what was looked up, so a re-scoring run never invents an answer.
 
@@ -67,29 +69,33 @@ class ReplayJudge:
                 raise ValueError(f"{where}: field 'text' must be a string or null")
             sub = rec.get("sub_index")
             seed = rec.get("seed")
-            key = _key(rec["item_id"], rec.get("step"), _ANY if sub is None else int(sub),
-                       _ANY if seed is None else int(seed), int(rec.get("attempt", 0)))
+            key = (_ANY if rec.get("task") is None else str(rec["task"]),) + _key(
+                rec["item_id"], rec.get("step"), _ANY if sub is None else int(sub),
+                _ANY if seed is None else int(seed), int(rec.get("attempt", 0)))
             if key in self._replies:
                 raise ValueError(f"{where}: a second reply for item {rec['item_id']!r}, step {rec.get('step')!r}, "
                                  f"sub_index {sub}, seed {seed}, attempt {rec.get('attempt', 0)}")
             self._replies[key] = rec["text"]
         self.calls = 0
 
-    def _lookup(self, meta) -> tuple[bool, str | None]:
+    def _lookup(self, meta, task: str | None = None) -> tuple[bool, str | None]:
         item, step = meta.get("item_id"), meta.get("step")
         sub, seed, attempt = int(meta.get("sub_index") or 0), int(meta.get("seed") or 0), int(meta.get("attempt") or 0)
-        for s in (sub, _ANY):
-            for sd in (seed, _ANY):
-                k = _key(item, step, s, sd, attempt)
-                if k in self._replies:
-                    return True, self._replies[k]
+        parts = (task or "").split("/")  # JudgeRequest.task is "<protocol>/<task>/<step>"
+        tasks = (parts[1], _ANY) if len(parts) >= 3 and parts[1] else (_ANY,)
+        for t in tasks:
+            for s in (sub, _ANY):
+                for sd in (seed, _ANY):
+                    k = (t,) + _key(item, step, s, sd, attempt)
+                    if k in self._replies:
+                        return True, self._replies[k]
         return False, None
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         out = []
         for r in requests:
             self.calls += 1
-            found, text = self._lookup(r.meta or {})
+            found, text = self._lookup(r.meta or {}, r.task)
             if not found:
                 m = r.meta or {}
                 out.append(JudgeResponse(r.key, None, error=(
