@@ -40,7 +40,9 @@ def register(subparsers) -> None:
                    help="read --items as this dataset kind (capeval list kinds); default: detect the CAPability "
                         "release layout, else an items table")
     p.add_argument("--media-root", type=Path, help="folder the dataset's media paths are relative to")
-    p.add_argument("--frames", type=Path, help="FRAMES Parquet (VC-Inspector: frames shown to the judge)")
+    p.add_argument("--frames", type=Path, help="FRAMES Parquet (VC-Inspector: frames shown to the judge); default: "
+                   "decode the items' media with the protocol's judge_frames spec (cached under --cache)")
+    p.add_argument("--frame-size", type=int, default=448, help="longer side of frames decoded for the judge")
     p.add_argument("--judge", required=True, help="judge backend: local | replay | vllm | openai")
     p.add_argument("--judge-model", help="model path or name (vLLM: a local path or HF id; openai: model name)")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint, e.g. a vLLM server's http://host:8000/v1")
@@ -210,6 +212,8 @@ def run(args) -> int:
         raise UsageError("--captions is required (this dataset brings no captions of its own)")
     captions = load_captions(args.captions, items) if args.captions is not None else bundled
     frames = _read_frames(args.frames, FRAMES) if args.frames else None
+    if frames is None and protocol.name in FRAME_PROTOCOLS:
+        frames = judge_frames(items, params, args.cache / "frames", args.frame_size)
     judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url,
                        **key_values(args.judge_option, "--judge-option"))
     try:
@@ -245,6 +249,33 @@ def run(args) -> int:
         print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)
     print(format_table(metrics))
     return 0
+
+
+#: protocols whose judge looks at frames (multimodal judges)
+FRAME_PROTOCOLS = ("vcinspector",)
+
+
+def judge_frames(items, params: dict, cache_dir: Path, size: int):
+    """FRAMES for a multimodal judge, decoded from the items' media with `judge_frames` (set to the protocol's
+    official spec when absent, so the requests name the frames they show); images give their one frame."""
+    from engine.frames.cache import decode_videos_table
+    from engine.protocols.vcinspector.prompts import OFFICIAL_FRAMES
+
+    spec = params.setdefault("judge_frames", OFFICIAL_FRAMES)
+    media = {v: p for v, p in zip(items.column("video_id").to_pylist(), items.column("media_path").to_pylist())
+             if p is not None}
+    if not media:
+        raise UsageError("this protocol shows frames to its judge: give --frames, or items with media_path")
+    missing = [p for p in media.values() if not Path(p).is_file()]
+    if missing:
+        raise UsageError(f"{len(missing)} of {len(media)} media files not found, e.g. {missing[0]}")
+    print(f"[judge] decoding {spec} from {len(media)} videos/images for the judge", file=sys.stderr)
+    table = decode_videos_table(list(media.values()), spec, size, cache_dir, video_ids=list(media))
+    bad = [e for e in table.column("error").to_pylist() if e]
+    if bad:
+        print(f"[judge] {len(bad)} media could not be decoded (their items get no verdict), e.g. {bad[0]}",
+              file=sys.stderr)
+    return table
 
 
 def _for_metrics(protocol: str, params: dict) -> dict:

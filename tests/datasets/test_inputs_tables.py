@@ -212,3 +212,30 @@ def test_score_checks_verdicts_and_takes_protocol_options(tmp_path, shared_data,
     assert main(["score", "--protocol", "capability", "--verdicts", str(out), "--out", str(tmp_path / "o.csv"),
                  "--resamples", "0", "--quiet"]) == 0
     assert pl.read_csv(tmp_path / "f.csv").equals(pl.read_csv(tmp_path / "o.csv"))  # cast, same metrics
+
+
+def test_judge_vcinspector_decodes_judge_frames_from_media(tmp_path, capsys):
+    """A reference-free multimodal protocol on a CSV of a video and an image: the judge gets frames decoded with
+    the protocol's judge_frames spec (linspace:32 by default; an image is its one frame)."""
+    import numpy as np
+    from PIL import Image
+
+    from benchmarks.make_videos import make_video
+
+    make_video(tmp_path / "m" / "a.mp4", codec="libx264", seconds=2.0, fps=8, size=(64, 48), seed=1)
+    Image.fromarray(np.full((40, 50, 3), 90, np.uint8)).save(tmp_path / "m" / "b.png")
+    (tmp_path / "items.csv").write_text("video_id,media_path\na,m/a.mp4\nb,m/b.png\n")
+    caps = _jsonl(tmp_path / "caps.jsonl", [{"video_id": "a", "caption": "a ball moves"},
+                                            {"video_id": "b", "caption": "a grey picture"}])
+    argv = ["judge", "--protocol", "vcinspector", "--items", str(tmp_path / "items.csv"), "--captions", str(caps),
+            "--judge", "local", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "v.parquet"),
+            "--param", 'judge_frames="linspace:6"', "--resamples", "0", "--no-progress"]
+    assert main(argv) == 0
+    assert "decoding linspace:6 from 2 videos/images" in capsys.readouterr().err
+    v = pl.read_parquet(tmp_path / "v.parquet")
+    assert v.height == 2 and v["verdict"].to_list() != [-1, -1] and set(v["parse_status"].to_list()) <= {0, 1}
+    shapes = sorted(np.load(p).shape[0] for p in (tmp_path / "c" / "frames").rglob("*.npy"))
+    assert shapes == [1, 6]
+    (tmp_path / "m" / "b.png").unlink()
+    assert main(argv) == USAGE
+    assert "1 of 2 media files not found" in capsys.readouterr().err
