@@ -88,7 +88,7 @@ def _run(case, tmp_path, keep_intermediate=False):
 
 @pytest.mark.parametrize("case", CASES, ids=[c["case_id"] for c in CASES])
 def test_autodq_case_matches_official(case, tmp_path):
-    requests, verdicts, params = _run(case, tmp_path)
+    requests, verdicts, params = _run(case, tmp_path, keep_intermediate=True)
     items = pl.from_arrow(_items(case))
     by_vid = {str(v["vid"]): v for v in case["videos"]}
 
@@ -113,6 +113,15 @@ def test_autodq_case_matches_official(case, tmp_path):
             [x.strip().lower() for x in official["recall_verdicts"]]
         assert [x.strip().lower() for x in precision["relationships"]] == \
             [x.strip().lower() for x in official["precision_verdicts"]]
+    # the calls made per clip equal the official api_calls (successive tries of each step, up to 10), for every
+    # clip whose extraction was accepted (capeval sends the recall call alongside the extraction, the official code
+    # after it)
+    for official in case["official_per_video"]:
+        vid = next(k for k, v in by_vid.items() if v["idx"] == official["idx"])
+        rows = verdicts.filter(pl.col("item_id") == vid)
+        calls = {s: (a + 1 if a is not None else 0) for s, a in zip(rows["step"], rows["attempt"])}
+        if calls.get("extract", 0) and rows.filter(pl.col("step") == "extract")["parse_status"][0] <= 1:
+            assert sum(calls.values()) == official["api_calls"], (official["idx"], calls)
     # a failed clip keeps its rows, without a verdict
     failed = [k for k, c in clips.items() if not c["success"]]
     for vid in failed:

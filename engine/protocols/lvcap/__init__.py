@@ -86,7 +86,12 @@ class LVCapProtocol(_JudgeProtocol):
         if requests.num_rows != verdicts.num_rows:
             raise ValueError(f"{self.name}: {requests.num_rows} requests but {verdicts.num_rows} verdicts")
         rows = []
-        for req, v in zip(requests.to_pylist(), verdicts.to_pylist()):
+        pairs = list(zip(requests.to_pylist(), verdicts.to_pylist()))
+        # official order: the precision call follows an accepted recall call (a clip whose recall failed is Failed
+        # before its precision is asked)
+        recall_failed = {(q["item_id"], q["caption_key"], q["trial"]): v for q, v in pairs
+                         if q["step"] == "recall" and v["parse_status"] not in (_ParseStatus.OK, _ParseStatus.REPAIRED)}
+        for req, v in pairs:
             if req["step"] != "extract":
                 continue
             ctx = _parse_context(req).get("parse", {})
@@ -99,6 +104,13 @@ class LVCapProtocol(_JudgeProtocol):
                 r = _prompts.Rendered(task="events", step=step, user=f"[extraction failed {req['request_key']}]")
                 r.parse = {"mode": ctx.get("mode"), "missing": f"extract step: {v['error'] or 'no events'}",
                            "upstream_status": int(v["parse_status"])}
+                rendered = [r]
+            elif official and (req["item_id"], req["caption_key"], req["trial"]) in recall_failed:
+                failed = recall_failed[(req["item_id"], req["caption_key"], req["trial"])]
+                r = _prompts.Rendered(task="events", step="precision", user=f"[recall failed {req['request_key']}]")
+                r.parse = {"mode": "official", "missing": f"recall step failed, precision not asked: "
+                                                          f"{failed['error'] or 'no verdict'}",
+                           "upstream_status": int(failed["parse_status"])}
                 rendered = [r]
             elif official:
                 rendered = [_prompts.render_precision(pack, ctx["caption_text"], ctx["reference"],
