@@ -40,12 +40,29 @@ def decode_one(path: str, video_id: str, spec: str, cache_dir: str) -> dict:
     except VideoDecodeError as exc:
         failure = Failure(BAD_MEDIA, f"bad media: {exc.kind}", f"bad media: {exc}")
     except OSError as exc:  # the frame cache (or the file system under it) refused: a rerun can succeed
-        failure = Failure(IO_ERROR, f"frame cache I/O: {exc.strerror or type(exc).__name__}",
-                          f"frame cache I/O error for {path} under {cache_dir}: {exc}")
+        cause = _io_cause(exc, cache_dir)
+        failure = Failure(IO_ERROR, f"frame cache I/O: {cause}",
+                          f"frame cache I/O error for {path} under {cache_dir}: {cause} ({exc})")
     except Exception as exc:  # noqa: BLE001 - an unexpected decoder error: retry rather than call the media bad
         failure = Failure(FRAMES_MISSING, f"decode raised {type(exc).__name__}",
                           f"decode of {path} raised {type(exc).__name__}: {exc}")
     return {**row, "frames_key": f"failed:{video_id}:{spec_text}", "error": failure.message, "failure": failure}
+
+
+def _io_cause(exc: OSError, cache_dir: str) -> str:
+    """What went wrong in words; numpy reports a full disk as a short write without an errno."""
+    import errno
+    import shutil
+
+    if exc.errno == errno.ENOSPC:
+        return "no space left on the device"
+    try:
+        free = shutil.disk_usage(cache_dir).free
+    except OSError:
+        free = None
+    if exc.errno is None and free is not None and free < 1 << 20:
+        return f"no space left on the device ({free} bytes free)"
+    return exc.strerror or type(exc).__name__
 
 
 def decode_video_specs(video_id: str, path: str, specs: list[str], cache_dir: str) -> list[dict]:
