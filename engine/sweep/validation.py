@@ -21,6 +21,8 @@ def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
     """Prompt ids of the sweep and the CaptionPrompts it defines ({id: prompt}); problems go to checker `c`."""
     from engine.prompts_library import BUILTIN, PromptError, prompt_from_entry
 
+    # a table with only an id names a built-in prompt, as a plain string does (TOML cannot mix both forms)
+    entries = [e["id"] if isinstance(e, dict) and set(e) == {"id"} else e for e in entries]
     defined = {}
     for i, e in enumerate(entries):
         if isinstance(e, dict):

@@ -128,6 +128,12 @@ def test_shipped_example_sweeps_are_valid():
     # written for a GPU cluster: its items file is not in this checkout
     gpu = load_sweep(REPO / "examples" / "capquiz_vllm_gpu.toml", check_registry=False, check_paths=False)
     assert len(expand(gpu)) == 2 * 3 * 3
+    mixed = load_sweep(REPO / "examples" / "mixed_media.toml", check_paths=False)  # my_media/ is the user's
+    assert [c.caption.prompt_id for c in expand(mixed)] == ["detailed", "short"]
+    release = load_sweep(REPO / "examples" / "capability_release.toml")
+    assert len(expand(release)) == 2 and release.protocols[0].params["mode"] == "official"
+    captions = load_sweep(REPO / "examples" / "released_captions.toml")
+    assert [c.caption.from_file for c in expand(captions)] == [True]
 
 
 # --- validation before work (issue 8 finding 3): every problem at once, with the run's own parsers -------------
