@@ -34,6 +34,10 @@ def pack_for(mode: str = "strict", prompts=None) -> PromptPack:
     return resolve_pack("vcinspector", prompts, mode=mode, official_name="vcinspector")
 
 
+#: strict mode's system message (capeval's pack), for callers that build requests by hand
+SYSTEM = pack_for().prompt("judge/score_json").role_system
+
+
 def frames_index(frames) -> dict[tuple[str, str], dict]:
     if frames is None:
         return {}
