@@ -344,7 +344,8 @@ def _frame_spec(c: _Checker, value: Any, where: str) -> str | None:
     try:
         return str(parse_frame_spec(value))
     except FrameSpecError as exc:
-        c.fail(where, f"not a frame spec: {value!r}: {exc}", where.split("[")[0].split(".")[-1])
+        reason = str(exc).removeprefix(f"frame spec {value!r}: ")
+        c.fail(where, f"not a frame spec: {value!r}: {reason}", where.split("[")[0].split(".")[-1])
         return None
 
 

@@ -354,3 +354,15 @@ name = "local"
         load_sweep(write(tmp_path, text.replace('path = "media"', 'path = "media/*.txt"'), "n.toml"))
     with pytest.raises(SweepFileError, match=r"line 8: datasets\[0\]\.path: no file matches .*\*\.mkv"):
         load_sweep(write(tmp_path, text.replace('path = "media"', 'path = "media/*.mkv"'), "n.toml"))
+
+
+def test_sweep_check_command_prints_every_problem_and_exits_usage(tmp_path, capsys):
+    from engine.cli import main
+    from engine.exitcodes import OK, USAGE
+
+    path = write(tmp_path, ALL_BAD)
+    assert main(["sweep", str(path), "--check"]) == USAGE
+    err = capsys.readouterr().err
+    assert "13 problems" in err and err.count(str(path)) == 13
+    assert main(["sweep", str(write(tmp_path, BASE, "ok.toml")), "--check"]) == OK
+    assert "valid; 6 cells" in capsys.readouterr().out
