@@ -19,6 +19,7 @@ import os
 import platform
 import socket
 import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -156,15 +157,34 @@ def verdict_status_counts(verdicts) -> dict[str, int]:
     return {names.get(c["values"], str(c["values"])): int(c["counts"]) for c in counts}
 
 
+def stored_verdict_status(out_dir: str | Path, cell_keys) -> dict[str, int]:
+    """Verdict rows by parse status of the given cells, read from the sweep's verdict segments (two columns)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from collections import Counter
+
+    keys = pa.array(sorted(set(cell_keys)), pa.string())
+    status: Counter = Counter()
+    for seg in sorted((Path(out_dir) / "verdicts").glob("*.parquet")):
+        table = pq.read_table(seg, columns=["cell_key", "parse_status"])
+        status.update(verdict_status_counts(table.filter(pc.is_in(table.column("cell_key"), value_set=keys))))
+    return dict(status)
+
+
 def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict | None = None,
-                 verdict_tables=()) -> dict:
+                 verdict_tables=(), cell_keys=None) -> dict:
     """Keyword arguments of append_run_record for a finished sweep (engine.sweep.runner.SweepResult + config):
-    what the runner passes at its end, computed from what it already holds."""
+    what the runner passes at its end. Verdict counts come from `verdict_tables`, or, given `cell_keys`, from the
+    verdict segments of those cells under result.out_dir (what this sweep's results rest on, cached cells too)."""
     from collections import Counter
 
     status: Counter = Counter()
     for t in verdict_tables:
         status.update(verdict_status_counts(t))
+    if cell_keys is not None and result.out_dir is not None:
+        status.update(stored_verdict_status(result.out_dir, cell_keys))
     modes, packs = {}, {}
     for p in getattr(config, "protocols", []):
         params = dict(getattr(p, "params", {}) or {})
@@ -183,8 +203,9 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
               "captions": dict(cs), "judge_requests": dict(js)}
     if status:
         counts["verdicts"] = dict(status)
+    started = time.time() - result.wall_s
     return {
-        "command": "sweep", "config": config, "modes": modes, "pack_digests": packs,
+        "command": "sweep", "config": config, "started_at": started, "modes": modes, "pack_digests": packs,
         "components": {"captioners": cap_rev or {}, "judges": judge_rev or {}},
         "counts_by_status": counts, "wall_s": result.wall_s,
         "throughput": {"cells_per_s": result.cells_run / wall,

@@ -42,7 +42,18 @@ def _node_ports() -> list[str]:
 
 
 class LocalCluster:
-    def __init__(self, cpus_per_node: int = 1, object_store_mb: int = 200):
+    """start() retries once: on a loaded machine a raylet can miss Ray's fixed 30 s registration window."""
+
+    def __init__(self, cpus_per_node: int = 1, object_store_mb: int = 200, attempts: int = 2):
+        for attempt in range(attempts):
+            try:
+                self._start(cpus_per_node, object_store_mb)
+                return
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+
+    def _start(self, cpus_per_node: int, object_store_mb: int) -> None:
         self.temp = Path(tempfile.mkdtemp(prefix="rc", dir="/tmp"))  # short: Ray's socket paths are bounded
         gcs, dash = free_ports(2)
         self.gcs_address = f"127.0.0.1:{gcs}"
