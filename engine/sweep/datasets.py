@@ -60,3 +60,14 @@ def _finish(spec: DatasetSpec, items: pa.Table, videos: dict[str, str], require_
     # media_path is left out: where the videos live does not change the results, their bytes do.
     digest = content_key("dataset", items.drop_columns(["media_path"]).to_pylist(), digests)
     return LoadedDataset(spec, items, videos, digest)
+
+
+#: protocols whose judge looks at the media itself (frames), so their datasets need media files even when every
+#: caption comes from a file
+FRAME_PROTOCOLS = ("vcinspector",)
+
+
+def media_required(config, spec: DatasetSpec) -> bool:
+    """Whether `spec`'s media files must exist for `config`: some captioner captions it, or a protocol shows frames
+    to its judge. A dataset judged only from `[[captions]]` files by text-only protocols needs no media."""
+    return bool(config.captioners) or any(p.name in FRAME_PROTOCOLS for p in config.protocols)

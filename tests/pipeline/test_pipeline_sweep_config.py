@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from engine.errors import UsageError
 from engine.sweep.config import SweepFileError, load_sweep
 from engine.sweep.grid import caption_cells, expand
 
@@ -134,6 +135,15 @@ def test_shipped_example_sweeps_are_valid():
     assert len(expand(release)) == 2 and release.protocols[0].params["mode"] == "official"
     captions = load_sweep(REPO / "examples" / "released_captions.toml")
     assert [c.caption.from_file for c in expand(captions)] == [True]
+    from engine.sweep.datasets import load_dataset, media_required
+
+    # judged from released captions by a text-only judge: the release's images need not be present
+    assert not media_required(captions, captions.datasets[0]) and media_required(mixed, mixed.datasets[0])
+    with pytest.raises(UsageError, match=r"media files not found"):
+        load_dataset(captions.datasets[0], out_dir=REPO / ".capeval", sweep_dir=captions.path.parent)
+    data = load_dataset(captions.datasets[0], out_dir=REPO / ".capeval", sweep_dir=captions.path.parent,
+                        require_media=False)
+    assert data.items.num_rows == 994
 
 
 # --- validation before work (issue 8 finding 3): every problem at once, with the run's own parsers -------------
