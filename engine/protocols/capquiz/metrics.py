@@ -96,9 +96,11 @@ def _with_types(verdicts: pl.DataFrame, items: pl.DataFrame | None, type_familie
     cats = items.select(*keys, pl.col("category").alias("question_type")).unique(subset=keys, keep="first")
     out = verdicts.join(cats, on=keys, how="left").with_columns(pl.col("question_type").fill_null("unknown"))
     group, inferred = group_lookup(type_families)
+    names = out.get_column("question_type").unique().to_list()  # one lookup per distinct type, not per row
     return out.with_columns(
-        pl.col("question_type").map_elements(group, return_dtype=pl.String).alias("family"),
-        pl.col("question_type").map_elements(inferred, return_dtype=pl.Boolean, skip_nulls=False).alias("inferred"))
+        pl.col("question_type").replace_strict({n: group(n) for n in names}, return_dtype=pl.String).alias("family"),
+        pl.col("question_type").replace_strict({n: inferred(n) for n in names}, return_dtype=pl.Boolean)
+        .alias("inferred"))
 
 
 def compute_metrics(

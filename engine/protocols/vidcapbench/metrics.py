@@ -129,7 +129,9 @@ def _prepare(verdicts: pl.DataFrame, items: pl.DataFrame | None) -> pl.DataFrame
         v = v.join(cats, on=keys, how="left")
     else:
         v = v.with_columns(pl.lit(None, dtype=pl.String).alias("_category"))
-    v = v.with_columns(pl.col("_category").map_elements(dimension_of, return_dtype=pl.String, skip_nulls=False)
+    # one lookup per distinct category, not per row
+    dims = {c: dimension_of(c) for c in v.get_column("_category").unique().to_list() if c is not None}
+    v = v.with_columns(pl.col("_category").replace_strict(dims, default="other", return_dtype=pl.String)
                        .alias("dimension"))
     qkey = GROUP_COLUMNS + [k for k in ("task", "item_id", "sub_index") if k in v.columns]
     cons = v.group_by(qkey).agg(
