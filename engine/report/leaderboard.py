@@ -46,6 +46,27 @@ class Leaderboard:
     warnings: list[str] = field(default_factory=list)
 
 
+def to_long(frame: pl.DataFrame) -> pl.DataFrame:
+    """A wide metrics table (`<m>`, `<m>_ci_low`, `<m>_ci_high` columns, as `capeval capability score` writes)
+    in the long format (metric, value, ci_low, ci_high); a long table is returned as it is."""
+    if "metric" in frame.columns:
+        return frame
+    metrics = [c for c in frame.columns if f"{c}_ci_low" in frame.columns and f"{c}_ci_high" in frame.columns]
+    if not metrics:
+        raise ValueError(f"not a metrics table: no `metric` column and no <m>/<m>_ci_low/<m>_ci_high columns "
+                         f"(have {frame.columns})")
+    value_cols = {c for m in metrics for c in (m, f"{m}_ci_low", f"{m}_ci_high")}
+    keep = [c for c in frame.columns if c not in value_cols]
+    parts = [frame.select(*keep, pl.lit(m).alias("metric"), pl.col(m).cast(pl.Float64).alias("value"),
+                          pl.col(f"{m}_ci_low").cast(pl.Float64).alias("ci_low"),
+                          pl.col(f"{m}_ci_high").cast(pl.Float64).alias("ci_high")) for m in metrics]
+    long = pl.concat(parts, how="vertical")
+    for c in ("n", "n_no_verdict"):
+        if c not in long.columns:
+            long = long.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
+    return long
+
+
 def protocol_of(metrics: pl.DataFrame, protocol: str | None) -> str:
     if protocol:
         return protocol
@@ -86,10 +107,13 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
 
     n_videos: optional table of system columns + `n_videos` (videos behind each system), for the small-sample
     warning; without it the warning uses nothing and says the count is unknown only in the table (null)."""
+    metrics = to_long(metrics)
     protocol = protocol_of(metrics, protocol)
     df = metrics.filter(pl.col("protocol") == protocol) if "protocol" in metrics.columns else metrics
     if df.is_empty():
         raise ValueError(f"no metric rows for protocol {protocol!r}")
+    if not any(c in df.columns for c in SYSTEM_COLUMNS):  # one system's table (e.g. capability score): name it
+        df = df.with_columns(pl.lit("-").alias("captioner"))
     systems, breakdown = _split_columns(df)
     df = df.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in systems)
     wanted = HEADLINE_METRICS.get(protocol)
@@ -186,6 +210,7 @@ def _breakdown(df, systems, breakdown, names) -> pl.DataFrame:
 def leaderboards(metrics: pl.DataFrame, *, n_videos: pl.DataFrame | None = None,
                  min_videos: int = MIN_VIDEOS, protocol: str | None = None) -> list[Leaderboard]:
     """One leaderboard per protocol of a long metrics table (protocol column, or `protocol=` for one table)."""
+    metrics = to_long(metrics)
     if protocol is not None or "protocol" not in metrics.columns:
         return [leaderboard(metrics, protocol_of(metrics, protocol), n_videos=n_videos, min_videos=min_videos)]
     return [leaderboard(metrics, p, n_videos=n_videos, min_videos=min_videos)

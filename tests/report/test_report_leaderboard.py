@@ -62,3 +62,18 @@ def test_undefined_task_does_not_blank_the_average_silently():
     assert row["precision_low"] is None and "scene" in row["note"] and "2/3" in row["note"]
     assert row["recall"] is not None and "recall" not in row["note"]  # recall is defined for every task
     assert lb.breakdown.height == 3 and "task" in lb.breakdown_columns
+
+
+def test_capability_score_table_gives_the_same_leaderboard_shape(shared_data):
+    """`capeval capability score` writes a wide table; its leaderboard has the sweep's shape and the paper's avg."""
+    from engine.cli.capability import score_table
+
+    wide = score_table(shared_data / "capability" / "annotations",
+                       shared_data / "capability" / "judgments" / "gpt-4o-0806", resamples=50)
+    lb = leaderboard(wide.with_columns(pl.lit("gpt-4o-0806").alias("captioner")), "capability")
+    assert lb.system_columns[0] == "captioner" and lb.metrics == ["f1", "precision", "recall", "hit_rate"]
+    row = lb.table.row(0, named=True)
+    paper = {"precision": 79.2, "recall": 56.5, "f1": 63.6, "hit_rate": 73.4}  # the paper's Table 3 average
+    for m, v in paper.items():
+        assert abs(row[m] - v) <= 0.15 and row[f"{m}_low"] < row[m] < row[f"{m}_high"]
+    assert lb.breakdown.height == 13 and lb.breakdown_columns == ["dimension"]
