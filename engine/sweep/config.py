@@ -232,8 +232,11 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
     from engine.sweep.validation import check_config, read_prompts
 
     c = _Checker(path, text)
-    if not c.table(raw, _TOP, ""):
+    if not isinstance(raw, dict):
+        c.fail("top level", f"expected a table of settings, got {type(raw).__name__}")
         _raise(c)
+    c.table(raw, _TOP, "")  # problems are collected; everything else is still checked
+    raw = {k: v for k, v in raw.items() if k not in _TOP or _type_ok(v, _TOP[k][0])}
     base = path.parent
     datasets = [s for i, d in enumerate(raw.get("datasets") or []) if (s := _dataset(c, d, f"datasets[{i}]"))]
     captioners = _components(c, raw, "captioners", _CAPTIONER)
