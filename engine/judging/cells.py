@@ -81,6 +81,8 @@ class Cell:
         self.retry_errors = policy.mode == "official"  # official scripts re-ask on API failures too
         self.requests = conform(requests, REQUESTS_WITH_CONTEXT)
         self._rows_iter = self._iter_rows()
+        self._lookahead: tuple[int, dict] | None = None
+        self._iter_done = False
         self.exhausted = False
         self.open = 0  # rows admitted, not yet final
         self.units: dict[tuple, Unit] = {}
@@ -109,17 +111,29 @@ class Cell:
                 part, ids = t.take(sel), sel.to_pylist()
             yield from zip(ids, part.to_pylist())
 
-    def pull(self, n: int) -> list[Row]:
+    def head_caption(self) -> str | None:
+        """caption_key of the next first-step row (None when the table is used up)."""
+        if self._lookahead is None and not self._iter_done:
+            try:
+                self._lookahead = next(self._rows_iter)
+            except StopIteration:
+                self._iter_done = True
+        return None if self._lookahead is None else (self._lookahead[1].get("caption_key") or "")
+
+    def pull(self, n: int, until_caption: str | None = None) -> list[Row]:
         """Up to about n rows to send: first-step rows (rows without a caption are finished here, never sent) and
-        whatever finishing them releases."""
+        whatever finishing them releases. With `until_caption`, stop before a row whose caption_key sorts after it
+        (the scheduler merges cells in caption order)."""
         out: list[Row] = []
         for _ in range(n):
-            try:
-                order, req = next(self._rows_iter)
-            except StopIteration:
+            head = self.head_caption()
+            if head is None:
                 self.exhausted = True
                 out += self._seal_block()
                 break
+            if until_caption is not None and head > until_caption:
+                break
+            (order, req), self._lookahead = self._lookahead, None
             row = Row(self, req, 0, order)
             self.open += 1
             self.summary.steps[req["step"] or ""] = self.summary.steps.get(req["step"] or "", 0) + 1
@@ -130,6 +144,10 @@ class Cell:
                     self._block = block
                 self._attach(row, sealed=False)
             out += self._admit(row)
+        else:
+            if self.head_caption() is None:
+                self.exhausted = True
+                out += self._seal_block()
         return out
 
     def _attach(self, row: Row, sealed: bool) -> None:

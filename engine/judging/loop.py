@@ -124,10 +124,8 @@ class JudgeLoop:
         target = self.max_in_flight
         while self.feed.ready < target:
             if not self._pending:
-                cell = next((c for c in self.cells if not c.exhausted and not c.done), None)
-                if cell is None:
+                if not self._pull(max(256, target)):
                     break
-                self._enqueue(cell.pull(max(256, target)))
                 self._complete_finished()
                 continue
             # Claim only what the window needs now (re-asks and next steps queued later still go out first), but
@@ -137,6 +135,21 @@ class JudgeLoop:
         if self._held and time.monotonic() >= self._next_poll:
             self._poll_held()
         self._complete_finished()
+
+    def _pull(self, n: int) -> bool:
+        """New first-step rows into the queue: from the cell whose next caption sorts first (so cells judged
+        together go caption by caption, each caption's requests adjacent); False when every cell is used up."""
+        live = [c for c in self.cells if not c.exhausted and not c.done]
+        if not live:
+            return False
+        if len(live) == 1:
+            self._enqueue(live[0].pull(n))
+            return True
+        heads = sorted(((c.head_caption(), i) for i, c in enumerate(live)), key=lambda h: (h[0] is None, h[0] or "", h[1]))
+        first = live[heads[0][1]]
+        bound = heads[1][0] if heads[0][0] is not None else None  # up to the next cell's first caption
+        self._enqueue(first.pull(n, until_caption=bound))
+        return True
 
     def _enqueue(self, rows: list[Row], front: bool = False) -> None:
         if front:

@@ -102,3 +102,34 @@ def test_capeval_judge_cli_with_local_judge(judging_inputs, tmp_path, capsys):
     assert out.num_rows == 1 and "sent 1" in capsys.readouterr().out
     assert main(args) == 0
     assert "sent 0" in capsys.readouterr().out
+
+
+def test_vllm_stream_keeps_the_engine_fed_and_answers_like_batches(vllm_judge, shared_data):
+    """stream(): every request answered, at most max_in_flight unfinished in the engine, the same greedy answers as
+    judge(batch); a request with temperature None (no sampling sent) gets the model's default sampling."""
+    from adapters.base import JudgeRequest
+    from engine.judging.window import WindowFeed
+
+    with open(shared_data / "capability" / "captions" / "gpt-4o-0806" / "action.jsonl", encoding="utf-8") as fh:
+        caps = [json.loads(line)["caption"][:300] for _, line in zip(range(4), fh)]
+    reqs = [JudgeRequest(key=f"c{i}q{j}", system="Answer yes or no.", user=f"Caption: {c}\nQuestion {j}: is it day?",
+                         choices=("yes", "no"), seed=j, max_tokens=4) for i, c in enumerate(caps) for j in range(3)]
+    batch = vllm_judge.judge(reqs)
+    engine = vllm_judge._llm.llm_engine
+    feed = WindowFeed()
+    for r in reqs:
+        feed.put(r)
+    out, peak = {}, 0
+    for resp in vllm_judge.stream(feed, 4):
+        peak = max(peak, engine.get_num_unfinished_requests() + 1)
+        out[resp.key] = resp
+        feed.done()
+    assert set(out) == {r.key for r in reqs} and all(r.error is None for r in out.values())
+    assert peak <= 4 and not engine.has_unfinished_requests()
+    assert [out[r.key].text for r in reqs] == [b.text for b in batch]
+    free = JudgeRequest(key="none", user=f"Caption: {caps[0]}\nDescribe it.", temperature=None, max_tokens=6, seed=3)
+    assert vllm_judge._sampling_params(free, 10).temperature == vllm_judge._default_sampling.get("temperature", 1.0)
+    feed = WindowFeed()
+    feed.put(free)
+    (resp,) = list(vllm_judge.stream(feed, 4))
+    assert resp.error is None and resp.text is not None and resp.completion_tokens >= 1

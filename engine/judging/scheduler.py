@@ -1,0 +1,85 @@
+"""Whole-sweep judging through one window per judge (issue 11): `JudgeScheduler`.
+
+A sweep has many cells (dataset x captioner x prompt x frames x protocol) judged by the same judge. Judging them one
+after another leaves the judge idle at every cell's tail (its slowest answers, its next steps). The scheduler puts
+the requests of all its cells through ONE streaming loop (engine/judging/loop.py): one bounded in-flight window,
+rows merged across cells in caption order (requests sharing a caption -- e.g. the same captions judged by two
+protocols -- stay adjacent for the prefix cache), identical requests of different cells sent once. Each cell keeps
+its own protocol, JudgingPolicy (re-asks, official rounds) and summary, and its completion callback is called with
+its VERDICTS table as soon as that cell is complete, while the other cells are still being judged.
+
+    sched = JudgeScheduler(judge, cache_dir, max_in_flight=64)
+    for cell in cells:
+        sched.add(cell.requests, protocol, protocol_params=cell.params, name=cell.key,
+                  on_complete=lambda name, verdicts, summary: store(name, verdicts))
+    sched.run()  # returns {name: (verdicts, summary)} for cells without a callback
+
+Callbacks run on the calling thread, between answers; a callback may `add` further cells (e.g. cells whose captions
+were just made). The verdict table of a cell is exactly what `run_judging` would return for it alone.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+
+from engine.protocols.base import JudgeProtocol, JudgingPolicy
+
+from .cells import Cell
+from .loop import JudgeLoop
+from .runner import JudgingSummary
+
+OnComplete = Callable[[str, pa.Table, JudgingSummary], None]
+
+
+class JudgeScheduler:
+    def __init__(self, judge, cache_dir: str | Path, *, max_in_flight: int = 64, batch_size: int = 64,
+                 use_cache: bool = True, progress: bool = False, claim_timeout_s: float | None = None):
+        self.judge = judge
+        self._loop = JudgeLoop(judge, cache_dir, max_in_flight=max_in_flight, batch_size=batch_size,
+                               use_cache=use_cache, progress=progress, claim_timeout_s=claim_timeout_s)
+        self._results: dict[str, tuple[pa.Table, JudgingSummary]] = {}
+        self._t0: dict[str, float] = {}
+        self._names: set[str] = set()
+
+    def add(self, requests: pa.Table, protocol: JudgeProtocol | str, *, name: str,
+            policy: JudgingPolicy | None = None, protocol_params: dict | None = None, max_reasks: int | None = None,
+            on_complete: OnComplete | None = None, keep_intermediate: bool = False, max_steps: int = 8) -> None:
+        """Queue one cell. `policy` defaults to protocol.judging_policy(**protocol_params) (as run_judging)."""
+        from engine.registry import lookup
+
+        if name in self._names:
+            raise ValueError(f"JudgeScheduler: a cell named {name!r} was added already")
+        if isinstance(protocol, str):
+            protocol = lookup("protocol", protocol)
+        if "context" not in requests.column_names:
+            raise ValueError(f"cell {name!r}: requests lack the 'context' column: build them with "
+                             "protocol.build_requests")
+        if policy is None:
+            policy = protocol.judging_policy(**(protocol_params or {}))
+        if max_reasks is not None:
+            policy = replace(policy, max_reasks=int(max_reasks))
+        self._names.add(name)
+        self._t0[name] = time.perf_counter()
+
+        def done(cell: Cell, table: pa.Table) -> None:
+            cell.summary.requests = table.num_rows
+            cell.summary.wall_s = time.perf_counter() - self._t0[name]
+            if on_complete is None:
+                self._results[name] = (table, cell.summary)
+            else:
+                on_complete(name, table, cell.summary)
+
+        cell = Cell(requests, protocol, policy, judge_name=self.judge.name, judge_revision=self.judge.revision,
+                    keep_intermediate=keep_intermediate, max_steps=max_steps, on_complete=done, name=name)
+        self._loop.add(cell)
+
+    def run(self) -> dict[str, tuple[pa.Table, JudgingSummary]]:
+        """Judge every added cell; returns (verdicts, summary) per cell added without a callback. Raises
+        engine.errors.AbortedError like run_judging (cells completed before are delivered already)."""
+        self._loop.run()
+        return self._results
