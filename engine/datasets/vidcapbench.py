@@ -7,8 +7,8 @@ objects is accepted too), each
 
 One ITEMS row per QA pair (the flattened `QA_pairs`): video_id = video_dir (captions are matched to questions by
 it, as the official script matches caption lines and QA lines), item_id = "<video_dir>#<question_id>" when the pair
-has a `question_id` (or `id`), else "<video_dir>#<index in QA_pairs>"; annotation = question; answer = reference
-answer; category = sub_category as written; extra = {"sub_category", "dimension", "line", plus any other fields of
+has a `question_id` (or `id`), else (or when that id is taken) "<video_dir>#<index in QA_pairs>";
+annotation = question; answer = reference answer; category = sub_category as written; extra = {"sub_category", "dimension", "line", plus any other fields of
 the pair}. `dimension` is the official sub_category -> dimension map (aesthetics, content, motion, physics);
 a sub_category outside it is kept with dimension "other" (the official script raises ValueError on it; the metrics
 report that in official mode instead of dropping the pair).
@@ -68,10 +68,13 @@ def load_vidcapbench(path: str | Path) -> pa.Table:
             except DatasetFormatError as exc:
                 raise DatasetFormatError(path, line, f"{where}: {exc.args[0].split(': ', 1)[-1]}") from None
             item_id = f"{video}#{qid if qid is not None else i}"
-            if item_id in seen:
-                raise DatasetFormatError(path, line, f"duplicate QA pair id {item_id!r}", field=where)
-            seen.add(item_id)
             extra = {k: v for k, v in qa.items() if k not in ("question", "answer")}
+            if item_id in seen:  # the official script scores every pair, ids or not: keep it, numbered by position
+                extra["duplicate_id_of"] = item_id
+                item_id = f"{video}#{i}"
+                if item_id in seen:
+                    raise DatasetFormatError(path, line, f"duplicate QA pair id {item_id!r}", field=where)
+            seen.add(item_id)
             extra.update(sub_category=sub, dimension=dimension_of(sub), line=line)
             for k, v in zip(rows, (item_id, video, question, str(answer), sub,
                                    json.dumps(extra, ensure_ascii=False, sort_keys=True))):

@@ -39,13 +39,24 @@ SECTIONS = ("overall", "aesthetics", "content", "motion", "physics")
 METRIC_OF = {"accuracy": "Acc", "precision": "Pre", "coverage": "Cov", "conciseness": "Con"}
 
 
+def item_ids(case: dict) -> list[str]:
+    """The item id of each QA pair of the case, in order: "<video_dir>#<position in its video's QA_pairs>"."""
+    seen: dict[str, int] = {}
+    out = []
+    for qa in case["qa"]:
+        k = seen.get(qa["video_dir"], 0)
+        seen[qa["video_dir"]] = k + 1
+        out.append(f"{qa['video_dir']}#{k}")
+    return out
+
+
 def _qa_file(case: dict, path: Path) -> Path:
-    """The case's QA pairs written in the released layout: one line per video_dir with its QA_pairs."""
+    """The case's QA pairs written in the released layout (one line per video_dir with its QA_pairs, no ids: the
+    official script needs none, and duplicated questions stay distinct pairs)."""
     by_video: dict[str, list] = {}
     for qa in case["qa"]:
         by_video.setdefault(qa["video_dir"], []).append(
-            {"question_id": qa["question_id"], "question": qa["question"], "answer": qa["answer"],
-             "sub_category": qa["sub_category"]})
+            {"question": qa["question"], "answer": qa["answer"], "sub_category": qa["sub_category"]})
     path.write_text("".join(json.dumps({"video_dir": v, "QA_pairs": p}) + "\n" for v, p in by_video.items()))
     return path
 
@@ -62,8 +73,7 @@ def _captions(case: dict) -> pa.Table:
 
 def _replies(case: dict) -> list[dict]:
     out = []
-    for qa in case["qa"]:
-        item = f"{qa['video_dir']}#{qa['question_id']}"
+    for qa, item in zip(case["qa"], item_ids(case)):
         out += [{"item_id": item, "step": "answer", "attempt": 0, "text": qa["pred"]},
                 {"item_id": item, "step": "score", "attempt": 0, "text": qa["judge_reply"]}]
     return out
@@ -92,7 +102,7 @@ def _value(metrics: pl.DataFrame, section: str, metric: str) -> dict:
 
 def _letters(case: dict, verdicts: pl.DataFrame) -> list[str | None]:
     by_item = {r["item_id"]: r["verdict"] for r in verdicts.iter_rows(named=True)}
-    return [LETTER_OF_CODE.get(by_item[f"{qa['video_dir']}#{qa['question_id']}"]) for qa in case["qa"]]
+    return [LETTER_OF_CODE.get(by_item[item]) for item in item_ids(case)]
 
 
 def _check(expected: dict, metrics: pl.DataFrame, verdicts: pl.DataFrame, mode: str) -> None:
@@ -125,10 +135,9 @@ def test_official_mode_reproduces_the_official_script(case, tmp_path):
     assert set(metrics["mode"]) == {"official"}
     if "correctness_letters" in case["official"]:
         assert _letters(case, verdicts) == case["official"]["correctness_letters"]
-    for qa in case["qa"]:  # per pair, where the official chain got that far
+    for qa, letter in zip(case["qa"], _letters(case, verdicts)):  # per pair, where the official chain got that far
         if qa["official_correctness"] is not None:
-            assert LETTER_OF_CODE[verdicts.filter(pl.col("item_id") == f"{qa['video_dir']}#{qa['question_id']}")
-                                  ["verdict"][0]] == qa["official_correctness"]
+            assert letter == qa["official_correctness"], qa
     _check(case["official"], metrics, verdicts, "official")
 
 
@@ -136,8 +145,8 @@ def test_official_mode_reproduces_the_official_script(case, tmp_path):
 def test_strict_mode_reads_the_json_score_field(case, tmp_path):
     requests, verdicts, metrics = _run(case, tmp_path, mode="strict")
     assert set(metrics["mode"]) == {"strict"}
-    for qa in case["qa"]:
-        row = verdicts.filter(pl.col("item_id") == f"{qa['video_dir']}#{qa['question_id']}").row(0, named=True)
+    for qa, item in zip(case["qa"], item_ids(case)):
+        row = verdicts.filter(pl.col("item_id") == item).row(0, named=True)
         expected = None if qa["json_field_score"] is None else qa["json_field_score"] + 1
         assert (None if row["verdict"] < 0 else row["verdict"]) == expected, (qa["question_id"], row)
     # json_field_parser leaves unscored pairs out, as the official aggregation does: paper denominators match it
@@ -168,8 +177,9 @@ def test_official_requests_are_the_official_messages(case, tmp_path):
     reqs = protocol.build_requests(items, _captions(case), judge=judge.name, judge_revision=judge.revision,
                                    seeds=(0, 1), **params).to_pylist()
     caption_of = {c["video_dir"]: c["caption"] for c in case["captions"]}
+    qa_of = dict(zip(item_ids(case), case["qa"]))
     for r in reqs:
-        qa = next(q for q in case["qa"] if f"{q['video_dir']}#{q['question_id']}" == r["item_id"])
+        qa = qa_of[r["item_id"]]
         assert r["system"] is None and r["json_schema"] is None and r["choices"] is None
         assert r["user"] == template["judge/answer"].format(caption=caption_of[qa["video_dir"]],
                                                             question=qa["question"])

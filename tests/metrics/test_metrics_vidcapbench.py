@@ -148,12 +148,16 @@ def test_loader_flattens_qa_pairs_and_maps_sub_categories(tmp_path):
             {"question_id": 7, "question": "How does the dog move?", "answer": "It jumps",
              "sub_category": "Body Movements"},
             {"question": "Is it raining?", "answer": "No", "sub_category": "weather"},
+            {"question_id": 7, "question": "Does it jump twice?", "answer": "Yes", "sub_category": "object motion"},
         ]},
     ]
     path.write_text("\n".join(json.dumps(rec) for rec in lines) + "\n")
     items = load_vidcapbench(path).to_pylist()
-    assert [i["item_id"] for i in items] == ["clip_01.mp4#0", "clip_01.mp4#1", "clip_02.mp4#7", "clip_02.mp4#1"]
-    assert [json.loads(i["extra"])["dimension"] for i in items] == ["aesthetics", "content", "motion", "other"]
+    # a repeated question id keeps its pair, numbered by position (the official script scores every pair)
+    assert [i["item_id"] for i in items] == ["clip_01.mp4#0", "clip_01.mp4#1", "clip_02.mp4#7", "clip_02.mp4#1",
+                                             "clip_02.mp4#2"]
+    assert [json.loads(i["extra"])["dimension"] for i in items] == ["aesthetics", "content", "motion", "other",
+                                                                    "motion"]
     assert items[0]["video_id"] == "clip_01.mp4" and items[0]["annotation"] == "What colour is the car?"
     assert items[0]["answer"] == "Red" and json.loads(items[0]["extra"])["key_point"] == "car"
     # a JSON array of the same records loads the same
