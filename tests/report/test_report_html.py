@@ -99,6 +99,9 @@ def test_report_in_a_real_browser(run_dir, tmp_path, capsys):
         assert browser.errors() == []
         assert browser.evaluate("document.querySelectorAll('.js-plotly-plot .main-svg').length") >= 4
         assert browser.evaluate("window.capevalReport.matchedCount()") == verdicts.height
+        # two judge seeds judged the same items: the agreement section has a row and its plot
+        assert browser.evaluate("document.querySelectorAll('#agreement table tbody tr').length") == 1
+        assert browser.evaluate("document.getElementById('fig-agreement') !== null")
         assert browser.evaluate("window.capevalReport.visibleCount()") == min(50, verdicts.height)
         # filter: one captioning prompt and one verdict
         wrong = verdicts.filter((pl.col("prompt_id") == "brief") & (pl.col("verdict") == 2)).height
