@@ -1,7 +1,7 @@
 """Start (or join) Ray for a capeval command: a local Ray listens on loopback only and stays quiet.
 
 - `RAY_ADDRESS` set: join that cluster (its network settings are the cluster operator's business).
-- Otherwise a private local Ray: every service bound to 127.0.0.1 (`_node_ip_address`; Ray 2.60 then binds the
+- Otherwise a private local Ray (never one that `ray start` left running on the machine): every service bound to 127.0.0.1 (`_node_ip_address`; Ray 2.60 then binds the
   GCS, raylet, workers and agents to that address, checked by tests/faults/test_faults_loopback.py), no dashboard,
   a bounded object store. Nothing on the machine's other interfaces can reach it.
 - Token authentication stays on (Ray's default for a new local cluster). Ray announces that default with a warning
@@ -28,7 +28,9 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
     if os.environ.get("RAY_ADDRESS"):
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=verbose, logging_level=level)
         return
-    kwargs = dict(num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=verbose,
+    # address="local": always a new private instance; a bare ray.init() would join any cluster started on this
+    # machine with `ray start` (someone else's, listening who knows where).
+    kwargs = dict(address="local", num_cpus=num_cpus or max(2, os.cpu_count() or 2), include_dashboard=False, log_to_driver=verbose,
                   logging_level=level, object_store_memory=object_store_mb * 1024 * 1024,
                   _node_ip_address=LOOPBACK, dashboard_host=LOOPBACK)
     if temp_dir:

@@ -143,3 +143,59 @@ def sweep_file(tmp_path):
         return path
 
     return make
+
+
+class AppServer:
+    """An aiohttp app served on 127.0.0.1:`port` from a thread (port 0: any free port)."""
+
+    def __init__(self, app, port: int = 0):
+        self.app, self.port = app, port
+        self._loop = self._runner = self._thread = None
+
+    def __enter__(self) -> "AppServer":
+        import asyncio
+        import threading
+
+        from aiohttp import web
+
+        ready = threading.Event()
+
+        def main():
+            self._loop = asyncio.new_event_loop()
+            self._runner = web.AppRunner(self.app, access_log=None)
+            self._loop.run_until_complete(self._runner.setup())
+            site = web.TCPSite(self._runner, "127.0.0.1", self.port)
+            self._loop.run_until_complete(site.start())
+            self.port = site._server.sockets[0].getsockname()[1]
+            ready.set()
+            self._loop.run_forever()
+            self._loop.run_until_complete(self._runner.cleanup())
+            self._loop.close()
+
+        self._thread = threading.Thread(target=main, daemon=True)
+        self._thread.start()
+        assert ready.wait(30), "test server did not start"
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stats(self) -> dict:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/stats", timeout=30) as resp:
+            return json.loads(resp.read())
+
+    def __exit__(self, *exc) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+
+
+def free_port() -> int:
+    """A port nothing listens on (bound, read, closed): connections to it are refused until a server takes it."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
