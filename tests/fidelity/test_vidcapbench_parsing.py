@@ -41,3 +41,38 @@ def test_answer_step_keeps_the_reply_unparsed_in_official_mode():
     assert parse(request("official", "answer"), "")[1] == ParseStatus.OK  # an empty reply is still a reply
     assert parse(request("strict", "answer"), "")[1] == ParseStatus.FAILED
     assert official_score(None) is None
+
+
+def test_equal_prompts_are_separate_draws_when_sampling_and_shared_at_temperature_zero(tmp_path):
+    """The official script calls the judge once per QA pair: two pairs whose prompts are equal get their own
+    replies in official mode (no temperature sent = sampling); at temperature 0 they share one judgment."""
+    from pathlib import Path
+
+    import pyarrow as pa
+
+    from adapters.replay import ReplayJudge
+    from engine.datasets.vidcapbench import load_vidcapbench
+    from engine.judging.runner import run_judging
+    from engine.registry import lookup
+    from engine.schemas import CAPTIONS, conform
+
+    pack = Path(__file__).resolve().parents[2].parent / "shared" / "protocols" / "vidcapbench.toml"
+    if not pack.is_file():
+        pytest.skip(f"{pack} not present")
+    pair = {"question": "What colour is the car?", "answer": "Red", "sub_category": "color"}
+    (tmp_path / "qa.jsonl").write_text(json.dumps({"video_dir": "v", "QA_pairs": [pair, pair]}) + "\n")
+    items = load_vidcapbench(tmp_path / "qa.jsonl")
+    captions = conform(pa.table({"caption_key": ["k"], "captioner": ["m"], "prompt_id": ["p"], "frame_spec": ["f"],
+                                 "video_id": ["v"], "text": ["A red car drives by."]}), CAPTIONS)
+    judge = ReplayJudge([{"item_id": f"v#{i}", "step": step, "text": text} for i, score in enumerate((2, 0))
+                         for step, text in (("answer", "Red"), ("score", f"{{'score': {score}}}"))])
+    protocol = lookup("protocol", "vidcapbench")
+    got = {}
+    for mode, extra in (("official", {"prompts": str(pack)}), ("strict", {})):
+        params = {"mode": mode, **extra}
+        requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision, **params)
+        verdicts = run_judging(requests, judge, cache_dir=tmp_path / mode, protocol=protocol, protocol_params=params,
+                               progress=False)
+        got[mode] = sorted(verdicts.column("verdict").to_pylist())
+    assert got["official"] == [1, 3]  # each pair its own reply: scores 0 and 2
+    assert got["strict"] == [3, 3]  # one deterministic judgment, asked once

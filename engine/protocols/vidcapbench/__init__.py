@@ -25,7 +25,8 @@ class VidCapBenchProtocol(_JudgeProtocol):
         mode = _prompts.check_mode(opts.get("mode"))
         pack = _prompts.pack_for(mode, opts.get("prompts"))
         revision = f"{judge_revision}|{_prompts.revision_suffix(pack, mode)}"
-        return super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
+        table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
+        return _per_pair_keys(table)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)
@@ -55,7 +56,26 @@ class VidCapBenchProtocol(_JudgeProtocol):
                 r.user += f"\n[upstream {req['request_key']}]"  # distinct key per failed chain
             return [r]
 
-        return _rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision, score_step))
+        return _per_pair_keys(_rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision,
+                                                            score_step)))
+
+
+def _per_pair_keys(table):
+    """When the judge samples (no temperature sent, or one above 0), two QA pairs whose prompts happen to be equal
+    are two separate draws, as the official script makes one call per pair: their keys then include the pair (item
+    and caption). At temperature 0 equal prompts share one cached judgment."""
+    if table.num_rows == 0:
+        return table
+    from engine.keys import content_key as _content_key
+
+    rows = table.to_pylist()
+    changed = False
+    for r in rows:
+        temperature = _json.loads(r["context"] or "{}").get("temperature", 0.0)
+        if temperature is None or temperature > 0:
+            r["request_key"] = _content_key("vidcapbench-pair", r["request_key"], r["item_id"], r["caption_key"])
+            changed = True
+    return _rows_to_table(rows) if changed else table
 
 
 PROTOCOL = _register_protocol("vidcapbench")(VidCapBenchProtocol())
