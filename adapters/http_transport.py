@@ -222,19 +222,24 @@ class AiohttpPool:
 
         self.url = url
         self.headers = headers
+        # The proxy is looked up once here: aiohttp's trust_env looks it up again for every request.
+        self.proxy = proxy_for(url)
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=int(limit), ssl=_ssl_context() if url.startswith("https") else None),
-            cookie_jar=aiohttp.DummyCookieJar(), auto_decompress=True, trust_env=True,
-            skip_auto_headers=("User-Agent",))
+            cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",))
+        self._timeouts: dict[float, object] = {}
 
     async def post(self, body: bytes, timeout_s: float) -> tuple[int, dict[str, str], bytes]:
         import aiohttp
 
+        timeout = self._timeouts.get(timeout_s)
+        if timeout is None:
+            timeout = self._timeouts[timeout_s] = aiohttp.ClientTimeout(total=timeout_s)
         try:
-            async with self.session.post(self.url, data=body, headers=self.headers,
-                                         timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp:
+            async with self.session.post(self.url, data=body, headers=self.headers, timeout=timeout,
+                                         proxy=self.proxy) as resp:
                 payload = await resp.read()
-                return resp.status, {k.lower(): v for k, v in resp.headers.items()}, payload
+                return resp.status, _LowerHeaders(resp.headers), payload
         except asyncio.TimeoutError:
             raise TransportTimeout(f"no response within {timeout_s:g} s") from None
         except aiohttp.ClientError as exc:
@@ -242,6 +247,18 @@ class AiohttpPool:
 
     async def close(self) -> None:
         await self.session.close()
+
+
+class _LowerHeaders:
+    """`get(name)` on aiohttp's case-insensitive headers with lower-case names, without copying them."""
+
+    __slots__ = ("_headers",)
+
+    def __init__(self, headers):
+        self._headers = headers
+
+    def get(self, name: str, default=None):
+        return self._headers.get(name, default)
 
 
 def _ssl_context() -> ssl.SSLContext:
@@ -253,13 +270,18 @@ def _ssl_context() -> ssl.SSLContext:
         return ssl.create_default_context()
 
 
-def uses_proxy(url: str) -> bool:
-    """True when the environment routes `url` through a proxy (HTTP(S)_PROXY / ALL_PROXY, minus NO_PROXY)."""
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment routes `url` through (HTTP(S)_PROXY / ALL_PROXY, minus NO_PROXY), or None."""
     parsed = urllib.parse.urlsplit(url)
     proxies = urllib.request.getproxies()
-    if not (proxies.get(parsed.scheme) or proxies.get("all")):
-        return False
-    return not urllib.request.proxy_bypass(parsed.hostname or "")
+    proxy = proxies.get(parsed.scheme) or proxies.get("all")
+    if not proxy or urllib.request.proxy_bypass(parsed.hostname or ""):
+        return None
+    return proxy
+
+
+def uses_proxy(url: str) -> bool:
+    return proxy_for(url) is not None
 
 
 def choose_transport(url: str, kind: str = "auto") -> str:

@@ -103,6 +103,7 @@ def vllm_server(tiny_lm_dir, tmp_path_factory):
         "--enforce-eager",
         "--seed", "0",
         "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+        "--enable-prompt-tokens-details",  # usage.prompt_tokens_details.cached_tokens: the prefix-cache share
     ]  # fmt: skip
     log = open(log_path, "wb")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)

@@ -29,3 +29,39 @@ def test_chat_completion_through_openai_client(vllm_server):
     )
     assert free.choices[0].message.content
     assert free.usage.completion_tokens == 5 or free.choices[0].finish_reason == "stop"
+
+
+def test_openai_judge_streams_and_reads_cached_tokens(vllm_server):
+    """OpenAIJudge.stream against `vllm serve` (started with --enable-prompt-tokens-details): every request answered
+    within the window, and requests sharing a long prefix report cached prompt tokens from the server's usage."""
+    from adapters.base import JudgeRequest
+    from adapters.openai_http import OpenAIJudge
+
+    caption = ("Caption: a man in a red jacket walks a brown dog along a wet street at night, passing a bakery "
+               "with a lit window, then crosses the road while a bus drives by on the left. ") * 3
+    first = [JudgeRequest(key="warm", system="Answer yes or no.", user=f"{caption}\nQuestion: is it night?",
+                          choices=("yes", "no"), max_tokens=4)]
+    reqs = [JudgeRequest(key=f"q{i}", system="Answer yes or no.", user=f"{caption}\nQuestion {i}: is there a dog?",
+                         choices=("yes", "no"), max_tokens=4, seed=i) for i in range(6)]
+
+    class Feed:
+        def __init__(self, items):
+            self.items = list(items)
+
+        def take(self, n):
+            out, self.items = self.items[:n], self.items[n:]
+            return out
+
+        @property
+        def closed(self):
+            return not self.items
+
+    with OpenAIJudge(model=vllm_server.model, base_url=vllm_server.base_url, structured="vllm", max_in_flight=4,
+                     timeout_s=120) as judge:
+        assert judge.judge(first)[0].error is None  # puts the shared prefix into the server's cache
+        out = list(judge.stream(Feed(reqs), 3))
+    assert sorted(o.key for o in out) == sorted(r.key for r in reqs)
+    assert all(o.error is None and o.text in ("yes", "no") for o in out), [o.error for o in out]
+    cached = sum(o.cached_prompt_tokens for o in out)
+    prompt = sum(o.prompt_tokens for o in out)
+    assert cached > 0.5 * prompt, (cached, prompt)  # the caption prefix came from vLLM's prefix cache
