@@ -159,3 +159,21 @@ def test_metrics_take_captions_without_a_verdict_column_and_default_to_strict():
     official = _value(PROTOCOL.compute_metrics(v, items=items, captions=caps, n_resamples=0, mode="official"),
                       "scene", "recall")
     assert (official["value"], official["n"], official["mode"]) == (100.0, 1, "official")
+
+
+def test_text_annotations_that_look_like_numbers_render_verbatim():
+    import pyarrow as pa
+
+    from engine.schemas import CAPTIONS, ITEMS, conform
+
+    items = conform(pa.table({"benchmark": ["capability"] * 2, "task": ["OCR", "object_number"],
+                              "item_id": ["o1", "n1"], "video_id": ["o1", "n1"],
+                              "annotation": ["1.50", json.dumps({"cup": 3})]}), ITEMS)
+    caps = conform(pa.table({"caption_key": ["k1", "k2"], "captioner": ["m", "m"], "prompt_id": ["p", "p"],
+                             "frame_spec": ["f", "f"], "video_id": ["o1", "n1"], "text": ["A sign reads 1.50.", "x"]}),
+                   CAPTIONS)
+    rows = {r["task"]: r for r in PROTOCOL.build_requests(items, caps, judge="j", judge_revision="r").to_pylist()}
+    assert "Visible text: 1.50\n" in rows["OCR"]["user"]
+    assert "{cup: 3}" in rows["object_number"]["user"]
+    ok = '{"OCR": "1.50", "score": 1, "reason": "x"}'
+    assert PROTOCOL.parse(rows["OCR"], ok)[0] == V.POSITIVE

@@ -100,8 +100,10 @@ def test_own_pack_renders_every_task_and_structured_only_in_strict(shared_data, 
     assert all(s is not None for s in strict["json_schema"].to_pylist())
     for r in strict.to_pylist()[:50]:
         assert "{caption}" not in r["user"] and r["user"].count("{") >= 1
-    plain = PROTOCOL.build_requests(items.slice(0, 20), captions, judge="j", judge_revision="r")
-    assert all(s is None for s in plain["json_schema"].to_pylist())
+    for judge, structured in (("j", "false"), ("gpt-4-turbo", None)):  # off on request / for a judge without schemas
+        plain = PROTOCOL.build_requests(items.slice(0, 20), captions, judge=judge, judge_revision="r",
+                                        structured=structured)
+        assert all(s is None for s in plain["json_schema"].to_pylist())
     monkeypatch.delenv("CAPEVAL_PACKS", raising=False)
     with pytest.raises(ValueError, match="official mode needs"):  # the official texts are not shipped
         PROTOCOL.build_requests(items.slice(0, 2), captions, judge="j", judge_revision="r", mode="official")

@@ -30,6 +30,7 @@ from .codes import CLASSIFICATION_TASKS, TASKS
 from .official import COPIED_FIELD, Categories
 
 MODES = ("strict", "official")
+DICT_TASKS = ("object_number", "object_color", "dynamic_object_number")
 #: No max_tokens is sent officially (the API default: until the model stops); 1024 is far above the ~100-token
 #: replies of these prompts, so nothing the official run would see is cut.
 MAX_TOKENS = {"official": 1024, "strict": 512}
@@ -132,7 +133,10 @@ def render(item: dict, caption: dict, *, pack: PromptPack, mode: str = "strict",
     prompt = pack.prompt(f"judge/{task}")
     text = caption.get("text")
     text = "" if text is None else text
-    value = annotation_value(item)
+    # Only the object tasks carry {object: value} dicts; every other annotation is text and stays exactly as given
+    # (decoding "1.50" or " 12" as JSON numbers would change the prompt).
+    value = annotation_value(item) if task in DICT_TASKS else item.get("annotation")
+    value = "" if value is None else value
     names = list(prompt.placeholders) or ["caption"]
     sampling = {"temperature": None if mode == "official" else 0.0, "max_tokens": MAX_TOKENS[mode]}
     base_parse = {"mode": mode, "task": task, "strict_match": flag(strict_match)}
