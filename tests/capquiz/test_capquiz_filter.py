@@ -121,3 +121,32 @@ def test_clear_usage_errors(tmp_path, capsys, bad, msg):
     items = _write_items(tmp_path / "quiz.jsonl")
     code = main(["capquiz", "filter", "--items", str(items), "--out", str(tmp_path / "k.jsonl"), *bad])
     assert code == 2 and msg in capsys.readouterr().err
+
+
+def test_blind_requests_shuffle_per_trial_and_render_the_papers_prompt_from_its_pack(tmp_path):
+    import os
+    import tomllib
+    from pathlib import Path
+
+    from engine.inputs.tables import read_items
+    from engine.protocols.capquiz.filtering import BlindProtocol
+
+    items = read_items(_write_items(tmp_path / "quiz.jsonl"), benchmark="capquiz", resolve_media=False)
+    reqs = BlindProtocol().requests(items, judge="j", judge_revision="r", trials=3).to_pylist()
+    assert len(reqs) == 3 * len(ITEMS) and {r["trial"] for r in reqs} == {0, 1, 2}
+    orders = {}
+    for r in reqs:
+        ctx = json.loads(r["context"])
+        orders.setdefault(r["item_id"], set()).add(tuple(ctx["parse"]["order"]))
+    assert any(len(o) > 1 for o in orders.values())  # trials see different option orders
+    pack = Path(os.environ.get("CAPEVAL_PACK_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "protocols"))
+    pack = pack / "capquiz.toml"
+    if not pack.is_file():
+        pytest.skip(f"{pack} not present")
+    template = next(p["user"] for p in tomllib.loads(pack.read_text(encoding="utf-8"))["prompt"]
+                    if p["id"] == "construct/blind_solvability")
+    official = BlindProtocol(prompts=str(pack)).requests(items, judge="j", judge_revision="r", trials=1).to_pylist()
+    first = next(r for r in official if r["item_id"] == "v1-sky")
+    shown = json.loads(first["context"])["parse"]["shown"]
+    options = "\n".join(f"{k}. {o}" for k, o in zip("ABCDE", shown))
+    assert first["user"] == template.format(question=ITEMS[0]["question"], options=options)
