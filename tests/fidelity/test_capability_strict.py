@@ -46,3 +46,23 @@ def test_strict_never_accepts_what_the_official_validator_rejects(case):
     if accepted and official["status"] == "scored":
         scores = official["score"] if isinstance(official["score"], list) else [official["score"]]
         assert [o[0] for o in outs] == [code_of(s) for s in scores], case["case"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["case_id"] for c in CASES])
+def test_official_item_outcome_api(case):
+    """engine.protocols.capability.official.item_outcome: the official outcome of one item's raw replies, as a
+    library call (no judge loop), with the value the official script stores (True, 1.0 kept as such)."""
+    from engine.protocols.capability import official
+
+    pack = load_pack(_C.PACK_DIR / "capability.toml")
+    cats = categories(pack, case["task"]) if case["task"] in ("camera_angle", "camera_movement", "style") else None
+    for variant, strict_match in (("official", False), ("official_strict_match", True)):
+        expected = case[variant]
+        try:
+            got = official.item_outcome(case["replies"], case["task"], case["annotation"], strict_match=strict_match,
+                                        categories=cats)
+        except official.Rejected as exc:
+            assert expected["status"] == "rejected" and exc.stage == expected["stage"], (variant, str(exc))
+            continue
+        assert expected["status"] == "scored" and got == expected["score"], (variant, got)
+        assert repr(got) == expected.get("score_repr", repr(expected["score"]))
