@@ -235,8 +235,8 @@ def run(args) -> int:
     finally:
         judge.close()
     write_parquet_atomic(verdicts, args.out)
-    print(f"[judge] {summary}", file=sys.stderr)
-    print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}", file=sys.stderr)
+    print(f"[judge] {summary}")
+    print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}")
     from engine.metrics.report import format_table
 
     # CAPability's metrics take their groups from the verdicts; given CAPTIONS they fail on the missing verdict

@@ -146,7 +146,7 @@ def test_judge_capability_release_in_one_command(tmp_path, shared_data, capsys):
     assert row.height == 1 and row["n"][0] == 40 and 0 <= row["value"][0] <= 100
     assert "precision" in capsys.readouterr().out
     assert main(argv) == 0  # a second run sends nothing: the cache answers
-    assert "sent 0" in capsys.readouterr().err
+    assert "sent 0" in capsys.readouterr().out
 
 
 def test_judge_with_replay_judge_and_the_release_folder(tmp_path, shared_data):
