@@ -2,8 +2,9 @@
 
 official: exactly the official extraction and validation (official.py). A reply the official script would not save
     is FAILED (the judge loop re-asks it, as the official retry rounds do); the accepted score maps through
-    official.code_of. dynamic_object_number is judged one object per row here; that an item counts only when every
-    object's reply was accepted is applied when metrics are computed (metrics.py, official mode).
+    official.code_of. dynamic_object_number is parsed one object per row here; the judge loop re-asks the whole
+    item when one object's reply is rejected (official policy: rows of one item form a unit), and official-mode
+    metrics count an item only when every object has a verdict (metrics.all_or_nothing).
 strict (capeval's own): the reply may be JSON or a Python literal, fenced or inside prose (a lenient extraction,
     status REPAIRED when it was needed); then the official validation (strict_match off) so strict never accepts a
     value the official validator rejects, plus three rules of its own: a score must be a number or numeric text
