@@ -136,3 +136,22 @@ def test_items_kind_csv_with_relative_media(tmp_path):
     assert d.media == {"media/p.png": str(tmp_path / "data" / "media" / "p.png")}
     assert d.items.column("media_type").to_pylist() == ["image"]
     assert validate("items", {"path": "nope.csv"}, tmp_path) == [f"path: file not found: {tmp_path / 'nope.csv'}"]
+
+
+def test_capeval_list_shows_kinds_prompts_and_backend_params(capsys):
+    from engine.cli import main
+
+    assert main(["list", "kinds"]) == 0
+    out = capsys.readouterr().out
+    for name in kind_names():
+        assert f"\n  {name} " in out
+    assert "media_root" in out and "limit = N" in out
+    assert main(["list", "prompts"]) == 0
+    out = capsys.readouterr().out
+    assert "detailed" in out and "image+video" in out
+    assert main(["list", "judges"]) == 0
+    out = capsys.readouterr().out
+    assert "replies (required)" in out and "model (default 'gpt-4-turbo')" in out
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert all(title in out for title in ("protocols:", "dataset kinds", "caption prompts", "judges", "captioners"))
