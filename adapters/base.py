@@ -87,6 +87,9 @@ class CaptionRequest:
     temperature: float = 0.0
     seed: int = 0
     context: str | None = None  # LVCap segmental mode: captions of the previous segments
+    # "image": `frames` is ONE still image (engine.frames.images), to be sent as an image, never as a video
+    media_type: str = "video"
+    system: str | None = None  # system message of the prompt, when it has one (prompts read from packs)
 
 
 @dataclass
