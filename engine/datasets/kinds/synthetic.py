@@ -35,6 +35,10 @@ def _direction(velocity: list[float], size: tuple[int, int]) -> str:
     return "down" if vy > 0 else "up"
 
 
+#: the demo's question kinds under the CapQuiz paper's type names, so they land in its Descriptive group
+PAPER_TYPE = {"scene": "Setting", "counting": "Attribute", "object": "Entity", "action": "Action"}
+
+
 def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int]) -> list[dict]:
     """Multiple-choice questions (5 options, answer = option text) whose answers are the video's ground truth."""
     from benchmarks.make_videos import BACKGROUNDS, COLORS, SHAPES
@@ -58,7 +62,8 @@ def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int]) 
         items.append({
             "benchmark": "capquiz", "task": task, "item_id": item_id, "video_id": video_id, "media_path": path,
             "media_type": "video", "annotation": question, "options": _options(answer, pool, item_id),
-            "answer": answer, "category": task, "extra": json.dumps({"source": "make_video ground truth"}),
+            "answer": answer, "category": PAPER_TYPE[task],  # CapQuiz's own question-type names (issue 7)
+            "extra": json.dumps({"source": "make_video ground truth"}),
         })
     return items
 
