@@ -214,6 +214,8 @@ def parser() -> argparse.ArgumentParser:
                    "JSONL/CSV/Parquet items file (docs/inputs.md)")
     p.add_argument("--captions", type=Path, help="captions file or CAPability captions/<model> folder (default: "
                    "one placeholder caption per video)")
+    p.add_argument("--seeds", default="0", help="comma-separated judge seeds, one trial per seed (default 0); "
+                   "the trials of an item are adjacent, as in `capeval judge`")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE", help="protocol param (mode, ...)")
     p.add_argument("--judge-option", action="append", default=[], metavar="KEY=VALUE",
                    help="backend option, e.g. structured=vllm, timeout_s=60 (value parsed as JSON when it parses)")
@@ -264,7 +266,8 @@ def run(args, levels: list[int]) -> dict:
     try:
         items, captions, caption_source = read_inputs(args.items, args.captions, args.protocol)
         try:
-            requests = build_requests(args.protocol, items, captions, judge, params)
+            seeds = [int(x) for x in str(args.seeds).split(",") if x.strip()]
+            requests = build_requests(args.protocol, items, captions, judge, params, seeds=seeds)
         except (ValueError, KeyError) as exc:
             raise UsageError(f"{args.items}: cannot build {args.protocol} requests: {exc}") from None
         if not requests:
@@ -290,6 +293,7 @@ def run(args, levels: list[int]) -> dict:
         "workload": {"protocol": args.protocol, "items": str(args.items), "captions": caption_source,
                      "available_requests": len(requests), "requests_per_level": args.requests,
                      "warmup_per_level": args.warmup, "disjoint_slices": disjoint, "params": params,
+                     "seeds": args.seeds,
                      "cache": "bypassed (requests sent straight to the backend)"},
         "levels": measured,
         "cost_note": "from --price-* flags" if prices else "from the backend's price options (0 when none given)",

@@ -95,3 +95,18 @@ def test_sweep_projection(capsys, shared_data, tmp_path, monkeypatch):
         assert pj["wall_s"] == pytest.approx(s["first_step_requests"] / lv["requests_per_s"], rel=0.01, abs=0.002)
         assert pj["cost_usd"] == pytest.approx(s["first_step_requests"] * lv["cost_per_1k_requests_usd"] / 1000,
                                                rel=0.01, abs=1e-4)
+
+
+@pytest.mark.vllm
+def test_against_vllm_serve(capsys, shared_data, vllm_server):
+    """The real `vllm serve` (tiny model, --enable-prompt-tokens-details): every request answered, token rates and
+    the server's own cached-token counts reported."""
+    rc, result, err = _bench(capsys, vllm_server.base_url, shared_data, "--requests", "6", "--warmup", "1",
+                             "--concurrency", "2,4", "--seeds", "0,1", "--judge-option", "structured=vllm",
+                             "--judge-option", "timeout_s=300")
+    assert rc == 0, err
+    for lv in result["levels"]:
+        assert lv["requests"] == 6 and lv["errors"] == 0, lv.get("first_error")
+        assert lv["prompt_tokens"] > 6 * 50 and lv["completion_tokens"] > 0
+        # an item's second trial repeats its first prompt: vLLM serves it from its prefix cache and says so
+        assert 0.2 < lv["cached_prompt_share"] < 1
