@@ -69,8 +69,9 @@ def _vidcapbench(mode: str) -> PairedSpec:
     from engine.protocols.vidcapbench.codes import N_CODES
     from engine.protocols.vidcapbench.metrics import metric_functions
 
+    # official mode leaves unscored pairs out of every count, as "paper" does (vidcapbench/metrics.py)
     return PairedSpec(_code_stats(N_CODES, ("answer",)), N_CODES + 1,
-                      metric_functions(paper_compatible=mode == "paper"))
+                      metric_functions(paper_compatible=mode in ("paper", "official")))
 
 
 def _vcinspector(mode: str) -> PairedSpec:
