@@ -9,7 +9,8 @@ from pathlib import Path
 
 def register(sub) -> None:
     p = sub.add_parser("compare", help="paired differences between captioners / prompts / frame specs of a run")
-    p.add_argument("run_dir", type=Path, help="a sweep's output folder (verdicts/, metrics/)")
+    p.add_argument("run_dir", type=Path,
+                   help="a sweep's output folder (verdicts/, metrics/), or one verdict table (.parquet)")
     p.add_argument("--a", help="systems on the left: 'captioner=X,prompt_id=Y' or a bare value (e.g. a prompt id)")
     p.add_argument("--b", help="systems on the right, same syntax; factors neither side names are held equal")
     p.add_argument("--all-pairs", action="store_true",

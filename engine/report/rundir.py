@@ -53,6 +53,12 @@ class RunData:
 def load_run(run_dir: str | Path) -> RunData:
     """The run folder's tables; fails naming the folder when it holds neither results nor verdicts."""
     path = Path(run_dir)
+    if path.is_file() and path.suffix == ".parquet":  # one verdict table (what `capeval judge --out` writes)
+        verdicts = pl.read_parquet(path)
+        if "verdict" not in verdicts.columns or "video_id" not in verdicts.columns:
+            raise ValueError(f"{path}: not a verdict table (needs verdict and video_id columns)")
+        return RunData(path.parent, pl.DataFrame(), _label_verdicts(verdicts, None, None),
+                       None, read_run_records(path.parent))
     if not path.is_dir():
         raise FileNotFoundError(f"run folder not found: {path}")
     results_path = path / "results.parquet"

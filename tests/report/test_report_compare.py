@@ -100,3 +100,15 @@ def test_capability_average_over_tasks_skips_an_undefined_task():
     # m1: mean(2/3, 1) = 83.3; m2: t1 only (t2 undefined) = 1/3
     assert prec["a_value"] == pytest.approx(100 * (2 / 3 + 1) / 2)
     assert prec["b_value"] == pytest.approx(100 / 3)
+
+
+def test_compare_cli_on_one_verdict_table(tmp_path, capsys):
+    from engine.cli import main
+
+    path = tmp_path / "verdicts.parquet"
+    pl.concat([verdict_rows(A, CODES_A), verdict_rows(B, CODES_B)]).drop("dataset", "protocol_name").write_parquet(path)
+    assert main(["compare", str(path), "--resamples", "200", "--out", str(tmp_path / "diff.csv")]) == 0
+    text = capsys.readouterr().out
+    assert "a = m1  vs  b = m2" in text and "Holm" in text
+    assert pl.read_csv(tmp_path / "diff.csv").height == 3
+    assert main(["compare", str(path), "--a", "captioner=nobody"]) == 2  # a selector that matches nothing
