@@ -195,8 +195,8 @@ def select_pairs(systems: pl.DataFrame, a: str | None = None, b: str | None = No
         for j, y in enumerate(rows):
             if i == j or any(x[c] != y[c] for c in FIXED) or not (_matches(x, a) and _matches(y, b)):
                 continue
-            if frozenset((i, j)) in seen:
-                continue
+            if frozenset((i, j)) in seen or (a and not b and _matches(y, a)) or (b and not a and _matches(x, b)):
+                continue  # one side given: the other side is everything else
             differ = [c for c in FACTORS if x[c] != y[c]]
             if not differ:
                 continue

@@ -84,6 +84,8 @@ def test_pair_selection():
     ab = select_pairs(systems, a="captioner=m1", b="captioner=m2")
     assert len(ab) == 4 and all(x["prompt_id"] == y["prompt_id"] and x["frame_spec"] == y["frame_spec"]
                                 and x["captioner"] == "m1" for x, y, _ in ab)
+    one_side = select_pairs(systems, a="prompt_id=p1")
+    assert len(one_side) == 4 and all(x["prompt_id"] == "p1" and y["prompt_id"] == "p2" for x, y, _ in one_side)
     bare = select_pairs(systems, a="p1", b="p2")
     assert len(bare) == 4 and all(d == "prompt_id" for _, _, d in bare)
 
