@@ -1,6 +1,6 @@
 """VidCapBench from the command line, as a user re-scores a recorded judge run: `capeval judge --dataset
 vidcapbench` on a QA file in the released layout, a caption file whose `n_tokens` are the given flan-t5-base
-counts, the replay judge, official mode with the benchmark's pack -> the official script's figures."""
+counts (declared with --param con_tokens=n_tokens), the replay judge, official mode with the benchmark's pack -> the official script's figures."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def test_capeval_judge_official_mode_reproduces_an_oracle_case(tmp_path, capsys)
     (tmp_path / "replies.jsonl").write_text("".join(json.dumps(r) + "\n" for r in replies))
     code = main(["judge", "--protocol", "vidcapbench", "--dataset", "vidcapbench", "--items", str(tmp_path / "qa.jsonl"),
                  "--captions", str(tmp_path / "captions.jsonl"), "--judge", "replay",
-                 "--judge-option", f"replies={tmp_path / 'replies.jsonl'}", "--mode", "official",
+                 "--judge-option", f"replies={tmp_path / 'replies.jsonl'}", "--mode", "official", "--param", "con_tokens=n_tokens",
                  "--prompts", str(PACK), "--cache", str(tmp_path / "cache"), "--out", str(tmp_path / "v.parquet"),
                  "--metrics", str(tmp_path / "m.csv"), "--resamples", "0", "--no-progress"])
     assert code == 0, capsys.readouterr().err

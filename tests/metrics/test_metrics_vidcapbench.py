@@ -60,7 +60,9 @@ def test_headline_is_the_mean_over_seeds_with_pooled_and_spread_when_sampling():
     # Con divides by the mean over ALL caption lines of the group (d has no question): 250 tokens
     con = get(out, "Con")
     assert con["value"] == pytest.approx(100 * acc["value"] / 250)
-    assert con["tokens_source"] == "n_tokens (given with the captions)" and con["avg_tokens"] == 250
+    assert con["tokens_source"].startswith("n_tokens (stored with the captions") and con["avg_tokens"] == 250
+    declared = compute_metrics(table([T0]), captions=CAPS, n_resamples=0, con_tokens="n_tokens")
+    assert get(declared, "Con")["tokens_source"] == "n_tokens (given with the captions)"
     # captions a captioner wrote (they have latencies): the same count, labelled as the captioner's
     timed = compute_metrics(table([T0]), captions=CAPS.with_columns(pl.lit(1.5).alias("latency_s")), n_resamples=0)
     assert get(timed, "Con")["tokens_source"] == "n_tokens (the captioner's count)"

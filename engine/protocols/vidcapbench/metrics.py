@@ -17,9 +17,10 @@ Modes (`mode` param, a `mode` column in the table):
 `n_no_verdict` is reported next to every metric either way.
 
 Conciseness tokens: a token count given with the captions (column `t5_tokens`, e.g. the flan-t5-base counts the
-paper uses; another column with param `con_tokens`) when every caption of the group has one, else `n_tokens`:
-the caption file's own count for captions read from a file (no `latency_s`), else the captioner's count;
-`tokens_source` says which, `avg_tokens` the mean used. The same mean serves every dimension, as in
+paper uses; another column with param `con_tokens`, e.g. `con_tokens=n_tokens` when a caption file's `n_tokens`
+are such counts) when every caption of the group has one, else `n_tokens`, labelled as the captioner's count when
+the captions carry the caption stage's latencies and as "stored with the captions" otherwise; `tokens_source`
+says which, `avg_tokens` the mean used. The same mean serves every dimension, as in
 the official script.
 
 Judge seeds (`trial`, else `seed`): the headline `value` is the mean over seeds of the per-seed metric (as the
@@ -152,9 +153,9 @@ def _tokens(captions: pl.DataFrame | None, con_tokens: str | None) -> pl.DataFra
     has_given, has_own = given in caps.columns, "n_tokens" in caps.columns
     if not (has_given or has_own):
         return None
-    # captions read from a file carry no latency: their n_tokens came with the file, not from a captioner run
-    from_file = pl.col("latency_s").is_null().all() if "latency_s" in caps.columns else pl.lit(True)
-    aggs = [from_file.alias("_from_file")]
+    # captions a captioner wrote in this run carry latencies: their n_tokens are that captioner's count
+    timed = pl.col("latency_s").is_not_null().all() if "latency_s" in caps.columns else pl.lit(False)
+    aggs = [timed.alias("_timed")]
     if has_given:
         aggs += [pl.col(given).cast(pl.Float64).mean().alias("_given"), pl.col(given).null_count().alias("_gnull")]
     if has_own:
@@ -168,8 +169,9 @@ def _tokens(captions: pl.DataFrame | None, con_tokens: str | None) -> pl.DataFra
         pl.when(use_given).then(pl.col("_given") if has_given else None)
         .when(own_ok).then(pl.col("_own") if has_own else None).otherwise(None).alias("avg_tokens"),
         pl.when(use_given).then(pl.lit(f"{given} (given with the captions)"))
-        .when(own_ok & pl.col("_from_file")).then(pl.lit("n_tokens (given with the captions)"))
-        .when(own_ok).then(pl.lit("n_tokens (the captioner's count)")).otherwise(None).alias("tokens_source"),
+        .when(own_ok & pl.col("_timed")).then(pl.lit("n_tokens (the captioner's count)"))
+        .when(own_ok).then(pl.lit("n_tokens (stored with the captions; con_tokens=n_tokens says they are given)"))
+        .otherwise(None).alias("tokens_source"),
     )
 
 
