@@ -185,7 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks.judge_endpoint import main as endpoint_main
 
         return endpoint_main(argv)
-    p = argparse.ArgumentParser(prog="capeval bench judge", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="capeval bench judge", description=__doc__.split("\n\n")[0],
+                                epilog="Your own judge: capeval bench judge --judge openai|vllm ... (see "
+                                       "`capeval bench judge --judge openai --help` and docs/bench.md)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="small workloads (target: under 3 minutes on 2 idle cores)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)

@@ -1,4 +1,7 @@
-"""`capeval bench NAME [args]`: runs benchmarks/bench_NAME.py's `main(argv)` (kernels, judge, decode)."""
+"""`capeval bench NAME [args]`: runs benchmarks/bench_NAME.py's `main(argv)` (kernels, judge, decode).
+
+`capeval bench judge --judge openai|vllm --judge-model M --protocol P --items FILE ...` measures the user's own judge
+(benchmarks/judge_endpoint.py, docs/bench.md); without --judge it is the macro benchmark of the judge path."""
 
 from __future__ import annotations
 
@@ -9,7 +12,8 @@ BENCHMARKS = ("kernels", "judge", "decode")
 
 
 def register(sub) -> None:
-    p = sub.add_parser("bench", help="performance benchmarks; print JSON with same-process baselines")
+    p = sub.add_parser("bench", help="performance benchmarks (JSON with same-process baselines); "
+                                     "`bench judge --judge ...` measures your own judge")
     p.add_argument("name", choices=BENCHMARKS)
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments for the benchmark (e.g. --json --quick)")
     p.set_defaults(func=run)
