@@ -1,0 +1,108 @@
+"""kill -9 at five points of one sweep (issue 8, fault suite): decode, caption, judge, between a cell's verdicts and
+its metrics, and during the results write. Each run is a real `capeval sweep` process killed with SIGKILL (by its
+own kill point, engine/sweep/faultpoints.py, or by the judge server mid-judging); every next run resumes the same
+folder. The final results equal an uninterrupted run's, and no store holds a row twice."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import polars as pl
+import pytest
+
+from benchmarks.loopback_server import answer_for, completion_body
+from conftest import (KILLED, AppServer, assert_no_duplicates, cli_env, finish, openai_judge, read_store,
+                      start_capeval, sweep_text, synthetic)
+from engine import exitcodes
+
+N_VIDEOS, ITEMS_PER_VIDEO, N_CELLS = 4, 4, 2
+PER_CELL = N_VIDEOS * ITEMS_PER_VIDEO
+
+
+class KillingJudge:
+    """An OpenAI-compatible judge that answers like the loopback server and SIGKILLs `victim` when its
+    `kill_at`-th request arrives (a kill in the middle of judging, at a point the test knows)."""
+
+    def __init__(self):
+        self.requests = 0
+        self.kill_at: int | None = None
+        self.victim: int | None = None
+        self.killed = threading.Event()
+
+    def app(self):
+        from aiohttp import web
+
+        async def chat(request):
+            body = await request.json()
+            self.requests += 1
+            if self.kill_at is not None and self.requests >= self.kill_at and self.victim and not self.killed.is_set():
+                os.kill(self.victim, signal.SIGKILL)
+                self.killed.set()
+            return web.Response(body=completion_body(body, answer_for(body)), content_type="application/json")
+
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", chat)
+        return app
+
+
+def _results(out) -> pl.DataFrame:
+    cols = ["frame_spec", "family", "question_type", "metric", "value", "ci_low", "ci_high", "n", "n_no_verdict"]
+    return pl.read_parquet(out / "results.parquet").select(cols).sort(cols[:4])
+
+
+def _run(sweep_file, out, kill_at: str | None = None, judge: KillingJudge | None = None):
+    env = cli_env(**({"CAPEVAL_KILL_AT": kill_at} if kill_at else {}))
+    proc = start_capeval(["sweep", sweep_file, "--out", out, "--no-progress"], env=env)
+    if judge is not None:
+        judge.victim = proc.pid
+    return finish(proc, timeout=300)
+
+
+@pytest.mark.slow
+def test_kill_nine_at_five_points_then_resume(tmp_path):
+    judge = KillingJudge()
+    with AppServer(judge.app()) as server:
+        text = sweep_text(datasets=synthetic(N_VIDEOS), frames=("uniform:2", "uniform:3"),
+                          judge=openai_judge(server.base_url, max_in_flight=4))
+        path = tmp_path / "sweep.toml"
+        path.write_text(text)
+
+        reference = _run(path, tmp_path / "reference")
+        assert reference.returncode == exitcodes.OK, reference
+        distinct = judge.requests  # requests with equal prompts (equal captions) are sent once, across cells too
+        assert 0 < distinct <= N_CELLS * PER_CELL
+        judge.requests = 0
+
+        out = tmp_path / "killed"
+        runs = {}
+        runs["decode"] = _run(path, out, "decode@2")
+        assert not (out / "metrics").exists() or not list((out / "metrics").glob("*.parquet"))
+        runs["caption"] = _run(path, out, "caption@1")
+        assert not list((out / "verdicts").glob("*.parquet"))
+        judge.kill_at = distinct - 1  # near the end of judging: the last cell is killed mid-judging
+        runs["judge"] = _run(path, out, judge=judge)
+        assert judge.killed.is_set()
+        judge.kill_at = None
+        committed = len(list((out / "metrics").glob("*.parquet")))
+        assert committed < N_CELLS
+        runs["verdicts/metrics"] = _run(path, out, "cell_verdicts@1")
+        # the next cell's verdicts are written, its metrics are not
+        assert len(list((out / "verdicts").glob("*.parquet"))) == committed + 1, runs["verdicts/metrics"]
+        assert len(list((out / "metrics").glob("*.parquet"))) == committed
+        runs["results write"] = _run(path, out, "write:results.parquet@1")
+        assert not (out / "results.parquet").exists()
+        for point, run in runs.items():
+            assert run.returncode == KILLED, (point, run)
+
+        final = _run(path, out)
+        assert final.returncode == exitcodes.OK, final
+        assert f"{N_CELLS} cells: {N_CELLS} cached (skipped), 0 to run" in final.stderr
+    assert _results(out).equals(_results(tmp_path / "reference"))
+    counts = assert_no_duplicates(out)
+    assert counts["verdicts"] == N_CELLS * PER_CELL and counts["captions"] == N_CELLS * N_VIDEOS
+    assert counts == assert_no_duplicates(tmp_path / "reference")
+    # what was answered before the kills was not paid again: at most the requests in flight at the judge kill
+    assert judge.requests <= distinct + 4
+    assert set(read_store(out / "metrics")["cell_status"]) == {"complete"}
