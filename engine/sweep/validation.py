@@ -98,31 +98,33 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
 
 
 def protocol_param_problems(params: dict, base: Path) -> list[tuple[str, str]]:
-    """(key, message) for the protocol params capeval itself reads; `prompts` is made absolute in place (a pack
-    path in a sweep file is relative to the file)."""
+    """(key, message) for the protocol params capeval itself reads; `prompts` and `event_prompts` are made absolute
+    in place (a pack path in a sweep file is relative to the file)."""
     from engine.frames.sampling import FrameSpecError, parse_frame_spec
 
     out = []
     mode = params.get("mode", "strict")
     if mode not in PROTOCOL_MODES:
         out.append(("mode", f"expected one of {PROTOCOL_MODES}, got {mode!r}"))
-    if "prompts" in params:
-        v = params["prompts"]
+    for key in ("prompts", "event_prompts"):  # event_prompts: LVCap-Eval's AutoDQ pack (engine/protocols/lvcap)
+        if key not in params:
+            continue
+        v = params[key]
         if not isinstance(v, str):
-            out.append(("prompts", f"expected a prompt pack path, got {type(v).__name__}"))
+            out.append((key, f"expected a prompt pack path, got {type(v).__name__}"))
         else:
             p = Path(v).expanduser()
             p = p if p.is_absolute() else base / p
             if not p.is_file():
-                out.append(("prompts", f"prompt pack not found: {p}"))
+                out.append((key, f"prompt pack not found: {p}"))
             else:
                 from engine.packs import PackError, load_pack
 
                 try:
                     load_pack(p)
-                    params["prompts"] = str(p.resolve())
+                    params[key] = str(p.resolve())
                 except PackError as exc:
-                    out.append(("prompts", str(exc)))
+                    out.append((key, str(exc)))
     if "judge_frames" in params:
         try:
             params["judge_frames"] = str(parse_frame_spec(params["judge_frames"]))

@@ -160,3 +160,13 @@ def test_events_only_official_run_needs_only_the_autodq_pack(monkeypatch):
     with pytest.raises(PackError, match="official mode needs"):  # no AutoDQ pack anywhere: a clear error
         PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
                                 mode="official")
+
+
+def test_sweep_params_resolve_the_event_pack_relative_to_the_sweep_file(tmp_path):
+    from engine.sweep.validation import protocol_param_problems
+
+    params = {"mode": "official", "prompts": "lvcap.toml", "event_prompts": "autodq.toml"}
+    assert protocol_param_problems(params, PACK_DIR) == []
+    assert params["event_prompts"] == str((PACK_DIR / "autodq.toml").resolve())
+    problems = protocol_param_problems({"event_prompts": "nope.toml"}, tmp_path)
+    assert problems == [("event_prompts", f"prompt pack not found: {tmp_path / 'nope.toml'}")]
