@@ -205,22 +205,29 @@ def subsample_indices(n_frames: int, max_frames: int | None) -> np.ndarray:
 class OpenAICaptioner(_HTTPBackend):
     """Multimodal captioner: the frames of the frame spec go as JPEG data URLs in one user message, all of them
     unless `max_frames` (the backend's limit) says otherwise; then they are evenly subsampled and the number sent is
-    recorded (`frames_sent`, `note`). A caption cut at `max_tokens` (finish_reason "length") has `truncated=True`."""
+    recorded (`frames_sent`, `note`). An image item (`media_type="image"`) is sent as one image. A caption cut at
+    `max_tokens` (finish_reason "length") has `truncated=True`. The prompt's system message, when it has one, goes
+    first."""
 
     def _body(self, r: CaptionRequest) -> tuple[bytes, int, str | None]:
         frames = np.asarray(r.frames)
         if frames.ndim != 4 or frames.shape[-1] != 3:
             raise ValueError(f"frames must be uint8 (T, H, W, 3); got shape {frames.shape}")
-        idx = subsample_indices(len(frames), self.config.max_frames)
+        image = getattr(r, "media_type", "video") == "image"
+        # a still image is one picture, sent once, without frame timestamps
+        idx = np.arange(1) if image else subsample_indices(len(frames), self.config.max_frames)
         note = None
-        if len(idx) < len(frames):
+        if not image and len(idx) < len(frames):
             note = f"sent {len(idx)} of {len(frames)} frames (evenly subsampled; max_frames={self.config.max_frames})"
         text = r.prompt if r.context is None else f"{r.context}\n\n{r.prompt}"
-        if r.timestamps:
+        if r.timestamps and not image:
             stamps = ", ".join(f"{r.timestamps[i]:.2f}" for i in idx if i < len(r.timestamps))
             text = f"{text}\n(Frame timestamps in seconds: {stamps})"
         urls = [_jpeg_data_url(frames[i], self.config.jpeg_quality) for i in idx]
-        body = {"model": self.config.model, "messages": [{"role": "user", "content": user_content(text, urls)}],
+        system = getattr(r, "system", None)
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user_content(text, urls)}]
+        body = {"model": self.config.model, "messages": messages,
                 "max_tokens": self.config.max_tokens or r.max_tokens, "seed": r.seed}
         if r.temperature is not None:
             body["temperature"] = r.temperature

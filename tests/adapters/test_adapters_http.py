@@ -162,6 +162,18 @@ def test_captioner_subsamples_frames_only_with_explicit_max_frames():
     assert json.loads(body)["max_tokens"] == 2048  # long enough for detailed captions
 
 
+def test_captioner_sends_an_image_once_with_the_system_message():
+    still = np.full((1, 20, 30, 3), 200, np.uint8)
+    with OpenAICaptioner(model="cap", base_url="http://127.0.0.1:9/v1") as cap:
+        body, n_sent, note = cap._body(CaptionRequest(key="img", prompt="Describe the image.", frames=still,
+                                                      timestamps=(0.0,), media_type="image", system="Be precise."))
+    msg = json.loads(body)["messages"]
+    assert msg[0] == {"role": "system", "content": "Be precise."}
+    assert [p["type"] for p in msg[1]["content"]] == ["image_url", "text"]
+    assert msg[1]["content"][1]["text"] == "Describe the image."  # no frame timestamps for a still image
+    assert n_sent == 1 and note is None
+
+
 def test_captioner_flags_truncated_captions():
     frames = np.zeros((2, 16, 16, 3), np.uint8)
     long_prompt = "Describe every object, colour and motion in detail. " * 4
