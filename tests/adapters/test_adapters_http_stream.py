@@ -118,3 +118,24 @@ def test_cached_prompt_tokens_read_from_usage():
             out = judge.judge(reqs)
     assert out[0].cached_prompt_tokens == 0
     assert all(0.7 < o.cached_prompt_tokens / o.prompt_tokens < 1 for o in out[1:])
+
+
+def test_stream_with_the_judge_loops_window_feed():
+    """The feed the judge loop uses (engine/judging/window.py WindowFeed): done() after each answer, a re-ask put
+    before done(), the stream ends when the feed closes."""
+    from engine.judging.window import WindowFeed
+
+    feed = WindowFeed()
+    for r in _reqs(40, "w"):
+        feed.put(r)
+    with LoopbackServer(FaultConfig(latency_median_s=0.005, latency_sigma=0.5)) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=16) as judge:
+            keys = []
+            for resp in judge.stream(feed, 8):
+                keys.append(resp.key)
+                if resp.key == "w3":
+                    feed.put(JudgeRequest(key="w3-again", user="re-ask w3"))
+                feed.done()
+                assert feed.in_flight <= 8
+    assert sorted(keys) == sorted([f"w{i}" for i in range(40)] + ["w3-again"])
+    assert feed.closed
