@@ -17,10 +17,12 @@ from engine.frames.decode import (
     probe_duration,
     size_text,
 )
-from engine.frames.sampling import FPS, FrameSpecError, KeyframeSnap, Segments, Uniform, parse_frame_spec, target_timestamps
+from engine.frames.images import decode_image, is_image_path, media_type_of
+from engine.frames.sampling import (FPS, FrameSpecError, KeyframeSnap, Linspace, Segments, Uniform, parse_frame_spec,
+                                    target_timestamps)
 
 __all__ = [
-    "FPS", "CorruptVideoError", "KeyframeSnap", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
+    "FPS", "CorruptVideoError", "KeyframeSnap", "Linspace", "decode_image", "is_image_path", "media_type_of", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
     "Segments", "TruncatedVideoError", "Uniform", "VideoDecodeError", "VideoNotFoundError", "decode_frames",
     "decode_frames_cached", "decode_videos_table", "frames_key", "frames_row", "load_frames", "parse_frame_spec",
     "probe_duration", "size_text", "target_timestamps",
