@@ -210,6 +210,7 @@ class VLLMJudge:
 
         engine = self._llm.llm_engine
         live: dict[str, tuple[JudgeRequest, float]] = {}
+        alias: dict[str, str] = {}  # outputs may carry the external id or vLLM's internal "<id>-<8 chars>": both map
         try:
             while True:
                 failed: list[JudgeResponse] = []
@@ -236,6 +237,9 @@ class VLLMJudge:
                         failed.append(JudgeResponse(key=req.key, text=None, error=f"{type(exc).__name__}: {exc}"))
                         continue
                     live[rid] = (req, time.perf_counter())
+                    alias[rid] = rid
+                    if len(rid) > 9 and rid[-9] == "-":
+                        alias[rid[:-9]] = rid
                 yield from failed
                 if not live:
                     if feed.closed:
@@ -243,9 +247,12 @@ class VLLMJudge:
                     time.sleep(0.001)  # the consumer is still handing back answers
                     continue
                 for out in engine.step():
-                    if not getattr(out, "finished", False) or out.request_id not in live:
+                    rid = alias.get(out.request_id)
+                    if not getattr(out, "finished", False) or rid not in live:
                         continue
-                    req, t0 = live.pop(out.request_id)
+                    req, t0 = live.pop(rid)
+                    alias.pop(rid, None)
+                    alias.pop(rid[:-9], None)
                     resp = self._response(req, out, time.perf_counter() - t0)
                     self._count(resp)
                     yield resp

@@ -131,5 +131,9 @@ def test_vllm_stream_keeps_the_engine_fed_and_answers_like_batches(vllm_judge, s
     assert vllm_judge._sampling_params(free, 10).temperature == vllm_judge._default_sampling.get("temperature", 1.0)
     feed = WindowFeed()
     feed.put(free)
-    (resp,) = list(vllm_judge.stream(feed, 4))
+    answers = []
+    for resp in vllm_judge.stream(feed, 4):
+        answers.append(resp)
+        feed.done()  # the consumer hands each answer back (the loop adds re-asks/next steps before this)
+    (resp,) = answers
     assert resp.error is None and resp.text is not None and resp.completion_tokens >= 1
