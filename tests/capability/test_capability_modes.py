@@ -177,3 +177,13 @@ def test_text_annotations_that_look_like_numbers_render_verbatim():
     assert "{cup: 3}" in rows["object_number"]["user"]
     ok = '{"OCR": "1.50", "score": 1, "reason": "x"}'
     assert PROTOCOL.parse(rows["OCR"], ok)[0] == V.POSITIVE
+
+
+def test_kt_object_without_its_caption_row_counts_as_no_verdict():
+    d = "dynamic_object_number"
+    qa = _qa([(d, "a", 0, CapabilityQAVerdict.CORRECT), (d, "a", 1, CapabilityQAVerdict.CORRECT)])
+    cap = _rows([(d, "a", 1, V.MISS)])
+    row = _value(know_but_cannot_tell(qa, cap, n_resamples=0, mode="strict"), d, "kt")
+    assert (row["value"], row["n"], row["n_no_verdict"]) == (pytest.approx(100.0), 2, 1)
+    row = _value(know_but_cannot_tell(qa, cap, n_resamples=0, mode="official"), d, "kt")
+    assert (row["value"], row["n"], row["n_no_verdict"]) == (pytest.approx(100.0), 1, 1)

@@ -261,12 +261,16 @@ def know_but_cannot_tell(qa_verdicts, caption_verdicts, *, n_resamples: int = 10
     dup = cap.group_by(["task", "item_id", "sub_index", *keys]).len().filter(pl.col("len") > 1)
     if dup.height:
         raise ValueError(f"caption verdicts have {dup.height} keys with several rows (e.g. {dup.row(0)})")
-    correct = qa.filter(pl.col("verdict") == int(CapabilityQAVerdict.CORRECT))
+    correct = qa.filter(pl.col("verdict") == int(CapabilityQAVerdict.CORRECT)).with_row_index("_qid")
     capv = cap.select("task", "item_id", *keys, pl.col("sub_index").alias("_cap_sub"),
                       pl.col("verdict").alias("_cv"), pl.col("parse_status").alias("_cs"))
     joined = correct.join(capv, on=["task", "item_id", *keys], how="left")
     joined = joined.filter(pl.col("sub_index").is_null() | pl.col("_cap_sub").is_null()
                            | (pl.col("sub_index") == pl.col("_cap_sub")))
+    # a QA row whose own object has no caption row (only other objects of the item do) stays, without a verdict
+    unmatched = correct.join(joined.select("_qid"), on="_qid", how="anti")
+    if unmatched.height:
+        joined = pl.concat([joined, unmatched], how="diagonal_relaxed")
     if correct.height and joined["_cv"].is_null().all():
         ex = correct.row(0, named=True)
         raise ValueError(f"KT: none of the {correct.height} correctly answered QA items has a caption verdict "
