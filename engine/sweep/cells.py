@@ -30,11 +30,16 @@ from engine.sweep.grid import CELL_COLUMNS
 
 
 def recover(stores) -> list[str]:
-    """Roll back cells killed between their verdicts and their metrics; returns their keys."""
+    """Roll back cells killed between their verdicts and their metrics (returns their keys), and remove the temp
+    files of writes a kill interrupted (they were never renamed into place, so nothing refers to them)."""
     committed = {p.stem for p in stores.metrics.segments()}
     orphans = [p.stem for p in stores.verdicts.segments() if _is_cell_name(p.stem) and p.stem not in committed]
     for name in orphans:
         stores.verdicts.remove(name)
+    out = stores.metrics.root.parent
+    for folder in [out] + [d for d in out.iterdir() if d.is_dir() and d.name != "frames"]:
+        for stray in folder.glob(".*.tmp"):
+            stray.unlink(missing_ok=True)
     return orphans
 
 
