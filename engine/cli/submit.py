@@ -44,7 +44,7 @@ def register(sub) -> None:
                                      "else http://127.0.0.1:8265)")
     p.add_argument("--out", type=Path, help="local folder for the fetched results (default: runs/<sweep name>)")
     p.add_argument("--remote-out", help="output folder on the cluster (shared storage makes resubmits resume); "
-                                        "default: a folder inside the job's working_dir")
+                                        "default: /tmp/capeval-jobs/<submission id> on the head node")
     p.add_argument("--no-ship-data", action="store_true",
                    help="do not copy the paths the sweep names: they exist on the cluster at the same paths")
     p.add_argument("--python", default="python", help="python executable on the cluster (default: python)")
@@ -200,9 +200,15 @@ def job_side(args) -> int:
     from engine.sweep.config import load_sweep
     from engine.sweep.runner import run_sweep
 
-    config = load_sweep(args.file)
-    # absolute: Ray workers (decode, caption) run in their own folders and write the frame cache under it
-    out = Path(args.remote_out or "capeval-out").resolve()
+    # Absolute, and outside the job's working_dir: Ray manages (and may clean up) that folder, and decode and
+    # caption workers run in folders of their own. The inputs are copied beside the results for the same reason.
+    out = Path(args.remote_out or Path(tempfile.gettempdir()) / "capeval-jobs" / "job").resolve()
+    inputs = out / "submitted"
+    shutil.copytree(Path.cwd(), inputs, dirs_exist_ok=True)
+    # Work from the copy: Ray may remove the working_dir while the job's own Ray session runs, and libraries that
+    # resolve paths against the current folder (model loaders) then fail with a bare FileNotFoundError.
+    os.chdir(inputs)
+    config = load_sweep(inputs / args.file)
     result = run_sweep(config, out, progress=False)
     print(result.summary(), file=sys.stderr, flush=True)
     sys.stderr.flush()
@@ -268,9 +274,8 @@ def run(args) -> int:
     try:
         staged, shipped = stage_sweep(args.file, staging, ship_data=not args.no_ship_data)
         job_id = args.submission_id or submission_id(args.file, args.remote_out, args.resubmit)
-        entry = [args.python, "-m", "engine.cli", "submit", "--job-side", staged.name]
-        if args.remote_out:
-            entry += ["--remote-out", args.remote_out]
+        entry = [args.python, "-m", "engine.cli", "submit", "--job-side", staged.name,
+                 "--remote-out", args.remote_out or f"/tmp/capeval-jobs/{job_id}"]
         import shlex
 
         entrypoint = shlex.join(entry)

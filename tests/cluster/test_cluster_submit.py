@@ -102,7 +102,8 @@ def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path, r
         assert cluster.alive_nodes() == 2
         fetched = tmp_path / "fetched"
         proc = subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(sweep_file), "--address",
-                               cluster.dashboard, "--out", str(fetched)], cwd=tmp_path, env=_env(cluster.env),
+                               cluster.dashboard, "--out", str(fetched), "--remote-out", str(tmp_path / "remote")],
+                              cwd=tmp_path, env=_env(cluster.env),
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     finally:
@@ -115,4 +116,6 @@ def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path, r
     assert theirs.height == ours.height > 0
     assert theirs.equals(ours)
     verdicts = pl.concat([pl.read_parquet(p) for p in sorted((fetched / "verdicts").glob("*.parquet"))])
-    assert verdicts["cell_key"].n_unique() == 4
+    assert verdicts["cell_key"].n_unique() == 4 and (verdicts["verdict"] >= 0).all()
+    # the job ran from a copy of its inputs beside its results (the shipped table and its videos)
+    assert len(list((tmp_path / "remote" / "submitted" / "data").rglob("*.mp4"))) == 3
