@@ -132,6 +132,9 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         "counts_by_status": to_jsonable(counts_by_status or {}),
         "throughput": to_jsonable(throughput or {}),
     }
+    path = getattr(config, "path", None)
+    if path is not None:  # absolute, so the report can find the sweep file again from anywhere
+        record["sweep_file"] = str(Path(path).resolve())
     if extra:
         record["extra"] = to_jsonable(extra)
     runs.append(record)

@@ -19,7 +19,7 @@ from engine.report import plots
 from engine.report.assets import CSS, JS
 from engine.report.compare import compare_run
 from engine.report.leaderboard import Leaderboard, leaderboards
-from engine.report.rundir import RunData, load_run
+from engine.report.rundir import RunData, load_items, load_run
 
 #: rows embedded in the per-sample browser; failures always, the rest in order up to this many
 MAX_SAMPLES = 5000
@@ -119,6 +119,15 @@ def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
     else:
         v = v.with_columns(pl.lit(None, dtype=pl.String).alias("caption"),
                            pl.lit(None, dtype=pl.String).alias("caption_error"))
+    items = load_items(run)
+    if items is not None and {"task", "item_id", "annotation"} <= set(items.columns):
+        shown_items = items.select(
+            "dataset", "task", "item_id", pl.col("annotation").alias("question"),
+            pl.col("options").cast(pl.List(pl.String)).list.join(" | ").alias("options")
+            if "options" in items.columns else pl.lit(None, dtype=pl.String).alias("options"),
+            pl.col("answer") if "answer" in items.columns else pl.lit(None, dtype=pl.String).alias("answer"),
+        ).unique(subset=["dataset", "task", "item_id"], keep="first")
+        v = v.join(shown_items, on=["dataset", "task", "item_id"], how="left")
     prompts = {}
     for pid in v["prompt_id"].unique().to_list():
         try:
@@ -134,7 +143,8 @@ def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
     embedded = ordered.head(max_samples)
     shown = ["protocol", "captioner", "prompt_id", "frame_spec", "judge", "task", "item_id", "video_id", "step",
              "verdict_label", "status"]
-    details = ["caption", "caption_prompt", "raw_output", "detail", "error", "caption_error"]
+    details = ["question", "options", "answer", "caption", "caption_prompt", "raw_output", "detail", "error",
+               "caption_error"]
     cols = [c for c in dict.fromkeys(shown + details) if c in embedded.columns]
     data = {"columns": cols, "rows": embedded.select(cols).rows(),
             "filters": [c for c in ("protocol", "captioner", "prompt_id", "frame_spec", "judge", "task",

@@ -99,3 +99,29 @@ def _label_verdicts(verdicts: pl.DataFrame, metrics: pl.DataFrame | None, result
     v = v.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in CELL_COLUMNS)
     key = [c for c in ["cell_key", "request_key", *ITEM_KEY, "video_id", "seed"] if c in v.columns]
     return v.unique(subset=key, keep="first", maintain_order=True)
+
+
+def load_items(run: RunData) -> pl.DataFrame | None:
+    """The items behind a sweep run (question, options, answer), reloaded from the sweep file its last run record
+    names; None when there is no record, the file is gone, or loading fails (the report then shows no questions).
+    Synthetic datasets are reloaded only when their videos are still in the run folder (no regeneration)."""
+    if not run.records:
+        return None
+    record = run.records[-1]
+    path = Path(record.get("sweep_file") or (record.get("config") or {}).get("path") or "")
+    if not path.is_file():
+        return None
+    try:
+        from engine.datasets.registry import load
+        from engine.sweep.config import load_sweep
+
+        sweep = load_sweep(path, check_paths=False)
+        frames = []
+        for spec in sweep.datasets:
+            if spec.kind == "synthetic" and not (run.path / "videos" / spec.name).is_dir():
+                continue
+            loaded = load(spec.kind, spec.kind_params(), base_dir=path.parent, out_dir=run.path, name=spec.name)
+            frames.append(pl.from_arrow(loaded.items).with_columns(pl.lit(spec.name).alias("dataset")))
+        return pl.concat(frames, how="diagonal_relaxed") if frames else None
+    except Exception:  # a report must not fail because a sweep's inputs moved or changed; it shows less instead
+        return None
