@@ -84,7 +84,8 @@ def test_protocol_end_to_end_on_cpu_vllm(name, request, judging_inputs, tmp_path
         assert sorted(set(v["trial"].to_pylist())) == [0, 1] and set(v["step"].to_pylist()) == {"score"}
     if name == "lvcap":
         assert {"answer", "entail_r"} <= set(v["step"].to_pylist())
-    again = run_judging(reqs, vllm_judge, cache_dir=tmp_path, protocol=p, progress=False, return_summary=True)[1]
+    again = run_judging(reqs, vllm_judge, cache_dir=tmp_path, protocol=p, max_reasks=1, progress=False,
+                        return_summary=True)[1]  # same settings: every answer and re-ask comes from the cache
     assert again.sent == 0
 
 
