@@ -28,8 +28,6 @@ def register(sub) -> None:
 
 def run_modes(results, overrides: list[str]) -> dict[str, str]:
     """protocol -> mode: the `mode` column of the run's results, then --mode overrides."""
-    import polars as pl
-
     modes = {}
     if results.height and "mode" in results.columns and "protocol" in results.columns:
         for r in results.select("protocol", "mode").drop_nulls().unique(subset=["protocol"], keep="first").iter_rows():
@@ -39,7 +37,6 @@ def run_modes(results, overrides: list[str]) -> dict[str, str]:
         if not sep or not mode:
             raise ValueError(f"--mode expects PROTOCOL=MODE, got {item!r}")
         modes[proto.strip()] = mode.strip()
-    del pl
     return modes
 
 
