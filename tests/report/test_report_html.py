@@ -92,6 +92,7 @@ def test_report_in_a_real_browser(run_dir, tmp_path, capsys):
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=", page)
     if chromium_path() is None:
         pytest.skip("chromium is not installed (apt-get install chromium)")
+    pytest.importorskip("websockets.sync.client", reason="the DevTools driver needs the websockets package")
     verdicts = load_run(run_dir).verdicts
     browser = Browser()
     try:
