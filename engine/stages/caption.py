@@ -42,6 +42,7 @@ class CaptionTask:
     prompt_text: str
     segments: int = 0  # >0: LVCap segmental mode, captioned in this many consecutive segments with context
     max_tokens: int = 512
+    media_type: str = "video"  # "image": the frames are one still image, sent as an image
 
 
 class CaptionWorker:
@@ -72,7 +73,9 @@ class CaptionWorker:
         plain = [t for t in tasks if not t.segments]
         frames = {t.frames_path: np.load(t.frames_path) for t in tasks}
         requests = [
-            CaptionRequest(t.caption_key, t.prompt_text, frames[t.frames_path], t.timestamps, max_tokens=t.max_tokens)
+            CaptionRequest(t.caption_key, t.prompt_text, frames[t.frames_path],
+                           () if t.media_type == "image" else t.timestamps, max_tokens=t.max_tokens,
+                           media_type=t.media_type)
             for t in plain
         ]
         responses = self.model.caption(requests) if requests else []

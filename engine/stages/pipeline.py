@@ -43,43 +43,59 @@ def frames_index(stores) -> dict[tuple[str, str], dict]:
     return {(r["video_id"], r["frame_spec"]): r for r in store.read().to_pylist() if r["error"] is None}
 
 
-def _key(row: dict, captioner, cap_rev: dict, prompt_id: str) -> str:
+def _max_tokens(captioner) -> int:
+    return getattr(captioner, "max_tokens", None) or MAX_TOKENS
+
+
+def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> str:
+    """The caption's key: frames, captioner identity, the exact text sent (per media type) and the settings."""
     prompt = get_prompt(prompt_id)
-    params = {"params": captioner.params, "max_tokens": MAX_TOKENS,
+    params = {"params": captioner.params, "max_tokens": _max_tokens(captioner),
               "segments": SEGMENTS_PER_VIDEO if prompt.segmental else 0}
-    return caption_key(row["frames_key"], captioner.name, cap_rev[captioner.display], prompt.text, params)
+    text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
+    return caption_key(row["frames_key"], captioner.name, cap_rev[captioner.display], text, params)
 
 
-def caption_key_for(row: dict, captioner, cap_rev: dict, prompt_id: str) -> str:
+def caption_key_for(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> str:
     """Caption key of a frames-index row under a cell's captioner and prompt."""
-    return _key(row, captioner, cap_rev, prompt_id)
+    return _key(row, captioner, cap_rev, prompt_id, media_type)
 
 
-def _task(row: dict, captioner, cap_rev: dict, prompt_id: str) -> CaptionTask:
+def _task(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> CaptionTask:
     prompt = get_prompt(prompt_id)
+    text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
     return CaptionTask(
-        caption_key=_key(row, captioner, cap_rev, prompt_id), video_id=row["video_id"], frames_path=row["path"],
-        timestamps=tuple(row["timestamps"] or ()), frame_spec=row["frame_spec"], prompt_id=prompt_id,
-        prompt_text=prompt.text, segments=SEGMENTS_PER_VIDEO if prompt.segmental else 0, max_tokens=MAX_TOKENS,
+        caption_key=_key(row, captioner, cap_rev, prompt_id, media_type), video_id=row["video_id"],
+        frames_path=row["path"], timestamps=tuple(row["timestamps"] or ()), frame_spec=row["frame_spec"],
+        prompt_id=prompt_id, prompt_text=text, segments=SEGMENTS_PER_VIDEO if prompt.segmental else 0,
+        max_tokens=_max_tokens(captioner), media_type=media_type or "video",
     )
+
+
+def _media_types(data) -> dict:
+    return getattr(data, "media_types", None) or {}
 
 
 def cell_caption_keys(cell, data, stores, cap_rev: dict) -> list[str]:
     """Caption keys of one cell (videos of its dataset at its frame spec and prompt), from the frames index."""
     index = frames_index(stores)
-    cc = cell.caption
-    return [_key(index[(vid, cc.frame_spec)], cc.captioner, cap_rev, cc.prompt_id)
+    cc = getattr(cell, "caption", cell)
+    media = _media_types(data)
+    return [_key(index[(vid, cc.frame_spec)], cc.captioner, cap_rev, cc.prompt_id, media.get(vid))
             for vid in data.videos if (vid, cc.frame_spec) in index]
 
 
 def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progress: bool = True,
                       exit_once_marker: str | None = None) -> CaptionOutcome:
-    """Decode and caption everything the pending cells need; returns counts and what failed."""
+    """Decode and caption everything the pending cells (result cells or caption cells) need; returns counts and
+    what failed. Caption cells read from `[[captions]]` files need no captioning."""
     from engine.stages.decode import decode_stream
 
     groups: dict[tuple[str, str], dict] = {}
     for cell in pending:
-        cc = cell.caption
+        cc = getattr(cell, "caption", cell)
+        if getattr(cc, "from_file", False):
+            continue
         g = groups.setdefault((cc.dataset.name, cc.captioner.display),
                               {"captioner": cc.captioner, "prompts": set(), "specs": set()})
         g["prompts"].add(cc.prompt_id)
@@ -91,17 +107,19 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
         data, captioner = datasets[dname], g["captioner"]
         prompts, specs = sorted(g["prompts"]), sorted(g["specs"])
         index, done = frames_index(stores), finished_keys(stores.captions)
+        media = _media_types(data)
         todo = []
         for vid, path in data.videos.items():
             rows = [index.get((vid, s)) for s in specs]
-            if all(rows) and all(_key(r, captioner, cap_rev, p) in done for r in rows for p in prompts):
+            if all(rows) and all(_key(r, captioner, cap_rev, p, media.get(vid)) in done for r in rows for p in prompts):
                 totals["cached"] += len(rows) * len(prompts)
                 continue
             todo.append((vid, path))
         if not todo:
             continue
 
-        def tasks(todo=todo, prompts=prompts, specs=specs, captioner=captioner, index=index) -> Iterator[CaptionTask]:
+        def tasks(todo=todo, prompts=prompts, specs=specs, captioner=captioner, index=index,
+                  media=media) -> Iterator[CaptionTask]:
             for rows in decode_stream(todo, specs, cache_dir=str(stores.frames), progress=progress,
                                       desc=f"decode [{dname}]"):
                 new = [r for r in rows if r["failure"] is None and (r["video_id"], r["frame_spec"]) not in index]
@@ -112,7 +130,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
                         outcome.frame_failures[(r["video_id"], r["frame_spec"])] = r["failure"]
                         continue
                     for p in prompts:
-                        yield _task(r, captioner, cap_rev, p)
+                        yield _task(r, captioner, cap_rev, p, media.get(r["video_id"]))
 
         opts = config.options
         stats = run_caption_stage(

@@ -5,6 +5,7 @@ A verdict row without a verdict gets an `item_status` (and `retryable`) next to 
     ok              a verdict (parsed first time, or repaired / re-asked)
     bad_media       permanent: the video cannot be decoded (empty, corrupt, truncated, not found, no video stream)
     unparsed        permanent: the judge answered, nothing parseable came out after the re-asks (answers are cached)
+    no_caption      permanent: a `[[captions]]` file has no caption for the item (a rerun reads the same file)
     io_error        retryable: the frame cache could not be written or read (disk full, I/O error)
     frames_missing  retryable: no frames for the video in this run (e.g. its decode task was lost)
     caption_failed  retryable: the captioner failed (backend error, actor died, raised)
@@ -30,12 +31,13 @@ from engine.schemas import NO_VERDICT, ParseStatus
 OK = "ok"
 BAD_MEDIA = "bad_media"
 UNPARSED = "unparsed"
+NO_CAPTION = "no_caption"
 IO_ERROR = "io_error"
 FRAMES_MISSING = "frames_missing"
 CAPTION_FAILED = "caption_failed"
 JUDGE_ERROR = "judge_error"
 MISSING = "missing"
-PERMANENT = frozenset({BAD_MEDIA, UNPARSED})
+PERMANENT = frozenset({BAD_MEDIA, UNPARSED, NO_CAPTION})
 RETRYABLE = frozenset({IO_ERROR, FRAMES_MISSING, CAPTION_FAILED, JUDGE_ERROR, MISSING})
 
 #: cell_status of a metrics segment: finished cells are skipped by a rerun, incomplete ones are redone.
@@ -60,9 +62,11 @@ class Failure:
 
 def classify_verdicts(verdicts: pa.Table, video_failures: dict[str, Failure]) -> pa.Table:
     """`verdicts` + `item_status` and `retryable` columns; rows MISSING because their video or caption failed get
-    that failure's message as `error` (instead of the generic "caption failed: ...")."""
+    that failure's message as `error` (instead of the generic "caption failed: ..."). `video_failures` is keyed by
+    video_id, or by item_id for items captioned one by one."""
     status, retryable, errors = [], [], []
-    for vid, verdict, parse, error in zip(verdicts.column("video_id").to_pylist(),
+    for item, vid, verdict, parse, error in zip(verdicts.column("item_id").to_pylist(),
+                                                 verdicts.column("video_id").to_pylist(),
                                            verdicts.column("verdict").to_pylist(),
                                            verdicts.column("parse_status").to_pylist(),
                                            verdicts.column("error").to_pylist()):
@@ -72,8 +76,9 @@ def classify_verdicts(verdicts: pa.Table, video_failures: dict[str, Failure]) ->
             s = UNPARSED
         elif parse == ParseStatus.ERROR:
             s = JUDGE_ERROR
-        elif vid in video_failures:
-            s, error = video_failures[vid].status, video_failures[vid].message
+        elif item in video_failures or vid in video_failures:  # per-item captions (file cells) come first
+            f = video_failures.get(item) or video_failures[vid]
+            s, error = f.status, f.message
         else:
             s = MISSING
         status.append(s)
@@ -124,6 +129,18 @@ class RunAccount:
                 self.reasons[key] += 1
                 if len(self.examples[key]) < 5:
                     self.examples[key].append(item)
+
+    def add_captions(self, captions) -> None:
+        """Caption-only sweeps: one unit per (caption cell, video); a video without a caption is not ok."""
+        for vid, s, err in zip(captions["video_id"].to_list(), captions["item_status"].to_list(),
+                               captions["error"].to_list()):
+            self.items += 1
+            self.by_status[s] += 1
+            if s != OK:
+                key = (s, short_reason(err or ""))
+                self.reasons[key] += 1
+                if len(self.examples[key]) < 5:
+                    self.examples[key].append(vid)
 
     @property
     def without_verdict(self) -> int:

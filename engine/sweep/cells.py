@@ -92,13 +92,16 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict) -> tuple[pa.Tab
     from engine.stages.pipeline import caption_key_for
 
     cc = cell.caption
+    if cc.from_file:
+        return file_cell_captions(cell, data)
+    media = getattr(data, "media_types", None) or {}
     rows, failures = [], {}
     for vid in data.videos:
         frames = inputs.index.get((vid, cc.frame_spec))
         failure = inputs.frame_failures.get((vid, cc.frame_spec))
         cap = None
         if frames is not None:
-            key = caption_key_for(frames, cc.captioner, cap_rev, cc.prompt_id)
+            key = caption_key_for(frames, cc.captioner, cap_rev, cc.prompt_id, media.get(vid))
             cap = inputs.captions.get(key)
             if cap is None and failure is None:
                 error = inputs.caption_failures.get(key, "no caption stored for these frames")
@@ -139,3 +142,66 @@ def label_metrics(metrics, cell, key: str, status: str):
     metrics = metrics.drop([c for c in CELL_COLUMNS + ["cell_key", "cell_status"] if c in metrics.columns])
     return metrics.with_columns([pl.lit(v).alias(k) for k, v in cell.labels().items()]
                                 + [pl.lit(key).alias("cell_key"), pl.lit(status).alias("cell_status")])
+
+
+def file_cell_captions(cell, data) -> tuple[pa.Table, dict[str, Failure]]:
+    """Captions of a `[[captions]]` cell: the file's rows (matched to items by item_id, else video_id), plus a row
+    without text for every item the file does not caption (permanent: the rerun reads the same file)."""
+    from engine.sweep.grid import file_captions
+
+    table = file_captions(cell.caption)
+    have = set(table.column("video_id").to_pylist())
+    items = cell_items(cell, data)
+    rows, failures = [], {}
+    source = cell.caption.source.path
+    for item, vid in zip(items.column("item_id").to_pylist(), items.column("video_id").to_pylist()):
+        if item in have or vid in have or item in failures:
+            continue
+        f = Failure(accounting.NO_CAPTION, "no caption in the captions file",
+                    f"no caption for item {item!r} (video {vid!r}) in {source}")
+        failures[item] = f
+        rows.append({"caption_key": f"none:{item}", "captioner": cell.caption.captioner.display,
+                     "prompt_id": cell.caption.prompt_id, "frame_spec": cell.caption.frame_spec, "video_id": item,
+                     "text": None, "error": f.message})
+    if rows:
+        table = pa.concat_tables([table.cast(CAPTIONS), pa.Table.from_pylist(rows, schema=CAPTIONS)])
+    return table, failures
+
+
+def judge_frames_spec(cell) -> str:
+    """The frames a frame-showing judge (VC-Inspector) sees: `judge_frames`, else the official linspace:32 in
+    official mode, else the caption cell's own frame spec (or linspace:32 for captions read from a file)."""
+    params = cell.protocol.params
+    if params.get("judge_frames"):
+        return str(params["judge_frames"])
+    if params.get("mode") == "official" or cell.caption.from_file:
+        return "linspace:32"
+    return cell.caption.frame_spec
+
+
+def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> tuple[pa.Table, dict[str, Failure]]:
+    """FRAMES rows of the cell's videos at the judge's frame spec, decoding (through the frame cache, on Ray) the
+    videos the frames index does not hold yet; returns them and the failure of each video without frames."""
+    from engine.schemas import FRAMES
+    from engine.stages.decode import decode_stream
+    from engine.stages.pipeline import _index_store
+
+    spec = judge_frames_spec(cell)
+    missing = [(vid, path) for vid, path in data.videos.items() if (vid, spec) not in inputs.index]
+    if missing:
+        new = []
+        for rows in decode_stream(missing, [spec], cache_dir=str(stores.frames), progress=progress,
+                                  desc=f"judge frames [{spec}]"):
+            for r in rows:
+                if r["failure"] is None:
+                    inputs.index[(r["video_id"], spec)] = r
+                    new.append(r)
+                else:
+                    inputs.frame_failures[(r["video_id"], spec)] = r["failure"]
+        if new:
+            _index_store(stores).append(pa.Table.from_pylist(new, schema=FRAMES))
+    rows = [inputs.index[(vid, spec)] for vid in data.videos if (vid, spec) in inputs.index]
+    failures = {vid: inputs.frame_failures.get((vid, spec)) or Failure(FRAMES_MISSING, "no judge frames",
+                                                                        f"no frames at {spec} for the judge")
+                for vid in data.videos if (vid, spec) not in inputs.index}
+    return pa.Table.from_pylist(rows, schema=FRAMES), failures

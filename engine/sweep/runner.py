@@ -29,6 +29,11 @@ from engine.ray_local import init_ray
 from engine.sweep import accounting
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import LoadedDataset, load_dataset
+
+try:
+    from engine.sweep.datasets import FRAME_PROTOCOLS  # protocols whose judge sees frames
+except ImportError:  # pragma: no cover
+    FRAME_PROTOCOLS = ("vcinspector",)
 from engine.sweep.grid import Cell, expand
 
 __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_fingerprint"]
@@ -106,17 +111,14 @@ def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_mark
     recovered = cellmod.recover(stores)
     if recovered:
         log(f"[sweep {config.name}] rolled back {len(recovered)} cell(s) interrupted between verdicts and metrics")
-    datasets = {d.name: load_dataset(d, out_dir=out, sweep_dir=config.path.parent) for d in config.datasets}
+    datasets = {d.name: _load(d, config, out) for d in config.datasets}
     cap_rev = {c.display: component_revision("captioner", c) for c in config.captioners}
     judge_rev = {j.display: component_revision("judge", j) for j in config.judges}
+    if not config.protocols:  # caption-only sweep
+        return _caption_only(config, out, datasets, cap_rev, stores, progress=progress, log=log, verbose=verbose,
+                             t0=t0, exit_once_marker=exit_once_marker, max_failure_share=max_failure_share)
     cells = expand(config)
-    keys = {
-        cell: cell.key(dataset_digest=datasets[cell.caption.dataset.name].digest,
-                       captioner_revision=cap_rev[cell.caption.captioner.display],
-                       prompt_text=get_prompt(cell.caption.prompt_id).text,
-                       judge_revision=judge_rev[cell.judge.display])
-        for cell in cells
-    }
+    keys = {cell: _cell_key(cell, datasets, cap_rev, judge_rev) for cell in cells}
     states = cellmod.cell_states(stores)
     pending = [c for c in cells if states.get(keys[c]) not in accounting.FINISHED_STATUSES]
     redo = sum(1 for c in pending if keys[c] in states)
@@ -151,6 +153,66 @@ def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_mark
     write_results(results, out)
     return SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
                        time.perf_counter() - t0, out, account, account.exit_code(max_failure_share), len(recovered))
+
+
+def _load(spec, config, out: Path) -> LoadedDataset:
+    try:
+        from engine.sweep.datasets import media_required
+    except ImportError:  # pragma: no cover - older dataset module
+        return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent)
+    return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent, require_media=media_required(config, spec))
+
+
+def _cell_key(cell: Cell, datasets: dict, cap_rev: dict, judge_rev: dict) -> str:
+    from engine.keys import file_digest
+
+    cc = cell.caption
+    from_file = getattr(cc, "from_file", False)
+    prompt_text = cc.prompt_key_text() if hasattr(cc, "prompt_key_text") else get_prompt(cc.prompt_id).text
+    extra = {"source_digest": file_digest(cc.source.path)} if from_file else {}
+    return cell.key(dataset_digest=datasets[cc.dataset.name].digest,
+                    captioner_revision="" if from_file else cap_rev[cc.captioner.display],
+                    prompt_text=prompt_text, judge_revision=judge_rev[cell.judge.display], **extra)
+
+
+def _caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict, stores, *, progress, log, verbose,
+                  t0, exit_once_marker, max_failure_share) -> SweepResult:
+    """A sweep without protocols: caption every caption cell (reusing stored captions) and write the captions,
+    one row per video and caption cell, to captions.parquet/.csv; exit FAILURES when a video has no caption."""
+    import polars as pl
+
+    from engine.report import write_results
+    from engine.stages.pipeline import caption_cells_for
+    from engine.sweep import cells as cellmod
+    from engine.sweep.grid import caption_cells
+
+    ccells = [c for c in caption_cells(config) if not getattr(c, "from_file", False)]
+    log(f"[sweep {config.name}] caption-only: {len(ccells)} caption cells")
+    init_ray(verbose=verbose)
+    outcome = caption_cells_for(ccells, datasets, config, stores, cap_rev, progress=progress,
+                                exit_once_marker=exit_once_marker)
+    inputs = cellmod.load_inputs(stores, outcome)
+    account = accounting.RunAccount()
+    tables = []
+    for cc in ccells:
+        view = Cell(cc, ComponentSpec("none"), ComponentSpec("none"))
+        captions, failures = cellmod.cell_captions(view, datasets[cc.dataset.name], inputs, cap_rev)
+        df = pl.from_arrow(captions).with_columns(
+            pl.lit(cc.dataset.name).alias("dataset"), pl.lit(cc.captioner.display).alias("captioner"),
+            pl.Series("item_status", [failures[v].status if v in failures else accounting.OK
+                                      for v in captions.column("video_id").to_pylist()], pl.String))
+        tables.append(df)
+        account.add_captions(df)
+    results = pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame()
+    if results.height:
+        results = results.select(["dataset", "captioner", "prompt_id", "frame_spec", "video_id", "text", "item_status",
+                                  "error", "n_tokens", "latency_s"])
+    write_results(results, out)
+    parquet, csv = out / "results.parquet", out / "results.csv"
+    for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
+        src.replace(dst)
+    return SweepResult(results, 0, 0, 0, outcome.stats, {}, time.perf_counter() - t0, out, account,
+                       account.exit_code(max_failure_share), 0)
 
 
 def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
@@ -189,8 +251,13 @@ def _run_cell(cell: Cell, key: str, data: LoadedDataset, config: SweepConfig, st
     judge = judges[jspec.display]
     captions, video_failures = cellmod.cell_captions(cell, data, inputs, cap_rev)
     items = cellmod.cell_items(cell, data)
+    extra = {}
+    if cell.protocol.name in FRAME_PROTOCOLS:  # the judge sees frames: decode them at the judge's spec
+        frames, frame_failures = cellmod.judge_frames(cell, data, stores, inputs, progress=progress)
+        extra["frames"] = frames
+        video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
     requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
-                                       seeds=list(jspec.seeds), **cell.protocol.params)
+                                       seeds=list(jspec.seeds), **extra, **cell.protocol.params)
     verdicts, summary = run_judging(requests, judge, cache_dir=stores.judge_cache, protocol=protocol,
                                     batch_size=config.options.judge_batch_size, progress=progress,
                                     return_summary=True, protocol_params=dict(cell.protocol.params))
