@@ -63,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     name = f"capeval {args.command}"
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:  # output piped into `head` and the like: not an error of the command
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return exitcodes.OK
     except KeyboardInterrupt:
         print(f"{name}: interrupted; finished work is kept and a rerun resumes", file=sys.stderr)
         return exitcodes.INTERRUPTED

@@ -79,12 +79,20 @@ def main(args) -> int:
     from engine.sweep.config import load_sweep
     from engine.sweep.grid import expand
 
-    config = load_sweep(args.file)
+    config = load_sweep(args.file)  # every problem of the file at once (SweepFileError: exit 2)
+    out = Path(args.out) if args.out else Path("runs") / config.name
+    try:
+        from engine.sweep.validation import writable_problem
+    except ImportError:  # pragma: no cover
+        writable_problem = None
+    if writable_problem is not None and (problem := writable_problem(out)):
+        from engine.errors import UsageError
+
+        raise UsageError(f"output folder {problem}")
     if args.check:
         cells = expand(config)
         print(f"{args.file}: valid; {len(cells)} cells")
         for cell in cells:
             print("  " + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
         return 0
-    out = Path(args.out) if args.out else Path("runs") / config.name
     return run_and_report(config, out, args)
