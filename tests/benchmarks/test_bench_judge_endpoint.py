@@ -13,8 +13,8 @@ from engine import exitcodes
 from engine.cli import main as capeval
 
 
-def _bench(capsys, base_url, shared_data, *extra):
-    argv = ["bench", "judge", "--judge", "openai", "--base-url", base_url, "--judge-model", "loopback",
+def _bench(capsys, base_url, shared_data, *extra, model="loopback"):
+    argv = ["bench", "judge", "--judge", "openai", "--base-url", base_url, "--judge-model", model,
             "--protocol", "capability", "--items", str(shared_data / "capability/annotations/object_color.jsonl"),
             "--captions", str(shared_data / "capability/captions/gpt-4o-0806"), "--json", *extra]
     rc = capeval(argv)
@@ -103,7 +103,7 @@ def test_against_vllm_serve(capsys, shared_data, vllm_server):
     the server's own cached-token counts reported."""
     rc, result, err = _bench(capsys, vllm_server.base_url, shared_data, "--requests", "6", "--warmup", "1",
                              "--concurrency", "2,4", "--seeds", "0,1", "--judge-option", "structured=vllm",
-                             "--judge-option", "timeout_s=300")
+                             "--judge-option", "timeout_s=300", model=vllm_server.model)
     assert rc == 0, err
     for lv in result["levels"]:
         assert lv["requests"] == 6 and lv["errors"] == 0, lv.get("first_error")
