@@ -28,7 +28,8 @@ HEADLINE_METRICS: dict[str, list[str]] = {
 }
 #: labels that mark an overall row in a breakdown column ("avg" rows are averages over that column)
 OVERALL_LABELS = ("all", "avg", "overall", "-")
-SYSTEM_COLUMNS = ["dataset", "captioner", "prompt_id", "prompt_set", "frame_spec", "judge"]
+#: what tells systems apart; a column is shown when it varies (judge seeds: one row per seed, as the results table)
+SYSTEM_COLUMNS = ["dataset", "captioner", "prompt_id", "prompt_set", "frame_spec", "judge", "seed"]
 ALWAYS_SHOWN = ("captioner", "prompt_id", "frame_spec")
 VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict"]
 #: below this many videos a bootstrap interval is rough: say so
@@ -79,7 +80,7 @@ def _split_columns(df: pl.DataFrame) -> tuple[list[str], list[str]]:
     """(system columns, breakdown columns). A breakdown column holds an overall label somewhere; other
     non-value columns (mode, prompt_set) describe the cell."""
     systems = [c for c in SYSTEM_COLUMNS if c in df.columns]
-    rest = [c for c in df.columns if c not in systems + VALUE_COLUMNS + ["protocol", "cell_key"]]
+    rest = [c for c in df.columns if c not in systems + VALUE_COLUMNS + ["protocol", "cell_key", "trial"]]
     breakdown = [c for c in rest if df.schema[c] == pl.String
                  and df[c].is_in(list(OVERALL_LABELS)).any() and df[c].n_unique() > 1]
     shown = [c for c in systems if c in ALWAYS_SHOWN or df[c].n_unique() > 1]
