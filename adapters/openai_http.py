@@ -32,7 +32,6 @@ __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "sub
 log = logging.getLogger(__name__)
 
 STRUCTURED_MODES = ("openai", "vllm", "none")
-DEFAULT_CAPTION_MAX_TOKENS = 2048  # detailed captions run to ~1,000 tokens (LVCap reports ~1,050 T5 tokens)
 
 
 @dataclass
@@ -53,7 +52,9 @@ class HTTPConfig:
     transport: str = "auto"  # "lean" (asyncio + httptools), "aiohttp" (proxies), "auto": lean unless a proxy applies
     # captioner only
     max_frames: int | None = None  # a backend's limit on images per request; None: every frame of the frame spec
-    max_tokens: int | None = DEFAULT_CAPTION_MAX_TOKENS  # caption length; None: the request's max_tokens
+    # caption length sent; None (default): the request's max_tokens, which the caption stage sets per captioner and
+    # keys captions by; a value here overrides it (and, being a captioner param, enters the caption key too)
+    max_tokens: int | None = None
     jpeg_quality: int = 90
 
     def __post_init__(self) -> None:
