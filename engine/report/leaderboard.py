@@ -76,7 +76,7 @@ def protocol_of(metrics: pl.DataFrame, protocol: str | None) -> str:
     raise ValueError("metrics table spans several protocols (or names none): pass protocol=")
 
 
-def _split_columns(df: pl.DataFrame) -> tuple[list[str], list[str]]:
+def split_columns(df: pl.DataFrame) -> tuple[list[str], list[str]]:
     """(system columns, breakdown columns). A breakdown column holds an overall label somewhere; other
     non-value columns (mode, prompt_set) describe the cell."""
     systems = [c for c in SYSTEM_COLUMNS if c in df.columns]
@@ -115,7 +115,7 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
         raise ValueError(f"no metric rows for protocol {protocol!r}")
     if not any(c in df.columns for c in SYSTEM_COLUMNS):  # one system's table (e.g. capability score): name it
         df = df.with_columns(pl.lit("-").alias("captioner"))
-    systems, breakdown = _split_columns(df)
+    systems, breakdown = split_columns(df)
     df = df.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in systems)
     wanted = HEADLINE_METRICS.get(protocol)
     present = list(dict.fromkeys(df["metric"].to_list()))

@@ -47,19 +47,25 @@ def write_results(results: pl.DataFrame, out_dir: str | Path) -> tuple[Path, Pat
 
 
 def headline(results: pl.DataFrame, protocol_metrics: dict[str, list[str]] | None = None) -> pl.DataFrame:
-    """A compact view for the terminal: overall rows only (protocol group columns equal to "all" or null)."""
+    """A compact view for the terminal: each protocol's overall rows (its breakdown columns -- those holding an
+    "all"/"avg" label -- at that label or null; cell attributes such as mode, seed, cell_status left alone)."""
+    from engine.report.leaderboard import OVERALL_LABELS, split_columns
+
     if results.is_empty():
         return results
-    group_cols = [c for c in results.columns if c not in CELL_COLUMNS + VALUE_COLUMNS]
-    df = results
-    for c in group_cols:
-        if c in ("mode", "cell_status"):  # cell_status (sweep runner): complete | incomplete | failures_accepted
-            continue
-        df = df.filter(pl.col(c).is_null() | pl.col(c).cast(pl.String).is_in(["all", "-", "overall"]))
+    parts = []
+    for _, df in results.group_by("protocol", maintain_order=True) if "protocol" in results.columns else [
+            (None, results)]:
+        _, breakdown = split_columns(df)
+        for c in breakdown:
+            df = df.filter(pl.col(c).is_null() | pl.col(c).cast(pl.String).is_in(list(OVERALL_LABELS)))
+        parts.append(df)
+    df = pl.concat(parts, how="diagonal_relaxed")
     if protocol_metrics:
         df = df.filter(pl.struct(["protocol", "metric"]).map_elements(
             lambda s: s["metric"] in protocol_metrics.get(s["protocol"], [s["metric"]]), return_dtype=pl.Boolean))
-    cols = [c for c in CELL_COLUMNS if df[c].n_unique() > 1 or c in ("captioner", "prompt_id", "frame_spec")]
+    cols = [c for c in CELL_COLUMNS + ["seed"] if c in df.columns
+            and (df[c].n_unique() > 1 or c in ("captioner", "prompt_id", "frame_spec"))]
     return df.select(cols + [c for c in VALUE_COLUMNS if c in df.columns]).with_columns(
         pl.col("value", "ci_low", "ci_high").round(1)
     )

@@ -77,3 +77,14 @@ def test_capability_score_table_gives_the_same_leaderboard_shape(shared_data):
     for m, v in paper.items():
         assert abs(row[m] - v) <= 0.15 and row[f"{m}_low"] < row[m] < row[f"{m}_high"]
     assert lb.breakdown.height == 13 and lb.breakdown_columns == ["dimension"]
+
+
+def test_terminal_headline_keeps_seed_rows_and_drops_breakdowns():
+    from engine.report.results import headline
+
+    metrics, _ = _capquiz_table(5)
+    rows = [metrics.with_columns(pl.lit(s).alias("seed"), pl.lit("complete").alias("cell_status"),
+                                 pl.lit("capquiz").alias("protocol")) for s in ("0", "1")]
+    head = headline(pl.concat(rows))
+    assert head.height == 2 * 2 * 3  # 2 seeds x 2 captioners x 3 metrics: only the overall rows
+    assert "seed" in head.columns and set(head["seed"]) == {"0", "1"}
