@@ -136,13 +136,9 @@ def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_mark
         inputs = cellmod.load_inputs(stores, outcome)
         judges: dict = {}
         try:
-            for i, cell in enumerate(pending, start=1):
-                summary, status = _run_cell(cell, keys[cell], datasets[cell.caption.dataset.name], config, stores,
-                                            cap_rev, judges, inputs, progress, accept_failures)
-                judge_stats["sent"] += summary.get("sent", 0)
-                judge_stats["cached"] += summary.get("cached", 0)
-                log(f"[sweep {config.name}] cell {i}/{len(pending)} {status}: "
-                    + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
+            stats = _judge_cells(pending, keys, datasets, config, stores, cap_rev, judges, inputs, progress,
+                                 accept_failures, log)
+            judge_stats.update(stats)
         finally:
             for j in judges.values():
                 j.close()
@@ -228,17 +224,9 @@ def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
     return account
 
 
-def _run_cell(cell: Cell, key: str, data: LoadedDataset, config: SweepConfig, stores: _Stores, cap_rev: dict,
-              judges: dict, inputs, progress: bool, accept_failures: bool) -> tuple[dict, str]:
-    import polars as pl
-    import pyarrow as pa
-
-    from engine.judging.runner import run_judging
+def _judge_for(jspec: ComponentSpec, config: SweepConfig, judges: dict):
     from engine.registry import lookup
-    from engine.sweep import cells as cellmod
 
-    protocol = lookup("protocol", cell.protocol.name)
-    jspec = cell.judge
     if jspec.display not in judges:
         if config.options.judge_actors:  # engines on Ray actors (one per GPU), fed with backpressure
             from adapters.ray_pool import JudgePool
@@ -248,7 +236,27 @@ def _run_cell(cell: Cell, key: str, data: LoadedDataset, config: SweepConfig, st
                                               max_restarts=config.options.max_restarts)
         else:
             judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
-    judge = judges[jspec.display]
+    return judges[jspec.display]
+
+
+@dataclass
+class _Prepared:
+    """A cell ready for the judge: its requests and what the accounting needs afterwards."""
+
+    cell: Cell
+    key: str
+    protocol: object
+    items: object
+    captions: object
+    video_failures: dict
+
+
+def _prepare(cell: Cell, key: str, data: LoadedDataset, stores: _Stores, cap_rev: dict, judge, inputs,
+             progress: bool) -> tuple[_Prepared, object]:
+    from engine.registry import lookup
+    from engine.sweep import cells as cellmod
+
+    protocol = lookup("protocol", cell.protocol.name)
     captions, video_failures = cellmod.cell_captions(cell, data, inputs, cap_rev)
     items = cellmod.cell_items(cell, data)
     extra = {}
@@ -257,20 +265,75 @@ def _run_cell(cell: Cell, key: str, data: LoadedDataset, config: SweepConfig, st
         extra["frames"] = frames
         video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
     requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
-                                       seeds=list(jspec.seeds), **extra, **cell.protocol.params)
-    verdicts, summary = run_judging(requests, judge, cache_dir=stores.judge_cache, protocol=protocol,
-                                    batch_size=config.options.judge_batch_size, progress=progress,
-                                    return_summary=True, protocol_params=dict(cell.protocol.params))
-    verdicts = accounting.classify_verdicts(verdicts, video_failures)
+                                       seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
+    return _Prepared(cell, key, protocol, items, captions, video_failures), requests
+
+
+def _finish(prep: _Prepared, verdicts, config: SweepConfig, stores: _Stores, accept_failures: bool) -> str:
+    """Account for every item, compute the metrics and commit the cell; returns its cell_status."""
+    import polars as pl
+    import pyarrow as pa
+
+    from engine.sweep import cells as cellmod
+
+    cell, key = prep.cell, prep.key
+    verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
     status = accounting.cell_status(verdicts, accept_failures)
     verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
-    metrics = protocol.compute_metrics(pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])),
-                                       items=pl.from_arrow(items), captions=pl.from_arrow(captions),
-                                       n_resamples=config.options.n_resamples, seed=0,
-                                       **_metric_params(cell.protocol.params))
+    metrics = prep.protocol.compute_metrics(pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])),
+                                            items=pl.from_arrow(prep.items), captions=pl.from_arrow(prep.captions),
+                                            n_resamples=config.options.n_resamples, seed=0,
+                                            **_metric_params(cell.protocol.params))
     metrics = cellmod.label_metrics(metrics, cell, key, status)
     cellmod.commit(stores, key, verdicts, metrics.to_arrow())
-    return {"sent": summary.sent, "cached": summary.cached}, status
+    return status
+
+
+def _judge_cells(pending: list[Cell], keys: dict, datasets: dict, config: SweepConfig, stores: _Stores,
+                 cap_rev: dict, judges: dict, inputs, progress: bool, accept_failures: bool, log) -> dict:
+    """Judge the pending cells: per judge, all its cells through one streaming window (JudgeScheduler), each cell
+    committed as soon as it is complete; without the scheduler, cell after cell through run_judging."""
+    try:
+        from engine.judging.scheduler import JudgeScheduler
+    except ImportError:  # pragma: no cover - judge loop without a scheduler
+        JudgeScheduler = None
+    stats = {"sent": 0, "cached": 0}
+    done = [0]
+
+    def finished(prep: _Prepared, verdicts, summary) -> None:
+        status = _finish(prep, verdicts, config, stores, accept_failures)
+        stats["sent"] += summary.sent
+        stats["cached"] += summary.cached
+        done[0] += 1
+        log(f"[sweep {config.name}] cell {done[0]}/{len(pending)} {status}: "
+            + " ".join(f"{k}={v}" for k, v in prep.cell.labels().items()))
+
+    by_judge: dict[str, list[Cell]] = {}
+    for cell in pending:
+        by_judge.setdefault(cell.judge.display, []).append(cell)
+    for cells in by_judge.values():
+        judge = _judge_for(cells[0].judge, config, judges)
+        if JudgeScheduler is None:
+            from engine.judging.runner import run_judging
+
+            for cell in cells:
+                prep, requests = _prepare(cell, keys[cell], datasets[cell.caption.dataset.name], stores, cap_rev,
+                                          judge, inputs, progress)
+                verdicts, summary = run_judging(requests, judge, cache_dir=stores.judge_cache,
+                                                protocol=prep.protocol, batch_size=config.options.judge_batch_size,
+                                                progress=progress, return_summary=True,
+                                                protocol_params=dict(cell.protocol.params))
+                finished(prep, verdicts, summary)
+            continue
+        sched = JudgeScheduler(judge, stores.judge_cache, batch_size=config.options.judge_batch_size,
+                               progress=progress)
+        for cell in cells:
+            prep, requests = _prepare(cell, keys[cell], datasets[cell.caption.dataset.name], stores, cap_rev,
+                                      judge, inputs, progress)
+            sched.add(requests, prep.protocol, name=keys[cell], protocol_params=dict(cell.protocol.params),
+                      on_complete=lambda name, verdicts, summary, prep=prep: finished(prep, verdicts, summary))
+        sched.run()
+    return stats
 
 
 def _metric_params(params: dict) -> dict:
