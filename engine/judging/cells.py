@@ -14,6 +14,7 @@ input order, later steps by caption/item/step/sub_index/trial, so the table neve
 from __future__ import annotations
 
 import json
+import operator
 from typing import Callable, Iterator
 
 import numpy as np
@@ -32,7 +33,12 @@ _ID_COLUMNS = ("request_key", "protocol", "task", "item_id", "video_id", "captio
                "step", "sub_index", "seed", "trial")
 _HIDDEN = [pa.field("_depth", pa.int16()), pa.field("_order", pa.int64()), pa.field("_caption_key", pa.string())]
 _ROW_SCHEMA = pa.schema([f.with_nullable(True) for f in VERDICTS])
-_SINK_SCHEMA = pa.schema(list(_ROW_SCHEMA) + _HIDDEN)
+_IDS = operator.itemgetter(*_ID_COLUMNS)
+_OUTCOME_COLUMNS = ("judge", "raw_output", "verdict", "parse_status", "detail", "error", "prompt_tokens",
+                    "cached_prompt_tokens", "completion_tokens", "latency_s", "attempt")
+# The order of the per-row tuples in Cell._final; table() puts the columns in VERDICTS order.
+_SINK_SCHEMA = pa.schema([_ROW_SCHEMA.field(n) for n in (*_ID_COLUMNS, *_OUTCOME_COLUMNS)] + _HIDDEN)
+assert set(_SINK_SCHEMA.names) == set(VERDICTS.names) | {f.name for f in _HIDDEN}
 _OK = (ParseStatus.OK, ParseStatus.REPAIRED)
 
 
@@ -89,7 +95,7 @@ class Cell:
         self._block: tuple | None = None
         self._block_units: list[Unit] = []
         self._seq = 0  # production order of later-step rows
-        self._cols: dict[str, list] = {f.name: [] for f in _SINK_SCHEMA}
+        self._records: list[tuple] = []  # finished rows not yet in a chunk
         self._chunks: list[pa.Table] = []
         self.n_rows = 0
         self.done = False
@@ -243,10 +249,7 @@ class Cell:
 
     def _final(self, row: Row, fields: dict) -> list[Row]:
         req = row.req
-        record = {k: req.get(k) for k in _ID_COLUMNS}
-        record.update(judge=self.judge_name, _depth=row.depth, _order=row.order, _caption_key=req.get("caption_key"))
-        record.update(fields)
-        status = record["parse_status"]
+        status = fields["parse_status"]
         s = self.summary
         s.parse_failures += status == ParseStatus.FAILED
         s.repaired += status == ParseStatus.REPAIRED
@@ -254,16 +257,19 @@ class Cell:
         s.missing += status == ParseStatus.MISSING
         self.open -= 1
         row.final = True
-        if self.keep_intermediate or req.get("step") not in self.intermediate:
-            cols = self._cols
-            for name in cols:
-                cols[name].append(record.get(name))
-            if len(cols["request_key"]) >= _CHUNK:
+        if self.keep_intermediate or req["step"] not in self.intermediate:
+            # one tuple per row, in _SINK_SCHEMA order; columns are made by transposing a chunk at once
+            g = fields.get
+            self._records.append(_IDS(req) + (
+                self.judge_name, g("raw_output"), fields["verdict"], status, g("detail"), g("error"),
+                g("prompt_tokens"), g("cached_prompt_tokens"), g("completion_tokens"), g("latency_s"), g("attempt"),
+                row.depth, row.order, req["caption_key"]))
+            if len(self._records) >= _CHUNK:
                 self._flush_chunk()
         unit = row.unit
         if unit is None:
             return []
-        row.outcome = record
+        row.outcome = {**dict(zip(_ID_COLUMNS, _IDS(req))), "judge": self.judge_name, **fields}
         unit.open -= 1
         if unit.open == 0 and unit.sealed:
             return self._unit_complete(unit)
@@ -295,14 +301,13 @@ class Cell:
 
     # -- the verdict table ----------------------------------------------------------------------------------------
     def _flush_chunk(self) -> None:
-        cols = self._cols
-        if not cols["request_key"]:
+        if not self._records:
             return
-        self._chunks.append(pa.table({f.name: pa.array(cols[f.name], f.type) for f in _SINK_SCHEMA},
+        columns = zip(*self._records)
+        self._chunks.append(pa.table([pa.array(c, f.type) for c, f in zip(columns, _SINK_SCHEMA)],
                                      schema=_SINK_SCHEMA))
-        self.n_rows += len(cols["request_key"])
-        for v in cols.values():
-            v.clear()
+        self.n_rows += len(self._records)
+        self._records = []
 
     def table(self) -> pa.Table:
         """The cell's VERDICTS table (call once every row is final)."""
@@ -318,7 +323,7 @@ class Cell:
                                                    ("item_id", "ascending"), ("step", "ascending"),
                                                    ("sub_index", "ascending"), ("trial", "ascending"),
                                                    ("_order", "ascending")]))
-        t = pa.concat_tables([first, later]).drop_columns([f.name for f in _HIDDEN])
+        t = pa.concat_tables([first, later]).select(VERDICTS.names)
         return conform(t, VERDICTS)
 
 

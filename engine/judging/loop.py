@@ -39,7 +39,6 @@ class JudgeLoop:
         self._pending: deque[Row] = deque()  # rows to check/claim, then send
         self._waiters: dict[str, list[Row]] = {}  # key -> rows waiting for its answer (ready, in flight, held)
         self._held: dict[str, float] = {}  # keys another live process claimed -> when we last looked
-        self._claimed: set[str] = set()  # keys this loop claimed and has not answered yet (released on close)
         self._next_poll = 0.0
         self._cached_run = 1  # rows to claim at once: grows while every key is found in the cache
         self.feed = WindowFeed()
@@ -174,7 +173,6 @@ class JudgeLoop:
             return
         res = self._claim(new)
         self._cached_run = min(1024, 2 * self._cached_run) if len(res.found) == len(new) else 1
-        self._claimed.update(res.claimed)
         for k in res.claimed:
             self._send(k)
         for k in res.held:
@@ -205,7 +203,6 @@ class JudgeLoop:
         self._next_poll = time.monotonic() + _POLL_S
         keys = list(self._held)
         res = self._claim(keys)
-        self._claimed.update(res.claimed)
         for k in res.claimed:
             del self._held[k]
             self._send(k)
@@ -219,7 +216,6 @@ class JudgeLoop:
         rows = self._waiters.get(resp.key)
         if rows is None:
             return  # not ours (a backend answering twice): ignore
-        self._claimed.discard(resp.key)
         s = rows[0].cell.summary
         s.sent += 1
         s.prompt_tokens += resp.prompt_tokens or 0
@@ -266,9 +262,8 @@ class JudgeLoop:
         except CacheWriteError:
             pass  # raised already by run() (its flush); nothing more was written
         finally:
-            try:
-                if self._claimed:  # asked but never answered (a stop): let other processes take them at once
-                    self.cache.release(self._claimed)
+            try:  # our claims (answered keys' included): another process may take unanswered ones at once
+                self.cache.release_all()
             except sqlite3.Error:
                 pass
             self.cache.close()

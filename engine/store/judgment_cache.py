@@ -152,6 +152,11 @@ class JudgmentCache:
             with self._transaction():
                 self._release(keys)
 
+    def release_all(self) -> None:
+        """Drop every claim of this process (end of a run)."""
+        with self._transaction():
+            self._db.execute("DELETE FROM claims WHERE pid = ? AND host = ?", (self.pid, self.host))
+
     def _release(self, keys: list[str]) -> None:
         self._db.executemany("DELETE FROM claims WHERE request_key = ? AND pid = ? AND host = ?",
                              [(k, self.pid, self.host) for k in keys])
@@ -171,7 +176,7 @@ class JudgmentCache:
 
     def put_many(self, responses: Sequence[CachedResponse], release: Sequence[str] = ()) -> int:
         """Store finished answers in one transaction (all or none); keys already present are kept (first answer
-        wins). This process's claims on the stored keys and on `release` are dropped in the same transaction."""
+        wins). This process's claims on `release` (failed requests) are dropped in the same transaction."""
         if not responses and not release:
             return 0
         now = time.time()
@@ -181,7 +186,9 @@ class JudgmentCache:
             cur = self._db.executemany(
                 f"INSERT OR IGNORE INTO judgments ({', '.join(_COLUMNS)}, created) VALUES ({','.join('?' * 9)})", rows
             )
-            self._release([r.request_key for r in responses] + list(release))
+            # A claim on an answered key is harmless (claim() looks in `judgments` first), so the stored keys' claims
+            # are left for `release_all` at the end of the run: one write per answer instead of two.
+            self._release(list(release))
         return cur.rowcount
 
     def __contains__(self, key: str) -> bool:
