@@ -114,3 +114,53 @@ def test_compare_cli_on_one_verdict_table(tmp_path, capsys):
     assert "a = m1  vs  b = m2" in text and "Holm" in text
     assert pl.read_csv(tmp_path / "diff.csv").height == 3
     assert main(["compare", str(path), "--a", "captioner=nobody"]) == 2  # a selector that matches nothing
+
+
+@pytest.mark.parametrize("paper", [False, True])
+def test_lvcap_values_are_the_protocols_own(paper):
+    """S_e / S_s of each side equal lvcap's compute_metrics (per-video event ratios, scene answers)."""
+    from engine.protocols.lvcap.metrics import compute_metrics as lvcap_metrics
+
+    rng = np.random.default_rng(5)
+    frames = []
+    for system in (A, B):
+        for step, n, p in (("entail_p", 4, [0.3, 0.6, 0.1]), ("entail_r", 5, [0.4, 0.5, 0.1]),
+                           ("scene", 3, [0.4, 0.6])):
+            codes = rng.choice(len(p), size=(25, n), p=p)
+            codes[rng.random(codes.shape) < 0.05] = -1  # some judgments failed
+            rows = verdict_rows(system, codes.tolist(), protocol="lvcap", task=step)
+            frames.append(rows.with_columns(pl.lit(step).alias("step")))
+    v = pl.concat(frames).with_columns(pl.concat_str([pl.col("task"), pl.col("item_id")]).alias("item_id"))
+    out = compare_run(v, n_resamples=100, modes={"lvcap": "paper" if paper else "strict"})
+    own = lvcap_metrics(v.drop("dataset", "protocol_name"), n_resamples=0, paper_compatible=paper)
+    own = own.filter(pl.col("bucket") == "all")
+    for metric in ("S_e", "S_s"):
+        row = out.filter(pl.col("metric") == metric).row(0, named=True)
+        val = dict(zip(own.filter(pl.col("metric") == metric)["captioner"],
+                       own.filter(pl.col("metric") == metric)["value"]))
+        assert row["a_value"] == pytest.approx(val["m1"]) and row["b_value"] == pytest.approx(val["m2"])
+
+
+@pytest.mark.parametrize("protocol,n_codes,metrics,where", [
+    ("vidcapbench", 4, ("Acc", "Pre", "Cov"), {"dimension": "all", "consistency": "all"}),
+    ("vcinspector", 5, ("mean_score",), {"category": "all"}),
+])
+def test_code_protocol_values_are_the_protocols_own(protocol, n_codes, metrics, where):
+    import importlib
+
+    own_metrics = importlib.import_module(f"engine.protocols.{protocol}.metrics").compute_metrics
+    rng = np.random.default_rng(3)
+    frames = []
+    for system in (A, B):
+        codes = rng.choice(n_codes, size=(25, 4)).tolist()
+        frames.append(verdict_rows(system, codes, protocol=protocol).with_columns(pl.lit("score").alias("step")))
+    v = pl.concat(frames)
+    out = compare_run(v, n_resamples=100)
+    own = own_metrics(v.drop("dataset", "protocol_name"), n_resamples=0)
+    for col, value in where.items():
+        own = own.filter(pl.col(col) == value)
+    for metric in metrics:
+        row = out.filter(pl.col("metric") == metric).row(0, named=True)
+        sel = own.filter(pl.col("metric") == metric)
+        val = dict(zip(sel["captioner"], sel["value"]))
+        assert row["a_value"] == pytest.approx(val["m1"]) and row["b_value"] == pytest.approx(val["m2"])
