@@ -104,13 +104,15 @@ def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
             continue
         for code, label in _verdict_labels(name).items():
             labels[(name, code)] = label
+    names = pl.DataFrame([{"protocol_name": p, "_code": c, "_name": n} for (p, c), n in labels.items()],
+                         schema={"protocol_name": pl.String, "_code": pl.Int64, "_name": pl.String})
+    v = v.with_columns(pl.col("verdict").cast(pl.Int64).alias("_code")).join(
+        names, on=["protocol_name", "_code"], how="left")  # a join, not a Python call per row
     v = v.with_columns(
-        pl.struct("protocol_name", "verdict").map_elements(
-            lambda s: "no verdict" if s["verdict"] < 0 else labels.get((s["protocol_name"], s["verdict"]),
-                                                                       str(s["verdict"])),
-            return_dtype=pl.String).alias("verdict_label"),
+        pl.when(pl.col("_code") < 0).then(pl.lit("no verdict")).otherwise(
+            pl.col("_name").fill_null(pl.col("_code").cast(pl.String))).alias("verdict_label"),
         pl.col("parse_status").cast(pl.Int64).replace_strict(_STATUS, default="?", return_dtype=pl.String)
-        .alias("status"))
+        .alias("status")).drop("_code", "_name")
     if run.captions is not None:
         caps = run.captions.select("captioner", "prompt_id", "frame_spec", "video_id",
                                    pl.col("text").alias("caption"), pl.col("error").alias("caption_error")).unique(
