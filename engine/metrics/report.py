@@ -1,4 +1,7 @@
-"""A readable plain-text table of a long-format metrics frame (the metrics themselves: engine.metrics.core)."""
+"""A readable plain-text table of a long-format metrics frame (the metrics themselves: engine.metrics.core).
+
+`format_table` puts the protocol's leaderboard (engine.report.leaderboard: the shape every scoring command prints)
+above the long table when the protocol can be told from the metric names."""
 
 from __future__ import annotations
 
@@ -8,7 +11,37 @@ import polars as pl
 VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict"]
 
 
-def format_table(frame: pl.DataFrame, digits: int = 2) -> str:
+#: a metric name only one protocol writes -> that protocol
+_MARKERS = {"CapF1": "capquiz", "hit_rate": "capability", "Acc": "vidcapbench", "S_e": "lvcap", "S_s": "lvcap",
+            "mean_score": "vcinspector"}
+
+
+def guess_protocol(frame: pl.DataFrame) -> str | None:
+    if "protocol" in frame.columns and frame["protocol"].n_unique() == 1:
+        return str(frame["protocol"][0])
+    names = set(frame["metric"].unique().to_list()) if "metric" in frame.columns else set(frame.columns)
+    found = {p for m, p in _MARKERS.items() if m in names}
+    return found.pop() if len(found) == 1 else None
+
+
+def format_table(frame: pl.DataFrame, digits: int = 2, protocol: str | None = None,
+                 leaderboard: bool = True) -> str:
+    """The protocol's leaderboard (when known), then every row: group columns, metric, value [ci_low, ci_high], n,
+    n_no_verdict."""
+    rows = format_rows(frame, digits)
+    protocol = protocol or guess_protocol(frame)
+    if not leaderboard or protocol is None or frame.is_empty():
+        return rows
+    from engine.report.leaderboard import format_leaderboard, leaderboards
+
+    try:
+        boards = leaderboards(frame, protocol=protocol)
+    except (ValueError, KeyError, pl.exceptions.PolarsError):  # an unusual table: the rows alone still say it all
+        return rows
+    return "\n\n".join(format_leaderboard(lb) for lb in boards) + "\n\n-- every metric row --\n" + rows
+
+
+def format_rows(frame: pl.DataFrame, digits: int = 2) -> str:
     """A plain-text table: group columns, metric, value [ci_low, ci_high], n, n_no_verdict."""
     groups = [c for c in frame.columns if c not in VALUE_COLUMNS]
 
