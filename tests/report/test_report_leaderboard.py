@@ -88,3 +88,13 @@ def test_terminal_headline_keeps_seed_rows_and_drops_breakdowns():
     head = headline(pl.concat(rows))
     assert head.height == 2 * 2 * 3  # 2 seeds x 2 captioners x 3 metrics: only the overall rows
     assert "seed" in head.columns and set(head["seed"]) == {"0", "1"}
+
+
+def test_score_command_table_leads_with_the_leaderboard():
+    from engine.metrics.report import format_table, guess_protocol
+
+    metrics, _ = _capquiz_table(6)
+    text = format_table(metrics)
+    assert guess_protocol(metrics) == "capquiz"
+    assert text.startswith("== capquiz leaderboard") and "-- every metric row --" in text
+    assert format_table(metrics, leaderboard=False).splitlines()[0].startswith("captioner")
