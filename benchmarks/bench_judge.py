@@ -112,7 +112,7 @@ def vllm_section(data: Path, quick: bool, model_dir: Path | None, say) -> dict:
     from adapters.smollm2 import build_smollm2
     from adapters.vllm_engine import VLLMJudge
 
-    n_items = 8 if quick else 24
+    n_items = 6 if quick else 24
     trials = 4
     window = 64
     # KV block size: vLLM caches whole blocks only. Its CPU default is 128 tokens (GPU: 16), which leaves up to 127
