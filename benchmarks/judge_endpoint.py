@@ -13,7 +13,9 @@ p50/p95/p99, the share of prompt tokens the server served from its prefix cache,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -241,12 +243,28 @@ def main(argv: list[str] | None = None) -> int:
     if args.judge == "openai" and not args.base_url and not any(
             o.startswith("base_url=") for o in args.judge_option):
         print("[bench judge] no --base-url: measuring api.openai.com", file=sys.stderr)
-    result = run(args, levels)
+    with stdout_to_stderr() if args.json else contextlib.nullcontext():
+        result = run(args, levels)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         _print_table(result)
     return 0
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """vLLM (and others) log to stdout; with --json, stdout must carry the JSON alone: fd 1 goes to stderr until
+    the block ends."""
+    real_stdout = os.dup(1)
+    sys.stdout.flush()
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(real_stdout, 1)
+        os.close(real_stdout)
 
 
 def run(args, levels: list[int]) -> dict:
