@@ -40,6 +40,30 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
     ray.init(**kwargs)
 
 
+#: environment that keeps model loaders (transformers, huggingface_hub, vLLM) from printing load bars and INFO
+#: lines; set before Ray starts so workers and actors inherit it. `--verbose` leaves everything as it is.
+QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
+             "VLLM_LOGGING_LEVEL": "WARNING", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+
+
+def quiet_libraries(verbose: bool = False) -> None:
+    """Model loaders' noise stays out of the terminal unless `verbose` (values the user set are kept)."""
+    if verbose:
+        return
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    try:  # already imported (e.g. by a judge built earlier): switch their bars off directly too
+        import sys
+
+        if "transformers" in sys.modules:
+            from transformers.utils import logging as tlog
+
+            tlog.set_verbosity_error()
+            tlog.disable_progress_bar()
+    except Exception:  # noqa: BLE001 - quieting is best effort, never a reason to fail a run
+        pass
+
+
 def _quiet_ray_loggers() -> None:
     """Ray logs start-up INFO/WARNING lines through the `ray` logger tree before `logging_level` applies."""
     for name in ("ray", "ray._private", "ray._private.authentication", "ray._private.worker"):

@@ -36,6 +36,9 @@ def main(args) -> int:
     from engine.sweep.config import load_sweep
     from engine.sweep.runner import run_sweep
 
+    from engine.ray_local import quiet_libraries
+
+    quiet_libraries(args.verbose)
     t0 = time.perf_counter()
     config = load_sweep(args.sweep)
     print(f"capeval demo: sweep {args.sweep} -> {args.out}", file=sys.stderr)

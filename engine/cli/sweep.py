@@ -64,8 +64,10 @@ def exit_line(result, max_failure_share: float) -> str | None:
 
 
 def run_and_report(config, out: Path, args) -> int:
+    from engine.ray_local import quiet_libraries
     from engine.sweep.runner import run_sweep
 
+    quiet_libraries(args.verbose)
     result = run_sweep(config, out, progress=not args.no_progress, accept_failures=args.accept_failures,
                        max_failure_share=args.max_failure_share, verbose=args.verbose)
     print_results(result)

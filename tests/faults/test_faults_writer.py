@@ -1,7 +1,8 @@
 """One writer, loopback only, clear storage errors (issue 8, findings 5, 6 and 8).
 
 A running sweep holds its output folder: a second sweep on it is refused (exit 4) naming the holder's PID and host;
-its local Ray listens on loopback addresses only and keeps Ray's start-up lines out of the terminal. A read-only
+its local Ray listens on loopback addresses only, and Ray's start-up lines and model loaders' bars stay out of the
+terminal. A read-only
 output folder is refused before any work (exit 2); a store that runs out of space stops the run with one line
 naming the file and what was written (exit 4), leaving nothing half-written."""
 
@@ -75,6 +76,7 @@ def test_running_sweep_is_loopback_only_quiet_and_holds_its_folder(tmp_path, swe
     assert not outside, f"sockets bound beyond loopback: {sorted(outside)}"
     # Ray's start-up lines (the token-auth warning, "Started a local Ray instance") stay out of the terminal
     assert "Token authentication" not in run.stderr and "Started a local Ray instance" not in run.stderr, run.stderr
+    assert "Loading weights" not in run.stderr  # nor the model loaders' bars (the local judge loads MiniLM)
     with FolderLock(out):  # released when the holder ended
         pass
 
