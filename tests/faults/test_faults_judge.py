@@ -58,6 +58,7 @@ def test_judge_down_then_up_rerun_completes_the_cell(reference, tmp_path, sweep_
     assert_no_duplicates(out)
 
 
+@pytest.mark.slow
 def test_accept_failures_finishes_the_cell_and_says_so(tmp_path, sweep_file):
     path = sweep_file(sweep_text(datasets=synthetic(N_VIDEOS),
                                  judge=openai_judge(f"http://127.0.0.1:{free_port()}/v1")))

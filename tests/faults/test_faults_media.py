@@ -88,6 +88,7 @@ def test_damaged_and_identical_videos_are_each_accounted_for(media, tmp_path, sw
     assert pl.read_parquet(out / "results.parquet").equals(pl.read_parquet(out / "results.parquet"))
 
 
+@pytest.mark.slow
 def test_full_frame_cache_is_retryable_and_the_rerun_completes(media, tmp_path, sweep_file):
     """The frame cache on a 16 KiB tmpfs (smaller than one video's frames; mounted in a private mount namespace):
     every frame write fails for want of space. Nothing is lost: the items are `io_error` (retryable), the cell is incomplete, exit 3; the rerun

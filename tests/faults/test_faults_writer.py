@@ -118,6 +118,7 @@ def test_read_only_output_folder_is_refused_before_any_work(tmp_path, sweep_file
     assert len(lines) == 1 and str(out) in lines[0] and "Read-only file system" in lines[0], run.stderr
 
 
+@pytest.mark.slow
 def test_full_store_stops_the_run_with_one_line_and_nothing_half_written(tmp_path, sweep_file):
     path = sweep_file(sweep_text(datasets=synthetic(2)))
     out = tmp_path / "out"
