@@ -183,8 +183,9 @@ class OpenAIJudge(_HTTPBackend):
                 for i, r in enumerate(requests)]
 
     def stream(self, feed, max_in_flight: int | None = None) -> Iterator[JudgeResponse]:
-        """adapters.base.StreamingJudge: at most `max_in_flight` (default: the config's) requests outstanding,
-        responses in completion order. Raises BackendFatalError (after the requests in flight) on HTTP 401/403."""
+        """adapters.base.StreamingJudge: at most `max_in_flight` requests outstanding (capped at the config's
+        `max_in_flight`, the connection pool's size), responses in completion order. Raises BackendFatalError
+        (after the requests in flight) on HTTP 401/403."""
         limit = min(int(max_in_flight or self.config.max_in_flight), self.config.max_in_flight)
         for request, result in self._runner.stream(feed, limit, self.body):
             yield _judge_response(request.key, result)
