@@ -130,7 +130,7 @@ def streaming(quick: bool = True) -> dict:
     from engine.judging.requests import to_judge_request
     from engine.judging.runner import run_judging
 
-    n = 3000
+    n = 3000 if quick else 6000
     n_barrier = 640 if quick else 1280
     protocol, reqs = capability_requests(n, judge="loopback", revision="lognormal")
     mean_latency = MEDIAN_S * math.exp(SIGMA**2 / 2)
