@@ -143,20 +143,46 @@ def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_mark
             for j in judges.values():
                 j.close()
     account = _account(stores, [keys[c] for c in cells])
-    from engine.report import results_table, write_results
+    from engine.report import results_table
 
     results = results_table(stores.metrics, [keys[c] for c in cells])
-    write_results(results, out)
+    _write_results(results, out)
     return SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
                        time.perf_counter() - t0, out, account, account.exit_code(max_failure_share), len(recovered))
 
 
+def _write_results(results, out: Path) -> None:
+    """results.parquet/.csv; a full or read-only disk ends the run with one line (the stores are complete)."""
+    from engine.report import write_results
+
+    try:
+        write_results(results, out)
+    except OSError as exc:
+        from engine.store.segments import storage_error
+
+        for stray in out.glob(".results*.tmp"):
+            stray.unlink(missing_ok=True)
+        raise storage_error(exc, out / "results.csv", "the results table") from exc
+
+
 def _load(spec, config, out: Path) -> LoadedDataset:
+    """Load a dataset; a disk that refuses the generated videos (synthetic kind) is a one-line storage error."""
+    import errno
+
     try:
         from engine.sweep.datasets import media_required
+
+        extra = {"require_media": media_required(config, spec)}
     except ImportError:  # pragma: no cover - older dataset module
-        return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent)
-    return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent, require_media=media_required(config, spec))
+        extra = {}
+    try:
+        return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent, **extra)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
+            raise
+        from engine.store.segments import storage_error
+
+        raise storage_error(exc, out / "videos", f"the videos of dataset {spec.name!r}") from exc
 
 
 def _cell_key(cell: Cell, datasets: dict, cap_rev: dict, judge_rev: dict) -> str:
@@ -177,7 +203,6 @@ def _caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict,
     one row per video and caption cell, to captions.parquet/.csv; exit FAILURES when a video has no caption."""
     import polars as pl
 
-    from engine.report import write_results
     from engine.stages.pipeline import caption_cells_for
     from engine.sweep import cells as cellmod
     from engine.sweep.grid import caption_cells
@@ -203,7 +228,7 @@ def _caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict,
     if results.height:
         results = results.select(["dataset", "captioner", "prompt_id", "frame_spec", "video_id", "text", "item_status",
                                   "error", "n_tokens", "latency_s"])
-    write_results(results, out)
+    _write_results(results, out)
     parquet, csv = out / "results.parquet", out / "results.csv"
     for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
         src.replace(dst)
