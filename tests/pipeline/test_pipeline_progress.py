@@ -1,0 +1,58 @@
+"""Progress on a terminal (issue 10): a sweep shows decode and caption bars with counts, throughput and ETA, moved
+by the driver as Ray tasks and caption actors finish. Run under a pseudo-terminal, as a user would see it."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import struct
+import subprocess
+import sys
+import termios
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_decode_and_caption_bars_on_a_terminal(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('name = "bars"\nprompts = ["brief"]\nframes = ["uniform:2"]\n'
+                     '[[datasets]]\nname = "shapes"\nkind = "synthetic"\nn_videos = 3\nduration_s = 1.0\n'
+                     '[[captioners]]\nname = "local"\n[[protocols]]\nname = "capquiz"\n[[judges]]\nname = "local"\n'
+                     '[options]\nbatch_size = 1\nn_resamples = 10\n')
+    master, slave = pty.openpty()
+    # a real terminal has a size; a fresh pty reports 0 columns, and tqdm draws nothing in 0 columns
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "160"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out")],
+                            cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
+                            start_new_session=True)
+    os.close(slave)
+    chunks = []
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the terminal closed: the process ended
+                break
+            if not data:
+                break
+            chunks.append(data)
+        proc.wait(timeout=60)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    text = b"".join(chunks).decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    for stage in ("decode [shapes]", "caption [local]"):
+        bars = [line for line in re.split(r"[\r\n]", text) if stage in line]
+        assert bars, f"no {stage} bar in: {text[-2000:]}"
+        final = bars[-1]
+        assert "3/3" in final and "video/s" in final, final  # count and throughput
+        assert re.search(r"<\d\d:\d\d", " ".join(bars)), bars  # an ETA
