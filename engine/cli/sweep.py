@@ -23,6 +23,28 @@ def add_run_options(p) -> None:
     p.add_argument("--debug", action="store_true", help="show tracebacks")
 
 
+def _positive(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def with_limit(config, limit: int | None):
+    """`config` with every dataset limited to its first `limit` videos (the smaller limit when the file sets one)."""
+    if not limit:
+        return config
+    from dataclasses import replace
+
+    datasets = tuple(replace(d, limit=min(limit, d.limit) if d.limit else limit) for d in config.datasets)
+    return replace(config, datasets=datasets)
+
+
 def _share(text: str) -> float:
     import argparse
 
@@ -40,6 +62,9 @@ def register(subparsers) -> None:
     p.add_argument("file", help="sweep file (.toml or .yaml)")
     p.add_argument("--out", help="output folder (default: runs/<sweep name>); rerunning into it resumes")
     p.add_argument("--check", action="store_true", help="only validate the file and print the grid")
+    p.add_argument("--limit", type=_positive, metavar="N",
+                   help="use only the items of the first N videos (by video id) of each dataset: a quick trial run "
+                        "(its cells are keyed apart from the full run's)")
     add_run_options(p)
     p.set_defaults(func=main)
 
@@ -81,7 +106,7 @@ def main(args) -> int:
     from engine.sweep.config import load_sweep
     from engine.sweep.grid import expand
 
-    config = load_sweep(args.file)  # every problem of the file at once (SweepFileError: exit 2)
+    config = with_limit(load_sweep(args.file), args.limit)  # every problem of the file at once (exit 2)
     out = Path(args.out) if args.out else Path("runs") / config.name
     try:
         from engine.sweep.validation import writable_problem
