@@ -41,6 +41,7 @@ class JudgeLoop:
         self._held: dict[str, float] = {}  # keys another live process claimed -> when we last looked
         self._next_poll = 0.0
         self._cached_run = 1  # rows to claim at once: grows while every key is found in the cache
+        self._fresh: dict[str, CachedResponse] = {}  # answers of this run the committer may not have written yet
         self.feed = WindowFeed()
         self.streaming = callable(getattr(judge, "stream", None))
         try:
@@ -158,13 +159,17 @@ class JudgeLoop:
 
     def _dispatch(self, rows: list[Row]) -> None:
         new: list[str] = []
+        fresh: list[str] = []
         for row in rows:
             waiting = self._waiters.get(row.key)
             if waiting is not None:
                 waiting.append(row)
             else:
                 self._waiters[row.key] = [row]
-                new.append(row.key)
+                (fresh if row.key in self._fresh else new).append(row.key)
+        for k in fresh:  # answered in this run, maybe not committed yet: never ask again
+            self._waiters[k][0].cell.summary.cached += 1
+            self._resolve(k, self._fresh[k])
         if not new:
             return
         if not self.use_cache:
@@ -229,6 +234,10 @@ class JudgeLoop:
                             resp.cached_prompt_tokens or 0, resp.completion_tokens or 0,
                             float(resp.latency_s or 0.0), float(resp.cost_usd or 0.0))
         self.committer.put(cr)
+        if len(self._fresh) >= 8192:  # everything older is committed after a flush: the cache answers it
+            self.committer.flush()
+            self._fresh.clear()
+        self._fresh[resp.key] = cr
         self._resolve(resp.key, cr)
 
     def _release(self, key: str) -> None:
