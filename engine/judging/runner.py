@@ -19,7 +19,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.protocols.base import JudgeProtocol, JudgingPolicy
-from engine.schemas import VERDICTS
 
 
 @dataclass
@@ -101,11 +100,6 @@ def run_judging(requests: pa.Table, judge, *, cache_dir: str | Path, protocol: J
     summary.wall_s = time.perf_counter() - t0
     table = table.replace_schema_metadata({b"capeval.judging_summary": json.dumps(summary.as_dict()).encode()})
     return (table, summary) if return_summary else table
-
-
-def _nullable(schema: pa.Schema) -> pa.Schema:
-    """Row-building schema: identical types, all nullable (conform() then checks the required columns)."""
-    return pa.schema([f.with_nullable(True) for f in schema])
 
 
 from .cells import Cell  # noqa: E402 - cells imports JudgingSummary from here
