@@ -2,7 +2,7 @@
 
 A cell is one `run_judging` call (or one sweep cell handed to `JudgeScheduler`): a request table, a protocol and a
 `JudgingPolicy`. Rows are pulled from the table in slices (never the whole table as Python dicts). A *unit* is the
-rows sharing (item_id, caption_key, trial) at one step: when all of a unit's rows are final, the protocol's
+rows sharing (item_id, task, caption_key, trial) at one step: when all of a unit's rows are final, the protocol's
 `next_requests` is called for that unit alone, so the next step (VidCapBench answer -> score, LVCap extract ->
 entail) enters the window while the rest of the step is still being judged. With `stop_when_failed_at_most` set
 (official retry rounds) a unit is asked, accepted or re-asked as a whole (the official scripts re-ask an item whose
@@ -158,7 +158,8 @@ class Cell:
 
     def _attach(self, row: Row, sealed: bool) -> None:
         r = row.req
-        key = (r["item_id"], r["caption_key"], r["trial"], row.depth)
+        # task too: CAPability's action items reuse the event items' ids, but they are separate items
+        key = (r["item_id"], r["task"], r["caption_key"], r["trial"], row.depth)
         unit = self.units.get(key)
         if unit is None:
             unit = self.units[key] = Unit(key)
@@ -278,7 +279,7 @@ class Cell:
     def _unit_complete(self, unit: Unit) -> list[Row]:
         if self.units.pop(unit.key, None) is None:
             return []  # completed already
-        depth = unit.key[3]
+        depth = unit.key[-1]
         if not self.multi_step or depth + 1 >= self.max_steps:
             return []
         reqs = pa.Table.from_pylist([r.req for r in unit.rows], schema=REQUESTS_WITH_CONTEXT)

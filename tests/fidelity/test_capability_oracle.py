@@ -273,9 +273,6 @@ def test_replay_tells_event_and_action_items_apart(tmp_path):
     assert rows["action"]["verdict"] in (int(CapabilityVerdict.NEGATIVE), int(CapabilityVerdict.MISS))
 
 
-@pytest.mark.xfail(strict=True, reason="engine/judging/cells.py keys a unit by (item_id, caption_key, trial, depth): "
-                                       "an event and an action item sharing a file id form one unit, so a rejected "
-                                       "event reply re-asks the accepted action reply too (officially separate items)")
 def test_event_rejection_does_not_reask_the_action_item(tmp_path):
     rows = _event_action_run(tmp_path)
     assert (rows["action"]["verdict"], rows["action"]["attempt"]) == (int(CapabilityVerdict.NEGATIVE), 0)
