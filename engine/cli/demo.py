@@ -48,7 +48,20 @@ def main(args) -> int:
     print(f"cached cells: {result.cells_cached} of {result.cells_total} (a rerun redoes nothing); "
           f"total {time.perf_counter() - t0:.1f}s")
     print(NOTICE)
+    _report(result.out_dir)
     line = exit_line(result, args.max_failure_share)
     if line:
         print(line, file=sys.stderr)
     return result.exit_code
+
+
+def _report(out: Path) -> None:
+    """The HTML report of the demo's run folder (engine.report.write_report), its path printed last."""
+    try:
+        from engine.report import write_report
+
+        path = write_report(out)
+    except Exception as exc:  # noqa: BLE001 - the results are complete without the report; say why it is missing
+        print(f"report not written: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return
+    print(f"report: {path} (open it in a browser; it works offline)")

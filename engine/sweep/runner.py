@@ -147,8 +147,28 @@ def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_mark
 
     results = results_table(stores.metrics, [keys[c] for c in cells])
     _write_results(results, out)
-    return SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
-                       time.perf_counter() - t0, out, account, account.exit_code(max_failure_share), len(recovered))
+    result = SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
+                         time.perf_counter() - t0, out, account, account.exit_code(max_failure_share),
+                         len(recovered))
+    _record(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log)
+    return result
+
+
+def _record(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_rev: dict, cell_keys: list[str],
+            log) -> None:
+    """Append this run's record to run.json (engine.runrecord), items by status included. A record that cannot be
+    written is reported, not fatal: the results are complete without it."""
+    try:
+        from engine.runrecord import append_run_record, sweep_record
+    except ImportError:  # pragma: no cover
+        return
+    try:
+        record = sweep_record(result, config, cap_rev=cap_rev, judge_rev=judge_rev, cell_keys=cell_keys)
+        record["counts_by_status"]["items"] = dict(result.account.by_status)
+        record["counts_by_status"]["items_without_verdict"] = result.account.without_verdict
+        append_run_record(result.out_dir, **record)
+    except Exception as exc:  # noqa: BLE001
+        log(f"[sweep {config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")
 
 
 def _write_results(results, out: Path) -> None:
