@@ -143,9 +143,23 @@ def scale_requests(n: int):
 def scale(n: int = 1_000_000) -> dict:
     """`run_judging` over n requests with the instant backend: peak RSS and CPU per request (linear time: compare
     with `overhead`). Run it in a fresh process for a clean peak RSS."""
-    from engine.judging.runner import run_judging
+    import subprocess
+    import sys
 
-    protocol, reqs = scale_requests(n)
+    import pyarrow.parquet as pq
+
+    from engine.judging.runner import run_judging
+    from engine.registry import lookup
+
+    with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
+        # built in a child process: loading the release leaves this process's heap untouched, so the peak RSS
+        # below is the request table plus what the engine needs
+        path = Path(tmp) / "requests.parquet"
+        code = ("import sys, pyarrow.parquet as pq; from benchmarks.bench_streaming import scale_requests; "
+                f"pq.write_table(scale_requests({int(n)})[1], {str(path)!r})")
+        subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
+        reqs = pq.read_table(path)
+    protocol = lookup("protocol", "capability")
     rss_input = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
         cpu0, t0 = time.process_time(), time.perf_counter()
