@@ -115,8 +115,10 @@ def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_mark
     cap_rev = {c.display: component_revision("captioner", c) for c in config.captioners}
     judge_rev = {j.display: component_revision("judge", j) for j in config.judges}
     if not config.protocols:  # caption-only sweep
-        return _caption_only(config, out, datasets, cap_rev, stores, progress=progress, log=log, verbose=verbose,
-                             t0=t0, exit_once_marker=exit_once_marker, max_failure_share=max_failure_share)
+        from engine.sweep.caption_only import run_caption_only
+
+        return run_caption_only(config, out, datasets, cap_rev, stores, progress=progress, log=log, verbose=verbose,
+                                t0=t0, exit_once_marker=exit_once_marker, max_failure_share=max_failure_share)
     cells = expand(config)
     keys = {cell: _cell_key(cell, datasets, cap_rev, judge_rev) for cell in cells}
     states = cellmod.cell_states(stores)
@@ -215,45 +217,6 @@ def _cell_key(cell: Cell, datasets: dict, cap_rev: dict, judge_rev: dict) -> str
     return cell.key(dataset_digest=datasets[cc.dataset.name].digest,
                     captioner_revision="" if from_file else cap_rev[cc.captioner.display],
                     prompt_text=prompt_text, judge_revision=judge_rev[cell.judge.display], **extra)
-
-
-def _caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict, stores, *, progress, log, verbose,
-                  t0, exit_once_marker, max_failure_share) -> SweepResult:
-    """A sweep without protocols: caption every caption cell (reusing stored captions) and write the captions,
-    one row per video and caption cell, to captions.parquet/.csv; exit FAILURES when a video has no caption."""
-    import polars as pl
-
-    from engine.stages.pipeline import caption_cells_for
-    from engine.sweep import cells as cellmod
-    from engine.sweep.grid import caption_cells
-
-    ccells = [c for c in caption_cells(config) if not getattr(c, "from_file", False)]
-    log(f"[sweep {config.name}] caption-only: {len(ccells)} caption cells")
-    init_ray(verbose=verbose)
-    outcome = caption_cells_for(ccells, datasets, config, stores, cap_rev, progress=progress,
-                                exit_once_marker=exit_once_marker)
-    inputs = cellmod.load_inputs(stores, outcome)
-    account = accounting.RunAccount()
-    tables = []
-    for cc in ccells:
-        view = Cell(cc, ComponentSpec("none"), ComponentSpec("none"))
-        captions, failures = cellmod.cell_captions(view, datasets[cc.dataset.name], inputs, cap_rev)
-        df = pl.from_arrow(captions).with_columns(
-            pl.lit(cc.dataset.name).alias("dataset"), pl.lit(cc.captioner.display).alias("captioner"),
-            pl.Series("item_status", [failures[v].status if v in failures else accounting.OK
-                                      for v in captions.column("video_id").to_pylist()], pl.String))
-        tables.append(df)
-        account.add_captions(df)
-    results = pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame()
-    if results.height:
-        results = results.select(["dataset", "captioner", "prompt_id", "frame_spec", "video_id", "text", "item_status",
-                                  "error", "n_tokens", "latency_s"])
-    _write_results(results, out)
-    parquet, csv = out / "results.parquet", out / "results.csv"
-    for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
-        src.replace(dst)
-    return SweepResult(results, 0, 0, 0, outcome.stats, {}, time.perf_counter() - t0, out, account,
-                       account.exit_code(max_failure_share), 0)
 
 
 def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:

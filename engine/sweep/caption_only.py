@@ -1,0 +1,52 @@
+"""Caption-only sweeps (no `[[protocols]]`): caption every caption cell, reusing stored captions, and write one row
+per video and caption cell to captions.parquet / captions.csv, with an `item_status` like the judged sweeps' rows."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from engine.ray_local import init_ray
+from engine.sweep import accounting
+from engine.sweep.config import ComponentSpec, SweepConfig
+from engine.sweep.grid import Cell
+
+
+def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict, stores, *, progress, log, verbose,
+                  t0, exit_once_marker, max_failure_share) -> SweepResult:
+    """A sweep without protocols: caption every caption cell (reusing stored captions) and write the captions,
+    one row per video and caption cell, to captions.parquet/.csv; exit FAILURES when a video has no caption."""
+    import polars as pl
+
+    from engine.stages.pipeline import caption_cells_for
+    from engine.sweep import cells as cellmod
+    from engine.sweep.grid import caption_cells
+    from engine.sweep.runner import SweepResult, _write_results
+
+    ccells = [c for c in caption_cells(config) if not getattr(c, "from_file", False)]
+    log(f"[sweep {config.name}] caption-only: {len(ccells)} caption cells")
+    init_ray(verbose=verbose)
+    outcome = caption_cells_for(ccells, datasets, config, stores, cap_rev, progress=progress,
+                                exit_once_marker=exit_once_marker)
+    inputs = cellmod.load_inputs(stores, outcome)
+    account = accounting.RunAccount()
+    tables = []
+    for cc in ccells:
+        view = Cell(cc, ComponentSpec("none"), ComponentSpec("none"))
+        captions, failures = cellmod.cell_captions(view, datasets[cc.dataset.name], inputs, cap_rev)
+        df = pl.from_arrow(captions).with_columns(
+            pl.lit(cc.dataset.name).alias("dataset"), pl.lit(cc.captioner.display).alias("captioner"),
+            pl.Series("item_status", [failures[v].status if v in failures else accounting.OK
+                                      for v in captions.column("video_id").to_pylist()], pl.String))
+        tables.append(df)
+        account.add_captions(df)
+    results = pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame()
+    if results.height:
+        results = results.select(["dataset", "captioner", "prompt_id", "frame_spec", "video_id", "text", "item_status",
+                                  "error", "n_tokens", "latency_s"])
+    _write_results(results, out)
+    parquet, csv = out / "results.parquet", out / "results.csv"
+    for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
+        src.replace(dst)
+    return SweepResult(results, 0, 0, 0, outcome.stats, {}, time.perf_counter() - t0, out, account,
+                       account.exit_code(max_failure_share), 0)
