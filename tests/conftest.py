@@ -30,6 +30,7 @@ def ray_local(tmp_path_factory):
 
     if not ray.is_initialized():
         ray.init(
+            address="local",  # a private instance, never a cluster another test started with `ray start`
             num_cpus=2,
             object_store_memory=256 * 1024 * 1024,
             _node_ip_address="127.0.0.1",
