@@ -161,16 +161,32 @@ def scale(n: int = 1_000_000) -> dict:
         reqs = pq.read_table(path)
     protocol = lookup("protocol", "capability")
     rss_input = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_before = _status_mb("VmRSS")
+    try:  # reset the high-water mark (Linux): the peak below is the run's, not the parquet read's
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass
     with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
         cpu0, t0 = time.process_time(), time.perf_counter()
         verdicts = run_judging(reqs, InstantJudge(), cache_dir=tmp, protocol=protocol, max_in_flight=256,
                                progress=False)
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
     assert verdicts.num_rows == n
-    return {"requests": n, "input_table_mb": round(reqs.nbytes / 2**20, 1), "rss_after_input_mb": round(rss_input, 1),
+    return {"requests": n, "input_table_mb": round(reqs.nbytes / 2**20, 1), "peak_rss_reading_input_mb":
+            round(rss_input, 1), "rss_before_run_mb": rss_before, "peak_rss_during_run_mb": _status_mb("VmHWM"),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
             "verdict_table_mb": round(verdicts.nbytes / 2**20, 1),
             "cpu_ms_per_request": round(1000 * cpu / n, 4), "wall_s": round(wall, 1)}
+
+
+def _status_mb(field: str) -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
 
 
 def _old_barrier_loop(judge, requests, batch: int) -> int:
