@@ -117,6 +117,7 @@ def test_report_in_a_real_browser(run_dir, tmp_path, capsys):
             browser.evaluate("document.querySelector('#samples-table tr.row').click()")
             detail = browser.evaluate("document.querySelector('#samples-table tr.detail').textContent")
             assert "caption" in detail and "raw_output" in detail
+            assert "question" in detail and "answer" in detail  # items reloaded from the recorded sweep file
         shot = browser.screenshot(tmp_path / "report.png")
         browser.evaluate("document.getElementById('plots').scrollIntoView()")
         plots_shot = browser.screenshot(tmp_path / "plots.png")
@@ -136,3 +137,10 @@ def test_run_data_for_the_report(run_dir):
     run = load_run(run_dir)
     assert run.verdicts is not None and set(run.verdicts["seed"]) == {0, 1}
     assert run.n_videos()["n_videos"].to_list() == [4] * 4
+    # the sweep wrote its run record: what ran, with which versions, and how it went
+    assert len(run.records) == 1
+    rec = run.records[0]
+    assert rec["command"] == "sweep" and rec["counts_by_status"]["cells"]["run"] == 4
+    assert rec["counts_by_status"]["verdicts"]["ok"] == run.verdicts.height
+    assert rec["versions"]["ray"] and rec["sweep_file"].endswith("report_test.toml")
+    assert rec["components"]["judges"] and rec["modes"] == {"capquiz": "strict"}
