@@ -13,12 +13,13 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import psutil
 import pytest
 
-from conftest import finish, reap, start_capeval, sweep, sweep_text, synthetic, wait_for
+from conftest import REPO, cli_env, finish, reap, start_capeval, sweep, sweep_text, synthetic, wait_for
 from engine import exitcodes
 from engine.store.lock import LOCK_NAME, FolderLock
 
@@ -84,9 +85,10 @@ def test_running_sweep_is_loopback_only_quiet_and_holds_its_folder(tmp_path, swe
 def test_lock_of_a_killed_run_does_not_block(tmp_path):
     code = ("import sys, time; from engine.store.lock import FolderLock; l = FolderLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); time.sleep(60)")
-    holder = subprocess.Popen([__import__("sys").executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
-                              text=True, cwd=__import__("conftest").REPO,
-                              env=__import__("conftest").cli_env())
+    # REPO/cli_env come from this folder's conftest, imported at load time: a bare "conftest" looked up at run time
+    # is whichever conftest pytest imported last.
+    holder = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, cwd=REPO, env=cli_env())
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(Exception, match=f"PID {holder.pid}"):
