@@ -5,7 +5,7 @@ remaining pixels into coloured blobs, names each blob's colour and rough shape (
 it fills) and tracks each blob's centroid from the first to the last frame to say which way it moves. It is
 deterministic and takes milliseconds per video on one core, so the demo and the tests can run the whole pipeline
 (decode -> caption -> judge -> metrics) on a laptop; on videos of flat coloured shapes on a plain background (what
-benchmarks/make_videos.py draws) its captions are even mostly right, which gives the judges something real to do.
+engine/datasets/synthetic_videos.py draws) its captions are even mostly right, which gives the judges something real to do.
 
 The prompt only changes verbosity: prompts that ask for something short ("brief", "concise", "one sentence",
 "short") get colours and counts only; every other prompt gets shapes, positions and motion as well. With `context`

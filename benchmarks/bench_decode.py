@@ -34,7 +34,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from benchmarks.make_videos import make_video
+from engine.datasets.synthetic_videos import make_video
 
 TARGETS = {"speedup_vs_all": 10.0, "ratio_to_lower_bound": 1.5, "ray_scaling": 1.7}
 

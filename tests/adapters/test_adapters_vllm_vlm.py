@@ -1,6 +1,6 @@
 """VLLMCaptioner and VLLMJudge (images) on vLLM's real CPU engine over a tiny random-weight Idefics3 built here.
 
-Frames are decoded from real encoded videos (benchmarks.make_videos + engine.frames.decode). The model's weights are
+Frames are decoded from real encoded videos (engine.datasets.synthetic_videos + engine.frames.decode). The model's weights are
 random, so the assertions are about the engine path: one response per request, in order, real token counts,
 determinism under a seed, images reaching the model (they change the output), and structured JSON from a
 multimodal judge request.
@@ -26,7 +26,7 @@ PROMPT = "Describe the video in detail."
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> list[np.ndarray]:
     """Frames (uint8 T,H,W,3) of two different real H.264 clips."""
-    from benchmarks.make_videos import make_video
+    from engine.datasets.synthetic_videos import make_video
     from engine.frames.decode import decode_frames
 
     d = tmp_path_factory.mktemp("vlm-videos")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.make_videos import make_video
+from engine.datasets.synthetic_videos import make_video
 from engine.datasets.registry import get_kind, kind_names, load, validate
 from engine.errors import UsageError
 

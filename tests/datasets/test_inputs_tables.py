@@ -220,7 +220,7 @@ def test_judge_vcinspector_decodes_judge_frames_from_media(tmp_path, capsys):
     import numpy as np
     from PIL import Image
 
-    from benchmarks.make_videos import make_video
+    from engine.datasets.synthetic_videos import make_video
 
     make_video(tmp_path / "m" / "a.mp4", codec="libx264", seconds=2.0, fps=8, size=(64, 48), seed=1)
     Image.fromarray(np.full((40, 50, 3), 90, np.uint8)).save(tmp_path / "m" / "b.png")

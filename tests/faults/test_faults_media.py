@@ -27,7 +27,7 @@ def _item(video_id: str, path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory) -> dict:
-    from benchmarks.make_videos import make_broken_videos, make_video
+    from engine.datasets.synthetic_videos import make_broken_videos, make_video
 
     d = tmp_path_factory.mktemp("media")
     good = {}

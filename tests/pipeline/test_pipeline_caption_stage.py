@@ -21,8 +21,8 @@ PROMPTS = ("capquiz_standard", "brief")
 
 @pytest.fixture(scope="module")
 def decoded(tmp_path_factory, ray_local):
-    """FRAMES rows of real H.264 videos (benchmarks.make_videos), decoded by Ray tasks through the frame cache."""
-    from benchmarks.make_videos import make_video
+    """FRAMES rows of real H.264 videos (engine.datasets.synthetic_videos), decoded by Ray tasks through the frame cache."""
+    from engine.datasets.synthetic_videos import make_video
 
     root = tmp_path_factory.mktemp("stage")
     videos = []

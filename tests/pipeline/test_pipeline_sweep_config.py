@@ -317,7 +317,7 @@ def _mixed_media(folder: Path) -> None:
     import numpy as np
     from PIL import Image
 
-    from benchmarks.make_videos import make_video
+    from engine.datasets.synthetic_videos import make_video
 
     folder.mkdir(parents=True)
     make_video(folder / "clip_a.mp4", codec="libx264", seconds=1.0, fps=8, size=(64, 48), seed=1)

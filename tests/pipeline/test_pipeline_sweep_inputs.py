@@ -19,7 +19,7 @@ from engine.sweep.runner import run_sweep
 def media_folder(tmp_path_factory) -> Path:
     from PIL import Image
 
-    from benchmarks.make_videos import make_video
+    from engine.datasets.synthetic_videos import make_video
 
     d = tmp_path_factory.mktemp("mixed")
     make_video(d / "clip_a.mp4", codec="h264", seconds=1.0, fps=12, size=(96, 64), seed=3)

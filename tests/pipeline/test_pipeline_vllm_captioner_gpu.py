@@ -16,7 +16,7 @@ MODEL = os.environ.get("CAPEVAL_GPU_VLM", "Qwen/Qwen2-VL-2B-Instruct")
 def test_vllm_captioner_captions_video_frames(tmp_path):
     from adapters.base import CaptionRequest
     from adapters.vllm_captioner import VLLMCaptioner
-    from benchmarks.make_videos import make_video
+    from engine.datasets.synthetic_videos import make_video
     from engine.frames.decode import decode_frames
 
     path = tmp_path / "v.mp4"

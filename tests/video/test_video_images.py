@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.make_videos import make_video
+from engine.datasets.synthetic_videos import make_video
 from engine.frames.cache import decode_frames_cached, frames_row
 from engine.frames.decode import CorruptVideoError, EmptyVideoError, decode_frames
 from engine.frames.images import media_type_of

@@ -21,7 +21,7 @@ def _decode_all(path):
 def reordered_clips(tmp_path_factory, test_videos) -> dict:
     """H.264 with B-frames (x264 bframes=3, b-pyramid) and, when this PyAV build has libx265, HEVC (x265
     defaults: B-frames too); 6 s, keyframe every 2 s, so targets sit deep inside GOPs."""
-    from benchmarks.make_videos import make_video
+    from engine.datasets.synthetic_videos import make_video
 
     d = tmp_path_factory.mktemp("reordered")
     clips = {"h264_bframes": test_videos["h264_bframes"]["path"]}

@@ -41,7 +41,7 @@ PAPER_TYPE = {"scene": "Setting", "counting": "Attribute", "object": "Entity", "
 
 def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int]) -> list[dict]:
     """Multiple-choice questions (5 options, answer = option text) whose answers are the video's ground truth."""
-    from benchmarks.make_videos import BACKGROUNDS, COLORS, SHAPES
+    from engine.datasets.synthetic_videos import BACKGROUNDS, COLORS, SHAPES
 
     shapes = truth["shapes"]
     present = sorted({f"a {s['color']} {s['shape']}" for s in shapes})
@@ -70,7 +70,7 @@ def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int]) 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
     """Generate (once; reused when present) `n_videos` real H.264 videos under out_dir/videos/<name>."""
-    from benchmarks.make_videos import make_video
+    from engine.datasets.synthetic_videos import make_video
 
     n_videos, seed, duration = params.get("n_videos", 6), params.get("seed", 0), params.get("duration_s", 2.0)
     out = out_dir / "videos" / name
