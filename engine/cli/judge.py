@@ -60,6 +60,9 @@ def register(subparsers) -> None:
     p.add_argument("--max-reasks", type=int, default=None, help="re-asks for malformed output (default: the "
                    "protocol's policy for --mode)")
     p.add_argument("--keep-intermediate", action="store_true", help="also keep answer/extract step rows")
+    p.add_argument("--max-failure-share", type=float, default=0.0, metavar="X",
+                   help="exit 0 only when at most this share of verdict rows has no verdict (default 0); else the run "
+                        "completes with exit code 3 and a rerun asks only the failed requests again")
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
@@ -194,6 +197,11 @@ def run(args) -> int:
     from engine.schemas import FRAMES
     from engine.store.segments import write_parquet_atomic
 
+    import time
+
+    started = time.time()
+    if not 0.0 <= args.max_failure_share <= 1.0:
+        raise UsageError(f"--max-failure-share must be within [0, 1], got {args.max_failure_share}")
     try:
         seeds = [int(s) for s in str(args.seeds).split(",") if s.strip()]
     except ValueError:
@@ -248,7 +256,55 @@ def run(args) -> int:
         metrics.write_csv(args.metrics)
         print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)
     print(format_table(metrics))
-    return 0
+    _record_run(args, protocol, judge, params, verdicts, summary, started)
+    return _exit_code(verdicts, args.max_failure_share)
+
+
+def _record_run(args, protocol, judge, params: dict, verdicts, summary, started: float) -> None:
+    """run.json beside the verdict file (appended, never replaced): config, revisions, packs, counts, throughput."""
+    import time
+
+    from engine.packs import PackError, load_pack, resolve_pack
+    from engine.runrecord import append_run_record, verdict_status_counts
+
+    mode = params.get("mode", "strict")
+    packs = {}
+    for key, value in params.items():  # every pack the run named (prompts, event_prompts, ...)
+        if isinstance(value, (str, Path)) and str(value).endswith(".toml"):
+            try:
+                packs[key] = load_pack(value).digest
+            except PackError:
+                pass
+    if not packs:
+        try:
+            packs["prompts"] = resolve_pack(protocol.name, None, mode=mode).digest
+        except PackError:
+            pass
+    wall = time.time() - started
+    append_run_record(args.out.resolve().parent, command="judge", config={k: v for k, v in vars(args).items()
+                                                                           if k != "func"},
+                      components={"judges": {judge.name: judge.revision}}, modes={protocol.name: mode},
+                      pack_digests=packs, counts_by_status={"verdicts": verdict_status_counts(verdicts),
+                                                            "judging": summary.as_dict()},
+                      wall_s=wall, throughput={"verdicts_per_s": verdicts.num_rows / wall if wall > 0 else None},
+                      started_at=started)
+
+
+def _exit_code(verdicts, max_failure_share: float) -> int:
+    """0, or exitcodes.FAILURES when the share of rows without a verdict exceeds `max_failure_share`."""
+    import pyarrow.compute as pc
+
+    from engine import exitcodes
+    from engine.schemas import NO_VERDICT
+
+    n = verdicts.num_rows
+    missing = int(pc.sum(pc.equal(verdicts.column("verdict"), NO_VERDICT)).as_py() or 0) if n else 0
+    if n and missing / n > max_failure_share:
+        print(f"[judge] completed with failures: {missing} of {n} verdict rows have no verdict "
+              f"({missing / n:.1%} > --max-failure-share {max_failure_share:g}); their parse_status and error say why; "
+              f"a rerun of the same command asks again what the backend failed to answer", file=sys.stderr)
+        return exitcodes.FAILURES
+    return exitcodes.OK
 
 
 #: protocols whose judge looks at frames (multimodal judges)
