@@ -52,10 +52,22 @@ def run_score(args) -> int:
                         seed=args.seed, unknown_ids=args.unknown_ids)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)
+    print(_leaderboard(table, args.judgments.name))
     print(format_score_table(table, model=args.judgments.name))
     print(_notes(table), file=sys.stderr)
     print(f"wrote {args.out}")
     return 0
+
+
+def _leaderboard(table, model: str) -> str:
+    """The leaderboard every scoring command prints (engine.report.leaderboard), with the judged model as the
+    captioner; the per-dimension table with counts follows it."""
+    import polars as pl
+
+    from engine.report.leaderboard import format_leaderboard, leaderboards
+
+    boards = leaderboards(table.with_columns(pl.lit(model).alias("captioner")), protocol="capability")
+    return "\n\n".join(format_leaderboard(lb) for lb in boards)
 
 
 def format_score_table(table, model: str = "") -> str:
