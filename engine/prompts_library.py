@@ -21,8 +21,9 @@ a text makes new keys; old captions stay in the store and are simply no longer m
 Built-in texts are capeval's own; none is a benchmark's official prompt. For an official prompt read it from the
 benchmark's pack (`[[prompts]] pack = ...`), which keeps its text out of this project.
 
-LVCap's segmental mode (`segmental=True`) captions a long video segment by segment; the stage passes the captions of
-the previous segments in `CaptionRequest.context` and `render()` puts them before the instruction.
+LVCap's segmental mode (`segmental=True`) captions a long video segment by segment (the frame spec's segments:
+`segments:length=60,...` or scene cuts `segments:at=...`); the stage passes the captions of the previous segments
+once, in `CaptionRequest.context`, which each captioner puts before the prompt.
 """
 
 from __future__ import annotations

@@ -87,23 +87,25 @@ class CaptionWorker:
         return rows
 
     def _segmental(self, task: CaptionTask, frames) -> dict:
-        """LVCap segmental mode: each segment's caption is conditioned on the previous segments' captions."""
+        """LVCap segmental mode: each segment's caption is conditioned on the previous segments' captions, which the
+        request carries once, in `CaptionRequest.context` (the backends put it before the prompt). Segments follow
+        the frame spec when it has them (`segments:length=60,...` or scene cuts `segments:at=12.5|40,...`: `per`
+        frames each); any other spec is split into `task.segments` equal parts."""
         import numpy as np
 
         from adapters.base import CaptionRequest
-        from engine.prompts_library import PROMPTS
 
-        prompt = PROMPTS.get(task.prompt_id)
-        chunks = np.array_split(np.arange(len(frames)), min(task.segments, len(frames)))
         texts: list[str] = []
         n_tokens = prompt_tokens = 0
         latency = 0.0
-        for i, idx in enumerate(chunks):
-            context = "\n".join(f"Segment {j + 1}: {t}" for j, t in enumerate(texts)) or None
-            text = prompt.render(context) if prompt else task.prompt_text
+        for i, idx in enumerate(segment_chunks(task.frame_spec, len(frames), task.segments, task.timestamps)):
+            context = None
+            if texts:
+                context = "Captions of the previous segments of this video:\n" + "\n".join(
+                    f"Segment {j + 1}: {t}" for j, t in enumerate(texts))
             ts = tuple(task.timestamps[k] for k in idx) if task.timestamps else ()
-            req = CaptionRequest(f"{task.caption_key}/{i}", text, frames[idx], ts, max_tokens=task.max_tokens,
-                                 context=context)
+            req = CaptionRequest(f"{task.caption_key}/{i}", task.prompt_text, frames[np.asarray(idx)], ts,
+                                 max_tokens=task.max_tokens, context=context)
             (r,) = self.model.caption([req])
             if r.text is None:
                 return _row(task, self.name, None, f"segment {i + 1}: {r.error}", n_tokens, prompt_tokens, latency)
@@ -114,6 +116,28 @@ class CaptionWorker:
 
     def close(self) -> None:
         self.model.close()
+
+
+def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=()) -> list[list[int]]:
+    """Frame indices of each captioning segment: the frame spec's own segments when it is a `segments:` spec (by
+    each frame's timestamp against the segment edges; `per` consecutive frames when timestamps are unknown), else
+    `n_segments` equal parts."""
+    import numpy as np
+
+    from engine.frames.sampling import KeyframeSnap, Segments, parse_frame_spec
+
+    spec = parse_frame_spec(frame_spec)
+    if isinstance(spec, KeyframeSnap):
+        spec = spec.spec
+    idx = np.arange(n_frames)
+    if isinstance(spec, Segments):
+        if len(timestamps) == n_frames and n_frames:
+            ts = np.asarray(timestamps, dtype=float)
+            seg = (np.floor(ts / spec.length_s) if spec.length_s else
+                   np.searchsorted(np.asarray(spec.boundaries, dtype=float), ts, side="right"))
+            return [idx[seg == s].tolist() for s in np.unique(seg)]
+        return [idx[i:i + spec.per_segment].tolist() for i in range(0, n_frames, spec.per_segment)]
+    return [part.tolist() for part in np.array_split(idx, max(1, min(n_segments, n_frames)))]
 
 
 def _row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, latency) -> dict:

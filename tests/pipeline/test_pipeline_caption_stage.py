@@ -94,6 +94,51 @@ def test_segmental_prompt_conditions_each_segment_on_the_previous(decoded, tmp_p
     (text,) = read_captions(store).column("text").to_pylist()
     frames = np.load(r["path"])
     first = describe(frames[:2], p.text)
-    second = describe(frames[2:], p.render(f"Segment 1: {first}"), context=f"Segment 1: {first}")
+    context = f"Captions of the previous segments of this video:\nSegment 1: {first}"
+    second = describe(frames[2:], p.text, context=context)  # the context travels once, in its own field
     assert text == f"Segment 1: {first}\nSegment 2: {second}"
     assert second.startswith("Continuing from the previous segment")
+
+
+def test_segment_chunks_follow_the_frame_spec_segments():
+    from engine.stages.caption import segment_chunks
+
+    # 60 s segments, 2 frames each: frames grouped by the segment their timestamp falls in
+    assert segment_chunks("segments:length=60,per=2", 6, 4, (15.0, 45.0, 75.0, 105.0, 130.0, 140.0)) == \
+        [[0, 1], [2, 3], [4, 5]]
+    # scene cuts at 12.5 s and 40 s
+    assert segment_chunks("segments:at=12.5|40,per=2", 6, 4, (3.0, 9.0, 20.0, 33.0, 45.0, 55.0)) == \
+        [[0, 1], [2, 3], [4, 5]]
+    # a frame the decoder could not return shifts nothing: grouping is by timestamp, not by count
+    assert segment_chunks("segments:length=60,per=2", 5, 4, (15.0, 45.0, 75.0, 130.0, 140.0)) == \
+        [[0, 1], [2], [3, 4]]
+    # any other spec: equal parts
+    assert segment_chunks("uniform:8", 8, 4) == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+def test_segmental_requests_carry_the_previous_captions_once():
+    """Each segment's request: the prompt text as written, the earlier captions only in `context` (which the
+    OpenAI-compatible and vLLM captioners put before the prompt once)."""
+    from adapters.base import CaptionResponse
+    from engine.stages.caption import CaptionTask, CaptionWorker
+
+    class Recorder:
+        def __init__(self):
+            self.requests = []
+
+        def caption(self, requests):
+            self.requests += list(requests)
+            return [CaptionResponse(r.key, f"part {len(self.requests)}") for r in requests]
+
+    worker = CaptionWorker.__new__(CaptionWorker)
+    worker.name, worker.model, worker.exit_once_marker = "rec", Recorder(), None
+    p = get_prompt("lvcap_segment")
+    frames = np.zeros((6, 8, 8, 3), np.uint8)
+    task = CaptionTask("k", "v", "unused.npy", (15.0, 45.0, 75.0, 105.0, 130.0, 140.0),
+                       "segments:length=60,per=2", p.id, p.text, segments=4)
+    row = worker._segmental(task, frames)
+    reqs = worker.model.requests
+    assert [len(r.frames) for r in reqs] == [2, 2, 2]
+    assert all(r.prompt == p.text for r in reqs)
+    assert reqs[0].context is None and reqs[2].context.count("Segment 1: part 1") == 1
+    assert row["text"] == "Segment 1: part 1\nSegment 2: part 2\nSegment 3: part 3"
