@@ -23,6 +23,14 @@ PACKS_ENV = "CAPEVAL_PACKS"
 MODES = ("official", "strict")
 
 
+def check_mode(protocol: str, mode: str | None) -> str:
+    """The run's mode ("strict" when not given); anything else than official/strict is an error naming the protocol."""
+    mode = mode or "strict"
+    if mode not in MODES:
+        raise ValueError(f"{protocol}: param mode must be 'official' or 'strict', got {mode!r}")
+    return mode
+
+
 class PackError(ValueError):
     """A pack that cannot be read or rendered; the message names the file, prompt id and field."""
 

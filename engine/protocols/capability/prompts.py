@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 
+from engine import packs
 from engine.packs import PackError, PromptPack, resolve_pack
 from engine.protocols.base import Rendered, annotation_value
 
@@ -66,10 +67,7 @@ def use_structured(structured, mode: str, judge: str = "") -> bool:
 
 
 def check_mode(mode: str | None) -> str:
-    mode = mode or "strict"
-    if mode not in MODES:
-        raise ValueError(f"capability: mode must be one of {MODES}, got {mode!r}")
-    return mode
+    return packs.check_mode("capability", mode)
 
 
 def pack_for(mode: str = "strict", prompts=None) -> PromptPack:

@@ -16,6 +16,7 @@ import json
 import random
 
 from engine.keys import derived_seed
+from engine import packs
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 
@@ -29,10 +30,7 @@ UNSET = object()
 
 
 def check_mode(mode: str | None) -> str:
-    mode = mode or STRICT
-    if mode not in (OFFICIAL, STRICT):
-        raise ValueError(f"capquiz: param mode must be 'official' or 'strict', got {mode!r}")
-    return mode
+    return packs.check_mode("capquiz", mode)
 
 
 def pack_for(mode: str = STRICT, prompts: str | None = None) -> PromptPack:

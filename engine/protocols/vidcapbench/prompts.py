@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 
+from engine import packs
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 
@@ -29,10 +30,7 @@ UNSET = object()  # "param not given" (None is a value: no temperature sent)
 
 
 def check_mode(mode: str | None) -> str:
-    mode = mode or STRICT
-    if mode not in (OFFICIAL, STRICT):
-        raise ValueError(f"vidcapbench: param mode must be 'official' or 'strict', got {mode!r}")
-    return mode
+    return packs.check_mode("vidcapbench", mode)
 
 
 def pack_for(mode: str = STRICT, prompts: str | None = None) -> PromptPack:
