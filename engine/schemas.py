@@ -67,6 +67,8 @@ CAPTIONS = pa.schema(
         pa.field("prompt_tokens", pa.int32()),
         pa.field("latency_s", pa.float32()),
         pa.field("error", pa.string()),
+        pa.field("truncated", pa.bool_()),  # generation stopped at the caption's max_tokens (never silent)
+        pa.field("frames_sent", pa.int32()),  # frames the backend actually received, when a cap reduced them
     ]
 )
 

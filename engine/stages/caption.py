@@ -23,7 +23,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from engine.keys import content_key
-from engine.schemas import CAPTIONS
+from engine.schemas import CAPTIONS, conform
 
 
 def caption_key(frames_key: str, captioner: str, revision: str, prompt_text: str, params: dict) -> str:
@@ -80,7 +80,8 @@ class CaptionWorker:
         ]
         responses = self.model.caption(requests) if requests else []
         for t, r in zip(plain, responses):
-            rows.append(_row(t, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s))
+            rows.append(_row(t, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s,
+                             truncated=r.truncated, frames_sent=r.frames_sent))
         for t in tasks:
             if t.segments:
                 rows.append(self._segmental(t, frames[t.frames_path]))
@@ -97,7 +98,7 @@ class CaptionWorker:
 
         texts: list[str] = []
         n_tokens = prompt_tokens = 0
-        latency = 0.0
+        latency, truncated = 0.0, False
         for i, idx in enumerate(segment_chunks(task.frame_spec, len(frames), task.segments, task.timestamps)):
             context = None
             if texts:
@@ -110,9 +111,10 @@ class CaptionWorker:
             if r.text is None:
                 return _row(task, self.name, None, f"segment {i + 1}: {r.error}", n_tokens, prompt_tokens, latency)
             texts.append(r.text)
+            truncated = truncated or bool(r.truncated)
             n_tokens, prompt_tokens, latency = n_tokens + r.n_tokens, prompt_tokens + r.prompt_tokens, latency + r.latency_s
         text = "\n".join(f"Segment {j + 1}: {t}" for j, t in enumerate(texts))
-        return _row(task, self.name, text, None, n_tokens, prompt_tokens, latency)
+        return _row(task, self.name, text, None, n_tokens, prompt_tokens, latency, truncated=truncated)
 
     def close(self) -> None:
         self.model.close()
@@ -140,11 +142,13 @@ def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=(
     return [part.tolist() for part in np.array_split(idx, max(1, min(n_segments, n_frames)))]
 
 
-def _row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, latency) -> dict:
+def _row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, latency, *, truncated: bool = False,
+         frames_sent: int | None = None) -> dict:
     return {
         "caption_key": t.caption_key, "captioner": captioner, "prompt_id": t.prompt_id, "frame_spec": t.frame_spec,
         "video_id": t.video_id, "text": text, "n_tokens": int(n_tokens or 0), "prompt_tokens": int(prompt_tokens or 0),
         "latency_s": float(latency or 0.0), "error": error,
+        "truncated": bool(truncated) if text is not None else None, "frames_sent": frames_sent,
     }
 
 
@@ -172,7 +176,8 @@ def read_captions(store, keys: Iterable[str] | None = None) -> pa.Table:
     parts = [x for x in (ok, failed) if x.num_rows]
     if not parts:
         return CAPTIONS.empty_table()
-    return _first_per_key(pa.concat_tables(parts), "caption_key").cast(CAPTIONS)
+    # conform, not cast: segments written before a column was added read back without it (filled with nulls)
+    return conform(_first_per_key(pa.concat_tables(parts, promote_options="permissive"), "caption_key"), CAPTIONS)
 
 
 def _batches_by_video(tasks: Iterator[CaptionTask], batch_size: int) -> Iterator[list[CaptionTask]]:

@@ -20,7 +20,9 @@ from engine.schemas import FRAMES
 from engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
 
 SEGMENTS_PER_VIDEO = 4  # LVCap segmental prompts: consecutive segments, each conditioned on the previous ones
-MAX_TOKENS = 512
+# Caption length per request when a captioner sets none: room for detailed captions (the LVCap-Eval paper's
+# InternVL2-76B averages ~1,050 T5 tokens); a caption cut at this limit is flagged `truncated` by the backend.
+MAX_TOKENS = 2048
 
 
 @dataclass

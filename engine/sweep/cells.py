@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.schemas import CAPTIONS
+from engine.schemas import CAPTIONS, conform
 from engine.sweep import accounting
 from engine.sweep.accounting import CAPTION_FAILED, FRAMES_MISSING, Failure
 from engine.sweep.grid import CELL_COLUMNS
@@ -164,7 +164,7 @@ def file_cell_captions(cell, data) -> tuple[pa.Table, dict[str, Failure]]:
                      "prompt_id": cell.caption.prompt_id, "frame_spec": cell.caption.frame_spec, "video_id": item,
                      "text": None, "error": f.message})
     if rows:
-        table = pa.concat_tables([table.cast(CAPTIONS), pa.Table.from_pylist(rows, schema=CAPTIONS)])
+        table = pa.concat_tables([conform(table, CAPTIONS), pa.Table.from_pylist(rows, schema=CAPTIONS)])
     return table, failures
 
 

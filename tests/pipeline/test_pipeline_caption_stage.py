@@ -142,3 +142,27 @@ def test_segmental_requests_carry_the_previous_captions_once():
     assert all(r.prompt == p.text for r in reqs)
     assert reqs[0].context is None and reqs[2].context.count("Segment 1: part 1") == 1
     assert row["text"] == "Segment 1: part 1\nSegment 2: part 2\nSegment 3: part 3"
+
+
+def test_truncation_and_frame_caps_are_recorded_in_the_caption_row(tmp_path):
+    """A caption cut at max_tokens and a backend that received fewer frames than the spec say so in their row."""
+    from adapters.base import CaptionResponse
+    from engine.stages.caption import CaptionWorker
+
+    class Capped:
+        def caption(self, requests):
+            return [CaptionResponse(r.key, "a cut capt", n_tokens=r.max_tokens, truncated=True,
+                                    frames_sent=min(2, len(r.frames))) for r in requests]
+
+    worker = CaptionWorker.__new__(CaptionWorker)
+    worker.name, worker.model, worker.exit_once_marker = "capped", Capped(), None
+    path = tmp_path / "f.npy"
+    np.save(path, np.zeros((6, 8, 8, 3), np.uint8))
+    p = get_prompt("brief")
+    (row,) = worker.caption([CaptionTask("k", "v", str(path), (0.5, 1.5, 2.5, 3.5, 4.5, 5.5), "uniform:6", p.id,
+                                         p.text, max_tokens=16)])
+    assert (row["truncated"], row["frames_sent"], row["n_tokens"]) == (True, 2, 16)
+    store = SegmentStore(tmp_path / "captions", CAPTIONS)
+    store.append(__import__("pyarrow").Table.from_pylist([row], schema=CAPTIONS))
+    assert read_captions(store).select(["truncated", "frames_sent"]).to_pylist() == [
+        {"truncated": True, "frames_sent": 2}]
