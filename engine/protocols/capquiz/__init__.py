@@ -10,6 +10,9 @@ from .codes import CapQuizVerdict as _CapQuizVerdict
 
 
 class CapQuizProtocol(_JudgeProtocol):
+    """CapQuiz: multiple-choice questions answered from the caption -> CapP/CapR/CapF1.
+    Params: mode, prompts, shuffle, type_families."""
+
     name = "capquiz"
     version = "2"
     codes = (_CapQuizVerdict,)

@@ -12,6 +12,9 @@ from .codes import VidCapBenchVerdict as _VidCapBenchVerdict
 
 
 class VidCapBenchProtocol(_JudgeProtocol):
+    """VidCapBench: answer from the caption, then grade 2/1/0/-1 -> Acc/Pre/Cov/Con.
+    Params: mode, prompts, temperature, con_tokens."""
+
     name = "vidcapbench"
     version = "2"
     codes = (_VidCapBenchVerdict,)
