@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from benchmarks.loopback_server import FaultConfig, make_app
-from conftest import AppServer, assert_no_duplicates, free_port, openai_judge, read_store, sweep, sweep_text, synthetic
+from _faults_support import AppServer, assert_no_duplicates, free_port, openai_judge, read_store, sweep, sweep_text, synthetic
 from engine import exitcodes
 
 N_VIDEOS, ITEMS_PER_VIDEO = 2, 4

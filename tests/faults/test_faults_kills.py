@@ -13,7 +13,7 @@ import polars as pl
 import pytest
 
 from benchmarks.loopback_server import answer_for, completion_body
-from conftest import (KILLED, AppServer, assert_no_duplicates, cli_env, finish, openai_judge, read_store,
+from _faults_support import (KILLED, AppServer, assert_no_duplicates, cli_env, finish, openai_judge, read_store,
                       start_capeval, sweep_text, synthetic)
 from engine import exitcodes
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from conftest import assert_no_duplicates, read_store, sweep, sweep_text
+from _faults_support import assert_no_duplicates, read_store, sweep, sweep_text
 from engine import exitcodes
 
 DAMAGED = ("zero_bytes", "not_a_video", "truncated", "corrupt_packets")

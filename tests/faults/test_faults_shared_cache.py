@@ -10,7 +10,7 @@ from collections import Counter
 import polars as pl
 
 from benchmarks.loopback_server import _user_text, answer_for, completion_body
-from conftest import AppServer, finish, start_capeval
+from _faults_support import AppServer, finish, start_capeval
 from engine import exitcodes
 
 N_VIDEOS = 60

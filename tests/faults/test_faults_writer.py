@@ -19,7 +19,7 @@ import time
 import psutil
 import pytest
 
-from conftest import REPO, cli_env, finish, reap, start_capeval, sweep, sweep_text, synthetic, wait_for
+from _faults_support import REPO, cli_env, finish, reap, start_capeval, sweep, sweep_text, synthetic, wait_for
 from engine import exitcodes
 from engine.store.lock import LOCK_NAME, FolderLock
 
