@@ -14,10 +14,18 @@ backend errors are retried by the next run instead of being cached.
 Stage *outputs* (verdict tables) go to the Parquet segment store instead (engine.store.segments).
 
 One writer per key (issue 8): processes that share a cache never pay twice for one key. Before sending, a process
-`claim`s its keys in the `claims` table (pid, host, time) in the same transaction that re-checks `judgments`; a key
-another live process has claimed is waited for (`poll`) instead of sent. A claim whose pid is dead (same host) or
-that is older than `claim_timeout_s` is taken over, so a killed run never blocks the next one. Claims are released
-in the transaction that stores the answers (`put_many(..., release=...)`) or with `release` after a failure.
+`claim`s its keys in the `claims` table (pid, host, heartbeat time) in the same transaction that re-checks
+`judgments`; a key another live process has claimed is waited for (the judge loop polls `claim` again) instead of
+sent. Claims belong to a process (pid, host), not to one JudgmentCache instance. While an instance holds claims, a
+daemon heartbeat thread (its own connection) sets the time of every claim of this process to now every
+`claim_timeout_s / 3` seconds, so a request may take as long as it takes (long generations, a queued API, a paused
+judge pool) without losing its claim. A claim is taken over when its pid is dead (same host: pids are only checkable
+there) or when its time is older than `claim_timeout_s`, i.e. its process stopped heart-beating: killed on another
+host, a partitioned host, or a cache closed without `release_all`. So a killed run never blocks the next one for more
+than `claim_timeout_s`. (A process whose main thread hangs while the heartbeat thread runs keeps its claims; so do
+hosts whose clocks are more than `claim_timeout_s` apart, which see each other's claims as fresh or stale wrongly.)
+Claims are released in the transaction that stores the answers (`put_many(..., release=...)`), with `release` after
+a failure, or all at once with `release_all` at the end of a run; `release_all` and `close` stop the heartbeat.
 """
 
 from __future__ import annotations
@@ -25,7 +33,9 @@ from __future__ import annotations
 import os
 import socket
 import sqlite3
+import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -43,6 +53,8 @@ CREATE TABLE IF NOT EXISTS judgments (
     created REAL NOT NULL
 ) WITHOUT ROWID
 """
+# `created` is the claim's last heartbeat (claimed or refreshed), not its creation time: the column keeps its old name
+# so that caches written before the heartbeat still open and mix with new ones.
 _CLAIMS_SCHEMA = """
 CREATE TABLE IF NOT EXISTS claims (
     request_key TEXT PRIMARY KEY,
@@ -54,6 +66,8 @@ CREATE TABLE IF NOT EXISTS claims (
 _COLUMNS = ("request_key", "judge", "text", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
             "latency_s", "cost_usd")
 _LOOKUP_CHUNK = 500  # stay below SQLite's bound-parameter limit
+_HEARTBEAT_MIN_S = 0.05  # tests set tiny claim timeouts: never spin faster than this
+_HEARTBEAT_RETRY_S = 1.0  # after a failed beat (db locked), try again this soon rather than a whole interval later
 
 
 @dataclass(frozen=True)
@@ -87,11 +101,58 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+class _ClaimHeartbeat:
+    """Daemon thread: refreshes the time of every claim of (pid, host) every `interval_s` seconds through its own
+    connection, until `stop()`. It never raises: a failed beat (db locked, file gone) is retried soon. It holds no
+    reference to the JudgmentCache, so a cache dropped without `close()` stops it too (weakref.finalize)."""
+
+    def __init__(self, path: Path, pid: int, host: str, interval_s: float):
+        self.path, self.pid, self.host, self.interval_s = path, pid, host, interval_s
+        self.beats = 0  # successful refreshes and failed tries (diagnostics)
+        self.failures = 0
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="capeval-claim-heartbeat", daemon=True)
+        self.thread.start()
+
+    def stop(self, join: bool = True) -> None:
+        self._stop.set()
+        if join and self.thread is not threading.current_thread():
+            self.thread.join()
+
+    def _run(self) -> None:
+        db = None
+        wait = self.interval_s
+        try:
+            while not self._stop.wait(wait):
+                try:
+                    if db is None:
+                        # A short busy wait: a beat that cannot get the write lock soon is retried, and stop() never
+                        # waits for the 60 s the main connection allows.
+                        db = sqlite3.connect(self.path, timeout=min(self.interval_s, 5.0), isolation_level=None)
+                        db.execute("PRAGMA synchronous=NORMAL")  # per connection; FULL would fsync every beat
+                    db.execute("UPDATE claims SET created = ? WHERE pid = ? AND host = ?",
+                               (time.time(), self.pid, self.host))
+                    self.beats += 1
+                    wait = self.interval_s
+                except Exception:  # noqa: BLE001 - never into the caller; the next beat tries again
+                    self.failures += 1
+                    wait = min(self.interval_s, _HEARTBEAT_RETRY_S)
+        finally:
+            if db is not None:
+                try:
+                    db.close()
+                except Exception:  # noqa: BLE001
+                    pass
+
+
 class JudgmentCache:
     """SQLite (WAL) file `<cache_dir>/judgments.sqlite`. One instance per thread; safe across processes."""
 
     FILENAME = "judgments.sqlite"
-    CLAIM_TIMEOUT_S = 900.0  # a claim older than this is taken over even if its process seems alive
+    # A claim not refreshed for this long is taken over even if its process seems alive (it may be on another
+    # host): a live process refreshes its claims every claim_timeout_s / 3 (_ClaimHeartbeat), so this bounds how
+    # long a dead or partitioned process blocks its keys, not how long a request may take.
+    CLAIM_TIMEOUT_S = 900.0
 
     def __init__(self, cache_dir: str | Path, *, claim_timeout_s: float | None = None):
         self.dir = Path(cache_dir)
@@ -105,6 +166,9 @@ class JudgmentCache:
         self._db.execute("PRAGMA busy_timeout=60000")
         self._db.execute(_SCHEMA)
         self._db.execute(_CLAIMS_SCHEMA)
+        self._heartbeat: _ClaimHeartbeat | None = None  # started by the first successful claim
+        self._heartbeat_lock = threading.Lock()
+        self._heartbeat_finalizer: weakref.finalize | None = None
 
     # -- one writer per key ---------------------------------------------------------------------------------------
 
@@ -138,7 +202,28 @@ class JudgmentCache:
                         out.held[k] = (h[0], h[1])
                 self._db.executemany("INSERT OR REPLACE INTO claims VALUES (?,?,?,?)", take)
                 out.claimed.extend(t[0] for t in take)
+        if out.claimed:
+            self._start_heartbeat()
         return out
+
+    @property
+    def heartbeat_interval_s(self) -> float:
+        return max(_HEARTBEAT_MIN_S, self.claim_timeout_s / 3)
+
+    def _start_heartbeat(self) -> None:
+        with self._heartbeat_lock:
+            if self._heartbeat is None or not self._heartbeat.thread.is_alive():
+                self._heartbeat = _ClaimHeartbeat(self.path, self.pid, self.host, self.heartbeat_interval_s)
+                self._heartbeat_finalizer = weakref.finalize(self, self._heartbeat.stop, False)
+
+    def _stop_heartbeat(self) -> None:
+        with self._heartbeat_lock:
+            heartbeat, self._heartbeat = self._heartbeat, None
+            if self._heartbeat_finalizer is not None:
+                self._heartbeat_finalizer.detach()
+                self._heartbeat_finalizer = None
+        if heartbeat is not None:
+            heartbeat.stop()
 
     def _stale(self, pid: int, host: str, created: float, now: float) -> bool:
         if now - created > self.claim_timeout_s:
@@ -153,9 +238,10 @@ class JudgmentCache:
                 self._release(keys)
 
     def release_all(self) -> None:
-        """Drop every claim of this process (end of a run)."""
+        """Drop every claim of this process (end of a run) and stop the heartbeat until the next `claim`."""
         with self._transaction():
             self._db.execute("DELETE FROM claims WHERE pid = ? AND host = ?", (self.pid, self.host))
+        self._stop_heartbeat()  # only once they are gone: if the delete failed, the claims stay fresh until close()
 
     def _release(self, keys: list[str]) -> None:
         self._db.executemany("DELETE FROM claims WHERE request_key = ? AND pid = ? AND host = ?",
@@ -198,6 +284,9 @@ class JudgmentCache:
         return self._db.execute("SELECT COUNT(*) FROM judgments").fetchone()[0]
 
     def close(self) -> None:
+        """Stop the heartbeat and close. Claims not released go stale `claim_timeout_s` later (then another process
+        takes them over), or at once for processes on this host once this one has exited."""
+        self._stop_heartbeat()
         self._db.close()
 
     def __enter__(self) -> "JudgmentCache":
