@@ -108,8 +108,8 @@ class _ClaimHeartbeat:
 
     def __init__(self, path: Path, pid: int, host: str, interval_s: float):
         self.path, self.pid, self.host, self.interval_s = path, pid, host, interval_s
-        self.beats = 0  # successful refreshes and failed tries (diagnostics)
-        self.failures = 0
+        self.beats = 0  # successful refreshes (diagnostics)
+        self.failures = 0  # failed tries, each retried
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name="capeval-claim-heartbeat", daemon=True)
         self.thread.start()
