@@ -161,13 +161,18 @@ class LocalCaptioner:
 
     revision = "pixelstats-1"
 
-    def __init__(self, name: str = "local", **_: object):
+    def __init__(self, name: str = "local", latency_s: float = 0.0, **_: object):
+        """latency_s: seconds each caption takes on top of the pixel statistics (a stand-in for a model's generation
+        time, for benchmarks and tests of stage overlap)."""
         self.name = name
+        self.latency_s = float(latency_s)
 
     def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]:
         out = []
         for r in requests:
             t0 = time.perf_counter()
+            if self.latency_s > 0:
+                time.sleep(self.latency_s)
             try:
                 text = describe(np.asarray(r.frames), r.prompt, r.context)
             except Exception as exc:  # per-request failure, never the batch

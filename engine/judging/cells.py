@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 import operator
+from collections import deque
 from typing import Callable, Iterator
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.protocols.base import REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
+from engine.protocols.base import REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
 from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
 
 from .requests import attempt_key, to_judge_request
@@ -40,6 +41,11 @@ _OUTCOME_COLUMNS = ("judge", "raw_output", "verdict", "parse_status", "detail", 
 _SINK_SCHEMA = pa.schema([_ROW_SCHEMA.field(n) for n in (*_ID_COLUMNS, *_OUTCOME_COLUMNS)] + _HIDDEN)
 assert set(_SINK_SCHEMA.names) == set(VERDICTS.names) | {f.name for f in _HIDDEN}
 _OK = (ParseStatus.OK, ParseStatus.REPAIRED)
+_REQUEST_ORDER = [("_caption_key", "ascending"), ("item_id", "ascending"), ("step", "ascending"),
+                  ("sub_index", "ascending"), ("trial", "ascending")]
+assert [c for c, _ in _REQUEST_ORDER[1:]] == [c for c, _ in REQUEST_ORDER[1:]]  # the protocols' table order
+_STREAMED_FIRST_ORDER = _REQUEST_ORDER + [("_order", "ascending")]
+_LATER_ORDER = [("_depth", "ascending")] + _REQUEST_ORDER + [("_order", "ascending")]
 
 
 class Row:
@@ -71,7 +77,8 @@ class Cell:
 
     def __init__(self, requests: pa.Table, protocol: JudgeProtocol, policy: JudgingPolicy, *, judge_name: str,
                  judge_revision: str, keep_intermediate: bool = False, max_steps: int = 8, summary=None,
-                 on_complete: Callable[["Cell", pa.Table], None] | None = None, name: str = ""):
+                 on_complete: Callable[["Cell", pa.Table], None] | None = None, name: str = "",
+                 sealed: bool = True):
         from .runner import JudgingSummary
 
         self.protocol, self.policy, self.name = protocol, policy, name
@@ -85,11 +92,21 @@ class Cell:
         self.track_units = self.multi_step or self.unit_rounds
         self.rounds = RetryRounds(policy.stop_when_failed_at_most) if self.unit_rounds else None
         self.retry_errors = policy.mode == "official"  # official scripts re-ask on API failures too
-        self.requests = conform(requests, REQUESTS_WITH_CONTEXT)
-        self._rows_iter = self._iter_rows()
+        # Parts: request tables still to be sent. A cell built from one table is sealed at once; a streamed cell
+        # (a sweep cell whose captions are still being made) gets parts with `extend` until `seal`.
+        self._parts: deque[pa.Table] = deque()
+        self.n_requests = 0  # first-step rows received so far
+        self.sealed = False
+        self.multi_part = not sealed
+        self._next_order = 0  # first-step order across parts
+        self._rows_iter: Iterator[tuple[int, dict]] | None = None
         self._lookahead: tuple[int, dict] | None = None
-        self._iter_done = False
-        self.exhausted = False
+        self._part_ended = False
+        self.loop = None  # set by the loop
+        self.extend(requests)
+        if sealed:
+            self.seal()
+        self.exhausted = False  # sealed and every part's rows pulled
         self.open = 0  # rows admitted, not yet final
         self.units: dict[tuple, Unit] = {}
         self._block: tuple | None = None
@@ -99,11 +116,25 @@ class Cell:
         self._chunks: list[pa.Table] = []
         self.n_rows = 0
         self.done = False
-        self.loop = None  # set by the loop
 
     # -- source ---------------------------------------------------------------------------------------------------
-    def _iter_rows(self) -> Iterator[tuple[int, dict]]:
-        t = self.requests
+    def extend(self, requests: pa.Table) -> None:
+        """One more part of the cell's first-step requests (e.g. the rows of the videos just captioned). A part must
+        hold whole items: every row of an (item, caption) is in one part."""
+        if self.sealed:
+            raise ValueError(f"cell {self.name!r} is sealed: no more requests can be added")
+        if requests.num_rows:
+            self._parts.append(conform(requests, REQUESTS_WITH_CONTEXT))
+            self.n_requests += requests.num_rows
+            if self.loop is not None:
+                self.loop.grew(requests.num_rows)
+
+    def seal(self) -> None:
+        """No more parts will come: the cell completes once its rows are final."""
+        self.sealed = True
+
+    def _iter_part(self, t: pa.Table) -> Iterator[tuple[int, dict]]:
+        base, self._next_order = self._next_order, self._next_order + t.num_rows
         order = None
         if self.track_units and t.num_rows:  # units must be contiguous: stable sort by (caption_key, item_id)
             idx = pc.sort_indices(t, [("caption_key", "ascending"), ("item_id", "ascending")])
@@ -111,20 +142,27 @@ class Cell:
                 order = idx
         for start in range(0, t.num_rows, _SLICE):
             if order is None:
-                part, ids = t.slice(start, _SLICE), range(start, min(start + _SLICE, t.num_rows))
+                part, ids = t.slice(start, _SLICE), range(base + start, base + min(start + _SLICE, t.num_rows))
             else:
                 sel = order.slice(start, _SLICE)
-                part, ids = t.take(sel), sel.to_pylist()
+                part, ids = t.take(sel), [base + i for i in sel.to_pylist()]
             yield from zip(ids, part.to_pylist())
 
     def head_caption(self) -> str | None:
-        """caption_key of the next first-step row (None when the table is used up)."""
-        if self._lookahead is None and not self._iter_done:
-            try:
-                self._lookahead = next(self._rows_iter)
-            except StopIteration:
-                self._iter_done = True
-        return None if self._lookahead is None else (self._lookahead[1].get("caption_key") or "")
+        """caption_key of the next first-step row (None when no row is available now: the parts received so far
+        are used up; `exhausted` says whether more can come)."""
+        while self._lookahead is None:
+            if self._rows_iter is not None:
+                nxt = next(self._rows_iter, None)
+                if nxt is not None:
+                    self._lookahead = nxt
+                    break
+                self._rows_iter = None
+                self._part_ended = True
+            if not self._parts:
+                return None
+            self._rows_iter = self._iter_part(self._parts.popleft())  # the part is dropped once iterated
+        return self._lookahead[1].get("caption_key") or ""
 
     def pull(self, n: int, until_caption: str | None = None) -> list[Row]:
         """Up to about n rows to send: first-step rows (rows without a caption are finished here, never sent) and
@@ -133,9 +171,10 @@ class Cell:
         out: list[Row] = []
         for _ in range(n):
             head = self.head_caption()
-            if head is None:
-                self.exhausted = True
+            if self._part_ended:  # a part holds whole items: its last block is complete
+                self._part_ended = False
                 out += self._seal_block()
+            if head is None:
                 break
             if until_caption is not None and head > until_caption:
                 break
@@ -150,11 +189,16 @@ class Cell:
                     self._block = block
                 self._attach(row, sealed=False)
             out += self._admit(row)
-        else:
-            if self.head_caption() is None:
-                self.exhausted = True
-                out += self._seal_block()
+        if self.head_caption() is None:
+            self._part_ended = False
+            out += self._seal_block()
+            self.exhausted = self.sealed
         return out
+
+    @property
+    def waiting(self) -> bool:
+        """Unsealed with nothing to send now: more parts are expected."""
+        return not self.sealed and self._lookahead is None and not self._parts and self._rows_iter is None
 
     def _attach(self, row: Row, sealed: bool) -> None:
         r = row.req
@@ -319,7 +363,15 @@ class Cell:
             t = _apply_drops(t, self.rounds.dropped())
         # Copies only what is out of order (a million-row run finishes nearly in order): at most one copy.
         depth = t["_depth"].to_numpy()
-        if t.num_rows and not depth.any():
+        if self.multi_part and t.num_rows:
+            # Parts arrived in the order their captions were made; protocols sort a request table by REQUEST_ORDER,
+            # so sorting by it (ties: the order within a part, whose items never span parts) gives the rows in the
+            # order one table built from all the captions would have had.
+            first = t.filter(pa.array(depth == 0))
+            first = first.take(pc.sort_indices(first, _STREAMED_FIRST_ORDER))
+            later = t.filter(pa.array(depth > 0))
+            t = pa.concat_tables([first, later.take(pc.sort_indices(later, _LATER_ORDER))])
+        elif t.num_rows and not depth.any():
             order = t["_order"].to_numpy()
             if (np.diff(order) < 0).any():
                 t = t.take(pa.array(np.argsort(order, kind="stable")))
@@ -327,11 +379,7 @@ class Cell:
             first = t.filter(pa.array(depth == 0))
             first = first.take(pc.sort_indices(first, [("_order", "ascending")]))
             later = t.filter(pa.array(depth > 0))
-            later = later.take(pc.sort_indices(later, [("_depth", "ascending"), ("_caption_key", "ascending"),
-                                                       ("item_id", "ascending"), ("step", "ascending"),
-                                                       ("sub_index", "ascending"), ("trial", "ascending"),
-                                                       ("_order", "ascending")]))
-            t = pa.concat_tables([first, later])
+            t = pa.concat_tables([first, later.take(pc.sort_indices(later, _LATER_ORDER))])
         return conform(t.select(VERDICTS.names), VERDICTS)
 
 

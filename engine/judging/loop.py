@@ -43,6 +43,9 @@ class JudgeLoop:
         self._cached_run = 1  # rows to claim at once: grows while every key is found in the cache
         self._fresh: dict[str, CachedResponse] = {}  # answers of this run the committer may not have written yet
         self.feed = WindowFeed()
+        # Optional producer of cells (JudgeScheduler.run(source=...)): poll(timeout) adds cells and parts as their
+        # inputs appear (a sweep's captions); `open` is true while it may add more.
+        self.source = None
         self.streaming = callable(getattr(judge, "stream", None))
         try:
             self.cache = JudgmentCache(cache_dir, claim_timeout_s=claim_timeout_s)
@@ -58,8 +61,13 @@ class JudgeLoop:
     def add(self, cell: Cell) -> None:
         cell.loop = self
         self.cells.append(cell)
+        self.grew(cell.n_requests)
+
+    def grew(self, n: int) -> None:
+        """n more first-step rows to judge (a cell added, or a part of a streamed cell)."""
         if self._bar is not None:
-            self._bar.total += cell.requests.num_rows
+            self._bar.total += n
+            self._bar.refresh()
 
     # -- main loop --------------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -76,14 +84,19 @@ class JudgeLoop:
                     continue
                 if self._pending:
                     continue
-                open_cells = [c for c in self.cells if not c.done]
-                if not open_cells:
-                    break
-                for c in open_cells:  # nothing left to ask: these are complete
-                    if c.exhausted and c.open == 0:
+                for c in self.cells:  # nothing left to ask: these are complete
+                    if not c.done and c.exhausted and c.open == 0:
                         self._complete(c)
-                if all(c.done for c in self.cells):
+                more = self.source is not None and self.source.open
+                if all(c.done for c in self.cells) and not more:
                     break
+                if more or any(c.waiting for c in self.cells if not c.done):
+                    # Cells still coming (captions being made): keep what came back durable, then wait for them.
+                    if self.source is None:
+                        raise RuntimeError("judge loop: unsealed cells and no source to complete them")
+                    self.committer.flush()
+                    self.source.poll(_POLL_S)
+                    continue
                 if not any(not c.exhausted for c in self.cells if not c.done):
                     stuck = [(c.name, c.open) for c in self.cells if not c.done]
                     raise RuntimeError(f"judge loop: rows neither pending nor in flight: {stuck}")
@@ -121,6 +134,8 @@ class JudgeLoop:
 
     # -- filling the window -----------------------------------------------------------------------------------------
     def _top_up(self) -> None:
+        if self.source is not None:
+            self.source.poll(0)  # cells and parts that became ready (cheap when nothing changed)
         target = self.max_in_flight
         while self.feed.ready < target:
             if not self._pending:
@@ -139,9 +154,18 @@ class JudgeLoop:
     def _pull(self, n: int) -> bool:
         """New first-step rows into the queue: from the cell whose next caption sorts first (so cells judged
         together go caption by caption, each caption's requests adjacent); False when every cell is used up."""
-        live = [c for c in self.cells if not c.exhausted and not c.done]
+        live, pulled = [], False
+        for c in self.cells:
+            if c.exhausted or c.done:
+                continue
+            if c.head_caption() is None:  # a streamed cell between parts: finish its last block, maybe seal it
+                rows = c.pull(0)
+                pulled = pulled or bool(rows)
+                self._enqueue(rows)
+            else:
+                live.append(c)
         if not live:
-            return False
+            return pulled
         if len(live) == 1:
             self._enqueue(live[0].pull(n))
             return True

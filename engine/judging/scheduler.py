@@ -16,6 +16,12 @@ its VERDICTS table as soon as that cell is complete, while the other cells are s
 
 Callbacks run on the calling thread, between answers; a callback may `add` further cells (e.g. cells whose captions
 were just made). The verdict table of a cell is exactly what `run_judging` would return for it alone.
+
+Streamed cells (captioning and judging overlap in a sweep): `add(..., sealed=False)` starts a cell with the requests
+of the videos captioned so far, `extend(name, requests)` adds those of the next videos, `seal(name)` says no more
+will come. `run(source=...)` keeps judging while `source.open`, calling `source.poll(timeout)` (on this thread)
+whenever it could use more work; the source adds, extends and seals cells from there. A streamed cell's verdict
+table is the one a single `add` of all its requests would give (parts hold whole items; see cells.Cell.table).
 """
 
 from __future__ import annotations
@@ -44,15 +50,17 @@ class JudgeScheduler:
                                use_cache=use_cache, progress=progress, claim_timeout_s=claim_timeout_s)
         self._results: dict[str, tuple[pa.Table, JudgingSummary]] = {}
         self._t0: dict[str, float] = {}
-        self._names: set[str] = set()
+        self._cells: dict[str, Cell] = {}
 
     def add(self, requests: pa.Table, protocol: JudgeProtocol | str, *, name: str,
             policy: JudgingPolicy | None = None, protocol_params: dict | None = None, max_reasks: int | None = None,
-            on_complete: OnComplete | None = None, keep_intermediate: bool = False, max_steps: int = 8) -> None:
-        """Queue one cell. `policy` defaults to protocol.judging_policy(**protocol_params) (as run_judging)."""
+            on_complete: OnComplete | None = None, keep_intermediate: bool = False, max_steps: int = 8,
+            sealed: bool = True) -> None:
+        """Queue one cell. `policy` defaults to protocol.judging_policy(**protocol_params) (as run_judging).
+        sealed=False: more of its requests will come (`extend`), until `seal`."""
         from engine.registry import lookup
 
-        if name in self._names:
+        if name in self._cells:
             raise ValueError(f"JudgeScheduler: a cell named {name!r} was added already")
         if isinstance(protocol, str):
             protocol = lookup("protocol", protocol)
@@ -63,7 +71,6 @@ class JudgeScheduler:
             policy = protocol.judging_policy(**(protocol_params or {}))
         if max_reasks is not None:
             policy = replace(policy, max_reasks=int(max_reasks))
-        self._names.add(name)
         self._t0[name] = time.perf_counter()
 
         def done(cell: Cell, table: pa.Table) -> None:
@@ -75,11 +82,22 @@ class JudgeScheduler:
                 on_complete(name, table, cell.summary)
 
         cell = Cell(requests, protocol, policy, judge_name=self.judge.name, judge_revision=self.judge.revision,
-                    keep_intermediate=keep_intermediate, max_steps=max_steps, on_complete=done, name=name)
+                    keep_intermediate=keep_intermediate, max_steps=max_steps, on_complete=done, name=name,
+                    sealed=sealed)
+        self._cells[name] = cell
         self._loop.add(cell)
 
-    def run(self) -> dict[str, tuple[pa.Table, JudgingSummary]]:
-        """Judge every added cell; returns (verdicts, summary) per cell added without a callback. Raises
-        engine.errors.AbortedError like run_judging (cells completed before are delivered already)."""
+    def extend(self, name: str, requests: pa.Table) -> None:
+        """More first-step requests of an unsealed cell (whole items: every row of an item in one call)."""
+        self._cells[name].extend(requests)
+
+    def seal(self, name: str) -> None:
+        self._cells[name].seal()
+
+    def run(self, source=None) -> dict[str, tuple[pa.Table, JudgingSummary]]:
+        """Judge every added cell (and, with `source`, every cell it adds while open); returns (verdicts, summary)
+        per cell added without a callback. Raises engine.errors.AbortedError like run_judging (cells completed
+        before are delivered already)."""
+        self._loop.source = source
         self._loop.run()
         return self._results

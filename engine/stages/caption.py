@@ -209,13 +209,15 @@ def run_caption_stage(
     max_attempts: int = 3,
     progress: bool = True,
     exit_once_marker: str | None = None,
+    on_rows=None,
 ) -> dict:
     """Caption every task not already in `store` (by caption_key) and append rows as batches finish.
 
     Returns counts: {"captioned", "cached", "failed", "retried_batches", "actor_deaths"} and `failures`
     ({caption_key: error} of the captions that failed; they are not stored, so a rerun retries them). Tasks are
     pulled from the iterator lazily, so an upstream generator (e.g. the decode stage) is throttled by captioning
-    speed. A key that appears twice (videos with identical frames) is captioned once.
+    speed. A key that appears twice (videos with identical frames) is captioned once. `on_rows(rows)` is called
+    with every finished batch's rows (failures included) once the good ones are stored.
     """
     import ray
     from ray.exceptions import RayActorError, RayTaskError
@@ -290,6 +292,8 @@ def run_caption_stage(
                 rows = [_row(t, captioner, None, f"captioner raised: {cause}", 0, 0, 0.0) for t in batch]
             good = [r for r in rows if r["error"] is None]
             store.append(pa.Table.from_pylist(good, schema=CAPTIONS))
+            if on_rows is not None:
+                on_rows(rows)
             for r in rows:
                 if r["error"] is not None:
                     failures[r["caption_key"]] = r["error"]

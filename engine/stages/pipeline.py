@@ -88,9 +88,11 @@ def cell_caption_keys(cell, data, stores, cap_rev: dict) -> list[str]:
 
 
 def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progress: bool = True,
-                      exit_once_marker: str | None = None) -> CaptionOutcome:
+                      exit_once_marker: str | None = None, watch=None) -> CaptionOutcome:
     """Decode and caption everything the pending cells (result cells or caption cells) need; returns counts and
-    what failed. Caption cells read from `[[captions]]` files need no captioning."""
+    what failed. Caption cells read from `[[captions]]` files need no captioning. `watch` (engine.sweep.overlap
+    .CaptionWatch) hears of every decoded frames row, frame failure and finished caption as it happens, and can
+    stop the work early (`watch.stopped`: no new video is started)."""
     from engine.stages.decode import decode_stream
 
     groups: dict[tuple[str, str], dict] = {}
@@ -124,13 +126,19 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
                   media=media) -> Iterator[CaptionTask]:
             for rows in decode_stream(todo, specs, cache_dir=str(stores.frames), progress=progress,
                                       desc=f"decode [{dname}]"):
+                if watch is not None and watch.stopped:
+                    return
                 new = [r for r in rows if r["failure"] is None and (r["video_id"], r["frame_spec"]) not in index]
                 if new:
                     index_store.append(pa.Table.from_pylist(new, schema=FRAMES))
                 for r in rows:
                     if r["failure"] is not None:  # accounted item by item when the cells are judged
                         outcome.frame_failures[(r["video_id"], r["frame_spec"])] = r["failure"]
+                        if watch is not None:
+                            watch.frame_failure((r["video_id"], r["frame_spec"]), r["failure"])
                         continue
+                    if watch is not None:
+                        watch.frames(r)
                     for p in prompts:
                         yield _task(r, captioner, cap_rev, p, media.get(r["video_id"]))
 
@@ -139,7 +147,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
             tasks(), captioner=captioner.name, params=captioner.params, store=stores.captions,
             n_videos=len(todo), num_actors=opts.caption_actors, gpus_per_actor=opts.gpus_per_actor,
             batch_size=opts.batch_size, max_restarts=opts.max_restarts, progress=progress,
-            exit_once_marker=exit_once_marker,
+            exit_once_marker=exit_once_marker, on_rows=None if watch is None else watch.captions,
         )
         outcome.caption_failures.update(stats.pop("failures", {}))
         for k, v in stats.items():

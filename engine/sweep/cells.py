@@ -86,9 +86,9 @@ def load_inputs(stores, outcome) -> CellInputs:
     return CellInputs(frames_index(stores), captions, dict(outcome.frame_failures), dict(outcome.caption_failures))
 
 
-def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict) -> tuple[pa.Table, dict[str, Failure]]:
+def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) -> tuple[pa.Table, dict[str, Failure]]:
     """One caption row per video of the cell's dataset (video_id = that video), and the failure of each video
-    without a usable caption."""
+    without a usable caption; with `videos`, of those videos only (in the dataset's order)."""
     from engine.stages.pipeline import caption_key_for
 
     cc = cell.caption
@@ -96,7 +96,10 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict) -> tuple[pa.Tab
         return file_cell_captions(cell, data)
     media = getattr(data, "media_types", None) or {}
     rows, failures = [], {}
+    wanted = None if videos is None else set(videos)
     for vid in data.videos:
+        if wanted is not None and vid not in wanted:
+            continue
         frames = inputs.index.get((vid, cc.frame_spec))
         failure = inputs.frame_failures.get((vid, cc.frame_spec))
         cap = None

@@ -121,6 +121,9 @@ class SweepOptions:
     # 0: the judge runs in the sweep driver (local judge, HTTP judges); N: a pool of N Ray actors
     # (adapters.ray_pool.JudgePool), e.g. one vLLM engine per GPU; GPUs per actor follow tensor_parallel_size.
     judge_actors: int = 0
+    # true: a cell's judging starts with its first captions and grows as more are made (engine/sweep/overlap.py);
+    # false: every caption first, then the judging (stage after stage; the same results, later)
+    overlap: bool = True
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, Fa
              "frame_spec": (str, False)}
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
             "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
-            "judge_actors": (int, False)}
+            "judge_actors": (int, False), "overlap": (bool, False)}
 
 
 class _Checker:

@@ -29,11 +29,6 @@ from engine.ray_local import init_ray
 from engine.sweep import accounting
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import LoadedDataset, load_dataset
-
-try:
-    from engine.sweep.datasets import FRAME_PROTOCOLS  # protocols whose judge sees frames
-except ImportError:  # pragma: no cover
-    FRAME_PROTOCOLS = ("vcinspector",)
 from engine.sweep.grid import Cell, expand
 
 __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_fingerprint"]
@@ -129,21 +124,11 @@ def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_mark
     caption_stats: dict = {}
     judge_stats: dict = {"sent": 0, "cached": 0}
     if pending:
-        from engine.stages.pipeline import caption_cells_for
-
         init_ray(verbose=verbose)
-        outcome = caption_cells_for(pending, datasets, config, stores, cap_rev, progress=progress,
-                                    exit_once_marker=exit_once_marker)
-        caption_stats = outcome.stats
-        inputs = cellmod.load_inputs(stores, outcome)
-        judges: dict = {}
-        try:
-            stats = _judge_cells(pending, keys, datasets, config, stores, cap_rev, judges, inputs, progress,
-                                 accept_failures, log)
-            judge_stats.update(stats)
-        finally:
-            for j in judges.values():
-                j.close()
+        caption_stats, stats = _caption_and_judge(pending, keys, datasets, config, stores, cap_rev,
+                                                  progress=progress, exit_once_marker=exit_once_marker,
+                                                  accept_failures=accept_failures, log=log)
+        judge_stats.update(stats)
     account = _account(stores, [keys[c] for c in cells])
     from engine.report import results_table
 
@@ -232,121 +217,41 @@ def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
     return account
 
 
-def _judge_for(jspec: ComponentSpec, config: SweepConfig, judges: dict):
-    from engine.registry import lookup
-
-    if jspec.display not in judges:
-        if config.options.judge_actors:  # engines on Ray actors (one per GPU), fed with backpressure
-            from adapters.ray_pool import JudgePool
-
-            judges[jspec.display] = JudgePool(jspec.name, jspec.params, num_actors=config.options.judge_actors,
-                                              batch_size=config.options.judge_batch_size,
-                                              max_restarts=config.options.max_restarts)
-        else:
-            judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
-    return judges[jspec.display]
-
-
-@dataclass
-class _Prepared:
-    """A cell ready for the judge: its requests and what the accounting needs afterwards."""
-
-    cell: Cell
-    key: str
-    protocol: object
-    items: object
-    captions: object
-    video_failures: dict
-
-
-def _prepare(cell: Cell, key: str, data: LoadedDataset, stores: _Stores, cap_rev: dict, judge, inputs,
-             progress: bool) -> tuple[_Prepared, object]:
-    from engine.registry import lookup
+def _caption_and_judge(pending: list[Cell], keys: dict, datasets: dict, config: SweepConfig, stores: _Stores,
+                       cap_rev: dict, *, progress: bool, exit_once_marker, accept_failures: bool,
+                       log) -> tuple[dict, dict]:
+    """Caption what the pending cells need and judge them (engine/sweep/judge_stage.py): overlapped (default; the
+    captions are made on a background thread while the judge works on the cells' captioned videos) or stage after
+    stage. Returns the caption stage's and the judge stage's counts."""
+    from engine.stages.pipeline import CaptionOutcome, caption_cells_for
     from engine.sweep import cells as cellmod
+    from engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
 
-    protocol = lookup("protocol", cell.protocol.name)
-    captions, video_failures = cellmod.cell_captions(cell, data, inputs, cap_rev)
-    items = cellmod.cell_items(cell, data)
-    extra = {}
-    if cell.protocol.name in FRAME_PROTOCOLS:  # the judge sees frames: decode them at the judge's spec
-        frames, frame_failures = cellmod.judge_frames(cell, data, stores, inputs, progress=progress)
-        extra["frames"] = frames
-        video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
-    requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
-                                       seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
-    return _Prepared(cell, key, protocol, items, captions, video_failures), requests
+    stage = JudgeStage(pending, keys, datasets, config, stores, cap_rev, progress=progress,
+                       accept_failures=accept_failures, log=log)
 
+    def caption(watch=None):
+        return caption_cells_for(pending, datasets, config, stores, cap_rev, progress=progress,
+                                 exit_once_marker=exit_once_marker, watch=watch)
 
-def _finish(prep: _Prepared, verdicts, config: SweepConfig, stores: _Stores, accept_failures: bool) -> str:
-    """Account for every item, compute the metrics and commit the cell; returns its cell_status."""
-    import polars as pl
-    import pyarrow as pa
-
-    from engine.sweep import cells as cellmod
-
-    cell, key = prep.cell, prep.key
-    verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
-    status = accounting.cell_status(verdicts, accept_failures)
-    verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
-    metrics = prep.protocol.compute_metrics(pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])),
-                                            items=pl.from_arrow(prep.items), captions=pl.from_arrow(prep.captions),
-                                            n_resamples=config.options.n_resamples, seed=0,
-                                            **_metric_params(cell.protocol.params))
-    metrics = cellmod.label_metrics(metrics, cell, key, status)
-    cellmod.commit(stores, key, verdicts, metrics.to_arrow())
-    return status
-
-
-def _judge_cells(pending: list[Cell], keys: dict, datasets: dict, config: SweepConfig, stores: _Stores,
-                 cap_rev: dict, judges: dict, inputs, progress: bool, accept_failures: bool, log) -> dict:
-    """Judge the pending cells: per judge, all its cells through one streaming window (JudgeScheduler), each cell
-    committed as soon as it is complete; without the scheduler, cell after cell through run_judging."""
     try:
-        from engine.judging.scheduler import JudgeScheduler
-    except ImportError:  # pragma: no cover - judge loop without a scheduler
-        JudgeScheduler = None
-    stats = {"sent": 0, "cached": 0}
-    done = [0]
+        if not config.options.overlap:
+            outcome = caption()
+            judge_after_captions(stage, cellmod.load_inputs(stores, outcome))
+            return outcome.stats, stage.stats
+        from engine.sweep.overlap import CaptionThread
 
-    def finished(prep: _Prepared, verdicts, summary) -> None:
-        status = _finish(prep, verdicts, config, stores, accept_failures)
-        stats["sent"] += summary.sent
-        stats["cached"] += summary.cached
-        done[0] += 1
-        log(f"[sweep {config.name}] cell {done[0]}/{len(pending)} {status}: "
-            + " ".join(f"{k}={v}" for k, v in prep.cell.labels().items()))
-
-    by_judge: dict[str, list[Cell]] = {}
-    for cell in pending:
-        by_judge.setdefault(cell.judge.display, []).append(cell)
-    for cells in by_judge.values():
-        judge = _judge_for(cells[0].judge, config, judges)
-        if JudgeScheduler is None:
-            from engine.judging.runner import run_judging
-
-            for cell in cells:
-                prep, requests = _prepare(cell, keys[cell], datasets[cell.caption.dataset.name], stores, cap_rev,
-                                          judge, inputs, progress)
-                verdicts, summary = run_judging(requests, judge, cache_dir=stores.judge_cache,
-                                                protocol=prep.protocol, batch_size=config.options.judge_batch_size,
-                                                progress=progress, return_summary=True,
-                                                protocol_params=dict(cell.protocol.params))
-                finished(prep, verdicts, summary)
-            continue
-        sched = JudgeScheduler(judge, stores.judge_cache, batch_size=config.options.judge_batch_size,
-                               progress=progress)
-        for cell in cells:
-            prep, requests = _prepare(cell, keys[cell], datasets[cell.caption.dataset.name], stores, cap_rev,
-                                      judge, inputs, progress)
-            sched.add(requests, prep.protocol, name=keys[cell], protocol_params=dict(cell.protocol.params),
-                      on_complete=lambda name, verdicts, summary, prep=prep: finished(prep, verdicts, summary))
-        sched.run()
-    return stats
-
-
-def _metric_params(params: dict) -> dict:
-    """The protocol params that concern metrics too (the mode); the rest (prompt packs, ...) shape requests only."""
-    return {k: v for k, v in params.items() if k == "mode"}
+        inputs = cellmod.load_inputs(stores, CaptionOutcome())  # what exists now; the feed adds what is made
+        thread = CaptionThread(caption).start()
+        try:
+            judge_while_captioning(stage, thread.watch, inputs)
+        finally:
+            thread.stop()  # normally ended already; after an error no new video is started
+        if thread.watch.error is not None:
+            raise thread.watch.error
+        return thread.outcome.stats, stage.stats
+    finally:
+        stage.close()
 
 
 def sweep_fingerprint(config: SweepConfig) -> str:

@@ -13,33 +13,11 @@ import polars as pl
 import pytest
 
 from _ray_cluster import REPO, free_ports
+from _sweeps import capquiz_sweep
 
 pytestmark = pytest.mark.slow
 
-SWEEP = """\
-name = "slurm-test"
-prompts = ["brief"]
-frames = ["uniform:2", "uniform:4"]
-
-[[datasets]]
-name = "shapes"
-kind = "synthetic"
-n_videos = 3
-duration_s = 1.5
-
-[[captioners]]
-name = "local"
-
-[[protocols]]
-name = "capquiz"
-
-[[judges]]
-name = "local"
-
-[options]
-batch_size = 2
-n_resamples = 50
-"""
+SWEEP = capquiz_sweep("slurm-test", prompts=("brief",), frames=("uniform:2", "uniform:4"), options={"n_resamples": 50})
 
 
 def _idle_cpus() -> int | None:

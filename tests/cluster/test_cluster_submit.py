@@ -14,33 +14,14 @@ import polars as pl
 import pytest
 
 from _ray_cluster import REPO, LocalCluster
+from _sweeps import capquiz_sweep
 from engine.cli.submit import extract_payload, pack_results, stage_sweep, unpack_results
 
 pytestmark = pytest.mark.slow
 
-SWEEP = """\
-name = "submit-test"
-prompts = ["capquiz_standard", "brief"]
-frames = ["uniform:2", "uniform:4"]
-
-[[datasets]]
-name = "clips"
-kind = "items"
-path = "../data/items.jsonl"
-
-[[captioners]]
-name = "local"
-
-[[protocols]]
-name = "capquiz"
-
-[[judges]]
-name = "local"
-
-[options]
-batch_size = 2
-n_resamples = 50
-"""
+SWEEP = capquiz_sweep("submit-test", frames=("uniform:2", "uniform:4"),
+                      dataset={"name": "clips", "kind": "items", "path": "../data/items.jsonl"},
+                      options={"n_resamples": 50})
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,8 @@ def pack_dir():
     return PACK_DIR
 
 
-def _vidcapbench(n_items=24, n_captions=3, seeds=(0,)):
+def _vidcapbench_inputs(n_items=24, n_captions=3):
+    """VidCapBench-shaped items (question + answer) over n_captions videos, one caption per video."""
     items = conform(pa.table({
         "benchmark": ["vidcapbench"] * n_items, "task": ["default"] * n_items,
         "item_id": [f"q{i}" for i in range(n_items)], "video_id": [f"v{i % n_captions}" for i in range(n_items)],
@@ -45,6 +46,11 @@ def _vidcapbench(n_items=24, n_captions=3, seeds=(0,)):
         "prompt_id": ["p"] * n_captions, "frame_spec": ["f"] * n_captions,
         "video_id": [f"v{c}" for c in range(n_captions)],
         "text": [f"Caption number {c}: two red kites over a park." for c in range(n_captions)]}), CAPTIONS)
+    return items, caps
+
+
+def _vidcapbench(n_items=24, n_captions=3, seeds=(0,)):
+    items, caps = _vidcapbench_inputs(n_items, n_captions)
     p = lookup("protocol", "vidcapbench")
     return p, p.build_requests(items, caps, judge="scripted-judge", judge_revision="r1", seeds=seeds)
 

@@ -14,34 +14,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
+from _sweeps import capquiz_sweep
 from engine.sweep.config import load_sweep
 from engine.sweep.runner import run_sweep
 
+
 REPO = Path(__file__).resolve().parents[2]
-SWEEP = """\
-name = "demo-test"
-prompts = ["capquiz_standard", "brief"]
-frames = ["uniform:2", "uniform:6"]
-
-[[datasets]]
-name = "shapes"
-kind = "synthetic"
-n_videos = 3
-duration_s = 1.5
-
-[[captioners]]
-name = "local"
-
-[[protocols]]
-name = "capquiz"
-
-[[judges]]
-name = "local"
-
-[options]
-batch_size = 2
-n_resamples = 100
-"""
+SWEEP = capquiz_sweep("demo-test", frames=("uniform:2", "uniform:6"), n_videos=3)
 N_VIDEOS, ITEMS_PER_VIDEO, N_CELLS = 3, 4, 4
 
 

@@ -12,36 +12,14 @@ import polars as pl
 import pytest
 
 from _browser import Browser, chromium_path
+from _sweeps import capquiz_sweep
 from engine.cli import main as cli_main
 from engine.report.rundir import load_run
 from engine.sweep.config import load_sweep
 from engine.sweep.runner import run_sweep
 
-SWEEP = """\
-name = "report-test"
-prompts = ["capquiz_standard", "brief"]
-frames = ["uniform:2", "uniform:6"]
 
-[[datasets]]
-name = "shapes"
-kind = "synthetic"
-n_videos = 4
-duration_s = 1.5
-
-[[captioners]]
-name = "local"
-
-[[protocols]]
-name = "capquiz"
-
-[[judges]]
-name = "local"
-seeds = [0, 1]
-
-[options]
-batch_size = 2
-n_resamples = 100
-"""
+SWEEP = capquiz_sweep("report-test", n_videos=4, seeds=(0, 1))
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,207 @@
+"""A sweep's judge stage: per judge, all its pending cells through one streaming loop (JudgeScheduler), each cell's
+verdicts accounted for, its metrics computed and both committed as soon as the cell is complete.
+
+Two ways to get there (`[options] overlap`):
+- `judge_after_captions`: every caption exists already; each cell's whole request table is added at once.
+- `judge_while_captioning`: the caption stage runs on a background thread (engine/sweep/overlap.py); each cell starts
+  empty and grows part by part as its videos' captions are made, then is sealed. Same verdicts, same metrics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from engine.sweep import accounting
+from engine.sweep import cells as cellmod
+from engine.sweep.config import ComponentSpec, SweepConfig
+from engine.sweep.datasets import FRAME_PROTOCOLS, LoadedDataset
+from engine.sweep.grid import Cell
+
+
+@dataclass
+class Prepared:
+    """A cell ready for the judge's verdicts: what the accounting and the metrics need afterwards."""
+
+    cell: Cell
+    key: str
+    protocol: object
+    items: object
+    captions: object
+    video_failures: dict
+
+
+class JudgeStage:
+    """State shared by the cells of one sweep run: stores, datasets, judges (opened once each), counts."""
+
+    def __init__(self, pending: list[Cell], keys: dict, datasets: dict[str, LoadedDataset], config: SweepConfig,
+                 stores, cap_rev: dict, *, progress: bool, accept_failures: bool, log):
+        self.pending, self.keys, self.datasets, self.config = pending, keys, datasets, config
+        self.stores, self.cap_rev, self.progress, self.accept_failures, self.log = (
+            stores, cap_rev, progress, accept_failures, log)
+        self.judges: dict = {}
+        self.stats = {"sent": 0, "cached": 0}
+        self.done = 0
+
+    def close(self) -> None:
+        for j in self.judges.values():
+            j.close()
+
+    def by_judge(self) -> list[list[Cell]]:
+        groups: dict[str, list[Cell]] = {}
+        for cell in self.pending:
+            groups.setdefault(cell.judge.display, []).append(cell)
+        return list(groups.values())
+
+    def judge_for(self, jspec: ComponentSpec):
+        from engine.registry import lookup
+
+        if jspec.display not in self.judges:
+            opts = self.config.options
+            if opts.judge_actors:  # engines on Ray actors (one per GPU), fed with backpressure
+                from adapters.ray_pool import JudgePool
+
+                self.judges[jspec.display] = JudgePool(jspec.name, jspec.params, num_actors=opts.judge_actors,
+                                                       batch_size=opts.judge_batch_size,
+                                                       max_restarts=opts.max_restarts)
+            else:
+                self.judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
+        return self.judges[jspec.display]
+
+    def scheduler(self, judge):
+        from engine.judging.scheduler import JudgeScheduler
+
+        return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
+                              progress=self.progress)
+
+    # -- one cell -------------------------------------------------------------------------------------------------
+    def data(self, cell: Cell) -> LoadedDataset:
+        return self.datasets[cell.caption.dataset.name]
+
+    def prepare(self, cell: Cell, judge, inputs, *, requests: bool = True) -> tuple[Prepared, pa.Table | None]:
+        """The cell's captions, items and video failures (and, with `requests`, its whole request table)."""
+        from engine.registry import lookup
+
+        protocol = lookup("protocol", cell.protocol.name)
+        data = self.data(cell)
+        captions, video_failures = cellmod.cell_captions(cell, data, inputs, self.cap_rev)
+        items = cellmod.cell_items(cell, data)
+        extra = {}
+        if requests and cell.protocol.name in FRAME_PROTOCOLS:  # the judge sees frames: decode them at its spec
+            frames, frame_failures = cellmod.judge_frames(cell, data, self.stores, inputs, progress=self.progress)
+            extra["frames"] = frames
+            video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
+        prep = Prepared(cell, self.keys[cell], protocol, items, captions, video_failures)
+        if not requests:
+            return prep, None
+        return prep, self.build(prep, judge, items, captions, **extra)
+
+    def build(self, prep: Prepared, judge, items, captions, **extra) -> pa.Table:
+        cell = prep.cell
+        return prep.protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
+                                            seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
+
+    def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
+        """Account for every item, compute the metrics and commit the cell."""
+        import polars as pl
+
+        cell, key = prep.cell, prep.key
+        verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
+        status = accounting.cell_status(verdicts, self.accept_failures)
+        verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
+        metrics = prep.protocol.compute_metrics(
+            pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])), items=pl.from_arrow(prep.items),
+            captions=pl.from_arrow(prep.captions), n_resamples=self.config.options.n_resamples, seed=0,
+            **_metric_params(cell.protocol.params))
+        metrics = cellmod.label_metrics(metrics, cell, key, status)
+        cellmod.commit(self.stores, key, verdicts, metrics.to_arrow())
+        self.stats["sent"] += summary.sent
+        self.stats["cached"] += summary.cached
+        self.done += 1
+        self.log(f"[sweep {self.config.name}] cell {self.done}/{len(self.pending)} {status}: "
+                 + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
+
+
+def judge_after_captions(stage: JudgeStage, inputs) -> None:
+    """Every caption exists: per judge, each cell's whole request table into one scheduler."""
+    for cells in stage.by_judge():
+        judge = stage.judge_for(cells[0].judge)
+        sched = stage.scheduler(judge)
+        for cell in cells:
+            prep, requests = stage.prepare(cell, judge, inputs)
+            sched.add(requests, prep.protocol, name=prep.key, protocol_params=dict(cell.protocol.params),
+                      on_complete=lambda name, verdicts, summary, prep=prep: stage.finish(prep, verdicts, summary))
+        sched.run()
+
+
+def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
+    """Captions are being made on another thread (`watch` hears of them): per judge, each cell starts empty and
+    grows by the requests of its videos as they are captioned (engine/sweep/overlap.CellFeed)."""
+    from engine.registry import lookup
+    from engine.sweep.overlap import CellFeed
+
+    for cells in stage.by_judge():
+        judge = stage.judge_for(cells[0].judge)
+        sched = stage.scheduler(judge)
+        preps: dict[str, Prepared] = {}
+        streamed = {c: _part_items(c, stage.data(c)) for c in cells
+                    if c.protocol.name not in FRAME_PROTOCOLS and not c.caption.from_file}
+
+        def start(cell: Cell) -> None:
+            from engine.protocols.base import REQUESTS_WITH_CONTEXT
+
+            protocol = lookup("protocol", cell.protocol.name)
+            key = stage.keys[cell]
+            sched.add(REQUESTS_WITH_CONTEXT.empty_table(), protocol, name=key,
+                      protocol_params=dict(cell.protocol.params), sealed=False,
+                      on_complete=lambda name, verdicts, summary: stage.finish(preps[name], verdicts, summary))
+
+        def part(cell: Cell, videos: list[str]) -> None:
+            if cell not in streamed:
+                return  # judged whole at its seal
+            items, by_video, _ = streamed[cell]
+            rows = [i for v in videos for i in by_video.get(v, ())]
+            if not rows:
+                return
+            captions, _ = cellmod.cell_captions(cell, stage.data(cell), inputs, stage.cap_rev, videos=videos)
+            prep = Prepared(cell, stage.keys[cell], lookup("protocol", cell.protocol.name), None, None, {})
+            sched.extend(prep.key, stage.build(prep, judge, items.take(sorted(rows)), captions))
+
+        def seal(cell: Cell) -> None:
+            if cell not in streamed:
+                prep, requests = stage.prepare(cell, judge, inputs)
+                sched.extend(prep.key, requests)
+            else:
+                prep, _ = stage.prepare(cell, judge, inputs, requests=False)
+                items, _, leftover = streamed[cell]
+                if leftover:  # items of no video of the dataset: what the protocol makes of them with no caption
+                    sched.extend(prep.key, stage.build(prep, judge, items.take(leftover), prep.captions))
+            preps[prep.key] = prep
+            sched.seal(prep.key)
+
+        feed = CellFeed(watch, cells, datasets=stage.datasets, inputs=inputs, cap_rev=stage.cap_rev, start=start,
+                        part=part, seal=seal)
+        sched.run(source=feed)
+
+
+def _part_items(cell: Cell, data: LoadedDataset) -> tuple[pa.Table, dict[str, list[int]], list[int]]:
+    """The cell's items, the row indices of each video's items, and the rows of items with no video of the
+    dataset. An item belongs to the video its caption is matched by (engine.protocols.base.pair_items_captions:
+    its own item_id when the dataset has media per item, else its video_id)."""
+    items = cellmod.cell_items(cell, data)
+    videos = data.videos
+    by_video: dict[str, list[int]] = {}
+    leftover: list[int] = []
+    for i, (item, vid) in enumerate(zip(items.column("item_id").to_pylist(), items.column("video_id").to_pylist())):
+        owner = item if item in videos else vid if vid in videos else None
+        if owner is None:
+            leftover.append(i)
+        else:
+            by_video.setdefault(owner, []).append(i)
+    return items, by_video, leftover
+
+
+def _metric_params(params: dict) -> dict:
+    """The protocol params that concern metrics too (the mode); the rest (prompt packs, ...) shape requests only."""
+    return {k: v for k, v in params.items() if k == "mode"}

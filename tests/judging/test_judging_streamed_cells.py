@@ -1,0 +1,119 @@
+"""Streamed cells (JudgeScheduler.add(sealed=False) / extend / seal, fed by a source while judging runs): the verdict
+table equals the one-shot table of all the requests, whatever order the parts arrive in and however answers
+interleave; the loop waits for parts instead of ending; a cell completes only once sealed."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from _judging_backends import StreamingScriptedJudge
+from test_judging_streaming import _vidcapbench, _vidcapbench_inputs
+
+from engine.judging.runner import run_judging
+from engine.judging.scheduler import JudgeScheduler
+from engine.protocols.base import REQUESTS_WITH_CONTEXT
+from engine.registry import lookup
+
+
+def _same(a, b):
+    return a.drop_columns(["latency_s"]).equals(b.drop_columns(["latency_s"]))
+
+
+class _PartsSource:
+    """Adds one part per poll after `gap_s` (as captions finishing one batch of videos at a time would), then seals."""
+
+    def __init__(self, sched, name, parts, gap_s=0.01):
+        self.sched, self.name, self.parts, self.gap_s = sched, name, list(parts), gap_s
+        self.next_at = time.monotonic() + gap_s
+        self.polls_waiting = 0
+        self.open = True
+
+    def poll(self, timeout):
+        if timeout > 0:
+            self.polls_waiting += 1
+            time.sleep(min(timeout, max(0.0, self.next_at - time.monotonic())))
+        if not self.open or time.monotonic() < self.next_at:
+            return
+        self.sched.extend(self.name, self.parts.pop(0))
+        self.next_at = time.monotonic() + self.gap_s
+        if not self.parts:
+            self.sched.seal(self.name)
+            self.open = False
+
+
+def _parts_by_video(build, items, captions, n_parts, seed):
+    """Requests built per random group of videos (each group's items with its captions), groups in random order."""
+    videos = sorted(set(captions["video_id"].to_pylist()))
+    random.Random(seed).shuffle(videos)
+    groups = [videos[i::n_parts] for i in range(n_parts)]
+    parts = []
+    for g in groups:
+        owned = pc.is_in(items["video_id"], value_set=pa.array(g))
+        parts.append(build(items.filter(owned), captions.filter(pc.is_in(captions["video_id"], value_set=pa.array(g)))))
+    return parts
+
+
+def _streamed(tmp_path, protocol, parts, *, params=None, seed=0, first=None):
+    judge = StreamingScriptedJudge(max_delay_s=0.004, seed=seed)
+    sched = JudgeScheduler(judge, tmp_path, max_in_flight=5)
+    done = []
+    sched.add(first if first is not None else REQUESTS_WITH_CONTEXT.empty_table(), protocol, name="cell",
+              sealed=False, protocol_params=params, on_complete=lambda n, t, s: done.append((t, s)))
+    source = _PartsSource(sched, "cell", parts)
+    sched.run(source=source)
+    assert len(done) == 1 and not source.open
+    return done[0][0], done[0][1], source
+
+
+def test_streamed_multistep_cell_equals_one_shot(tmp_path):
+    """VidCapBench (answer -> score per unit) with two judge seeds: parts of random video groups in random order."""
+    p, whole = _vidcapbench(n_items=30, n_captions=6, seeds=(0, 1))
+    one_shot = run_judging(whole, StreamingScriptedJudge(max_delay_s=0.002), cache_dir=tmp_path / "one",
+                           protocol=p, progress=False, max_in_flight=5)
+    items, caps = _vidcapbench_inputs(n_items=30, n_captions=6)
+    for seed in (1, 2):
+        parts = _parts_by_video(lambda i, c: p.build_requests(i, c, judge="scripted-judge", judge_revision="r1",
+                                                               seeds=(0, 1)), items, caps, 4, seed)
+        assert sum(t.num_rows for t in parts) == whole.num_rows
+        table, summary, source = _streamed(tmp_path / f"s{seed}", p, parts, seed=seed)
+        assert _same(table, one_shot), "streamed parts changed the verdict table"
+        assert summary.requests == one_shot.num_rows
+        assert source.polls_waiting > 0  # the loop waited for parts instead of ending
+
+
+def test_streamed_capability_per_item_captions_equal_one_shot(tmp_path, shared_data):
+    """CAPability's captions are matched by item_id (one caption per item): parts by those ids."""
+    from engine.datasets.capability import load_captions, load_items
+
+    items = load_items(shared_data / "capability" / "annotations", tasks=("object_color", "event"))
+    items = pa.concat_tables([items.filter(pc.equal(items["task"], t)).slice(0, 20) for t in ("object_color", "event")])
+    caps = load_captions(shared_data / "capability" / "captions" / "qwen2.5vl_7b", items)
+    p = lookup("protocol", "capability")
+
+    def build(i, c):
+        return p.build_requests(i, c, judge="scripted-judge", judge_revision="r1")
+
+    whole = build(items, caps)
+    one_shot = run_judging(whole, StreamingScriptedJudge(max_delay_s=0.002), cache_dir=tmp_path / "one",
+                           protocol=p, progress=False, max_in_flight=5)
+    ids = caps["video_id"].to_pylist()
+    random.Random(3).shuffle(ids)
+    parts = []
+    for g in (ids[0::3], ids[1::3], ids[2::3]):
+        keep = pa.array(g)
+        owned = pc.or_(pc.is_in(items["item_id"], value_set=keep), pc.is_in(items["video_id"], value_set=keep))
+        parts.append(build(items.filter(owned), caps.filter(pc.is_in(caps["video_id"], value_set=keep))))
+    assert sum(t.num_rows for t in parts) == whole.num_rows
+    table, _, _ = _streamed(tmp_path / "s", p, parts, first=parts.pop(0))
+    assert _same(table, one_shot)
+
+
+def test_unsealed_cell_never_completes_early_and_empty_parts_are_fine(tmp_path):
+    p, whole = _vidcapbench(n_items=6, n_captions=2)
+    empty = REQUESTS_WITH_CONTEXT.empty_table()
+    table, summary, _ = _streamed(tmp_path, p, [empty, whole, empty])
+    assert table.num_rows == whole.num_rows and summary.requests == whole.num_rows
+
