@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -67,11 +68,47 @@ def _fenced_body(text: str) -> str:
     return body
 
 
-def extract(text: str | None) -> Any:
-    """The Python value of a raw reply, or Rejected."""
+# The shape structured decoding gives (strict mode's JSON schemas): one object whose members map plain text to plain
+# text, an integer or a list of those. Plain text holds no raw control character (JSON rejects them, Python ends the
+# literal at a newline), no raw surrogate (Python cannot encode the source) and only the escapes both languages read
+# alike: \" \\ \b \f \n \r \t and \uXXXX outside the surrogates (a JSON pair \ud83d\ude00 is one character,
+# to Python two; \/ is '/' to JSON, two characters to Python). Integers have no leading zero and at most 18 digits (no
+# int-size limit applies), a '-' directly before the digits (literal_eval negates the int: the same value).
+# Whitespace is what both skip there: ' '/tab before the object (literal_eval strips them), ' '/tab/newline between
+# tokens (implicit line joining inside brackets), and after it either ' '/tab only or anything ending in a newline (a
+# last line of only spaces is an 'unexpected indent' to Python). Such a body has no true/false/null, quotes other than
+# '"', comments, tuples, trailing commas or floats, so json.loads gives exactly literal_eval's value (duplicate keys
+# included: both keep the first position and the last value); every other body takes literal_eval itself.
+_TEXT_RUN = r'[^"\\\x00-\x1f\ud800-\udfff]*'
+_PLAIN_TEXT = rf'"{_TEXT_RUN}(?:\\(?:["\\bfnrt]|u(?![dD][89a-fA-F])[0-9a-fA-F]{{4}}){_TEXT_RUN})*"'
+_PLAIN_SCALAR = rf'(?:{_PLAIN_TEXT}|-?(?:0|[1-9][0-9]{{0,17}}))'
+_WS = r'[ \t\n]*'
+_PLAIN_VALUE = rf'(?:{_PLAIN_SCALAR}|\[{_WS}(?:{_PLAIN_SCALAR}{_WS}(?:,{_WS}{_PLAIN_SCALAR}{_WS})*)?\])'
+_PLAIN_MEMBER = rf'{_PLAIN_TEXT}{_WS}:{_WS}{_PLAIN_VALUE}{_WS}'
+PLAIN_OBJECT = re.compile(rf'[ \t]*\{{{_WS}(?:{_PLAIN_MEMBER}(?:,{_WS}{_PLAIN_MEMBER})*)?\}}(?:{_WS}\n|[ \t]*)')
+
+
+def read(text: str | None) -> tuple[Any, bool]:
+    """(extract(text), plain): `plain` when the fenced body matched PLAIN_OBJECT, so the value is json.loads'
+    (the same as literal_eval's, and json can write it back)."""
     if text is None:
         raise Rejected("api", "the judge returned no content")
     body = _fenced_body(text)
+    if PLAIN_OBJECT.fullmatch(body):
+        try:
+            return json.loads(body), True
+        except ValueError:  # not reachable for that grammar; literal_eval below stays the authority if it were
+            pass
+    return _literal(body), False
+
+
+def extract(text: str | None) -> Any:
+    """The Python value of a raw reply, or Rejected."""
+    return read(text)[0]
+
+
+def _literal(body: str) -> Any:
+    """The official step itself: ast.literal_eval of the fenced body, or Rejected."""
     try:
         value = ast.literal_eval(body)
     except (SyntaxError, ValueError) as exc:

@@ -27,19 +27,24 @@ from . import official
 from .codes import CLASSIFICATION_TASKS
 
 
+#: json.dumps(detail, ensure_ascii=False) without building an encoder per call (dumps reuses one only for defaults).
+_DETAIL_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def _categories(ctx: dict) -> official.Categories:
     return official.Categories(tuple(ctx.get("names") or ()), tuple(ctx.get("explains") or ()))
 
 
 def _detail(reply, score) -> str:
+    """The verdict's detail JSON. Only for a reply already found json_safe: then so is every value inside it."""
     detail = {"score": 1 if score == 1 else 0 if score == 0 else -1}
     if type(score) is not int:  # True, 1.0: what the official script stored
         detail["score_repr"] = repr(score)
     if isinstance(reply, dict):
         for k in ("pred", "reason"):
-            if k in reply and official.json_safe(reply[k]):
+            if k in reply:
                 detail[k] = reply[k]
-    return json.dumps(detail, ensure_ascii=False)
+    return _DETAIL_JSON.encode(detail)
 
 
 def _validate(task: str, reply, ctx: dict):
@@ -50,34 +55,35 @@ def _validate(task: str, reply, ctx: dict):
 
 def parse_official(task: str, text: str | None, ctx: dict):
     try:
-        reply = official.extract(text)
+        reply, plain = official.read(text)
         score = _validate(task, reply, ctx)
-        if not official.json_safe(reply):
+        if not plain and not official.json_safe(reply):  # a plain reply came from json.loads
             raise official.Rejected("validate", "the reply holds values json cannot write")
     except official.Rejected as exc:
         return NO_VERDICT, ParseStatus.FAILED, f"rejected by the official rules at {exc}"
     return official.code_of(score), ParseStatus.OK, _detail(reply, score)
 
 
-def _strict_extract(text: str | None) -> tuple[object, bool]:
-    """(value, repaired): the official extraction first (repaired when it had to strip a fence); only when that
+def _strict_extract(text: str | None) -> tuple[object, bool, bool]:
+    """(value, repaired, plain): the official extraction first (repaired when it had to strip a fence); only when that
     cannot read the text at all, a lenient JSON extraction (prose around the object, JSON literals, smart quotes).
     A value the official extraction did read (a list, a tuple) is not searched further: officially it is rejected
-    by the validator, and strict mode never accepts what the validator rejects."""
+    by the validator, and strict mode never accepts what the validator rejects. `plain`: see official.read."""
     try:
-        return official.extract(text), "```" in text
+        value, plain = official.read(text)
+        return value, "```" in text, plain
     except official.Rejected as exc:
         if exc.stage == "api":
             raise
     try:
-        return extract_json(text, dict)[0], True
+        return extract_json(text, dict)[0], True, False
     except ParseError as exc:
         raise official.Rejected("parse", str(exc)) from None
 
 
 def parse_strict(task: str, text: str | None, ctx: dict):
     try:
-        reply, repaired = _strict_extract(text)
+        reply, repaired, plain = _strict_extract(text)
         if not isinstance(reply, dict):
             raise official.Rejected("parse", f"expected a JSON object, got {type(reply).__name__}")
         if task in CLASSIFICATION_TASKS:
@@ -90,7 +96,7 @@ def parse_strict(task: str, text: str | None, ctx: dict):
         elif isinstance(reply.get("score"), bool):
             raise official.Rejected("validate", "'score' is a boolean, not 1, 0 or -1")
         score = _validate(task, reply, ctx)
-        if not official.json_safe(reply):
+        if not plain and not official.json_safe(reply):
             raise official.Rejected("validate", "the reply holds values json cannot write")
     except official.Rejected as exc:
         return NO_VERDICT, ParseStatus.FAILED, f"rejected: {exc}"
