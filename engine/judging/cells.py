@@ -78,7 +78,7 @@ class Cell:
     def __init__(self, requests: pa.Table, protocol: JudgeProtocol, policy: JudgingPolicy, *, judge_name: str,
                  judge_revision: str, keep_intermediate: bool = False, max_steps: int = 8, summary=None,
                  on_complete: Callable[["Cell", pa.Table], None] | None = None, name: str = "",
-                 sealed: bool = True):
+                 sealed: bool = True, part_order: str = "request"):
         from .runner import JudgingSummary
 
         self.protocol, self.policy, self.name = protocol, policy, name
@@ -97,7 +97,12 @@ class Cell:
         self._parts: deque[pa.Table] = deque()
         self.n_requests = 0  # first-step rows received so far
         self.sealed = False
-        self.multi_part = not sealed
+        # How the verdict rows of a cell received in parts are ordered: "request" (as one protocol-built table of
+        # all the parts would be: a sweep cell whose parts came as captions were made) or "input" (the parts
+        # one after the other: a request table streamed from a file)
+        if part_order not in ("request", "input"):
+            raise ValueError(f"part_order must be 'request' or 'input'; got {part_order!r}")
+        self.multi_part = not sealed and part_order == "request"
         self._next_order = 0  # first-step order across parts
         self._rows_iter: Iterator[tuple[int, dict]] | None = None
         self._lookahead: tuple[int, dict] | None = None
@@ -194,6 +199,11 @@ class Cell:
             out += self._seal_block()
             self.exhausted = self.sealed
         return out
+
+    @property
+    def queued_parts(self) -> int:
+        """Parts received and not started yet (the one being sent is not counted)."""
+        return len(self._parts)
 
     @property
     def waiting(self) -> bool:

@@ -14,6 +14,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Iterable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -52,7 +53,7 @@ class JudgingSummary:
                 f"{self.wall_s:.1f}s")
 
 
-def run_judging(requests: pa.Table, judge, *, cache_dir: str | Path, protocol: JudgeProtocol | str | None = None,
+def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge, *, cache_dir: str | Path, protocol: JudgeProtocol | str | None = None,
                 batch_size: int = 64, max_reasks: int | None = None, progress: bool = True, max_steps: int = 8,
                 keep_intermediate: bool = False, return_summary: bool = False, max_in_flight: int = 64,
                 policy: JudgingPolicy | None = None, protocol_params: dict | None = None, use_cache: bool = True,
@@ -71,10 +72,22 @@ def run_judging(requests: pa.Table, judge, *, cache_dir: str | Path, protocol: J
     code; they are left out unless keep_intermediate=True. Nothing is lost: their text is in the judgment cache and
     in the next step's `detail`, and a failed intermediate step yields a next-step row without a verdict whose
     parse_status says why. Raises engine.errors.AbortedError when the backend refuses the run (401/403) or the
-    cache cannot be written; what finished before is committed."""
+    cache cannot be written; what finished before is committed.
+
+    `requests` may also be an iterable of tables or record batches (e.g. `pyarrow.parquet.ParquetFile.iter_batches`
+    over a request file): they are read as the window needs them, so a run of millions of requests never holds them
+    all. Each part must hold whole items (every row of an (item, caption) in one part); the verdict rows come in the
+    parts' order."""
     from engine.registry import lookup
 
     t0 = time.perf_counter()
+    parts = None
+    if not isinstance(requests, pa.Table):
+        parts = iter(requests)
+        first = next(parts, None)
+        if first is None:
+            raise ValueError("run_judging: the request iterable yielded nothing (pass an empty table instead)")
+        requests = _as_table(first)
     if protocol is None:
         names = set(pc.unique(requests.column("protocol")).to_pylist()) if requests.num_rows else set()
         if len(names) != 1:
@@ -90,16 +103,45 @@ def run_judging(requests: pa.Table, judge, *, cache_dir: str | Path, protocol: J
         policy = replace(policy, max_reasks=int(max_reasks))
     summary = JudgingSummary()
     cell = Cell(requests, protocol, policy, judge_name=judge.name, judge_revision=judge.revision,
-                keep_intermediate=keep_intermediate, max_steps=max_steps, summary=summary, name=protocol.name)
+                keep_intermediate=keep_intermediate, max_steps=max_steps, summary=summary, name=protocol.name,
+                sealed=parts is None, part_order="input")
     loop = JudgeLoop(judge, cache_dir, max_in_flight=max_in_flight, batch_size=batch_size, use_cache=use_cache,
                      progress=progress, claim_timeout_s=claim_timeout_s)
     loop.add(cell)
+    if parts is not None:
+        loop.source = _PartReader(cell, parts)
     loop.run()
     table = cell.table()
     summary.requests = table.num_rows
     summary.wall_s = time.perf_counter() - t0
     table = table.replace_schema_metadata({b"capeval.judging_summary": json.dumps(summary.as_dict()).encode()})
     return (table, summary) if return_summary else table
+
+
+class _PartReader:
+    """The loop's source for a streamed request table: the next part is read when the cell has none left queued."""
+
+    def __init__(self, cell, parts: Iterator):
+        self.cell, self.parts = cell, parts
+
+    @property
+    def open(self) -> bool:
+        return not self.cell.sealed
+
+    def poll(self, timeout: float) -> None:
+        while not self.cell.sealed and self.cell.queued_parts == 0:
+            part = next(self.parts, None)
+            if part is None:
+                self.cell.seal()
+                return
+            part = _as_table(part)
+            if part.num_rows:
+                self.cell.extend(part)
+                return
+
+
+def _as_table(part) -> pa.Table:
+    return part if isinstance(part, pa.Table) else pa.Table.from_batches([part])
 
 
 from .cells import Cell  # noqa: E402 - cells imports JudgingSummary from here

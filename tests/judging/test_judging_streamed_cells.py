@@ -117,3 +117,18 @@ def test_unsealed_cell_never_completes_early_and_empty_parts_are_fine(tmp_path):
     table, summary, _ = _streamed(tmp_path, p, [empty, whole, empty])
     assert table.num_rows == whole.num_rows and summary.requests == whole.num_rows
 
+
+
+def test_run_judging_reads_a_request_file_in_batches(tmp_path):
+    """A request table streamed from Parquet in record batches gives the table's verdicts, in its order."""
+    import pyarrow.parquet as pq
+
+    p, whole = _vidcapbench(n_items=40, n_captions=8, seeds=(0, 1))
+    one_shot = run_judging(whole, StreamingScriptedJudge(max_delay_s=0.002), cache_dir=tmp_path / "one",
+                           protocol=p, progress=False, max_in_flight=5)
+    path = tmp_path / "requests.parquet"
+    pq.write_table(whole, path, row_group_size=10)  # every row group holds whole (item, caption) units
+    batches = pq.ParquetFile(path).iter_batches(batch_size=10)
+    streamed = run_judging(batches, StreamingScriptedJudge(max_delay_s=0.002, seed=5), cache_dir=tmp_path / "s",
+                           protocol=p, progress=False, max_in_flight=5)
+    assert _same(streamed, one_shot)
