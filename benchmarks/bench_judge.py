@@ -297,9 +297,9 @@ def http_section(quick: bool) -> dict:
     return out
 
 
-# Sections in run order. Another section (e.g. "sweep" from benchmarks/bench_sweep.py) is one more name here and
-# one more entry in `section_runners`; its targets go into `targets()`.
-SECTIONS = ("streaming", "overhead", "http", "vllm")
+# Sections in run order (one more section: one more name here, one more entry in `section_runners`, its targets in
+# `targets()`). The sweep runs last: it starts a local Ray, which vLLM's engine should not see.
+SECTIONS = ("streaming", "overhead", "http", "vllm", "sweep")
 
 
 def section_runners(args, say) -> dict:
@@ -309,8 +309,14 @@ def section_runners(args, say) -> dict:
         "overhead": lambda: _lazy("overhead", args.quick),
         "http": lambda: http_section(args.quick),
         "vllm": lambda: vllm_section(args.data, args.quick, args.model_dir, say),
-        # "sweep": lambda: <benchmarks.bench_sweep's section function>(args.quick),  (imported here, lazily)
+        "sweep": lambda: _sweep_section(args.quick),
     }
+
+
+def _sweep_section(quick: bool) -> dict:
+    from benchmarks.bench_sweep import sweep
+
+    return sweep(quick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -383,6 +389,7 @@ def targets(result: dict) -> dict:
         "http_client_cpu_ms_per_request<=0.35": check(get("http", "client_cpu_ms_per_request"), lambda v: v <= 0.35),
         "vllm_grouped_speedup>=2": check(vllm.get("speedup"), lambda v: v >= 2),
         "vllm_cached_share>=0.75": check(grouped.get("cached_share"), lambda v: v >= 0.75),
+        "sweep_overlap_ratio<=0.6": check(get("sweep", "ratio"), lambda v: v <= 0.6),
     }
 
 

@@ -75,14 +75,26 @@ def _items(root: Path, n_videos: int) -> Path:
 def sweep(quick: bool = True, *, n_videos: int | None = None, repeats: int | None = None,
           caption_latency_s: float = 0.1) -> dict:
     """Both runs `repeats` times (medians); `n_videos`/`repeats` override the quick/full sizes (tests use tiny ones)."""
-    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+    import ray
+
     from engine.ray_local import init_ray
-    from engine.sweep.config import load_sweep
-    from engine.sweep.runner import run_sweep
 
     n_videos = n_videos or (24 if quick else 48)
     repeats = repeats or (1 if quick else 2)
+    started_ray = not ray.is_initialized()
     init_ray()  # once, before timing: both runs use the same local Ray
+    try:
+        return _measure(n_videos, repeats, caption_latency_s)
+    finally:
+        if started_ray:  # leave the process as it was (the benchmark runs beside others)
+            ray.shutdown()
+
+
+def _measure(n_videos: int, repeats: int, caption_latency_s: float) -> dict:
+    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from engine.sweep.config import load_sweep
+    from engine.sweep.runner import run_sweep
+
     times: dict[bool, list[float]] = {True: [], False: []}
     counts: dict[bool, dict] = {}
     with tempfile.TemporaryDirectory(prefix="capeval-bench-sweep-") as tmp, \

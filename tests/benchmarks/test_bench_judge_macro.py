@@ -27,6 +27,7 @@ def test_http_section_json(capsys):
     met = result["targets_met"]
     assert met["http_client_cpu_ms_per_request<=0.35"] == (http["client_cpu_ms_per_request"] <= 0.35)
     assert met["vllm_grouped_speedup>=2"] is None and met["streaming_share>=0.9"] is None  # not run
+    assert met["sweep_overlap_ratio<=0.6"] is None
     assert list(result["section_wall_s"]) == ["http"]  # only the sections that ran, each timed
     assert 0 < result["section_wall_s"]["http"] <= result["wall_s"]
 
@@ -34,10 +35,10 @@ def test_http_section_json(capsys):
 def test_targets_from_numbers():
     result = {"streaming": {"share": 0.93}, "overhead": {"engine_cpu_ms_per_request": 0.25},
               "http": {"client_cpu_ms_per_request": 0.12},
-              "vllm": {"speedup": 2.4, "grouped_prefix_cache": {"cached_share": 0.71}}}
+              "vllm": {"speedup": 2.4, "grouped_prefix_cache": {"cached_share": 0.71}}, "sweep": {"ratio": 0.55}}
     assert targets(result) == {"streaming_share>=0.9": True, "engine_cpu_ms_per_request<=0.2": False,
                                "http_client_cpu_ms_per_request<=0.35": True, "vllm_grouped_speedup>=2": True,
-                               "vllm_cached_share>=0.75": False}
+                               "vllm_cached_share>=0.75": False, "sweep_overlap_ratio<=0.6": True}
     assert targets({"vllm": {"note": "failed: no vLLM"}})["vllm_grouped_speedup>=2"] is None
 
 
