@@ -234,8 +234,11 @@ def _caption_and_judge(pending: list[Cell], keys: dict, datasets: dict, config: 
         return caption_cells_for(pending, datasets, config, stores, cap_rev, progress=progress,
                                  exit_once_marker=exit_once_marker, watch=watch)
 
+    overlap, why_not = _overlap_fits(config)
+    if config.options.overlap and not overlap:
+        log(f"[sweep {config.name}] captioning, then judging (no overlap): {why_not}")
     try:
-        if not config.options.overlap:
+        if not overlap:
             outcome = caption()
             judge_after_captions(stage, cellmod.load_inputs(stores, outcome))
             return outcome.stats, stage.stats
@@ -252,6 +255,29 @@ def _caption_and_judge(pending: list[Cell], keys: dict, datasets: dict, config: 
         return thread.outcome.stats, stage.stats
     finally:
         stage.close()
+
+
+def _overlap_fits(config: SweepConfig) -> tuple[bool, str]:
+    """Overlapping needs the caption actors, the judge actors and a decode task on the cluster at once: a judge actor
+    holding the last free CPU would starve the decode tasks the caption stage waits for (stage after stage, the
+    caption actors are gone before the judge actors start)."""
+    if not config.options.overlap:
+        return False, "options.overlap = false"
+    opts = config.options
+    if not opts.judge_actors:
+        return True, ""
+    import ray
+
+    have = ray.cluster_resources()
+    need_cpu = (0 if opts.gpus_per_actor else opts.caption_actors) + opts.judge_actors + 1  # + 1: a decode task
+    need_gpu = opts.gpus_per_actor * opts.caption_actors + (opts.judge_actors if have.get("GPU", 0) else 0)
+    if need_cpu > have.get("CPU", 0):
+        return False, (f"{opts.caption_actors} caption actor(s), {opts.judge_actors} judge actor(s) and a decode task "
+                       f"need {need_cpu:g} CPUs at once; the cluster has {have.get('CPU', 0):g}")
+    if need_gpu > have.get("GPU", 0):
+        return False, (f"caption and judge actors need {need_gpu:g} GPUs at once; the cluster has "
+                       f"{have.get('GPU', 0):g}")
+    return True, ""
 
 
 def sweep_fingerprint(config: SweepConfig) -> str:

@@ -99,3 +99,19 @@ def test_rerun_of_an_overlapped_sweep_redoes_nothing(runs, tmp_path_factory, ser
     again = run_sweep(load_sweep(sweep), on.out_dir, progress=False, log=lambda m: None)
     assert (again.cells_cached, again.cells_run) == (N_CELLS, 0)
     assert again.results.equals(on.results)
+
+
+def test_overlap_falls_back_when_judge_actors_would_starve_decoding(tmp_path, ray_local):
+    """On 2 CPUs a caption actor and a judge actor leave no CPU for the decode tasks the caption stage waits for:
+    the sweep runs stage after stage and says why (it used to wait forever)."""
+    from engine.sweep.runner import _overlap_fits
+
+    def config(**options):
+        path = tmp_path / f"s{len(options)}{sorted(options.items())}.toml".replace(" ", "")
+        path.write_text(capquiz_sweep("fits", options=options))
+        return load_sweep(path)
+
+    assert _overlap_fits(config()) == (True, "")
+    fits, why = _overlap_fits(config(judge_actors=1))
+    assert not fits and "need 3 CPUs at once; the cluster has 2" in why
+    assert _overlap_fits(config(overlap=False)) == (False, "options.overlap = false")
