@@ -11,5 +11,5 @@ def test_sweep_benchmark_runs_both_ways_on_the_same_work(ray_local):
     assert out["cells"] == 4 and out["videos"] == 3
     assert out["captions"] == 3 * 4 and out["judge_requests"] > 0
     assert out["stage_after_stage_s"] > 0 and out["overlapped_s"] > 0
-    assert out["ratio"] == round(out["overlapped_s"] / out["stage_after_stage_s"], 3)
+    assert abs(out["ratio"] - out["overlapped_s"] / out["stage_after_stage_s"]) < 0.005  # times are rounded
     assert out["target_ratio"] == 0.6 and out["runs_each"] == 1
