@@ -62,7 +62,7 @@ def _loads_lenient(span: str) -> Any:
     for candidate in (span, span.translate(_SMART_QUOTES), _TRAILING_COMMA.sub(r"\1", span.translate(_SMART_QUOTES))):
         try:
             return json.loads(candidate)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError, and an integer over Python's 4,300-digit limit
             pass
         try:  # single-quoted dicts, as the official CAPability script accepts via ast.literal_eval
             return ast.literal_eval(candidate)
@@ -79,7 +79,7 @@ def extract_json(text: str | None, kind: type = dict) -> tuple[Any, bool]:
         value = json.loads(text)
         if isinstance(value, kind):
             return value, False
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # JSONDecodeError, an integer over the 4,300-digit limit, deep nesting
         pass
     body, _ = strip_fences(text)
     span = _balanced_span(body, "{" if kind is dict else "[")

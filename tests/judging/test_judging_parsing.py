@@ -166,3 +166,13 @@ def test_requests_sharing_a_caption_are_adjacent_and_caption_comes_before_the_qu
     assert keys == sorted(keys) and len(reqs) == 8
     for r in reqs:
         assert r["user"].index("cap ") < r["user"].index("Question:")
+
+
+@pytest.mark.parametrize("text", ['{"score": ' + "9" * 5000 + "}", "[" * 100_000 + "]" * 100_000])
+def test_unreadable_json_is_a_parse_error_not_a_crash(text):
+    """An integer past Python's 4,300-digit conversion limit or nesting past the recursion limit: json.loads raises
+    ValueError / RecursionError, not JSONDecodeError; the reply is unparseable (re-askable), the run goes on."""
+    from engine.judging.repair import ParseError, extract_json
+
+    with pytest.raises(ParseError):
+        extract_json(text)
