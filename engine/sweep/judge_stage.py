@@ -95,12 +95,12 @@ class JudgeStage:
         prep = Prepared(cell, self.keys[cell], protocol, items, captions, video_failures)
         if not requests:
             return prep, None
-        return prep, self.build(prep, judge, items, captions, **extra)
+        return prep, self.build(cell, protocol, judge, items, captions, **extra)
 
-    def build(self, prep: Prepared, judge, items, captions, **extra) -> pa.Table:
-        cell = prep.cell
-        return prep.protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
-                                            seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
+    def build(self, cell: Cell, protocol, judge, items, captions, **extra) -> pa.Table:
+        """The protocol's first-step requests for these items and captions under the cell's judge seeds and params."""
+        return protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
+                                       seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
 
     def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
         """Account for every item, compute the metrics and commit the cell."""
@@ -165,8 +165,8 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
             if not rows:
                 return
             captions, _ = cellmod.cell_captions(cell, stage.data(cell), inputs, stage.cap_rev, videos=videos)
-            prep = Prepared(cell, stage.keys[cell], lookup("protocol", cell.protocol.name), None, None, {})
-            sched.extend(prep.key, stage.build(prep, judge, items.take(sorted(rows)), captions))
+            protocol = lookup("protocol", cell.protocol.name)
+            sched.extend(stage.keys[cell], stage.build(cell, protocol, judge, items.take(sorted(rows)), captions))
 
         def seal(cell: Cell) -> None:
             if cell not in streamed:
@@ -176,7 +176,8 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
                 prep, _ = stage.prepare(cell, judge, inputs, requests=False)
                 items, _, leftover = streamed[cell]
                 if leftover:  # items of no video of the dataset: what the protocol makes of them with no caption
-                    sched.extend(prep.key, stage.build(prep, judge, items.take(leftover), prep.captions))
+                    sched.extend(prep.key, stage.build(cell, prep.protocol, judge, items.take(leftover),
+                                                       prep.captions))
             preps[prep.key] = prep
             sched.seal(prep.key)
 
