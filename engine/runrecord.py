@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from engine.secrets import redact, redact_argv
+
 RUN_RECORD = "run.json"
 FORMAT_VERSION = 1
 
@@ -116,7 +118,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         "format": FORMAT_VERSION,
         "run_index": len(runs),
         "command": command,
-        "argv": list(sys.argv),
+        "argv": redact_argv(list(sys.argv)),
         "finished_at": now.isoformat(timespec="seconds"),
         "started_at": (_dt.datetime.fromtimestamp(started_at, _dt.timezone.utc).isoformat(timespec="seconds")
                        if started_at is not None else None),
@@ -137,6 +139,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["sweep_file"] = str(Path(path).resolve())
     if extra:
         record["extra"] = to_jsonable(extra)
+    record = redact(record)  # credentials never reach disk (engine/secrets.py): config, argv, extras alike
     runs.append(record)
     path = out / RUN_RECORD
     tmp = out / f".{RUN_RECORD}.{os.getpid()}.tmp"

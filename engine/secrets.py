@@ -1,0 +1,133 @@
+"""Credentials never reach disk: names of secret parameters, and redaction of values, argv and text.
+
+A credential is a parameter whose name says so (`api_key`, `token`, `secret`, `password`, `credentials`, and names
+built from them such as `hf_token` or `aws_secret_access_key`) and whose value is text. Counts such as
+`max_tokens` or `n_tokens` are numbers, and names ending in `_env` hold the *name* of an environment variable
+(`api_key_env = "OPENAI_API_KEY"`), which is how capeval wants credentials given: neither is redacted.
+
+Every writer of a run record, staged job, log line, report or cache key passes what it writes through `redact`
+(objects) or `redact_text` / `redact_argv` (strings): a value under a secret name becomes `REDACTED`, and any
+secret value seen so far in this process, or held by a credential environment variable, is blanked out wherever
+else it appears (e.g. inside `--judge-option api_key=sk-...` in argv). Hand-written because no kept library knows
+capeval's parameter names; the rules are small and tested (tests/judging/test_secrets.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+REDACTED = "***REDACTED***"
+
+_SECRET_WORDS = re.compile(r"(?:^|[_\-.])(api[_\-]?key|key|keys|token|tokens|secret|secrets|password|passwd|"
+                           r"credential|credentials|auth|authorization|bearer)(?:$|[_\-.])", re.IGNORECASE)
+#: names that contain a secret word but count or configure something (values may still be strings, e.g. "64")
+_NOT_SECRET = re.compile(r"^(max|min|n|num|total|prompt|completion|reasoning|cached|output|input)_tokens?$|"
+                         r"_env$|^key_?(field|column|name|by)s?$|^(cache|content|cell|item)_key$", re.IGNORECASE)
+#: environment variables whose values are credentials wherever they show up
+CREDENTIAL_ENV = ("CAPEVAL_JUDGE_API_KEY", "CAPEVAL_CAPTIONER_API_KEY", "OPENAI_API_KEY", "HF_TOKEN",
+                  "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
+                  "AZURE_OPENAI_API_KEY", "RAY_AUTH_TOKEN")
+_MIN_SECRET_LEN = 6  # shorter values ("EMPTY"-like placeholders, "x") are not blanked inside other text
+
+_seen: set[str] = set()
+
+
+def is_secret_name(name: Any) -> bool:
+    """True when a parameter of this name holds a credential (see the module doc)."""
+    text = str(name)
+    return bool(_SECRET_WORDS.search(text)) and not _NOT_SECRET.search(text)
+
+
+def remember_secret(value: Any) -> None:
+    """Blank this value out of everything redacted later in this process (e.g. a key read from an env var)."""
+    if isinstance(value, str) and len(value) >= _MIN_SECRET_LEN and value not in {"EMPTY", REDACTED}:
+        _seen.add(value)
+
+
+def _known_values() -> list[str]:
+    values = set(_seen)
+    for name in CREDENTIAL_ENV:
+        value = os.environ.get(name)
+        if value and len(value) >= _MIN_SECRET_LEN and value != "EMPTY":
+            values.add(value)
+    return sorted(values, key=len, reverse=True)  # longest first: a key containing another is blanked whole
+
+
+def redact_text(text: str) -> str:
+    """`text` with every known secret value replaced by REDACTED, and `name=value` / `name: value` pairs whose name
+    is a secret name blanked."""
+    if not isinstance(text, str) or not text:
+        return text
+    for value in _known_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return _PAIR.sub(_blank_pair, text)
+
+
+_PAIR = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',}]+)")
+
+
+def _blank_pair(m: re.Match) -> str:
+    name = m.group("name").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+    if not is_secret_name(name) or m.group("value") == REDACTED or m.group("value").isdigit():
+        return m.group(0)
+    return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{REDACTED}"
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """A command line with credentials blanked: `--api-key X`, `--token=X`, `KEY=VALUE` options naming a secret."""
+    out: list[str] = []
+    blank_next = False
+    for arg in argv:
+        if blank_next:
+            out.append(REDACTED)
+            blank_next = False
+            continue
+        if arg.startswith("--") and is_secret_name(arg[2:].split("=", 1)[0].replace("-", "_")):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=" + REDACTED)
+            else:
+                out.append(arg)
+                blank_next = True
+            continue
+        out.append(redact_text(arg))
+    return out
+
+
+def redact(obj: Any) -> Any:
+    """A copy of a JSON-like object (dicts, lists, strings, numbers) with credentials blanked (see the module doc).
+    Values under secret names are remembered, so the same value elsewhere (argv, a log line) is blanked too."""
+    _collect(obj)
+    return _redact(obj)
+
+
+def _collect(obj: Any) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            if is_secret_name(k) and isinstance(v, str):
+                remember_secret(v)
+            else:
+                _collect(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _collect(v)
+
+
+def _redact(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: (REDACTED if is_secret_name(k) and isinstance(v, str) and v else _redact(v)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_redact(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_redact(v) for v in obj)
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+def without_secrets(params: dict) -> dict:
+    """Parameters with every credential dropped: what may enter a cache key or an identity (a key rotated must not
+    change what a judge's answers are keyed by, and must never be hashed into a file name)."""
+    return {k: v for k, v in params.items() if not (is_secret_name(k) and isinstance(v, str))}
