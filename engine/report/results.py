@@ -53,6 +53,8 @@ def headline(results: pl.DataFrame, protocol_metrics: dict[str, list[str]] | Non
 
     if results.is_empty():
         return results
+    if "value" not in results.columns:  # a caption-only sweep: its table holds captions, not metric values
+        return caption_headline(results)
     parts = []
     for _, df in results.group_by("protocol", maintain_order=True) if "protocol" in results.columns else [
             (None, results)]:
@@ -69,6 +71,15 @@ def headline(results: pl.DataFrame, protocol_metrics: dict[str, list[str]] | Non
     return df.select(cols + [c for c in VALUE_COLUMNS if c in df.columns]).with_columns(
         pl.col("value", "ci_low", "ci_high").round(1)
     )
+
+
+def caption_headline(captions: pl.DataFrame) -> pl.DataFrame:
+    """One row per caption cell of a caption-only sweep's table: how many videos it has, how many got a caption
+    (`captions`) and how many did not (`failed`, by item_status)."""
+    cols = [c for c in ("dataset", "captioner", "prompt_id", "frame_spec") if c in captions.columns]
+    ok = pl.col("item_status") == "ok" if "item_status" in captions.columns else pl.lit(True)
+    return captions.group_by(cols, maintain_order=True).agg(
+        pl.len().alias("videos"), ok.sum().alias("captions"), (~ok).sum().alias("failed"))
 
 
 def format_table(df: pl.DataFrame, max_rows: int = 60) -> str:

@@ -15,13 +15,13 @@ from engine.sweep.grid import Cell
 def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict, stores, *, progress, log, verbose,
                   t0, exit_once_marker, max_failure_share) -> SweepResult:
     """A sweep without protocols: caption every caption cell (reusing stored captions) and write the captions,
-    one row per video and caption cell, to captions.parquet/.csv; exit FAILURES when a video has no caption."""
+    one row per video and caption cell, to captions.parquet/.csv, and the run record to run.json; exit FAILURES when a video has no caption."""
     import polars as pl
 
     from engine.stages.pipeline import caption_cells_for
     from engine.sweep import cells as cellmod
     from engine.sweep.grid import caption_cells
-    from engine.sweep.runner import SweepResult, _write_results
+    from engine.sweep.runner import SweepResult, _record, _write_results
 
     ccells = [c for c in caption_cells(config) if not getattr(c, "from_file", False)]
     log(f"[sweep {config.name}] caption-only: {len(ccells)} caption cells")
@@ -48,5 +48,7 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     parquet, csv = out / "results.parquet", out / "results.csv"
     for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
         src.replace(dst)
-    return SweepResult(results, 0, 0, 0, outcome.stats, {}, time.perf_counter() - t0, out, account,
-                       account.exit_code(max_failure_share), 0)
+    result = SweepResult(results, len(ccells), 0, len(ccells), outcome.stats, {}, time.perf_counter() - t0, out,
+                         account, account.exit_code(max_failure_share), 0)
+    _record(result, config, cap_rev, {}, [], log)  # run.json, as a judged sweep writes it
+    return result
