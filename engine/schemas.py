@@ -161,3 +161,17 @@ def conform(table: pa.Table, schema: pa.Schema) -> pa.Table:
             raise ValueError(f"required column {field.name!r} has {col.null_count} null values")
         columns.append(col)
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def utf8_text(text: str | None) -> str | None:
+    """`text` as valid Unicode that UTF-8 (Arrow, Parquet, SQLite) can hold. JSON may escape surrogates
+    (`"\\ud83d\\ude00"`, valid JSON that the official scripts accept) and `ast.literal_eval` keeps such a pair as two
+    code points, a lone one (`"\\ud83d"`) always; either would make every write of the reply fail. A pair is joined
+    into its character, a lone surrogate becomes U+FFFD. Text without surrogates is returned as it is."""
+    if text is None or text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.protocols.base import REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
-from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
+from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
 
 from .requests import attempt_key, to_judge_request
 from .rounds import RetryRounds, group_of
@@ -247,10 +247,14 @@ class Cell:
         """An answer (CachedResponse) or a backend error (str) for the row's current attempt; returns rows to ask
         (re-asks, next steps)."""
         if isinstance(answer, str):
-            outcome = {"verdict": NO_VERDICT, "parse_status": int(ParseStatus.ERROR), "error": answer}
+            outcome = {"verdict": NO_VERDICT, "parse_status": int(ParseStatus.ERROR), "error": utf8_text(answer)}
             retry = self.retry_errors
         else:
-            code, status, detail = self.protocol.parse(row.req, answer.text)
+            try:  # a stored reply must never make a run impossible: whatever breaks here fails this row only
+                code, status, detail = self.protocol.parse(row.req, answer.text)
+            except Exception as exc:  # noqa: BLE001
+                code, status, detail = NO_VERDICT, ParseStatus.FAILED, f"reply unreadable: {type(exc).__name__}: {exc}"
+            detail = utf8_text(detail)  # surrogates decoded from JSON escapes cannot be written as UTF-8
             if row.attempt and status == ParseStatus.OK:
                 status = ParseStatus.REPAIRED  # parsed only after a re-ask
             failed = status == ParseStatus.FAILED

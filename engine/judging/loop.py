@@ -8,6 +8,12 @@ cache and claimed there (engine.store.judgment_cache: a key another live process
 twice); rows sharing a key share one request. Answers go to the cache through `window.Committer` (group commits from
 a background thread), so a kill -9 loses at most the window.
 
+Replies are stored as valid UTF-8 (engine.schemas.utf8_text: a backend may hand over lone surrogates decoded from
+JSON escapes). A reply longer than `max_reply_chars` (default MAX_REPLY_CHARS, 1,000,000 characters: far beyond any
+verdict, scene list or event list a protocol asks for; a judge object may set its own `max_reply_chars`) is neither
+parsed nor cached: its row fails as a judge error whose reason says "reply too large" (retryable, like any judge
+error: a rerun asks again), so a rambling judge never fills the cache with megabytes.
+
 Stops: a `BackendFatalError` (401/403) ends the run after the requests in flight, with everything finished committed,
 as `engine.errors.AbortedError`; so does a cache that cannot be written (disk full, read-only), naming the path.
 """
@@ -20,18 +26,22 @@ from collections import deque
 
 from adapters.base import BackendFatalError, JudgeResponse
 from engine.errors import AbortedError
+from engine.schemas import utf8_text
 from engine.store.judgment_cache import CachedResponse, JudgmentCache
 
 from .cells import Cell, Row
 from .window import CacheWriteError, Committer, WindowFeed, batch_stream
 
 _POLL_S = 0.2  # how often keys claimed by another process are looked up again
+MAX_REPLY_CHARS = 1_000_000  # see the module docstring
 
 
 class JudgeLoop:
     def __init__(self, judge, cache_dir, *, max_in_flight: int = 64, batch_size: int = 64, use_cache: bool = True,
-                 progress: bool = False, claim_timeout_s: float | None = None):
+                 progress: bool = False, claim_timeout_s: float | None = None, max_reply_chars: int | None = None):
         self.judge = judge
+        limit = max_reply_chars if max_reply_chars is not None else getattr(judge, "max_reply_chars", None)
+        self.max_reply_chars = int(limit) if isinstance(limit, int) and limit > 0 else MAX_REPLY_CHARS
         self.max_in_flight = max(1, int(max_in_flight))
         self.batch_size = max(1, int(batch_size))
         self.use_cache = use_cache
@@ -250,11 +260,13 @@ class JudgeLoop:
         s.prompt_tokens += resp.prompt_tokens or 0
         s.cached_prompt_tokens += resp.cached_prompt_tokens or 0
         s.completion_tokens += resp.completion_tokens or 0
-        if resp.text is None:
+        if resp.text is None or len(resp.text) > self.max_reply_chars:
             self._release(resp.key)  # a failed request is not ours any more: another run may ask it
-            self._resolve(resp.key, resp.error or "backend returned no text")
+            self._resolve(resp.key, resp.error or "backend returned no text" if resp.text is None else
+                          f"reply too large: {len(resp.text):,} characters (max_reply_chars {self.max_reply_chars:,});"
+                          f" not parsed, not cached")
             return
-        cr = CachedResponse(resp.key, self.judge.name, resp.text, resp.prompt_tokens or 0,
+        cr = CachedResponse(resp.key, self.judge.name, utf8_text(resp.text), resp.prompt_tokens or 0,
                             resp.cached_prompt_tokens or 0, resp.completion_tokens or 0,
                             float(resp.latency_s or 0.0), float(resp.cost_usd or 0.0))
         self.committer.put(cr)

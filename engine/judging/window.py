@@ -10,7 +10,6 @@ kill -9 loses at most what is in flight plus that interval).
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 import time
 from collections import deque
@@ -180,7 +179,7 @@ class Committer:
                     try:
                         self._cache.put_many(answers, release)
                         self.written += len(answers)
-                    except sqlite3.Error as exc:
+                    except Exception as exc:  # noqa: BLE001 - kept and raised by check(): never lost silently
                         self.error = CacheWriteError(self.path, f"{len(answers)} judgments", exc)
                 with self._cond:
                     self._busy = False

@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
+from engine.schemas import utf8_text
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS judgments (
     request_key TEXT PRIMARY KEY,
@@ -68,6 +70,10 @@ _COLUMNS = ("request_key", "judge", "text", "prompt_tokens", "cached_prompt_toke
 _LOOKUP_CHUNK = 500  # stay below SQLite's bound-parameter limit
 _HEARTBEAT_MIN_S = 0.05  # tests set tiny claim timeouts: never spin faster than this
 _HEARTBEAT_RETRY_S = 1.0  # after a failed beat (db locked), try again this soon rather than a whole interval later
+
+
+def _lenient_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 @dataclass(frozen=True)
@@ -183,9 +189,7 @@ class JudgmentCache:
         with self._transaction():
             for start in range(0, len(keys), _LOOKUP_CHUNK):
                 chunk = keys[start : start + _LOOKUP_CHUNK]
-                marks = ",".join("?" * len(chunk))
-                for row in self._db.execute(
-                        f"SELECT {', '.join(_COLUMNS)} FROM judgments WHERE request_key IN ({marks})", chunk):
+                for row in self._answers(chunk):
                     out.found[row[0]] = CachedResponse(*row)
                 rest = [k for k in chunk if k not in out.found]
                 if not rest:
@@ -252,13 +256,25 @@ class JudgmentCache:
         found: dict[str, CachedResponse] = {}
         for start in range(0, len(keys), _LOOKUP_CHUNK):
             chunk = keys[start : start + _LOOKUP_CHUNK]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT {', '.join(_COLUMNS)} FROM judgments WHERE request_key IN ({marks})", chunk
-            ).fetchall()
-            for row in rows:
+            for row in self._answers(chunk):
                 found[row[0]] = CachedResponse(*row)
         return found
+
+    def _answers(self, keys: list[str]) -> list[tuple]:
+        """The stored rows of `keys`. A stored text that is not valid UTF-8 (written by another tool, or damaged) is
+        read with U+FFFD in place of the bad bytes: the default decoding would raise, and that one row would stop
+        every run that looks it up. (Only such a lookup pays for decoding in Python.)"""
+        sql = f"SELECT {', '.join(_COLUMNS)} FROM judgments WHERE request_key IN ({','.join('?' * len(keys))})"
+        try:
+            return self._db.execute(sql, keys).fetchall()
+        except sqlite3.OperationalError as exc:
+            if "decode" not in str(exc):
+                raise
+            self._db.text_factory = _lenient_text
+            try:
+                return self._db.execute(sql, keys).fetchall()
+            finally:
+                self._db.text_factory = str
 
     def put_many(self, responses: Sequence[CachedResponse], release: Sequence[str] = ()) -> int:
         """Store finished answers in one transaction (all or none); keys already present are kept (first answer
@@ -266,7 +282,7 @@ class JudgmentCache:
         if not responses and not release:
             return 0
         now = time.time()
-        rows = [(r.request_key, r.judge, r.text, r.prompt_tokens, r.cached_prompt_tokens, r.completion_tokens,
+        rows = [(r.request_key, r.judge, utf8_text(r.text), r.prompt_tokens, r.cached_prompt_tokens, r.completion_tokens,
                  r.latency_s, r.cost_usd, now) for r in responses]
         with self._transaction():
             cur = self._db.executemany(
