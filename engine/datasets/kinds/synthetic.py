@@ -17,13 +17,24 @@ DIRECTIONS = ("left", "right", "up", "down", "stays still")
 SIZE = (160, 120)
 
 
-def _options(answer: str, pool: list[str], item_id: str, n: int = 5) -> list[str]:
-    """`answer` plus n-1 distractors drawn (deterministically per item) from `pool`."""
+def _options(answer: str, pool: list[str], item_id: str, position: int, n: int = 5) -> list[str]:
+    """`answer` at `position` among n-1 distractors drawn (deterministically per item) from `pool`."""
     others = sorted({p for p in pool if p != answer})
     random.Random(derived_seed("distractors", item_id)).shuffle(others)
     if len(others) < n - 1:
         raise ValueError(f"item {item_id}: need {n - 1} distractors, pool has {len(others)}")
-    return [answer] + others[: n - 1]
+    options = others[: n - 1]
+    options.insert(position, answer)
+    return options
+
+
+def answer_position(item_number: int, seed: int, n: int = 5) -> int:
+    """Where the correct option goes for the dataset's `item_number`-th item: a seeded permutation of the n positions,
+    repeated, so every run of n consecutive items uses each position once. (With the answer always first, a judge
+    that always says "A" scored CapP = CapR = 100.)"""
+    order = list(range(n))
+    random.Random(derived_seed("answer-positions", seed)).shuffle(order)
+    return order[item_number % n]
 
 
 def _direction(velocity: list[float], size: tuple[int, int]) -> str:
@@ -39,8 +50,10 @@ def _direction(velocity: list[float], size: tuple[int, int]) -> str:
 PAPER_TYPE = {"scene": "Setting", "counting": "Attribute", "object": "Entity", "action": "Action"}
 
 
-def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int]) -> list[dict]:
-    """Multiple-choice questions (5 options, answer = option text) whose answers are the video's ground truth."""
+def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int], *, video_number: int = 0,
+                  seed: int = 0) -> list[dict]:
+    """Multiple-choice questions (5 options, answer = option text) whose answers are the video's ground truth; the
+    answer's position follows answer_position over the dataset's items (video_number: the video's place in it)."""
     from engine.datasets.synthetic_videos import BACKGROUNDS, COLORS, SHAPES
 
     shapes = truth["shapes"]
@@ -57,11 +70,12 @@ def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int]) 
          _direction(first["velocity"], size), list(DIRECTIONS)),
     ]
     items = []
-    for task, question, answer, pool in questions:
+    for q, (task, question, answer, pool) in enumerate(questions):
         item_id = f"{video_id}/{task}"
+        position = answer_position(video_number * len(questions) + q, seed)
         items.append({
             "benchmark": "capquiz", "task": task, "item_id": item_id, "video_id": video_id, "media_path": path,
-            "media_type": "video", "annotation": question, "options": _options(answer, pool, item_id),
+            "media_type": "video", "annotation": question, "options": _options(answer, pool, item_id, position),
             "answer": answer, "category": PAPER_TYPE[task],  # CapQuiz's own question-type names (issue 7)
             "extra": json.dumps({"source": "make_video ground truth"}),
         })
@@ -84,7 +98,7 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
         else:
             truth = make_video(path, codec="h264", seconds=duration, fps=12, size=SIZE, seed=seed * 1000 + i)
         videos[video_id] = str(path)
-        rows.extend(capquiz_items(video_id, str(path), truth, SIZE))
+        rows.extend(capquiz_items(video_id, str(path), truth, SIZE, video_number=i, seed=seed))
     return DatasetLoad(pa.Table.from_pylist(rows, schema=ITEMS), videos)
 
 
