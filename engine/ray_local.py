@@ -1,9 +1,16 @@
-"""Start (or join) Ray for a capeval command: a local Ray listens on loopback only and stays quiet.
+"""Start (or join) Ray for a capeval command: a local Ray is private by construction, dies with its run, and stays quiet.
 
 - `RAY_ADDRESS` set: join that cluster (its network settings are the cluster operator's business).
-- Otherwise a private local Ray (never one that `ray start` left running on the machine): every service bound to 127.0.0.1 (`_node_ip_address`; Ray 2.60 then binds the
-  GCS, raylet, workers and agents to that address, checked by tests/faults/test_faults_loopback.py), no dashboard,
-  a bounded object store. Nothing on the machine's other interfaces can reach it.
+- Otherwise a private local Ray (never one that `ray start` left running on the machine), bound to loopback
+  whatever the environment: Ray 2.60 turns `_node_ip_address="127.0.0.1"` into the machine's external address
+  (`services.resolve_ip_for_localhost`) unless `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER` is false, and then binds the GCS,
+  raylet, workers and the driver to `::` and the agents to the external address. `_private_network()` therefore
+  sets that variable to 0 for this process and every Ray process it starts, and also the flag Ray already read from
+  it at `import ray` (`ray_constants.ENABLE_RAY_CLUSTER`). Every listening socket of the session is then on
+  127.0.0.1 (checked from a clean environment by tests/faults/test_faults_loopback.py); no dashboard; a bounded
+  object store. Nothing on the machine's other interfaces can reach it.
+- A watchdog (engine/ray_reaper.py, its own session) SIGKILLs every process of that local Ray once the driver is
+  gone, however it died: `kill -9` of a run leaves no agent, worker or port behind (tests/faults/test_ray_cleanup.py).
 - Token authentication stays on (Ray's default for a new local cluster). Ray announces that default with a warning
   on every start; it is one of the log lines kept out of the terminal below. (Setting `RAY_AUTH_MODE=token` after
   `import ray` is not a way to silence it: the driver's already-initialised config would then send no token.)
@@ -37,7 +44,20 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
         kwargs["_temp_dir"] = temp_dir
     if not verbose:
         _quiet_ray_loggers()
+    _private_network()
     ray.init(**kwargs)
+    from engine.ray_reaper import start_watchdog
+
+    start_watchdog(os.getpid())
+
+
+def _private_network() -> None:
+    """Loopback for this local Ray whatever the caller's environment (see the module doc): the variable for the Ray
+    processes about to start (they read it at import), the flag for this one (it read it at `import ray`)."""
+    from ray._private import ray_constants
+
+    os.environ[ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
 
 
 #: environment that keeps model loaders (transformers, huggingface_hub, vLLM) from printing load bars and INFO

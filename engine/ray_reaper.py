@@ -1,0 +1,144 @@
+"""Nothing a killed capeval run started outlives it: a watchdog for the private local Ray of one driver.
+
+`kill -9` of a driver leaves Ray's processes behind: the GCS and raylet may linger, and the DashboardAgent and
+RuntimeEnvAgent (started by the raylet, renamed `ray::…`, deaf to SIGTERM) keep ~210 MB and open ports for good.
+Ray 2.60 has no option to start a local node without those two agents, so they are reaped instead.
+
+`start_watchdog(driver_pid)` (called by engine.ray_local.init_ray right after a private local Ray is up) starts
+this file as a separate process in its own session, so a SIGKILL of the driver or of its process group does not
+reach it. The watchdog:
+
+- polls the driver every `POLL_S` and records the processes of *this driver's* Ray: the driver's direct children
+  that run a program of the ray package (gcs_server, raylet, monitor, dashboard, log monitor: another Ray's
+  processes are never children of this driver), and every descendant of those (agents, workers, whatever a task
+  spawned), each as (pid, start time) so a recycled pid is never mistaken for one of them;
+- when the driver is gone, freezes every recorded process still alive (SIGSTOP: a frozen raylet cannot start
+  a worker that would escape), adds their current descendants, and SIGKILLs them all; then exits;
+- exits without killing anything once every recorded process is gone (the driver called `ray.shutdown()`).
+
+It imports only the standard library and psutil (a capeval dependency), and is run as a script by path, so it
+works whatever the driver's working directory or sys.path.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+#: seconds between two looks at the driver; a worker started and orphaned within one poll is still found, since
+#: reaping freezes the recorded processes before it collects their descendants.
+POLL_S = 0.5
+
+
+def start_watchdog(driver_pid: int) -> subprocess.Popen:
+    """Start the watchdog of `driver_pid`'s local Ray (its own session; output discarded)."""
+    import psutil
+
+    started = psutil.Process(driver_pid).create_time()
+    return subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), str(driver_pid), repr(started), _ray_package_dir()],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True, close_fds=True)
+
+
+def _ray_package_dir() -> str:
+    import ray
+
+    return os.path.dirname(os.path.abspath(ray.__file__))
+
+
+def _table() -> dict[int, tuple[int, float]]:
+    """pid -> (parent pid, start time) of every live process, read once per poll (one pass over /proc is far
+    cheaper than asking each recorded process for its children)."""
+    import psutil
+
+    table = {}
+    for proc in psutil.process_iter(["ppid", "create_time", "status"]):
+        info = proc.info
+        if info["ppid"] is not None and info["create_time"] is not None and info["status"] != psutil.STATUS_ZOMBIE:
+            table[proc.pid] = (info["ppid"], info["create_time"])
+    return table
+
+
+def _descendants(pids: set[int], table: dict) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found, stack = set(), list(pids)
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child not in found:
+                found.add(child)
+                stack.append(child)
+    return found
+
+
+def _alive(seen: dict, table: dict) -> set[int]:
+    return {pid for pid, started in seen.items() if pid in table and table[pid][1] == started}
+
+
+def _runs_ray(pid: int, ray_dir: str) -> bool:
+    import psutil
+
+    try:
+        return any(ray_dir in arg for arg in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+
+
+def reap(seen: dict) -> int:
+    """Freeze, then SIGKILL, every recorded process still alive and all their descendants; returns how many."""
+    frozen: set[int] = set()
+    table = _table()
+    pending = _alive(seen, table)
+    while pending:  # until no frozen process has a descendant that is not frozen yet
+        for pid in pending:
+            _signal(pid, signal.SIGSTOP)
+        frozen |= pending
+        table = _table()
+        pending = _descendants(frozen, table) - frozen
+    for pid in frozen:
+        _signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and frozen & set(_table()):
+        time.sleep(0.05)
+    return len(frozen)
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def watch(driver_pid: int, driver_started: float, ray_dir: str) -> None:
+    seen: dict[int, float] = {}  # pid -> start time of every process of this driver's Ray seen so far
+    judged: set[tuple[int, float]] = set()  # direct children of the driver already checked for being Ray's
+    while True:
+        table = _table()
+        driver = table.get(driver_pid)
+        # start times are read by two processes: allow for float noise, not for a recycled pid
+        if driver is None or abs(driver[1] - driver_started) > 0.5:
+            reap(seen)
+            return
+        for pid, (ppid, started) in table.items():
+            if ppid == driver_pid and pid != os.getpid() and (pid, started) not in judged:
+                judged.add((pid, started))
+                if _runs_ray(pid, ray_dir):
+                    seen[pid] = started
+        for pid in _descendants(_alive(seen, table), table):
+            seen.setdefault(pid, table[pid][1])
+        if seen and not _alive(seen, table):
+            return  # ray.shutdown() took everything down; the driver goes on without a local Ray
+        time.sleep(POLL_S)
+
+
+if __name__ == "__main__":
+    # Ctrl-C or a closed terminal hits the driver's whole session; the watchdog must still do its one job.
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    watch(int(sys.argv[1]), float(sys.argv[2]), sys.argv[3])
