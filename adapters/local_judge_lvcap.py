@@ -9,6 +9,8 @@ it on the first try:
 | `*/scene_qa` | official (Prompt4) | `{"model", "video_id", "scores": [correct per scene], "total_score"}` |
 | `events/extract` | strict (JSON schema set) | a JSON array of event sentences |
 | `events/extract` | official (AutoDQ) | a Python dict literal `{'events': [...]}` |
+| `events/extract` | official (paper, Prompt2: field `reply_format` = jsonl) | JSON Lines, `{"1": "event"}` per line |
+| `events/event_match` | official (paper, Prompt5) | one JSON line `{video_id, model, recall, precision, f1}` |
 | `events/entail_r`, `events/entail_p` | strict | one label |
 | `events/recall`, `events/precision` | official | JSON `{"events": [{"event", "relationship", "reason"}]}`, one entry per event |
 
@@ -73,6 +75,20 @@ def _scene_qa(request, embedder) -> str:
                        "total_score": round(100.0 * correct / total, 2) if total else 0.0})
 
 
+def _event_match(request, embedder) -> str:
+    """Prompt5: a GT event is matched when the model's events (joined) support it; recall = matched GT / GT,
+    precision = matched GT / model events (capped at 1), as the prompt defines them, with two decimals."""
+    gt = json.loads(request.fields.get("gt_events") or "[]")
+    model = json.loads(request.fields.get("model_events") or "[]")
+    predicted = " ".join(str(e).rstrip(".") + "." for e in model)
+    matched = sum(relationship(embedder, str(e), predicted) == "entailment" for e in gt) if model else 0
+    recall = matched / len(gt) if gt else 0.0
+    precision = min(1.0, matched / len(model)) if model else 0.0
+    f1 = 2 * recall * precision / (recall + precision) if recall + precision else 0.0
+    return json.dumps({"video_id": request.fields.get("video_id"), "model": "merge", "recall": round(recall, 2),
+                       "precision": round(precision, 2), "f1": round(f1, 2)})
+
+
 def answer(request, embedder=None) -> str:
     """Reply text for one LVCap/AutoDQ request (adapters.base.JudgeRequest)."""
     _, _task, step = (request.task.split("/") + ["", "", ""])[:3]
@@ -83,10 +99,14 @@ def answer(request, embedder=None) -> str:
         return _pick(request.choices, "yes" if yes else "no")
     if step == "scene_qa":
         return _scene_qa(request, embedder)
+    if step == "event_match":
+        return _event_match(request, embedder)
     if step == "extract":
         events = extract_events(caption)
         if request.json_schema:  # strict: a JSON array
             return json.dumps(events)
+        if f.get("reply_format") == "jsonl":  # official, the paper's Prompt2: JSON Lines
+            return "\n".join(json.dumps({str(i): e}) for i, e in enumerate(events, start=1)) or "{}"
         return str({"events": events})  # official: a Python dict literal, as the AutoDQ prompt asks
     if step in ("entail_r", "entail_p", "entail"):
         return _pick(request.choices, relationship(embedder, f.get("event", ""), caption))

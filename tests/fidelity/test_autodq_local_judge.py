@@ -43,13 +43,16 @@ def _inputs():
     return items, captions
 
 
-@pytest.mark.parametrize("mode", ["strict", "official"])
+@pytest.mark.parametrize("mode", ["strict", "official", "official-paper"])
 def test_local_judge_answers_every_step_and_keep_intermediate_changes_nothing(mode, tmp_path):
-    if mode == "official" and not (PACK_DIR / "autodq.toml").is_file():
+    """official: AutoDQ's event prompts (event_scoring="autodq"); official-paper: the paper's Prompt2 + Prompt5."""
+    if mode != "strict" and not (PACK_DIR / "autodq.toml").is_file():
         pytest.skip("official packs not present")
     items, captions = _inputs()
-    params = {"mode": mode} | ({"prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml"}
-                               if mode == "official" else {})
+    params = {"mode": mode} if mode == "strict" else \
+        {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_scoring": "paper"} if mode == "official-paper" \
+        else {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml",
+              "event_scoring": "autodq"}
     judge = LocalJudge()
     reqs = PROTOCOL.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision, **params)
     kept = run_judging(reqs, judge, cache_dir=tmp_path, protocol=PROTOCOL, protocol_params=params, progress=False,
@@ -61,6 +64,8 @@ def test_local_judge_answers_every_step_and_keep_intermediate_changes_nothing(mo
     steps = set(v["step"].to_list())
     if mode == "official":
         assert steps == {"extract", "recall", "precision", "scene_qa"}
+    elif mode == "official-paper":
+        assert steps == {"extract", "event_match", "scene_qa"}
     else:
         assert {"extract", "entail_r", "entail_p", "answer"} <= steps
     dropped = pl.from_arrow(run_judging(reqs, judge, cache_dir=tmp_path, protocol=PROTOCOL, protocol_params=params,
@@ -76,6 +81,12 @@ def test_local_judge_answers_every_step_and_keep_intermediate_changes_nothing(mo
     # captions equal to the reference recall more reference events than another clip's reference
     if mode == "official":
         recall = {r["item_id"]: json.loads(r["detail"])["score"] for r in v.filter(pl.col("step") == "recall")
+                  .iter_rows(named=True)}
+        own = [recall[i] for k, i in enumerate(items_pl["item_id"][:6]) if k % 2 == 0]
+        other = [recall[i] for k, i in enumerate(items_pl["item_id"][:6]) if k % 2 == 1]
+        assert sum(own) / len(own) > sum(other) / len(other)
+    if mode == "official-paper":
+        recall = {r["item_id"]: json.loads(r["detail"])["recall"] for r in v.filter(pl.col("step") == "event_match")
                   .iter_rows(named=True)}
         own = [recall[i] for k, i in enumerate(items_pl["item_id"][:6]) if k % 2 == 0]
         other = [recall[i] for k, i in enumerate(items_pl["item_id"][:6]) if k % 2 == 1]

@@ -76,7 +76,8 @@ def _replies(case) -> list[dict]:
 
 def _run(case, tmp_path, keep_intermediate=False):
     judge = ReplayJudge(_replies(case))
-    params = {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml"}
+    params = {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml",
+              "event_scoring": "autodq"}
     requests = PROTOCOL.build_requests(_items(case), _captions(case), judge=judge.name,
                                        judge_revision=judge.revision, **params)
     policy = PROTOCOL.judging_policy(**params)
@@ -196,7 +197,8 @@ def test_precision_prompt_lists_the_extracted_events(case, tmp_path):
 def _request_user(tmp_path, key, case, video):
     """The rendered user message of the precision request `key` (rebuilt through next_requests)."""
     judge = ReplayJudge(_replies(case))
-    params = {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml"}
+    params = {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml",
+              "event_scoring": "autodq"}
     requests = PROTOCOL.build_requests(_items(case), _captions(case), judge=judge.name,
                                        judge_revision=judge.revision, **params)
     verdicts = run_judging(requests, judge, cache_dir=tmp_path / "cache2", protocol=PROTOCOL, protocol_params=params,

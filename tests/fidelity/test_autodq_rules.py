@@ -45,7 +45,8 @@ def _captions(items, texts):
 
 
 def _official_params():
-    return {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml"}
+    return {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts": PACK_DIR / "autodq.toml",
+            "event_scoring": "autodq"}
 
 
 def test_official_prompts_render_byte_for_byte_on_every_dream1k_clip():
@@ -153,13 +154,18 @@ def test_events_only_official_run_needs_only_the_autodq_pack(monkeypatch):
     monkeypatch.delenv("CAPEVAL_PACKS", raising=False)
     items = dream1k.load_clips(DREAM).slice(0, 2)
     reqs = PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
-                                   mode="official", event_prompts=PACK_DIR / "autodq.toml")
+                                   mode="official", event_prompts=PACK_DIR / "autodq.toml", event_scoring="autodq")
     assert sorted(set(reqs["step"].to_pylist())) == ["extract", "recall"]
+    # the paper's scoring (the default) needs only the LVCap-Eval pack: Prompt2 first, Prompt5 after it
+    reqs = PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
+                                   mode="official", event_prompts=PACK_DIR / "lvcap.toml")
+    assert sorted(set(reqs["step"].to_pylist())) == ["extract"]
     from engine.packs import PackError
 
-    with pytest.raises(PackError, match="official mode needs"):  # no AutoDQ pack anywhere: a clear error
-        PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
-                                mode="official")
+    for scoring in ("autodq", None):  # no pack anywhere: a clear error
+        with pytest.raises(PackError, match="official mode needs"):
+            PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
+                                    mode="official", event_scoring=scoring)
 
 
 def test_sweep_params_resolve_the_event_pack_relative_to_the_sweep_file(tmp_path):

@@ -10,7 +10,7 @@ from engine.packs import load_pack as _load_pack
 from engine.registry import register_protocol as _register_protocol
 from engine.schemas import ParseStatus as _ParseStatus
 
-from . import autodq as _autodq, parsing as _parsing, prompts as _prompts
+from . import autodq as _autodq, paper_events as _paper, parsing as _parsing, prompts as _prompts
 from .codes import (BatchVerdict as _BatchVerdict, EntailmentVerdict as _EntailmentVerdict,
                     SceneQAVerdict as _SceneQAVerdict)
 
@@ -18,8 +18,9 @@ _IDENTITY = ("item_id", "video_id", "caption_key", "captioner", "prompt_id", "fr
 
 
 class LVCapProtocol(_JudgeProtocol):
-    """LVCap-Eval: scene QA (S_s) and AutoDQ events (S_e). Params: mode, prompts, event_prompts (prompts.py),
-    duration_buckets, event_average (metrics.py)."""
+    """LVCap-Eval: scene QA (S_s) and events (S_e: the paper's Prompt2 + Prompt5, or DREAM-1K's AutoDQ). Params:
+    mode, event_scoring, prompts, event_prompts (prompts.py, paper_events.py), duration_buckets, event_average
+    (metrics.py)."""
 
     name = "lvcap"
     version = "2"
@@ -32,10 +33,11 @@ class LVCapProtocol(_JudgeProtocol):
         return _JudgingPolicy(mode=mode)
 
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), mode="strict", prompts=None,
-                       event_prompts=None, **opts):
+                       event_prompts=None, event_scoring=None, **opts):
         tasks = set(items.column("task").to_pylist())
         scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts, scenes=bool(tasks - {"events"}),
-                                                events="events" in tasks)
+                                                events="events" in tasks, event_scoring=event_scoring)
+        scoring = _paper.check_scoring(mode, event_scoring)
         # The packs' contents enter every request key (and so the cache identity) through the revision.
         digests = ",".join(p.digest if p is not None else "-" for p in (scene_pack, event_pack))
         suffix = f"|packs:{digests}|mode:{mode}"
@@ -46,7 +48,9 @@ class LVCapProtocol(_JudgeProtocol):
             if mode == "official" and item["task"] != "events":
                 scene_groups.setdefault((item["video_id"], cap["caption_key"]), (cap, []))[1].append(item)
                 continue
-            if mode == "official":
+            if mode == "official" and scoring == "paper":
+                rendered = [_paper_extract(item, cap, event_pack)]
+            elif mode == "official":
                 rendered = _prompts.render_official_events(item, cap, event_pack)
             else:
                 rendered = _prompts.render_strict(item, cap, scene_pack, event_pack)
@@ -68,12 +72,15 @@ class LVCapProtocol(_JudgeProtocol):
                                      seed=int(seed), trial=trial))
         return out
 
-    def render(self, item, caption, *, seed, mode="strict", prompts=None, event_prompts=None, **opts):
+    def render(self, item, caption, *, seed, mode="strict", prompts=None, event_prompts=None, event_scoring=None,
+               **opts):
         scene_pack, event_pack = _prompts.packs(mode, prompts, event_prompts, scenes=item["task"] != "events",
-                                                events=item["task"] == "events")
+                                                events=item["task"] == "events", event_scoring=event_scoring)
         if mode == "official":
             if item["task"] != "events":
                 return [_prompts.render_scene_video([item], caption, scene_pack)]
+            if _paper.check_scoring(mode, event_scoring) == "paper":
+                return [_paper_extract(item, caption, event_pack)]
             return _prompts.render_official_events(item, caption, event_pack)
         return _prompts.render_strict(item, caption, scene_pack, event_pack)
 
@@ -81,8 +88,9 @@ class LVCapProtocol(_JudgeProtocol):
         return _parsing.parse(request, text)
 
     def next_requests(self, requests, verdicts, *, judge, judge_revision):
-        """After extraction: the precision direction (one call per clip in official mode, one per event in strict
-        mode). A failed extraction gives one precision row without a verdict, so the clip stays accountable."""
+        """After extraction: the event match (official, paper scoring: Prompt5 once per clip), the precision
+        direction (official AutoDQ: one call per clip; strict: one per event). A failed extraction gives one such
+        row without a verdict, so the clip stays accountable."""
         if requests.num_rows != verdicts.num_rows:
             raise ValueError(f"{self.name}: {requests.num_rows} requests but {verdicts.num_rows} verdicts")
         rows = []
@@ -99,12 +107,18 @@ class LVCapProtocol(_JudgeProtocol):
             revision = f"{judge_revision}|{self.name}@{self.version}{suffix}"
             pack = _load_pack(ctx["event_pack"])
             official = ctx.get("mode") == "official"
+            paper = ctx.get("event_scoring") == "paper"
             if v["parse_status"] not in (_ParseStatus.OK, _ParseStatus.REPAIRED):
-                step = "precision" if official else "entail_p"
+                step = "event_match" if paper else "precision" if official else "entail_p"
                 r = _prompts.Rendered(task="events", step=step, user=f"[extraction failed {req['request_key']}]")
                 r.parse = {"mode": ctx.get("mode"), "missing": f"extract step: {v['error'] or 'no events'}",
                            "upstream_status": int(v["parse_status"])}
+                if paper:
+                    r.parse["event_scoring"] = "paper"
                 rendered = [r]
+            elif paper:
+                rendered = [_paper.render_match(pack, req["video_id"], ctx["reference_events"],
+                                                _json.loads(v["detail"])["events"])]
             elif official and (req["item_id"], req["caption_key"], req["trial"]) in recall_failed:
                 failed = recall_failed[(req["item_id"], req["caption_key"], req["trial"])]
                 r = _prompts.Rendered(task="events", step="precision", user=f"[recall failed {req['request_key']}]")
@@ -125,6 +139,14 @@ class LVCapProtocol(_JudgeProtocol):
                 rows.append(_make_row(r, base, protocol=self.name, judge=judge, judge_revision=revision,
                                       seed=req["seed"], trial=req["trial"]))
         return _rows_to_table(rows)
+
+
+def _paper_extract(item: dict, caption: dict, event_pack):
+    """Prompt2 on the caption; the reference events (E_ref) ride along in the parse context for Prompt5."""
+    events = _prompts.reference_events(item)
+    return _paper.render_extract(event_pack, caption.get("text") or "",
+                                 parse={"reference_events": events, "event_pack": str(event_pack.path),
+                                        "mode": "official"})
 
 
 PROTOCOL = _register_protocol("lvcap")(LVCapProtocol())

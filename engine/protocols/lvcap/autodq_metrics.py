@@ -26,6 +26,8 @@ import polars as pl
 from engine.schemas import NO_VERDICT
 
 OFFICIAL_EVENT_STEPS = ("recall", "precision")
+AUTODQ_READING = ("DREAM-1K AutoDQ (event_scoring='autodq'): per clip, mean per source, mean over sources, "
+                  "F1 of the means")
 BUCKETS = {
     "subjects": (("<=1", lambda n: n <= 1), ("==2", lambda n: n == 2), ("==3", lambda n: n == 3),
                  (">=4", lambda n: n >= 4)),

@@ -22,9 +22,12 @@ go to "<2min" / ">20min", rows without a duration to "unknown". CIs: percentile 
 (kernels.bootstrap.cluster_bootstrap), the same replicate weights for every group, so groups scored on the same
 videos are paired.
 
-Official mode (`mode="official"` rows, steps recall / precision / scene_qa): S_e as AutoDQ aggregates it
-(autodq_metrics.py: per clip -> per source -> OVERALL, buckets by subjects / shots / events, with S_e_pooled and
-S_e_clip_mean labelled), and S_s from Prompt4's per-video counts: `S_s` = mean over videos of 100 * correct /
+Official mode (`mode="official"` rows, steps event_match / recall / precision / scene_qa): S_e as the paper defines
+it (`event_scoring="paper"`, the default: paper_metrics.py, per-video Eq. 1 from Prompt5, mean over videos, with
+category and duration rows), or as DREAM-1K's AutoDQ aggregates it (`event_scoring="autodq"`: autodq_metrics.py, per
+clip -> per source -> OVERALL, buckets by subjects / shots / events, with S_e_pooled and S_e_clip_mean labelled).
+Event rows say which in the columns `event_scoring` and `reading` (how the numbers were aggregated, where the paper
+is silent capeval's reading). S_s from Prompt4's per-video counts: `S_s` = mean over videos of 100 * correct /
 questions (Prompt4's per-video total_score), `S_s_pooled` = 100 * all correct / all questions; a video whose reply
 was rejected is left out and counted in n_no_verdict.
 """
@@ -192,7 +195,7 @@ def compute_metrics(
     edges = duration_edges(duration_buckets)
     frames = []
     steps = set(verdicts["step"].drop_nulls().to_list()) if "step" in verdicts.columns else set()
-    official_steps = {"recall", "precision", "scene_qa"}
+    official_steps = {"recall", "precision", "scene_qa", "event_match"}
     if steps & official_steps:
         frames.append(_official_frame(verdicts, items, edges, n_resamples=n_resamples, seed=seed,
                                       confidence=confidence))
@@ -203,7 +206,7 @@ def compute_metrics(
         frames.append(_strict_frame(strict, items, edges, n_resamples=n_resamples, seed=seed, confidence=confidence,
                                     paper_compatible=paper_compatible, event_average=event_average))
     del options
-    out = pl.concat(frames, how="vertical_relaxed")
+    out = pl.concat(frames, how="diagonal_relaxed")
     group_cols = GROUP_COLUMNS + ["bucket", "mode"]
     return out.select(group_cols + [c for c in out.columns if c not in group_cols])
 
@@ -230,7 +233,7 @@ def _strict_frame(verdicts, items, edges, *, n_resamples, seed, confidence, pape
 
 
 def _official_frame(verdicts, items, edges, *, n_resamples, seed, confidence) -> pl.DataFrame:
-    from . import autodq_metrics
+    from . import autodq_metrics, paper_metrics
 
     v = verdicts.with_columns(
         [pl.col(c).cast(pl.String).fill_null("-") if c in verdicts.columns else pl.lit("-").alias(c)
@@ -257,7 +260,15 @@ def _official_frame(verdicts, items, edges, *, n_resamples, seed, confidence) ->
     schema = {**{c: pl.String for c in GROUP_COLUMNS}, "bucket": pl.String, "metric": pl.String,
               "value": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64, "n": pl.Int64,
               "n_no_verdict": pl.Int64}
-    return pl.DataFrame(rows, schema=schema).with_columns(pl.lit("official").alias("mode"))
+    autodq = pl.DataFrame(rows, schema=schema).with_columns(
+        pl.when(pl.col("metric").str.starts_with("S_s")).then(None).otherwise(pl.lit("autodq"))
+        .alias("event_scoring"),
+        pl.when(pl.col("metric").str.starts_with("S_s")).then(None).otherwise(pl.lit(autodq_metrics.AUTODQ_READING))
+        .alias("reading"))
+    paper = paper_metrics.frame(v, items, bucket_of, GROUP_COLUMNS, n_resamples=n_resamples, seed=seed,
+                                confidence=confidence)
+    parts = [autodq] + ([paper.select(autodq.columns)] if paper is not None else [])
+    return pl.concat(parts, how="vertical_relaxed").with_columns(pl.lit("official").alias("mode"))
 
 
 def _official_scene_rows(v: pl.DataFrame, bucket_of: dict) -> list[dict]:

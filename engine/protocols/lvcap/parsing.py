@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
-from engine.judging.repair import ParseError, extract_json, match_choice
+from engine.judging.repair import ParseError, extract_json, extract_verdict_list, match_choice
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 
-from . import autodq
+from . import autodq, paper_events
 from .codes import BatchVerdict, EntailmentVerdict, SceneQAVerdict
 from .prompts import ENTAIL_CHOICES, YES_NO
 
@@ -26,6 +26,8 @@ def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None
     ctx = parse_context(request).get("parse", {})
     step = request.get("step")
     try:
+        if ctx.get("event_scoring") == "paper":  # the paper's Prompt2 / Prompt5 (paper_events.py)
+            return paper_events.parse_reply(step, text, ctx)
         if step == "extract" and ctx.get("mode") == "official":
             events = autodq.parse_extract(text)
             return NO_VERDICT, ParseStatus.OK, json.dumps({"events": events, "events_repr": str(events)},
@@ -36,7 +38,7 @@ def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None
         if step == "scene_qa":
             return int(BatchVerdict.JUDGED), ParseStatus.OK, json.dumps(parse_scene_scores(text, ctx))
         if step == "extract":
-            events, repaired = extract_json(text, list)
+            events, repaired = extract_verdict_list(text)  # the judge's own list, not one quoted from the caption
             if not all(isinstance(e, str) for e in events):
                 raise ParseError("extracted events must be strings")
             events = [e.strip() for e in events if e.strip()]

@@ -22,7 +22,7 @@ import json
 from engine.packs import PromptPack, load_pack, resolve_pack
 from engine.protocols.base import Rendered, annotation_value
 
-from . import autodq
+from . import autodq, paper_events
 
 YES_NO = ("yes", "no")
 ENTAIL_CHOICES = ("entailment", "neutral", "contradiction")
@@ -31,12 +31,24 @@ NO_SCENE = "(not given)"
 
 
 def packs(mode: str = "strict", prompts=None, event_prompts=None, *, scenes: bool = True, events: bool = True,
-          **_opts) -> tuple[PromptPack | None, PromptPack | None]:
+          event_scoring: str | None = None, **_opts) -> tuple[PromptPack | None, PromptPack | None]:
     """(scene pack, event pack) for a run; a pack the run does not need (no scene items / no event items) is None,
-    so an events-only official run needs only the AutoDQ pack."""
+    so an events-only official run needs only its event pack. `event_scoring` (official mode, paper_events.py):
+    "paper" (default) takes the event prompts from the LVCap-Eval pack (Prompt2, Prompt5), "autodq" from the
+    AutoDQ pack."""
+    scoring = paper_events.check_scoring(mode, event_scoring)
     scene = resolve_pack("lvcap", prompts, mode=mode, official_name="lvcap") if scenes or prompts else None
     if not events:
         return scene, None
+    if scoring == "paper":
+        if event_prompts:
+            pack, where = load_pack(event_prompts), "event_prompts"
+        elif scene is not None:
+            pack, where = scene, "prompts"
+        else:
+            pack, where = resolve_pack("lvcap", None, mode=mode, official_name="lvcap"), "official"
+        paper_events.check_pack(pack, where)
+        return scene, pack
     if event_prompts:
         return scene, load_pack(event_prompts)
     if scene is not None and prompts and scene.has(autodq.ENTAIL_ID):
