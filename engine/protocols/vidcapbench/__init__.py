@@ -50,6 +50,9 @@ class VidCapBenchProtocol(_JudgeProtocol):
         def score_step(req, v, ctx):
             p = ctx.get("parse", {})
             ok = v["parse_status"] in (_ParseStatus.OK, _ParseStatus.REPAIRED)
+            if not ok and (p.get("settings") or {}).get("mode") == "official" and _parsing.is_no_content(v["error"]):
+                # the official script stores such a reply as pred None and judges "Predicted Answer: None"
+                ok, v = True, {**v, "detail": _parsing.official_answer_without_content()[2]}
             answer = _json.loads(v["detail"])["answer"] if ok else ""
             r = _prompts.render_score(req["task"], p.get("question", ""), p.get("reference", ""), answer,
                                       p.get("settings"))

@@ -10,8 +10,9 @@ each question from the caption, then grades the answer 2 (A, fully right), 1 (B,
 Modes (`mode` param, a `mode` column in the table):
 * official -- as the official script: pairs without a score are left out of every count; a zero denominator
   (e.g. a dimension with no counted pair) is a null metric whose `reason` says the script divides by zero there;
-  a reply with no content, or a sub_category outside the official map, stops the official script: every metric of
-  that (captioner, prompt, frames) group is null with the reason. Never a traceback.
+  sub_categories are matched exactly (official.py); a judge reply with no content, or a SCORED pair whose
+  sub_category is not an official name, stops the official script (the first such pair in its order names the
+  error): every metric of that (captioner, prompt, frames) group is null with the reason. Never a traceback.
 * strict -- capeval's own: a question without a verdict stays in the denominators of Acc and Cov (it is neither a
   correct nor a covered answer; Pre only counts graded answers). `paper_compatible=True` leaves them out instead.
 `n_no_verdict` is reported next to every metric either way.
@@ -33,8 +34,9 @@ Consistency split (capeval's own, NOT the paper's VidCapBench-AE, which is a fix
 authors with three GPT-4o runs plus human review): with several seeds, rows with consistency "consistent" count the
 questions that got the same verdict from every seed, "inconsistent" the others; "all" counts every question.
 
-Dimensions: the official sub_category -> dimension map (`DIMENSION_OF`); an item's `category` may be the
-sub_category or the dimension itself; anything else is "other".
+Dimensions: the official sub_category -> dimension map (`DIMENSION_OF`). Strict mode reads an item's `category`
+leniently (case, underscores and spaces ignored; the dimension name itself allowed); official mode exactly as the
+official script (official.py); anything else is "other".
 """
 
 from __future__ import annotations
@@ -45,9 +47,9 @@ import numpy as np
 import polars as pl
 
 from engine.metrics.core import count_table, metrics_frame, safe_ratio
-from engine.schemas import ParseStatus
 
 from .codes import N_CODES, VidCapBenchVerdict
+from .official import crashes as official_crashes, official_dimension_of
 from .prompts import UNSET as _UNSET, check_mode, temperature_for
 
 D, C, B, A = (int(v) for v in (VidCapBenchVerdict.INCORRECT, VidCapBenchVerdict.NOT_MENTIONED,
@@ -111,7 +113,7 @@ def dimension_of(category: str | None) -> str:
 # -- verdict table -> prepared rows ------------------------------------------------------------------------------
 
 
-def _prepare(verdicts: pl.DataFrame, items: pl.DataFrame | None) -> pl.DataFrame:
+def _prepare(verdicts: pl.DataFrame, items: pl.DataFrame | None, official: bool = False) -> pl.DataFrame:
     missing = [c for c in ("item_id", "video_id", "verdict") if c not in verdicts.columns]
     if missing:
         raise KeyError(f"verdict table lacks columns {missing} (have {verdicts.columns})")
@@ -124,6 +126,8 @@ def _prepare(verdicts: pl.DataFrame, items: pl.DataFrame | None) -> pl.DataFrame
         v = v.filter(pl.col("step").is_null() | (pl.col("step") != "answer"))
     if "parse_status" not in v.columns:
         v = v.with_columns(pl.lit(None, dtype=pl.Int8).alias("parse_status"))
+    if "error" not in v.columns:
+        v = v.with_columns(pl.lit(None, dtype=pl.String).alias("error"))
     if items is not None and "category" in items.columns:
         keys = [k for k in ("task", "item_id") if k in items.columns and k in v.columns]
         cats = items.select(*keys, pl.col("category").alias("_category")).unique(subset=keys, keep="first")
@@ -131,7 +135,8 @@ def _prepare(verdicts: pl.DataFrame, items: pl.DataFrame | None) -> pl.DataFrame
     else:
         v = v.with_columns(pl.lit(None, dtype=pl.String).alias("_category"))
     # one lookup per distinct category, not per row
-    dims = {c: dimension_of(c) for c in v.get_column("_category").unique().to_list() if c is not None}
+    lookup = official_dimension_of if official else dimension_of
+    dims = {c: lookup(c) for c in v.get_column("_category").unique().to_list() if c is not None}
     v = v.with_columns(pl.col("_category").replace_strict(dims, default="other", return_dtype=pl.String)
                        .alias("dimension"))
     qkey = GROUP_COLUMNS + [k for k in ("task", "item_id", "sub_index") if k in v.columns]
@@ -209,21 +214,6 @@ def _missing_dimensions(frame: pl.DataFrame, groups: pl.DataFrame, split: str) -
         pl.lit(0, dtype=pl.UInt32).alias("n_seeds"), pl.lit(split).alias("consistency"))
 
 
-def _crashes(v: pl.DataFrame) -> pl.DataFrame:
-    """Per group, why the official script would stop before printing: a reply with no content, or a sub_category
-    outside its map."""
-    no_content = pl.col("parse_status") == int(ParseStatus.ERROR)
-    wrong_cat = (pl.col("dimension") == "other") & pl.col("_category").is_not_null()
-    return v.group_by(GROUP_COLUMNS).agg(no_content.sum().alias("_nc"), wrong_cat.sum().alias("_wc")).filter(
-        (pl.col("_nc") > 0) | (pl.col("_wc") > 0)).select(
-        *GROUP_COLUMNS,
-        pl.when(pl.col("_nc") > 0)
-        .then(pl.format("{} judge replies with no content: the official eval.py stops there (KeyError "
-                        "'correctness'); no official figure exists", pl.col("_nc")))
-        .otherwise(pl.format("{} QA pairs with a sub_category outside the official map: the official eval.py "
-                             "stops there (ValueError 'Category Wrong')", pl.col("_wc"))).alias("_crash"))
-
-
 def compute_metrics(verdicts: pl.DataFrame, *, items: pl.DataFrame | None = None,
                     captions: pl.DataFrame | None = None, n_resamples: int = 1000, seed: int = 0,
                     paper_compatible: bool = False, confidence: float = 0.95, mode: str | None = None,
@@ -234,7 +224,7 @@ def compute_metrics(verdicts: pl.DataFrame, *, items: pl.DataFrame | None = None
     mode = check_mode(mode)
     official = mode == "official"
     temp = temperature_for(mode, temperature)
-    v = _prepare(verdicts, items)
+    v = _prepare(verdicts, items, official)
     if v.height == 0:
         raise ValueError("vidcapbench: the verdict table has no score rows to score")
     fns = metric_functions(exclude_no_verdict=official or paper_compatible)
@@ -251,13 +241,16 @@ def compute_metrics(verdicts: pl.DataFrame, *, items: pl.DataFrame | None = None
             frames.append(frame.with_columns(pl.lit(split).alias("consistency")))
     cols = frames[0].columns
     out = pl.concat([f.select(cols) for f in frames], how="vertical")
+    if official and "dimension" in out.columns:
+        # the official script has no such section: its pairs are either skipped (no score) or stop it (official.py)
+        out = out.filter(pl.col("dimension") != "other")
     if items is not None and official:
         absent = _missing_dimensions(out.filter(pl.col("dimension") != ALL), groups, ALL)
         if absent is not None:
             out = pl.concat([out, absent.select(cols)], how="vertical_relaxed")
     out = _add_conciseness(out, _tokens(captions, con_tokens))
     out = _flag_seeds(out, temp)
-    out = _reasons(out, _crashes(v) if official else None, official)
+    out = _reasons(out, official_crashes(v, GROUP_COLUMNS, items, captions) if official else None, official)
     group_cols = GROUP_COLUMNS + ["dimension", "consistency", "mode"]
     out = out.with_columns(pl.lit(mode).alias("mode"),
                            pl.lit("excluded" if (official or paper_compatible) else "counted").alias("no_verdict"))

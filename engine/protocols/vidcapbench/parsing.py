@@ -7,7 +7,9 @@ score -1" is -1 here.
 official: the benchmark script's extraction, a substring cascade on the WHOLE reply: contains "2" -> score 2;
 else "-1" -> -1; else "1" -> 1; else "0" -> 0; else no score (the pair is left out of every count). So "10 words"
 reads as 1 and "2 people" as 2, whatever the score field says. The answer step's reply is kept unparsed (an empty
-reply is still a reply); only a reply with no content at all fails."""
+reply is still a reply); an answer reply with no content at all is stored by the official script as `pred` None and
+judged as "Predicted Answer: None" (eval.py:83, 117), so official mode judges the text "None" (`OFFICIAL_NO_ANSWER`).
+A judge-step reply with no content stops the official script (KeyError 'correctness'; see metrics.py)."""
 
 from __future__ import annotations
 
@@ -21,6 +23,18 @@ from .codes import from_score
 
 #: The official cascade, in its order: the first substring found decides the score.
 OFFICIAL_CASCADE = (("2", 2), ("-1", -1), ("1", 1), ("0", 0))
+
+
+#: What the official judge prompt shows for an answer reply with no content: f"{None}".
+OFFICIAL_NO_ANSWER = str(None)
+#: How backends report a reply with no content (the judge loop records it as a backend error): the replay judge
+#: ("recorded reply has no content") and the HTTP client ("completion without text content").
+NO_CONTENT_MARKERS = ("has no content", "without text content")
+
+
+def is_no_content(error: str | None) -> bool:
+    """Whether a backend error says the reply had no content (as opposed to a timeout, an HTTP error, ...)."""
+    return error is not None and any(m in error for m in NO_CONTENT_MARKERS)
 
 
 def official_score(text: str | None) -> int | None:
@@ -39,6 +53,8 @@ def official_counts_as_correct(text: str) -> bool:
 
 
 def parse_answer(text: str | None, mode: str = "strict") -> tuple[int, ParseStatus, str | None]:
+    if text is None and mode == "official":
+        return official_answer_without_content()
     if text is None:
         return NO_VERDICT, ParseStatus.FAILED, "answer step: reply has no content"
     if mode == "official":  # stored unparsed, as the official script stores `pred`
@@ -46,6 +62,13 @@ def parse_answer(text: str | None, mode: str = "strict") -> tuple[int, ParseStat
     if not text.strip():
         return NO_VERDICT, ParseStatus.FAILED, "empty answer"
     return NO_VERDICT, ParseStatus.OK, json.dumps({"answer": text.strip()}, ensure_ascii=False)
+
+
+def official_answer_without_content() -> tuple[int, ParseStatus, str]:
+    """The official script's `pred` for an answer reply with no content: None, formatted into the judge prompt."""
+    return NO_VERDICT, ParseStatus.OK, json.dumps(
+        {"answer": OFFICIAL_NO_ANSWER, "note": "the answer reply had no content; the official script judges it as "
+                                               "'Predicted Answer: None'"})
 
 
 def parse_score(text: str | None) -> tuple[int, ParseStatus, str | None]:
