@@ -48,7 +48,22 @@ def _usage_errors() -> tuple[type, ...]:
         kinds.append(FrameSpecError)
     except ImportError:  # pragma: no cover
         pass
+    try:  # a pack that is missing (official mode without --prompts), unreadable or malformed: named in the message
+        from engine.packs import PackError
+
+        kinds.append(PackError)
+    except ImportError:  # pragma: no cover
+        pass
     return tuple(kinds)
+
+
+def terminal_text(text: str) -> str:
+    """`text` with every line that holds control or format characters escaped (engine/safetext.py): messages and
+    tables carry ids, captions and file contents, which may hold escape sequences. Printable lines stay as they are,
+    so the backslashes of an id that a message already shows with repr() are not doubled."""
+    from engine.safetext import for_terminal
+
+    return "\n".join(line if line.isprintable() else for_terminal(line) for line in text.split("\n"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,13 +90,13 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         # the whole message: input validation lists every error at once, one per line
-        print(f"{name}: {_kind(exc.exit_code)}: {str(exc).strip()}", file=sys.stderr)
+        print(f"{name}: {_kind(exc.exit_code)}: {terminal_text(str(exc).strip())}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the one place that turns any error into an exit code
         if debug:
             raise
         if isinstance(exc, _usage_errors()) or isinstance(exc, FileNotFoundError):
-            print(f"{name}: error: {str(exc).strip()}", file=sys.stderr)
+            print(f"{name}: error: {terminal_text(str(exc).strip())}", file=sys.stderr)
             return exitcodes.USAGE
         print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the "
               "traceback)", file=sys.stderr)
@@ -94,8 +109,8 @@ def _kind(code: int) -> str:
 
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip() or type(exc).__name__
-    lines = text.splitlines()
-    return lines[0] + (f" (+{len(lines) - 1} more lines)" if len(lines) > 1 else "")
+    lines = text.split("\n")
+    return terminal_text(lines[0]) + (f" (+{len(lines) - 1} more lines)" if len(lines) > 1 else "")
 
 
 if __name__ == "__main__":

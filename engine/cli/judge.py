@@ -14,7 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from engine.cli.judge_checks import build_judge, check_pairs
 from engine.errors import UsageError
+from engine.safetext import clip
 
 USAGE = """examples:
   capeval judge --protocol capability --items ../shared/data/capability/annotations/object_color.jsonl \\
@@ -191,13 +193,14 @@ def check_out(path: Path, flag: str = "--out") -> None:
 def run(args) -> int:
     import polars as pl
 
-    from engine.judging.backends import make_judge
     from engine.judging.runner import run_judging
     from engine.registry import lookup
     from engine.schemas import FRAMES
     from engine.store.segments import write_parquet_atomic
 
     import time
+
+    from engine.cli import terminal_text
 
     started = time.time()
     if not 0.0 <= args.max_failure_share <= 1.0:
@@ -222,8 +225,8 @@ def run(args) -> int:
     frames = _read_frames(args.frames, FRAMES) if args.frames else None
     if frames is None and protocol.name in FRAME_PROTOCOLS:
         frames = judge_frames(items, params, args.cache / "frames", args.frame_size)
-    judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url,
-                       **key_values(args.judge_option, "--judge-option"))
+    check_pairs(items, captions, args.captions or args.items)
+    judge = build_judge(args.judge, args.judge_model, args.base_url, args.judge_option)
     try:
         requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                            seeds=seeds, frames=frames, **params)
@@ -231,10 +234,6 @@ def run(args) -> int:
         print(f"[judge] {protocol.name}: {requests.num_rows} first-step requests from {items.num_rows} items x "
               f"{captions.num_rows} captions" + (f" ({n_uncaptioned} items have no caption)" if n_uncaptioned else ""),
               file=sys.stderr)
-        if requests.num_rows == 0:
-            raise UsageError(f"no (item, caption) pair matched: captions are matched to items by video_id (or "
-                             f"item_id); e.g. item video_id {items.column('video_id')[0].as_py()!r}, caption "
-                             f"video_id {captions.column('video_id')[0].as_py()!r}")
         extra = {"protocol_params": params} if "protocol_params" in inspect.signature(run_judging).parameters else {}
         verdicts, summary = run_judging(requests, judge, cache_dir=args.cache, protocol=protocol,
                                         batch_size=args.batch_size, max_reasks=args.max_reasks,
@@ -255,9 +254,9 @@ def run(args) -> int:
     if args.metrics:
         metrics.write_csv(args.metrics)
         print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)
-    print(format_table(metrics))
+    print(terminal_text(format_table(metrics)))  # groups and captioner labels come from the user's files
     _record_run(args, protocol, judge, params, verdicts, summary, started)
-    return _exit_code(verdicts, args.max_failure_share)
+    return _exit_code(verdicts, args.max_failure_share, getattr(protocol, "intermediate_steps", ()))
 
 
 def _record_run(args, protocol, judge, params: dict, verdicts, summary, started: float) -> None:
@@ -290,13 +289,19 @@ def _record_run(args, protocol, judge, params: dict, verdicts, summary, started:
                       started_at=started)
 
 
-def _exit_code(verdicts, max_failure_share: float) -> int:
-    """0, or exitcodes.FAILURES when the share of rows without a verdict exceeds `max_failure_share`."""
+def _exit_code(verdicts, max_failure_share: float, intermediate_steps=()) -> int:
+    """0, or exitcodes.FAILURES when the share of rows without a verdict exceeds `max_failure_share`. Rows of
+    intermediate steps (kept with --keep-intermediate: VidCapBench "answer", LVCap "extract") never carry a verdict
+    code, so they are not counted: a failed intermediate step already shows as its next step's row without one."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     from engine import exitcodes
     from engine.schemas import NO_VERDICT
 
+    if intermediate_steps and verdicts.num_rows:
+        verdicts = verdicts.filter(pc.invert(pc.is_in(verdicts.column("step"),
+                                                      value_set=pa.array(list(intermediate_steps), pa.string()))))
     n = verdicts.num_rows
     missing = int(pc.sum(pc.equal(verdicts.column("verdict"), NO_VERDICT)).as_py() or 0) if n else 0
     if n and missing / n > max_failure_share:
@@ -329,7 +334,7 @@ def judge_frames(items, params: dict, cache_dir: Path, size: int):
     table = decode_videos_table(list(media.values()), spec, size, cache_dir, video_ids=list(media))
     bad = [e for e in table.column("error").to_pylist() if e]
     if bad:
-        print(f"[judge] {len(bad)} media could not be decoded (their items get no verdict), e.g. {bad[0]}",
+        print(f"[judge] {len(bad)} media could not be decoded (their items get no verdict), e.g. {clip(bad[0], 300)}",
               file=sys.stderr)
     return table
 

@@ -68,6 +68,7 @@ def _captions(path: Path | None):
 
 
 def run(args) -> int:
+    from engine.cli import terminal_text
     from engine.cli.judge import check_out, protocol_params
     from engine.inputs import read_verdicts
     from engine.metrics.report import format_table
@@ -84,7 +85,7 @@ def run(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.write_csv(args.out)
     if not args.quiet:
-        print(format_table(frame))
+        print(terminal_text(format_table(frame)))  # groups (categories, captioners) come from the user's files
     n_nv = int(frame["n_no_verdict"].max()) if frame.height else 0
     print(f"wrote {frame.height} metric rows to {args.out}" + (f" ({n_nv} rows without a verdict in the largest group)"
                                                                 if n_nv else ""))

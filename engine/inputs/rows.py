@@ -18,7 +18,10 @@ FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv
 
 
 def warn(message: str) -> None:
-    print(f"capeval: warning: {message}", file=sys.stderr, flush=True)
+    """A warning on stderr; file names and ids in it come from the user's files, so it is printed escaped."""
+    from engine.safetext import for_terminal
+
+    print(f"capeval: warning: {for_terminal(message)}", file=sys.stderr, flush=True)
 
 
 def table_format(path: Path) -> str:
@@ -34,16 +37,34 @@ def read_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
     if not path.is_file():
         raise UsageError(f"{path}: no such file" + (" (a folder: name a file in it)" if path.is_dir() else ""))
     fmt = table_format(path)
-    if fmt == "jsonl":
-        yield from _jsonl(path)
-    elif fmt in ("csv", "tsv"):
-        yield from _csv(path, "\t" if fmt == "tsv" else ",")
-    else:
-        yield from _parquet(path)
+    try:
+        if fmt == "jsonl":
+            yield from _jsonl(path)
+        elif fmt in ("csv", "tsv"):
+            yield from _csv(path, "\t" if fmt == "tsv" else ",")
+        else:
+            yield from _parquet(path)
+    except UnicodeDecodeError:
+        raise not_utf8(path) from None
+
+
+def not_utf8(path: Path) -> UsageError:
+    """The UsageError for a text file that is not UTF-8, naming the first bad line and byte. Found by a second
+    pass over the raw lines: the decoder's position is within its read buffer, not the file, and a UTF-8
+    character never spans a newline, so decoding line by line finds exactly the first bad byte."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                return UsageError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
+                                  f"{exc.start + 1} of the line); save the file as UTF-8")
+    return UsageError(f"{path}: not UTF-8 text; save the file as UTF-8")
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8") as f:
+    # utf-8-sig: a byte order mark (Excel and Notepad write one) is dropped, not read as part of the first key
+    with open(path, encoding="utf-8-sig") as f:
         head = f.read(1)
         f.seek(0)
         if head == "[":  # a JSON array of objects, as some tools write
@@ -70,15 +91,27 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
 
 
 def _csv(path: Path, delimiter: str) -> Iterator[tuple[int, dict]]:
-    with open(path, encoding="utf-8", newline="") as f:
+    with open(path, encoding="utf-8-sig", newline="") as f:
         reader = csv.DictReader(f, delimiter=delimiter)
         if not reader.fieldnames:
             return
         for rec in reader:
             if None in rec:
                 raise UsageError(f"{path}:{reader.line_num}: more fields than the header's {len(reader.fieldnames)}")
-            # an empty CSV cell is a missing value, as in every spreadsheet
-            yield reader.line_num, {k: (None if v == "" else v) for k, v in rec.items()}
+            yield reader.line_num, {k: _csv_cell(v) for k, v in rec.items()}
+
+
+#: CSV cells that spreadsheets and pandas write for a missing number: read as NaN, so they are missing values
+#: (an error for ids and captions, docs/inputs.md), never the text "nan"
+_NAN_CELLS = frozenset({"nan", "-nan"})
+
+
+def _csv_cell(value: str) -> str | float | None:
+    if value == "":  # an empty CSV cell is a missing value, as in every spreadsheet
+        return None
+    if value.strip().lower() in _NAN_CELLS:
+        return math.nan
+    return value
 
 
 def _parquet(path: Path) -> Iterator[tuple[int, dict]]:

@@ -29,6 +29,7 @@ from engine import schemas
 from engine.errors import UsageError
 from engine.inputs.rows import int_value, is_missing, pick, read_rows, text_value, warn, where
 from engine.keys import canonical_json, content_key
+from engine.safetext import clip
 
 _ITEM_COLUMNS = {"benchmark", "task", "item_id", "video_id", "media_path", "media_type", "annotation", "question",
                  "options", "answer", "category", "extra"}
@@ -47,7 +48,8 @@ def _dedupe(rows: list[dict], key_cols: tuple[str, ...], lines: list[int], path:
             if seen[key][0] == body:
                 dropped += 1
                 continue
-            clashes.append(f"{'/'.join(str(k) for k in key if k is not None)} (rows {seen[key][1]} and {line})")
+            ids = "/".join(clip(k, 60) for k in key if k is not None)  # ids from the file: printed escaped
+            clashes.append(f"{ids} (rows {seen[key][1]} and {line})")
             continue
         seen[key] = (body, line)
         keep.append(row)

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine import exitcodes
+from engine.safetext import clip
 from engine.schemas import NO_VERDICT, ParseStatus
 
 OK = "ok"
@@ -166,8 +167,9 @@ class RunAccount:
                  f"({self.failure_share:.1%}; {self.retryable} retryable) | cells: {cells}"]
         for (s, reason), n in self.reasons.most_common(top):
             kind = "retryable" if s in RETRYABLE else "permanent"
-            ids = ", ".join(self.examples[(s, reason)])
-            lines.append(f"  {n:>6} {s} ({kind}): {reason} -- e.g. {ids}")
+            # ids and reasons come from datasets and judge replies: printed escaped, one line each
+            ids = ", ".join(clip(i, 80) for i in self.examples[(s, reason)])
+            lines.append(f"  {n:>6} {s} ({kind}): {clip(reason, 160)} -- e.g. {ids}")
         if self.retryable:
             lines.append("  retryable failures: rerun the same command to redo exactly those items "
                          "(or --accept-failures to finish the cells as they are)")

@@ -104,6 +104,40 @@ def test_bad_caption_tables(tmp_path, write, needle):
         read_captions(target)
 
 
+@pytest.mark.parametrize("cell", ["NaN", "nan", " NAN "])
+def test_nan_caption_cell_in_csv_is_missing_not_text(tmp_path, cell):
+    """docs/inputs.md: a NaN caption is an error, never judged as the text "nan" (issue 19 item 13)."""
+    path = tmp_path / "caps.csv"
+    path.write_text(f"video_id,caption\nv1,hello\nv2,{cell}\n")
+    with pytest.raises(UsageError, match=r"row 3, column 'caption': NaN value"):
+        read_captions(path)
+    path.write_text(f"video_id,caption,error\nv1,hello,\nv2,{cell},captioner timed out\n")  # a failed caption
+    assert read_captions(path).column("text").to_pylist() == ["hello", None]
+
+
+def test_csv_and_jsonl_with_a_byte_order_mark(tmp_path):
+    """Excel and Notepad write a UTF-8 BOM; it is not part of the first column's name (issue 19 item 13)."""
+    (tmp_path / "caps.csv").write_bytes("\ufeffvideo_id,caption\nv1,a red ball\n".encode())
+    assert read_captions(tmp_path / "caps.csv").column("video_id").to_pylist() == ["v1"]
+    (tmp_path / "items.jsonl").write_bytes("\ufeff".encode() + json.dumps(ROWS[0]).encode() + b"\n")
+    assert read_items(tmp_path / "items.jsonl").column("item_id").to_pylist() == ["q1"]
+
+
+def test_not_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "caps.csv"
+    path.write_bytes(b"video_id,caption\nv1,hello\nv2,caf\xe9 au lait\n")
+    with pytest.raises(UsageError, match=r"caps.csv:3: not UTF-8 text \(byte 0xe9 at byte 7 of the line\)"):
+        read_captions(path)
+
+
+def test_duplicate_ids_with_escape_sequences_are_shown_escaped(tmp_path):
+    path = _jsonl(tmp_path / "c.jsonl", [{"video_id": "v\x1b[2J", "caption": "a"},
+                                         {"video_id": "v\x1b[2J", "caption": "b"}])
+    with pytest.raises(UsageError) as info:
+        read_captions(path)
+    assert "\x1b" not in str(info.value) and "v\\x1b[2J (rows 1 and 2)" in str(info.value)
+
+
 def test_nan_caption_in_parquet(tmp_path):
     pq.write_table(pa.table({"video_id": ["a", "b"], "caption": pa.array([1.5, math.nan])}), tmp_path / "c.parquet")
     with pytest.raises(UsageError, match=r"row 2, column 'caption': NaN value"):
