@@ -165,6 +165,14 @@ class _Checker:
 
     def __init__(self, path: Path, text: str):
         self.path, self.lines, self.problems = path, LineFinder(text), []
+        # key -> the file's index of each parsed entry: an entry with a wrong type is dropped from the config, so
+        # the config's j-th entry may be the file's (j+1)-th; problems found later must name the file's entry
+        self.positions: dict[str, list[int]] = {}
+
+    def where(self, key: str, j: int) -> str:
+        """"key[i]" for the config's j-th entry of `key`, i being its index in the file."""
+        kept = self.positions.get(key)
+        return f"{key}[{kept[j] if kept is not None and j < len(kept) else j}]"
 
     def fail(self, where: str, message: str, key: str | None = None) -> None:
         line = self.lines.line_of(where, key)
@@ -240,8 +248,12 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
         _raise(c)
     c.table(raw, _TOP, "")  # problems are collected; everything else is still checked
     raw = {k: v for k, v in raw.items() if k not in _TOP or _type_ok(v, _TOP[k][0])}
+    if isinstance(raw.get("name"), str) and (msg := name_problem(raw["name"])):
+        c.fail("name", msg, "name")
     base = path.parent
-    datasets = [s for i, d in enumerate(raw.get("datasets") or []) if (s := _dataset(c, d, f"datasets[{i}]"))]
+    parsed = [(i, _dataset(c, d, f"datasets[{i}]")) for i, d in enumerate(raw.get("datasets") or [])]
+    datasets = [s for _, s in parsed if s]
+    c.positions["datasets"] = [i for i, s in parsed if s]
     captioners = _components(c, raw, "captioners", _CAPTIONER)
     protocols = _components(c, raw, "protocols", _COMPONENT)
     judges = _components(c, raw, "judges", _JUDGE)
@@ -275,6 +287,18 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
 
     register_prompts(prompt_defs)
     return config
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a sweep's name: it names the default output folder runs/<name>, so it must be one plain
+    folder name (no path separators, no '..', not absolute: that would write outside runs/)."""
+    if not name.strip():
+        return "must not be empty"
+    if "/" in name or "\\" in name or name in (".", "..") or name.startswith("~"):
+        return f"must be a plain folder name (it names runs/<name>), got {name!r}: no '/', '\\', '..' or '~'"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        return f"must not contain control characters, got {name!r}"
+    return None
 
 
 def _raise(c: _Checker) -> None:
@@ -314,10 +338,12 @@ def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentS
     entries = raw.get(key) or []
     if not isinstance(entries, list):
         return out
+    c.positions[key] = []
     for i, comp in enumerate(entries):
         where = f"{key}[{i}]"
         if not c.table(comp, spec, where):
             continue
+        c.positions[key].append(i)
         seeds = comp.get("seeds", [0])
         if not isinstance(seeds, list) or not seeds or not all(_type_ok(s, int) for s in seeds):
             c.fail(f"{where}.seeds", f"expected a non-empty list of integers, got {seeds!r}", "seeds")
@@ -357,10 +383,12 @@ def _frame_spec(c: _Checker, value: Any, where: str) -> str | None:
 
 def _captions(c: _Checker, entries: Any, base: Path, dataset_names: set[str]) -> list[CaptionSource]:
     out = []
+    c.positions["captions"] = []
     for i, e in enumerate(entries if isinstance(entries, list) else []):
         where = f"captions[{i}]"
         if not c.table(e, _CAPTIONS, where):
             continue
+        c.positions["captions"].append(i)
         p = Path(e["path"]).expanduser()
         p = p if p.is_absolute() else base / p
         if e.get("dataset") is not None and e["dataset"] not in dataset_names:

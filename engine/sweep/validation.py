@@ -1,6 +1,8 @@
 """Checks a sweep needs before any work, with the parsers the run itself uses: dataset kinds and their parameters,
-captioner/judge parameters against the backend's constructor, protocol params (mode, prompt pack, judge frames),
-option ranges, caption files, and (for a run) the output folder. `validate_config(config, out_dir=None)` returns
+dataset tables (read by the kind's own loader: empty, malformed, not UTF-8, conflicting duplicate ids), captioner/judge
+parameters against the backend's constructor and their values against its config dataclass (types, its own checks),
+protocol params (mode, prompt pack, judge frames), option ranges, caption files, and (for a run) the output folder.
+Problems name the file's own entry (`Checker.where`): an entry dropped for a type error does not shift the next. `validate_config(config, out_dir=None)` returns
 every problem as one text each (file, line, field); the runner calls it before Ray starts, `--check` prints them.
 """
 
@@ -57,15 +59,19 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
     base = config.path.parent
     names = [d.name for d in config.datasets]
     for i, d in enumerate(config.datasets):
-        where = f"datasets[{i}]"
+        where = c.where("datasets", i)
         if names.count(d.name) > 1 and names.index(d.name) != i:
             c.fail(f"{where}.name", f"dataset name {d.name!r} is used twice", "name")
-        for problem in validate_dataset(d.kind, d.kind_params(), base, check_paths=check_paths):
+        problems = validate_dataset(d.kind, d.kind_params(), base, check_paths=check_paths)
+        for problem in problems:
             key, _, msg = problem.partition(": ")
+            c.fail(f"{where}.{key}", msg, key)
+        if check_paths and not problems and (msg := dataset_table_problem(d, base)):
+            key = "path" if "path" in d.kind_params() else "kind"
             c.fail(f"{where}.{key}", msg, key)
     for key, kind in (("captioners", "captioner"), ("judges", "judge"), ("protocols", "protocol")):
         for i, comp in enumerate(getattr(config, key)):
-            where = f"{key}[{i}]"
+            where = c.where(key, i)
             if check_registry:
                 cls, error = _lookup(kind, comp.name)
                 if error:
@@ -73,21 +79,24 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
                 elif kind != "protocol":
                     for msg in constructor_problems(cls, comp.params, f"{kind} {comp.name!r}"):
                         c.fail(f"{where}.params", msg, "params")
+                    for field, msg in param_value_problems(cls, comp.params):
+                        c.fail(f"{where}.params.{field}" if field else f"{where}.params", msg, field or "params")
             if comp.max_tokens is not None and comp.max_tokens < 1:
                 c.fail(f"{where}.max_tokens", f"must be at least 1, got {comp.max_tokens}", "max_tokens")
     for i, p in enumerate(config.protocols):
         for msg_key, msg in protocol_param_problems(p.params, base):
-            c.fail(f"protocols[{i}].params.{msg_key}", msg, msg_key)
+            c.fail(f"{c.where('protocols', i)}.params.{msg_key}", msg, msg_key)
     for i, src in enumerate(config.captions if check_paths else ()):
+        where = c.where("captions", i)
         if not Path(src.path).is_file():
-            c.fail(f"captions[{i}].path", f"caption file not found: {src.path}", "path")
+            c.fail(f"{where}.path", f"caption file not found: {src.path}", "path")
             continue
         try:
             from engine.inputs import read_captions
 
             read_captions(src.path, captioner=src.captioner)
         except ValueError as exc:  # UsageError: names file, row and column
-            c.fail(f"captions[{i}].path", str(exc), "path")
+            c.fail(f"{where}.path", str(exc), "path")
     for name, low, what in (("caption_actors", 1, "at least 1"), ("batch_size", 1, "at least 1"),
                             ("judge_batch_size", 1, "at least 1"), ("n_resamples", 0, "0 (no CIs) or more"),
                             ("max_restarts", 0, "0 or more"), ("judge_actors", 0, "0 (judge in the driver) or more"),
@@ -95,6 +104,86 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
         v = getattr(config.options, name)
         if v < low:
             c.fail(f"options.{name}", f"must be {what}, got {v}", name)
+
+
+#: dataset kinds whose loader only reads files (tables, annotations, a folder listing): --check and every run load
+#: them before any work, so a table the run would refuse is reported with the sweep file's line. `synthetic` is left
+#: out: its loader generates videos.
+READ_ONLY_KINDS = ("items", "videos", "capability", "vidcapbench", "dream1k", "vatex_eval")
+
+
+def dataset_table_problem(spec, base: Path) -> str | None:
+    """Why the run could not read `spec`'s dataset, read by the run's own loader (engine/inputs: its errors name the
+    file, row and column); None when it reads (or is not a read-only kind). Media files are not looked for here:
+    a sweep may be checked on a machine that holds only the tables (the run says which media are missing)."""
+    if spec.kind not in READ_ONLY_KINDS:
+        return None
+    from engine.datasets.registry import load
+
+    try:
+        load(spec.kind, spec.kind_params(), base_dir=base, out_dir=base / ".capeval-check-unused", name=spec.name)
+    except (ValueError, OSError, KeyError) as exc:  # UsageError is a ValueError
+        return str(exc) or type(exc).__name__
+    return None
+
+
+def param_value_problems(cls, params: dict) -> list[tuple[str | None, str]]:
+    """(field, message) for captioner/judge params whose values the backend's config dataclass refuses (its type
+    annotations; its own checks in __post_init__, which raise ValueError naming the field). Each param is tried on
+    its own, so every bad value is reported, then all together (checks across fields). Nothing is connected to."""
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):
+        return []
+    config_cls = _dataclass_of(cls, sig.parameters.get("config"))
+    if config_cls is None:
+        return []
+    known = {f.name: f for f in dataclasses.fields(config_cls)}
+    mine = {k: v for k, v in params.items() if k in known}
+    out: list[tuple[str | None, str]] = []
+    for k, v in mine.items():
+        wanted = _annotation_types(known[k].type)
+        if wanted is not None and not _value_fits(v, wanted):
+            names = "/".join("none" if t is type(None) else t.__name__ for t in wanted)
+            out.append((k, f"expected {names}, got {type(v).__name__} ({v!r})"))
+        elif k == "base_url" and isinstance(v, str) and not v.lower().startswith(("http://", "https://")):
+            out.append((k, f"expected an http:// or https:// URL, got {v!r}"))
+        elif (msg := _construct(config_cls, {k: v})) is not None:
+            out.append((k, msg))
+    if not out and len(mine) > 1 and (msg := _construct(config_cls, mine)) is not None:
+        out.append((next((k for k in mine if k in msg), None), msg))
+    return out
+
+
+def _construct(config_cls, values: dict) -> str | None:
+    try:
+        config_cls(**values)
+    except (ValueError, TypeError) as exc:
+        return str(exc)
+    return None
+
+
+_SIMPLE_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": type(None)}
+
+
+def _annotation_types(annotation) -> tuple[type, ...] | None:
+    """The types of a simple annotation ("float", "str | None", ...); None for anything else (not checked)."""
+    if isinstance(annotation, type):
+        return (annotation,)
+    if not isinstance(annotation, str):
+        return None
+    names = [n.strip() for n in annotation.split("|")]
+    if not all(n in _SIMPLE_TYPES for n in names):
+        return None
+    return tuple(_SIMPLE_TYPES[n] for n in names)
+
+
+def _value_fits(value, types: tuple[type, ...]) -> bool:
+    if isinstance(value, bool):
+        return bool in types
+    if isinstance(value, int) and float in types:
+        return True
+    return isinstance(value, types)
 
 
 def protocol_param_problems(params: dict, base: Path) -> list[tuple[str, str]]:
