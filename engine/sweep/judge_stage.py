@@ -204,5 +204,6 @@ def _part_items(cell: Cell, data: LoadedDataset) -> tuple[pa.Table, dict[str, li
 
 
 def _metric_params(params: dict) -> dict:
-    """The protocol params that concern metrics too (the mode); the rest (prompt packs, ...) shape requests only."""
-    return {k: v for k, v in params.items() if k == "mode"}
+    """The protocol params that concern metrics too (the mode; CapQuiz's `average`, pooled or per_video); the rest
+    (prompt packs, ...) shape requests only."""
+    return {k: v for k, v in params.items() if k in ("mode", "average")}

@@ -134,3 +134,49 @@ def test_unmapped_types_are_kept_and_type_maps_come_from_mappings_json_and_toml(
     assert load_type_map(str(toml))["Causal Reasoning"] == ("Inferential", True)
     with pytest.raises(ValueError, match="type_families"):
         compute_metrics(table(rows), items=items(rows), n_resamples=0, type_families="no/such/file.toml")
+
+
+# video a: TP TP TP FP; video b: CD; video c: TP FP
+PER_VIDEO_ROWS = [("a", "Entity", TP), ("a", "Entity", TP), ("a", "Action", TP), ("a", "Action", FP),
+                  ("b", "Entity", CD), ("c", "Entity", TP), ("c", "Action", FP)]
+
+
+def test_per_video_averaging_differs_from_pooling_by_hand():
+    """Pooled: CapP = 4/6, CapR = 4/7, CapF1 = 2*4/(7+4+2). Per video (a, b, c): P = 3/4, -, 1/2 -> mean over the
+    2 videos with a stated answer; R = 3/4, 0, 1/2 and F1 = 2TP/(N+TP+FP) = 6/8, 0, 2/4 -> means over 3 videos."""
+    v, i = table(PER_VIDEO_ROWS), items(PER_VIDEO_ROWS)
+    pooled = compute_metrics(v, items=i, n_resamples=0)
+    per_video = compute_metrics(v, items=i, n_resamples=300, seed=2, average="per_video")
+    assert get(pooled, "CapP")["value"] == pytest.approx(100 * 4 / 6)
+    assert get(pooled, "CapR")["value"] == pytest.approx(100 * 4 / 7)
+    assert get(pooled, "CapF1")["value"] == pytest.approx(100 * 8 / 13)
+    assert get(per_video, "CapP")["value"] == pytest.approx(100 * (3 / 4 + 1 / 2) / 2)
+    assert get(per_video, "CapR")["value"] == pytest.approx(100 * (3 / 4 + 0 + 1 / 2) / 3)
+    assert get(per_video, "CapF1")["value"] == pytest.approx(100 * (6 / 8 + 0 + 2 / 4) / 3)
+    # per family: Entity = a (TP TP), b (CD), c (TP) -> R = 1, 0, 1
+    assert get(per_video, "CapR", family="Descriptive", qtype="Entity")["value"] == pytest.approx(100 * 2 / 3)
+    assert set(pooled["average"]) == {"pooled"} and set(per_video["average"]) == {"per_video"}
+    for metric in ("CapP", "CapR", "CapF1"):
+        row = get(per_video, metric)
+        assert row["ci_low"] <= row["value"] <= row["ci_high"]
+        assert (row["n"], row["n_no_verdict"]) == (7, 0)
+    # the CI resamples videos: the same seed gives the same interval, the per-video values are its replicates' means
+    again = compute_metrics(v, items=i, n_resamples=300, seed=2, average="per_video")
+    assert get(again, "CapR")["ci_low"] == get(per_video, "CapR")["ci_low"]
+
+
+def test_per_video_counts_no_verdict_like_pooling_and_bad_average_is_an_error():
+    rows = [("a", "Entity", TP), ("a", "Entity", NV), ("b", "Entity", TP)]
+    strict = compute_metrics(table(rows), items=items(rows), n_resamples=0, average="per_video")
+    paper = compute_metrics(table(rows), items=items(rows), n_resamples=0, average="per_video", paper_compatible=True)
+    assert get(strict, "CapR")["value"] == pytest.approx(100 * (1 / 2 + 1) / 2)
+    assert get(paper, "CapR")["value"] == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="average"):
+        compute_metrics(table(rows), items=items(rows), n_resamples=0, average="per-video")
+
+
+def test_a_sweep_passes_average_to_the_metrics():
+    from engine.sweep.judge_stage import _metric_params
+
+    assert _metric_params({"mode": "official", "average": "per_video", "prompts": "p.toml"}) == \
+        {"mode": "official", "average": "per_video"}

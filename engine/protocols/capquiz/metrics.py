@@ -19,6 +19,14 @@ in N, so a question the judge could not answer counts against recall exactly lik
 not evidence of a wrong statement, so it never enters CapP's denominator). With `paper_compatible=True`
 (`mode="paper"`) they are left out of N, the way an official script that skips unparseable answers would do.
 
+Averaging over videos (`average`, protocol param): the paper defines CapP/CapR/CapF1 over "the questions" and does
+not say whether questions are pooled across videos or scored per video and averaged. `average="pooled"` (default,
+as before) pools every question of a group: CapP = ΣTP/Σ(TP+FP), CapR = ΣTP/ΣN. `average="per_video"` scores each
+video on its own questions and takes the plain mean over videos: CapP over the videos with TP+FP > 0, CapR over the
+videos with N > 0, CapF1 = mean of the per-video 2TP/(N+TP+FP) (= 2PR/(P+R) of that video, 0 when TP = 0) over the
+videos with N > 0. Either way the CI is a percentile bootstrap resampling videos (clusters), the statistic
+recomputed per replicate; the `average` column says which reading a row is.
+
 Question types: the paper's ten types in two groups (Descriptive, Inferential), from capeval's pack (types.py);
 `type_families` (protocol param: a mapping, JSON text, or a TOML/JSON path) overrides the map. A type missing from
 the map is reported under family "unmapped", never dropped; `inferred` says whether a type's group is read off its
@@ -36,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import count_table, metrics_frame, safe_ratio
+from engine.metrics.core import CountTable, count_table, metrics_frame, safe_ratio
 
 from .codes import N_CODES, CapQuizVerdict
 from .types import GROUPS, group_lookup, load_type_map, normalize_type  # noqa: F401 (normalize_type re-exported)
@@ -50,6 +58,7 @@ FAMILIES = GROUPS
 ALL = "all"
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
 RUN_COLUMNS = ["judge", "seed", "trial"]  # grouping columns too, when the verdict table has them
+AVERAGES = ("pooled", "per_video")
 
 
 # -- metric functions of count arrays: counts[..., N_CODES + 1] -> fractions ------------------------------------
@@ -79,6 +88,29 @@ def metric_functions(paper_compatible: bool = False) -> dict:
         "CapR": lambda c: cap_recall(c, include_no_verdict=include),
         "CapF1": lambda c: cap_f1(c, include_no_verdict=include),
     }
+
+
+#: per_video: the per-video statistics [P_v, has P, R_v, has N, F1_v, has N] summed over videos -> means
+PER_VIDEO_METRICS = {
+    "CapP": lambda s: safe_ratio(s[..., 0], s[..., 1]),
+    "CapR": lambda s: safe_ratio(s[..., 2], s[..., 3]),
+    "CapF1": lambda s: safe_ratio(s[..., 4], s[..., 5]),
+}
+
+
+def per_video_table(table: CountTable, *, include_no_verdict: bool = True) -> CountTable:
+    """The code counts per (video, group) -> per-video CapP / CapR / CapF1 with presence flags, so that sums over
+    (resampled) videos give the mean over videos; a video absent from a group has all zeros and counts nowhere."""
+    c = np.asarray(table.counts, dtype=np.float64)
+    tp, fp = c[..., TP], c[..., FP]
+    n = tp + fp + c[..., CD] + (c[..., NV] if include_no_verdict else 0.0)
+    has_p, has_n = (tp + fp) > 0, n > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = np.where(has_p, tp / np.where(has_p, tp + fp, 1.0), 0.0)
+        r = np.where(has_n, tp / np.where(has_n, n, 1.0), 0.0)
+        f = np.where(has_n, 2.0 * tp / np.where(has_n, n + tp + fp, 1.0), 0.0)
+    stats = np.stack([p, has_p, r, has_n, f, has_n], axis=-1).astype(np.float64)
+    return CountTable(table.group_columns, table.groups, stats, None, table.clusters, table.strata, table.rows)
 
 
 # -- the verdict table -> long-format metrics -------------------------------------------------------------------
@@ -114,10 +146,11 @@ def compute_metrics(
     type_families=None,
     confidence: float = 0.95,
     mode: str | None = None,
+    average: str = "pooled",
     **options,
 ) -> pl.DataFrame:
     """CapP / CapR / CapF1 (percent) per (captioner, prompt_id, frame_spec, judge, seed, trial) x {type, family,
-    overall}.
+    overall}; `average` = "pooled" (default) or "per_video" (module doc).
 
     Group columns: those, then family, question_type, mode; `family == question_type == "all"` is the overall row,
     `question_type == "all"` a family row; `inferred` flags groups read off type names. CIs: percentile bootstrap
@@ -127,14 +160,19 @@ def compute_metrics(
     del captions, options
     _check_verdicts(verdicts)
     mode = check_mode(mode)
+    if average not in AVERAGES:
+        raise ValueError(f"capquiz: param average must be one of {list(AVERAGES)}, got {average!r}")
     label = "paper" if (paper_compatible and mode == "strict") else mode
     filled, run_cols = _fill_groups(verdicts)
     table = _with_types(filled, items, type_families)
-    fns = metric_functions(paper_compatible)
+    fns = metric_functions(paper_compatible) if average == "pooled" else PER_VIDEO_METRICS
     base = GROUP_COLUMNS + run_cols
     frames = []
     for extra in (["family", "question_type"], ["family"], []):
-        frame = metrics_frame(count_table(table, base + extra, N_CODES), fns, n_resamples=n_resamples,
+        counts = count_table(table, base + extra, N_CODES)
+        if average == "per_video":
+            counts = per_video_table(counts, include_no_verdict=not paper_compatible)
+        frame = metrics_frame(counts, fns, n_resamples=n_resamples,
                               seed=seed, confidence=confidence, scale=100.0, resample="per_group", nan_as_null=True)
         for col in ("family", "question_type"):
             if col not in frame.columns:
@@ -146,8 +184,8 @@ def compute_metrics(
     fam = table.group_by("family").agg(pl.col("inferred").any()).with_columns(pl.lit(ALL).alias("question_type"))
     flags = pl.concat([flags, fam.select(flags.columns)], how="vertical").unique(["family", "question_type"])
     out = out.join(flags, on=["family", "question_type"], how="left")
-    out = out.with_columns(pl.lit(label).alias("mode"))
-    group_cols = base + ["family", "question_type", "mode"]
+    out = out.with_columns(pl.lit(label).alias("mode"), pl.lit(average).alias("average"))
+    group_cols = base + ["family", "question_type", "mode", "average"]
     rest = [c for c in out.columns if c not in group_cols]
     return out.select(group_cols + rest)
 
