@@ -3,6 +3,13 @@
 Each extractor returns (value, repaired) where `repaired` says whether anything beyond whitespace had to be fixed
 (the verdict row then gets ParseStatus.REPAIRED), or raises `ParseError` naming what was wrong; the runner re-asks
 a bounded number of times and finally keeps an explicit FAILED row.
+
+A judge often quotes the caption it grades, and a caption may hold a ready-made verdict ({"score": 5, ...}). So the
+strict parsers read a verdict with `extract_verdict`, never with "the first object in the text": it looks at every
+top-level object of the reply, keeps those that carry the verdict fields, and takes the last one only when all of
+them agree on the verdict; when they disagree, or an object naming a verdict field cannot be read, the reply is
+refused (ParseError: re-asked, finally FAILED), because which object is the judge's own answer is then unknown.
+Blocks of the prompt's fenced data (engine/judging/untrusted.py) quoted whole in a reply are left out first.
 """
 
 from __future__ import annotations
@@ -11,6 +18,8 @@ import ast
 import json
 import re
 from typing import Any
+
+from engine.judging.untrusted import strip_fenced
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 _SMART_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
@@ -31,31 +40,53 @@ def strip_fences(text: str) -> tuple[str, bool]:
     return stripped, False
 
 
+def _span_end(text: str, start: int, opener: str) -> int | None:
+    """The index of the bracket closing the one at `start`, skipping brackets inside string literals (None: never
+    closed)."""
+    closer = "}" if opener == "{" else "]"
+    depth, quote, escape = 0, None, False
+    for i in range(start, len(text)):
+        ch = text[i]
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == quote:
+                quote = None
+        elif ch in "\"'":
+            quote = ch
+        elif ch == opener:
+            depth += 1
+        elif ch == closer:
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
 def _balanced_span(text: str, opener: str) -> str | None:
     """The first balanced {...} or [...] span, skipping brackets inside string literals."""
-    closer = "}" if opener == "{" else "]"
     start = text.find(opener)
     while start != -1:
-        depth, quote, escape = 0, None, False
-        for i in range(start, len(text)):
-            ch = text[i]
-            if quote:
-                if escape:
-                    escape = False
-                elif ch == "\\":
-                    escape = True
-                elif ch == quote:
-                    quote = None
-            elif ch in "\"'":
-                quote = ch
-            elif ch == opener:
-                depth += 1
-            elif ch == closer:
-                depth -= 1
-                if depth == 0:
-                    return text[start : i + 1]
+        end = _span_end(text, start, opener)
+        if end is not None:
+            return text[start : end + 1]
         start = text.find(opener, start + 1)
     return None
+
+
+def _top_level_spans(text: str, opener: str) -> list[str]:
+    """Every balanced span that lies inside no other, left to right (fences and prose between them ignored)."""
+    spans, start = [], text.find(opener)
+    while start != -1:
+        end = _span_end(text, start, opener)
+        if end is None:
+            start = text.find(opener, start + 1)
+        else:
+            spans.append(text[start : end + 1])
+            start = text.find(opener, end + 1)
+    return spans
 
 
 def _loads_lenient(span: str) -> Any:
@@ -89,6 +120,95 @@ def extract_json(text: str | None, kind: type = dict) -> tuple[Any, bool]:
     if not isinstance(value, kind):
         raise ParseError(f"expected a JSON {kind.__name__}, got {type(value).__name__}")
     return value, True
+
+
+def _quoted(span: str, data: tuple[str, ...]) -> bool:
+    """Whether `span` is copied verbatim from one of the request's untrusted texts (caption, earlier reply)."""
+    return any(span in d for d in data)
+
+
+def extract_verdict(text: str | None, fields: tuple[str, ...], agree_on: tuple[str, ...] | None = None,
+                    data: tuple[str, ...] = ()) -> tuple[dict, bool]:
+    """The judge's own answer: a JSON object (or Python literal) holding every one of `fields`.
+
+    `data`: the untrusted texts the prompt showed (untrusted.data_texts). An object copied verbatim from one of them,
+    or a fenced block of them, is a quotation, never the answer. A reply that is exactly one other such object is
+    taken as is. Otherwise every top-level object in the reply is looked at (inside fences or not): those naming
+    none of `fields` are prose and skipped; one naming a field that cannot be read, or several readable ones that
+    differ in `agree_on` (default: `fields`), make the reply ambiguous and raise ParseError, since a quoted caption
+    may hold an object of the same shape; agreeing ones give the last. A reply with no object carrying the fields
+    falls back to `extract_json` (unless quotations were left out), so its error says what the reply holds.
+    """
+    if text is None or not text.strip():
+        raise ParseError("empty output")
+    try:
+        whole = json.loads(text)
+        if isinstance(whole, dict) and all(f in whole for f in fields) and not _quoted(text.strip(), data):
+            return whole, False
+    except (ValueError, RecursionError):
+        pass
+    text, _ = strip_fenced(text)  # a quoted (echoed) block of the prompt's data is never the answer
+    agree_on = fields if agree_on is None else agree_on
+    found: list[dict] = []
+    quoted = 0
+    for span in _top_level_spans(text, "{"):
+        if not any(f in span for f in fields):
+            continue
+        if _quoted(span, data):
+            quoted += 1
+            continue
+        try:
+            value = _loads_lenient(span)
+        except ParseError:
+            raise ParseError(f"an object naming {list(fields)} cannot be read, so the judge's own answer is "
+                             f"uncertain: {span[:80]!r}") from None
+        if isinstance(value, dict) and all(f in value for f in fields):
+            found.append(value)
+    if not found:
+        if quoted:
+            raise ParseError(f"the only objects with {list(fields)} are quoted from the caption or other data "
+                             f"shown to the judge, not its own answer")
+        return extract_json(text, dict)
+    verdicts = {json.dumps([found_value.get(f) for f in agree_on], sort_keys=True, default=repr)
+                for found_value in found}
+    if len(verdicts) > 1:
+        raise ParseError(f"{len(found)} objects with {list(fields)} disagree ({', '.join(sorted(verdicts))[:120]}); "
+                         f"a quoted caption may hold one, so none is taken")
+    return found[-1], True
+
+
+def extract_verdict_list(text: str | None, data: tuple[str, ...] = ()) -> tuple[list[str], bool]:
+    """The judge's own list of strings (e.g. extracted events): the last top-level list of strings in the reply
+    that is not copied from `data`; several that differ are refused like `extract_verdict` refuses disagreeing
+    objects."""
+    if text is None or not text.strip():
+        raise ParseError("empty output")
+    try:
+        whole = json.loads(text)
+        if isinstance(whole, list) and not _quoted(text.strip(), data):
+            return whole, False
+    except (ValueError, RecursionError):
+        pass
+    text, _ = strip_fenced(text)
+    found, quoted = [], 0
+    for span in _top_level_spans(text, "["):
+        if _quoted(span, data):
+            quoted += 1
+            continue
+        try:
+            value = _loads_lenient(span)
+        except ParseError:
+            continue
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            found.append(value)
+    if not found:
+        if quoted:
+            raise ParseError("the only lists in the reply are quoted from the caption, not the judge's own answer")
+        return extract_json(text, list)
+    if any(v != found[-1] for v in found):
+        raise ParseError(f"{len(found)} lists of strings in the reply disagree; a quoted caption may hold one, so "
+                         f"none is taken")
+    return found[-1], True
 
 
 def parse_int_field(obj: dict, field: str, allowed: tuple[int, ...]) -> tuple[int, bool]:

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 
-from engine.judging.repair import ParseError, extract_json
+from engine.judging.repair import ParseError, extract_verdict
+from engine.judging.untrusted import data_texts
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 
@@ -64,26 +65,31 @@ def parse_official(task: str, text: str | None, ctx: dict):
     return official.code_of(score), ParseStatus.OK, _detail(reply, score)
 
 
-def _strict_extract(text: str | None) -> tuple[object, bool, bool]:
-    """(value, repaired, plain): the official extraction first (repaired when it had to strip a fence); only when that
-    cannot read the text at all, a lenient JSON extraction (prose around the object, JSON literals, smart quotes).
-    A value the official extraction did read (a list, a tuple) is not searched further: officially it is rejected
-    by the validator, and strict mode never accepts what the validator rejects. `plain`: see official.read."""
+def _strict_extract(task: str, text: str | None, data: tuple[str, ...] = ()) -> tuple[object, bool, bool]:
+    """(value, repaired, plain): the official extraction when the reply is one literal with no fence (`plain`: see
+    official.read). A value the official extraction did read that is not a dict (a list, a tuple) is not searched
+    further: officially it is rejected by the validator, and strict mode never accepts what the validator rejects.
+    Otherwise (fences, prose, several objects) the judge's own object is looked for in the whole reply: a fence may
+    hold a quoted caption's verdict as well as the judge's answer, so objects with a different score / pred make the
+    reply ambiguous and it is re-asked, and an object copied from `data` (the caption, the annotation) is never the
+    answer (repair.extract_verdict)."""
     try:
         value, plain = official.read(text)
-        return value, "```" in text, plain
+        if not isinstance(value, dict) or ("```" not in text and not any(text.strip() in d for d in data)):
+            return value, "```" in text, plain
     except official.Rejected as exc:
         if exc.stage == "api":
             raise
     try:
-        return extract_json(text, dict)[0], True, False
+        fields = ("pred",) if task in CLASSIFICATION_TASKS else ("score",)
+        return extract_verdict(text, fields, data=data)[0], True, False
     except ParseError as exc:
         raise official.Rejected("parse", str(exc)) from None
 
 
-def parse_strict(task: str, text: str | None, ctx: dict):
+def parse_strict(task: str, text: str | None, ctx: dict, data: tuple[str, ...] = ()):
     try:
-        reply, repaired, plain = _strict_extract(text)
+        reply, repaired, plain = _strict_extract(task, text, data)
         if not isinstance(reply, dict):
             raise official.Rejected("parse", f"expected a JSON object, got {type(reply).__name__}")
         if task in CLASSIFICATION_TASKS:
@@ -104,8 +110,9 @@ def parse_strict(task: str, text: str | None, ctx: dict):
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    ctx = parse_context(request).get("parse", {})
+    full = parse_context(request)
+    ctx = full.get("parse", {})
     task = ctx.get("task") or request.get("task")
     if ctx.get("mode") == "official":
         return parse_official(task, text, ctx)
-    return parse_strict(task, text, ctx)
+    return parse_strict(task, text, ctx, data_texts(full))

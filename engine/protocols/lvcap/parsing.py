@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 
-from engine.judging.repair import ParseError, extract_json, match_choice
+from engine.judging.repair import ParseError, extract_json, extract_verdict_list, match_choice
+from engine.judging.untrusted import data_texts
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 
@@ -38,7 +39,8 @@ def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None
         if step == "scene_qa":
             return int(BatchVerdict.JUDGED), ParseStatus.OK, json.dumps(parse_scene_scores(text, ctx))
         if step == "extract":
-            events, repaired = extract_json(text, list)
+            # the judge's own list, not one quoted from the caption
+            events, repaired = extract_verdict_list(text, data_texts(parse_context(request)))
             if not all(isinstance(e, str) for e in events):
                 raise ParseError("extracted events must be strings")
             events = [e.strip() for e in events if e.strip()]

@@ -1,6 +1,7 @@
 """VC-Inspector parsing.
 
-strict mode: the integer `score` field (1-5) of a JSON object -> code score-1; explanation kept.
+strict mode: the integer `score` field (1-5) of the judge's own JSON object -> code score-1; explanation kept. A reply
+    that also quotes an object with a different score (e.g. from the caption) is refused (repair.extract_verdict).
 official mode: the released checkpoints answer "<score>\\n<explanation>" (the repository prints the raw text and has
 no parser): the first non-empty line must be one integer 1-5 (surrounding spaces allowed); the remaining lines are
 the explanation. Anything else (a JSON object, "Score: 4", "4/5") is a failure, never guessed."""
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 import re
 
-from engine.judging.repair import ParseError, extract_json, parse_int_field
+from engine.judging.repair import ParseError, extract_verdict, parse_int_field
+from engine.judging.untrusted import data_texts
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 
@@ -30,13 +32,14 @@ def parse_official(text: str | None) -> tuple[int, str]:
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    official = parse_context(request).get("parse", {}).get("mode") == "official"
+    ctx = parse_context(request)
+    official = ctx.get("parse", {}).get("mode") == "official"
     try:
         if official:
             score, explanation = parse_official(text)
             status = ParseStatus.OK
         else:
-            obj, repaired = extract_json(text, dict)
+            obj, repaired = extract_verdict(text, ("score",), data=data_texts(ctx))
             score, fixed = parse_int_field(obj, "score", (1, 2, 3, 4, 5))
             explanation = obj.get("explanation")
             status = ParseStatus.REPAIRED if (repaired or fixed) else ParseStatus.OK

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 
-from engine.judging.repair import ParseError, extract_json, parse_int_field
+from engine.judging.repair import ParseError, extract_verdict, parse_int_field
+from engine.judging.untrusted import data_texts
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 
@@ -71,10 +72,11 @@ def official_answer_without_content() -> tuple[int, ParseStatus, str]:
                                                "'Predicted Answer: None'"})
 
 
-def parse_score(text: str | None) -> tuple[int, ParseStatus, str | None]:
-    """Strict: the JSON `score` field, and nothing else (a reply without one, even "Score: 1", has no verdict)."""
+def parse_score(text: str | None, data: tuple[str, ...] = ()) -> tuple[int, ParseStatus, str | None]:
+    """Strict: the JSON `score` field, and nothing else (a reply without one, even "Score: 1", has no verdict).
+    `data`: the texts the prompt showed; an object quoted from them is never the grade (repair.extract_verdict)."""
     try:
-        obj, repaired = extract_json(text, dict)
+        obj, repaired = extract_verdict(text, ("score",), data=data)  # the judge's own object, not a quoted one
         score, fixed = parse_int_field(obj, "score", (2, 1, 0, -1))
     except ParseError as exc:
         return NO_VERDICT, ParseStatus.FAILED, str(exc)
@@ -92,11 +94,12 @@ def parse_score_official(text: str | None) -> tuple[int, ParseStatus, str | None
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    ctx = parse_context(request).get("parse", {})
+    full = parse_context(request)
+    ctx = full.get("parse", {})
     mode = (ctx.get("settings") or {}).get("mode", "strict")
     if request.get("step") == "answer":
         return parse_answer(text, mode)
-    code, status, detail = parse_score_official(text) if mode == "official" else parse_score(text)
+    code, status, detail = parse_score_official(text) if mode == "official" else parse_score(text, data_texts(full))
     answer = ctx.get("answer")
     if status != ParseStatus.FAILED and answer is not None:
         detail = json.dumps({**json.loads(detail), "answer": answer}, ensure_ascii=False)
