@@ -136,7 +136,7 @@ def _judge(cases, tmp_path, **params) -> pl.DataFrame:
 def outcomes(tmp_path_factory) -> dict:
     """variant -> verdict rows of every case, judged per task in one run each (max_allow_missing=0)."""
     if not CASES:
-        pytest.skip(f"no {PARSE}")
+        pytest.fail(f"no {PARSE} cases found (see tests/fidelity/conftest.py ORACLE_KINDS)")
     out = {}
     for variant, strict in VARIANTS.items():
         frames = []

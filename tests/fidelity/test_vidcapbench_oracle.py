@@ -102,7 +102,7 @@ def _value(metrics: pl.DataFrame, section: str, metric: str) -> dict:
 
 def _letters(case: dict, verdicts: pl.DataFrame) -> list[str | None]:
     by_item = {r["item_id"]: r["verdict"] for r in verdicts.iter_rows(named=True)}
-    return [LETTER_OF_CODE.get(by_item[item]) for item in item_ids(case)]
+    return [LETTER_OF_CODE.get(by_item.get(item)) for item in item_ids(case)]  # a pair never judged: None
 
 
 def _check(expected: dict, metrics: pl.DataFrame, verdicts: pl.DataFrame, mode: str) -> None:
