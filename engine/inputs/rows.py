@@ -45,11 +45,12 @@ def read_rows(path: str | Path) -> Iterator[tuple[int, dict]]:
         else:
             yield from _parquet(path)
     except UnicodeDecodeError:
-        raise not_utf8(path) from None
+        raise not_utf8(path) or UsageError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
 
 
-def not_utf8(path: Path) -> UsageError:
-    """The UsageError for a text file that is not UTF-8, naming the first bad line and byte. Found by a second
+def not_utf8(path: Path) -> UsageError | None:
+    """The UsageError for a text file that is not UTF-8, naming the first bad line and byte (None when every line
+    decodes). Found by a second
     pass over the raw lines: the decoder's position is within its read buffer, not the file, and a UTF-8
     character never spans a newline, so decoding line by line finds exactly the first bad byte."""
     with open(path, "rb") as f:
@@ -59,7 +60,7 @@ def not_utf8(path: Path) -> UsageError:
             except UnicodeDecodeError as exc:
                 return UsageError(f"{path}:{lineno}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte "
                                   f"{exc.start + 1} of the line); save the file as UTF-8")
-    return UsageError(f"{path}: not UTF-8 text; save the file as UTF-8")
+    return None
 
 
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:

@@ -8,7 +8,7 @@ from pathlib import Path
 import polars as pl
 
 from engine.errors import UsageError
-from engine.inputs.rows import table_format
+from engine.inputs.rows import not_utf8, table_format
 
 #: the columns that identify one verdict (those present are used); a repeat is a duplicate
 IDENTITY = ("cell_key", "protocol", "task", "item_id", "video_id", "captioner", "prompt_id", "frame_spec", "step",
@@ -26,7 +26,9 @@ def _read(path: Path) -> pl.DataFrame:
             return pl.read_csv(path, separator="\t" if fmt == "tsv" else ",", infer_schema_length=None)
         return pl.read_ndjson(path, infer_schema_length=None)
     except Exception as exc:  # noqa: BLE001 - polars raises several types for a malformed file
-        raise UsageError(f"{path}: not a readable {fmt} verdict table ({exc})") from None
+        # polars names no line for bad UTF-8; the line scan does (None for a text file that decodes)
+        raise (fmt != "parquet" and not_utf8(path)) or UsageError(
+            f"{path}: not a readable {fmt} verdict table ({exc})") from None
 
 
 def check_verdicts(df: pl.DataFrame, path: str | Path = "verdicts") -> pl.DataFrame:

@@ -130,6 +130,13 @@ def test_not_utf8_names_file_and_line(tmp_path):
         read_captions(path)
 
 
+def test_not_utf8_verdict_table_names_file_and_line(tmp_path):
+    path = tmp_path / "v.csv"
+    path.write_bytes(b"item_id,video_id,verdict,note\nq1,v1,1,ok\nq2,v2,0,caf\xe9\n")
+    with pytest.raises(UsageError, match=r"v.csv:3: not UTF-8 text"):
+        read_verdicts(path)
+
+
 def test_duplicate_ids_with_escape_sequences_are_shown_escaped(tmp_path):
     path = _jsonl(tmp_path / "c.jsonl", [{"video_id": "v\x1b[2J", "caption": "a"},
                                          {"video_id": "v\x1b[2J", "caption": "b"}])

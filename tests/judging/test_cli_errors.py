@@ -181,3 +181,18 @@ def test_run_account_summary_escapes_ids_and_reasons():
     text = account.summary()
     assert "\x1b" not in text and "\x07" not in text
     assert "q\\x1b]0;pwned" in text
+
+
+def test_metrics_table_labels_from_files_are_printed_escaped(tmp_path, capsys):
+    """The captioner label and the category come from the user's files and appear in the printed metrics table."""
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"item_id": "v0/q", "video_id": "v0", "task": "Attribute", "annotation": "Colour?",
+                                 "options": ["red", "blue"], "answer": "red", "category": f"cat{ESC}"}) + "\n")
+    captions = tmp_path / "caps.jsonl"
+    captions.write_text(json.dumps({"video_id": "v0", "caption": "A red ball.", "captioner": f"m{ESC}"}) + "\n")
+    argv = _judge(tmp_path, "--judge", "replay", "--judge-option", f"replies={_replies(tmp_path, ids=('v0',))}",
+                  items=items, captions=captions)
+    assert main(argv) == exitcodes.OK, capsys.readouterr().err
+    out = capsys.readouterr()
+    assert "\x1b" not in out.out + out.err and "\x07" not in out.out + out.err
+    assert "m\\x1b]0;pwned" in out.out
