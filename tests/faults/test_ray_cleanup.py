@@ -1,0 +1,57 @@
+"""Issue 19 item 8: nothing capeval started outlives its run. A real driver (library init_ray + tasks, clean
+environment) is killed with SIGKILL: within a bounded time no process of its Ray session (GCS, raylet,
+DashboardAgent, RuntimeEnvAgent, workers, the watchdog) survives and none of its ports listens, while the Ray of
+another driver on the same machine is left alone. A driver that exits normally leaves nothing behind either."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from _ray_session import (kill_all, listening, listening_ports, session_processes, short_temp_dir, start_driver,
+                          survivors, wait_until)
+
+BOUND_S = 30
+CORE = {"gcs_server", "raylet"}
+
+
+def _session(driver):
+    time.sleep(1.0)  # agents bind their ports shortly after start
+    procs = session_processes(driver.pid)
+    ports = {port for *_, port in listening(procs)}
+    names = set(survivors(procs).values())
+    assert {"gcs_server", "raylet"} <= names and any("Agent" in n for n in names), names
+    return procs, ports
+
+
+def test_kill_9_of_a_driver_leaves_no_process_or_port_of_its_ray_and_spares_another_ray():
+    killed = start_driver(short_temp_dir())
+    other = start_driver(short_temp_dir())
+    killed_procs = other_procs = {}
+    try:
+        killed_procs, killed_ports = _session(killed)
+        other_procs, other_ports = _session(other)
+        killed.send_signal(signal.SIGKILL)  # the driver alone, as `kill -9 PID` of a sweep does
+        t0 = time.monotonic()
+        left = wait_until(lambda: not survivors(killed_procs) and not (killed_ports & listening_ports()), BOUND_S)
+        took = time.monotonic() - t0
+        assert left, (f"{BOUND_S}s after kill -9: alive {survivors(killed_procs)}, "
+                      f"listening {sorted(killed_ports & listening_ports())}")
+        print(f"killed driver's Ray gone {took:.1f}s after kill -9 ({len(killed_procs)} processes)")
+        # (the other Ray's core processes and their ports: an idle worker may come and go on its own)
+        core = {pid for pid, name in survivors(other_procs).items() if name in CORE or "Agent" in name}
+        assert {"gcs_server", "raylet"} <= {survivors(other_procs)[p] for p in core}
+        assert core <= survivors(other_procs).keys(), "another driver's Ray was killed"
+        assert {port for pid, _, _, port in listening(core)} <= listening_ports(), "another Ray lost its ports"
+
+        other.stdin.write("exit\n")  # the normal exit path: ray.shutdown at interpreter exit
+        other.stdin.flush()
+        assert other.wait(timeout=60) == 0, other.stderr.read()[-3000:]
+        left = wait_until(lambda: not survivors(other_procs) and not (other_ports & listening_ports()), BOUND_S)
+        assert left, (f"{BOUND_S}s after a normal exit: alive {survivors(other_procs)}, "
+                      f"listening {sorted(other_ports & listening_ports())}")
+    finally:
+        for proc in (killed, other):
+            proc.kill()
+        kill_all(killed_procs)
+        kill_all(other_procs)
