@@ -155,3 +155,31 @@ def test_strict_scene_prompt_shows_the_scene_description():
     assert len(reqs) == 5 and {r["step"] for r in reqs} == {"answer"}
     q = next(r for r in reqs if r["item_id"] == "v1/q2")
     assert "Scene 2 of v1." in q["user"] and "Question 2 about v1?" in q["user"] and q["choices"] == ["yes", "no"]
+
+
+def test_official_paper_event_scoring_runs_on_capevals_own_pack_with_the_local_judge(tmp_path):
+    """`--mode official --prompts engine/protocols/lvcap/pack.toml`: the paper's event flow (Prompt2 layout, then
+    Prompt5 layout) in capeval's words, answered by the local judge on the first try."""
+    import pyarrow as pa
+
+    from adapters.local_judge import LocalJudge
+    from engine.judging.runner import run_judging
+    from engine.packs import builtin_pack_path
+    from engine.protocols.lvcap import PROTOCOL
+    from engine.schemas import CAPTIONS, ITEMS, conform
+
+    items = conform(pa.Table.from_pylist([{
+        "benchmark": "lvcap", "task": "events", "item_id": "v1", "video_id": "v1", "category": "Movie",
+        "annotation": json.dumps(["A man opens a door.", "A dog barks loudly."]), "answer": "ref"}]), ITEMS)
+    caps = conform(pa.table({"caption_key": ["c"], "captioner": ["m"], "prompt_id": ["p"], "frame_spec": ["f"],
+                             "video_id": ["v1"], "text": ["A man opens a door, and a dog barks loudly."]}), CAPTIONS)
+    params = {"mode": "official", "prompts": builtin_pack_path("lvcap")}
+    judge = LocalJudge()
+    reqs = PROTOCOL.build_requests(items, caps, judge=judge.name, judge_revision=judge.revision, **params)
+    v = pl.from_arrow(run_judging(reqs, judge, cache_dir=tmp_path, protocol=PROTOCOL, protocol_params=params,
+                                  progress=False, keep_intermediate=True))
+    assert v.select("step", "parse_status", "attempt").to_dicts() == [
+        {"step": "extract", "parse_status": 0, "attempt": 0}, {"step": "event_match", "parse_status": 0, "attempt": 0}]
+    m = compute_metrics(v, items=pl.from_arrow(items), n_resamples=0, **params)
+    head = m.filter((pl.col("bucket") == "all") & (pl.col("metric") == "S_e")).row(0, named=True)
+    assert head["value"] == pytest.approx(100.0) and head["event_scoring"] == "paper"
