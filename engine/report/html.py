@@ -186,6 +186,16 @@ def _record_html(run: RunData) -> str:
     return f"<table>{body}</table>"
 
 
+def script_json(value) -> str:
+    """`value` as JSON that is safe inside a <script> element: captions and judge replies are untrusted text, and
+    `</script` would end the element while `<!--` followed by `<script` switches the HTML parser into a state where
+    the closing tag no longer closes it (the sample browser came up empty). Every `<`, `>` and `&` is written as a
+    JSON escape (`\\u003c`, ...) and non-ASCII as escapes too (U+2028/U+2029 included); JSON.parse reads it back
+    unchanged."""
+    text = json.dumps(value, default=str, ensure_ascii=True)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MAX_SAMPLES) -> str:
     """The page's HTML text."""
     from plotly.offline import get_plotlyjs
@@ -207,7 +217,7 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
         figures.append(plots.agreement_plot(agreement, "fig-agreement"))
     samples, failures = _sample_rows(run, max_samples) if run.verdicts is not None else (
         {"columns": [], "rows": [], "filters": [], "shown": [], "details": [], "left_out": 0}, pl.DataFrame())
-    data_json = json.dumps(samples, default=str).replace("</", "<\\/")
+    data_json = script_json(samples)
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     head_cols = "".join(f"<th>{_e(c)}</th>" for c in samples["shown"])
     agreement_html = (_frame_html(agreement, 3) if agreement.height else
