@@ -173,7 +173,8 @@ def test_text_annotations_that_look_like_numbers_render_verbatim():
                              "frame_spec": ["f", "f"], "video_id": ["o1", "n1"], "text": ["A sign reads 1.50.", "x"]}),
                    CAPTIONS)
     rows = {r["task"]: r for r in PROTOCOL.build_requests(items, caps, judge="j", judge_revision="r").to_pylist()}
-    assert "Visible text: 1.50\n" in rows["OCR"]["user"]
+    assert "Visible text (annotation):\n<<<annotation " in rows["OCR"]["user"]  # strict mode fences it as data
+    assert "\n1.50\n<<<end annotation " in rows["OCR"]["user"]
     assert "{cup: 3}" in rows["object_number"]["user"]
     ok = '{"OCR": "1.50", "score": 1, "reason": "x"}'
     assert PROTOCOL.parse(rows["OCR"], ok)[0] == V.POSITIVE

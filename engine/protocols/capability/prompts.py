@@ -14,7 +14,7 @@ rules (eval.py / prompt.py, as the pack's `placeholders` describe them):
 * camera_angle / camera_movement / style have only the caption; their labels come from the pack's [[category]].
 
 Official mode sends what the official script sends: the two messages and no sampling parameters (temperature None,
-no structured output). Strict mode asks at temperature 0 and sends a JSON schema whose every instance the official
+no structured output). Strict mode fences the caption and text annotations as data (engine/judging/untrusted.py). Strict mode asks at temperature 0 and sends a JSON schema whose every instance the official
 validator accepts (param `structured`: default on, except for judges known to lack JSON-schema support such as
 GPT-4-Turbo; `structured=false` turns it off).
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 
 from engine import packs
+from engine.judging.untrusted import fence
 from engine.packs import PackError, PromptPack, resolve_pack
 from engine.protocols.base import Rendered, annotation_value
 
@@ -103,8 +104,10 @@ def _pred_schema(cats: Categories) -> str:
         "reason": {"type": "string", "maxLength": 400}}, "required": ["pred", "reason"]})
 
 
-def _fills(task: str, value, names: list[str]) -> list[tuple[dict, object, dict]]:
-    """(template fields, annotation the validator compares with, fields for structured backends) per request."""
+def _fills(task: str, value, names: list[str], fenced: bool = False) -> list[tuple[dict, object, dict]]:
+    """(template fields, annotation the validator compares with, fields for structured backends) per request.
+    `fenced` (strict mode): a text annotation enters the prompt fenced as data; {object: value} pairs stay as they
+    are, since the reply copies them in that very form."""
     others = [n for n in names if n != "caption"]
     if isinstance(value, dict):
         if not value:
@@ -118,7 +121,8 @@ def _fills(task: str, value, names: list[str]) -> list[tuple[dict, object, dict]
                                            "value": str(v)}))
         return out
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return [({n: text for n in others}, text, {"annotation": text})]
+    shown = fence("annotation", text) if fenced else text
+    return [({n: shown for n in others}, text, {"annotation": text})]
 
 
 def render(item: dict, caption: dict, *, pack: PromptPack, mode: str = "strict", strict_match=False,
@@ -131,6 +135,9 @@ def render(item: dict, caption: dict, *, pack: PromptPack, mode: str = "strict",
     prompt = pack.prompt(f"judge/{task}")
     text = caption.get("text")
     text = "" if text is None else text
+    # Strict mode fences the caption (the captioner's text may hold instructions or a ready-made verdict); official
+    # mode sends the official prompt byte for byte (docs/fidelity_capability.md: the exposure that leaves).
+    shown = fence("caption", text) if mode == "strict" else text
     # Only the object tasks carry {object: value} dicts; every other annotation is text and stays exactly as given
     # (decoding "1.50" or " 12" as JSON numbers would change the prompt).
     value = annotation_value(item) if task in DICT_TASKS else item.get("annotation")
@@ -140,15 +147,15 @@ def render(item: dict, caption: dict, *, pack: PromptPack, mode: str = "strict",
     base_parse = {"mode": mode, "task": task, "strict_match": flag(strict_match)}
     if task in CLASSIFICATION_TASKS:
         cats = categories(pack, task)
-        system, user = prompt.render(caption=text, **{n: "" for n in names if n != "caption"})
+        system, user = prompt.render(caption=shown, **{n: "" for n in names if n != "caption"})
         return [Rendered(task=task, step="judge", system=system, user=user,
                          json_schema=_pred_schema(cats) if structured else None,
                          fields={"caption": text, "categories": json.dumps(list(cats.names)), "annotation": str(value)},
                          parse={**base_parse, "annotation": value, "names": list(cats.names),
                                 "explains": list(cats.explains)}, **sampling)]
     out = []
-    for sub, (fields, compared, backend_fields) in enumerate(_fills(task, value, names)):
-        system, user = prompt.render(caption=text, **fields)
+    for sub, (fields, compared, backend_fields) in enumerate(_fills(task, value, names, fenced=mode == "strict")):
+        system, user = prompt.render(caption=shown, **fields)
         out.append(Rendered(task=task, step="judge", sub_index=sub, system=system, user=user,
                             json_schema=_score_schema(task) if structured else None,
                             fields={"caption": text, **backend_fields},

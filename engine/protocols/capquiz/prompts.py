@@ -5,7 +5,8 @@ Options are shown in the order given (the benchmark balances the position of the
 protocol param `shuffle=True` shuffles them per item and judge seed, for position-robustness trials (a different
 order per seed, the same on every machine and in every run). Params: `mode` ("strict": capeval's pack;
 "official": the paper's judge prompt from the benchmark pack, no system message, no temperature sent), `prompts`
-(a pack path), `shuffle`, `temperature`. The pack digest and the mode enter every request key.
+(a pack path), `shuffle`, `temperature`. The pack digest and the mode enter every request key. Strict mode fences
+the caption, question and options as data (engine/judging/untrusted.py).
 
 What the paper leaves open and capeval fixes (said here, not guessed silently): options render one per line as
 "<letter>. <text>", the letters as "A, B, C, D, E, F"."""
@@ -17,6 +18,7 @@ import random
 
 from engine.keys import derived_seed
 from engine import packs
+from engine.judging.untrusted import fence
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 
@@ -88,8 +90,13 @@ def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts:
     correct = letters[order.index(correct_index(item))]
     question = item.get("annotation") or ""
     text = caption.get("text") or ""
-    system, user = pack_for(mode, prompts).render("judge/mcq", caption=text, question=question, options=block,
-                                                  option_id_str=option_ids)
+    if mode == STRICT:  # caption, question and options fenced as data; official prompts are sent byte for byte
+        system, user = pack_for(mode, prompts).render(
+            "judge/mcq", caption=fence("caption", text), question=fence("question", question),
+            options=fence("options", block), option_id_str=option_ids)
+    else:
+        system, user = pack_for(mode, prompts).render("judge/mcq", caption=text, question=question, options=block,
+                                                      option_id_str=option_ids)
     if temperature is UNSET:
         temp = None if mode == OFFICIAL else 0.0
     else:

@@ -2,7 +2,8 @@
 caption and scores the caption 1-5 with an explanation.
 
 Params (sweep `protocols[].params`, CLI `--mode/--prompts/--param`):
-* `mode` = "strict" (default): capeval's pack, JSON {"score", "explanation"} under a schema, temperature 0;
+* `mode` = "strict" (default): capeval's pack, JSON {"score", "explanation"} under a schema, temperature 0; the
+  caption fenced as data (engine/judging/untrusted.py);
   "official": the official inference prompt (pack id judge/score; `prompts` = the VC-Inspector pack, or
   $CAPEVAL_PACKS/vcinspector.toml): one user message, the frames as images BEFORE the text (backends put images
   first), the text starting with one "<image>" mark per frame, no system message, no JSON grammar, no sampling
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 
+from engine.judging.untrusted import fence
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 
@@ -63,7 +65,8 @@ def render(item: dict, caption: dict, *, seed: int, pack: PromptPack, mode: str 
         r = Rendered(task=item["task"], step="score", system=system, user=user, max_tokens=1024, temperature=None,
                      fields={"caption": text}, parse={"mode": "official"})
     else:
-        system, user = pack.render("judge/score_json", caption=text)
+        # The caption is the captioner's text and may hold instructions or a ready-made verdict: fenced as data.
+        system, user = pack.render("judge/score_json", caption=fence("caption", text))
         r = Rendered(task=item["task"], step="score", system=system, user=user, json_schema=SCORE_SCHEMA,
                      max_tokens=256, fields={"caption": text})
     if fr is None:

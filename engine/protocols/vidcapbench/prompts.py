@@ -6,7 +6,8 @@ from a path, sent as the official script sends it), `prompts` (a pack path), `te
 official default None = no sampling parameter sent, as the official script sets none).
 
 The pack's digest and the mode enter every request key (`revision_suffix`), so two packs or modes never share
-cached judgments. Official mode sends one user message per call, no JSON schema, no temperature, and the same
+cached judgments. Strict mode fences every text it did not write (caption, question, reference answer and the
+answer step's reply) as data (engine/judging/untrusted.py). Official mode sends one user message per call, no JSON schema, no temperature, and the same
 content for every judge seed (the official script has no seed)."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import json
 
 from engine import packs
+from engine.judging.untrusted import fence
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 
@@ -61,7 +63,10 @@ def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts:
     temp = temperature_for(mode, temperature)
     question = item.get("annotation") or ""
     text = caption.get("text") or ""
-    system, user = pack.render("judge/answer", caption=text, question=question)
+    if mode == STRICT:  # caption and question fenced as data; official prompts are sent byte for byte
+        system, user = pack.render("judge/answer", caption=fence("caption", text), question=fence("question", question))
+    else:
+        system, user = pack.render("judge/answer", caption=text, question=question)
     return [Rendered(task=item["task"], step="answer", system=system, user=user, max_tokens=ANSWER_MAX_TOKENS[mode],
                      temperature=temp, fields={"caption": text, "question": question},
                      parse={"question": question, "reference": item.get("answer") or "",
@@ -72,7 +77,11 @@ def render_score(task: str, question: str, reference: str, answer: str, settings
     settings = settings or {"mode": STRICT, "prompts": None, "temperature": 0.0}
     mode = check_mode(settings.get("mode"))
     pack = pack_for(mode, settings.get("prompts"))
-    system, user = pack.render("judge/score", question=question, answer=reference, prediction=answer)
+    if mode == STRICT:  # the prediction is the judge's earlier reply, built from the caption: fenced like it
+        system, user = pack.render("judge/score", question=fence("question", question),
+                                   answer=fence("reference", reference), prediction=fence("prediction", answer))
+    else:
+        system, user = pack.render("judge/score", question=question, answer=reference, prediction=answer)
     return Rendered(task=task, step="score", system=system, user=user,
                     json_schema=SCORE_SCHEMA if mode == STRICT else None, max_tokens=SCORE_MAX_TOKENS[mode],
                     temperature=settings.get("temperature"),
