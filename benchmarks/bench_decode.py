@@ -127,13 +127,13 @@ def _ray_scaling(videos: list[Path], spec: str, work: Path, repeats: int) -> dic
     import ray
 
     from engine.frames.ray_decode import DecodePool
+    from engine.ray_local import init_ray
 
     started = not ray.is_initialized()
     if started:
         # 3 logical CPUs so the 1-worker and the 2-worker pools both stay alive and their repeats can alternate
         # (load on a shared machine drifts between runs); only one pool works at a time, on the 2 real cores.
-        ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False, object_store_memory=128 * 1024 * 1024,
-                 _temp_dir=str(work / "ray"))
+        init_ray(num_cpus=3, object_store_mb=128, temp_dir=str(work / "ray"))  # loopback-only, reaped with us
     out = {}
     pools = {}
     try:
