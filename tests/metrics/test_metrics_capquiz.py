@@ -180,3 +180,13 @@ def test_a_sweep_passes_average_to_the_metrics():
 
     assert _metric_params({"mode": "official", "average": "per_video", "prompts": "p.toml"}) == \
         {"mode": "official", "average": "per_video"}
+
+
+def test_a_bad_average_stops_before_any_request_is_built():
+    import pyarrow as pa
+
+    from engine.protocols.capquiz import PROTOCOL
+
+    with pytest.raises(ValueError, match="average"):
+        PROTOCOL.build_requests(pa.table({"item_id": ["q"]}), pa.table({"video_id": ["v"]}), judge="j",
+                                judge_revision="r", average="mean")

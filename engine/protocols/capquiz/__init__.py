@@ -11,7 +11,7 @@ from .codes import CapQuizVerdict as _CapQuizVerdict
 
 class CapQuizProtocol(_JudgeProtocol):
     """CapQuiz: multiple-choice questions answered from the caption -> CapP/CapR/CapF1.
-    Params: mode, prompts, shuffle, type_families."""
+    Params: mode, prompts, shuffle, type_families, average (pooled | per_video: metrics.py)."""
 
     name = "capquiz"
     version = "2"
@@ -34,6 +34,7 @@ class CapQuizProtocol(_JudgeProtocol):
         no caption in a (captioner, prompt, frames) group still gets a row there (no verdict, MISSING), so it
         counts in N."""
         mode = _prompts.check_mode(opts.get("mode"))
+        _check_average(opts.get("average"))  # a metrics param: checked before any request is sent
         pack = _prompts.pack_for(mode, opts.get("prompts"))
         revision = f"{judge_revision}|pack:{pack.digest}|mode:{mode}"
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
@@ -65,3 +66,10 @@ class CapQuizProtocol(_JudgeProtocol):
 
 
 PROTOCOL = _register_protocol("capquiz")(CapQuizProtocol())
+
+
+def _check_average(average) -> None:
+    from .metrics import AVERAGES
+
+    if average is not None and average not in AVERAGES:
+        raise ValueError(f"capquiz: param average must be one of {list(AVERAGES)}, got {average!r}")
