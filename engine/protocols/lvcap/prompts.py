@@ -11,6 +11,8 @@ Params (sweep `protocols[].params`, CLI `--mode/--prompts/--param`):
 * `prompts`: the pack for scene QA (official: the LVCap pack, `lvcap.toml`, id judge/scene_qa);
 * `event_prompts`: the pack for events (official: the AutoDQ pack, `autodq.toml`, ids judge/extract_events and
   judge/entailment). Without it the `prompts` pack is used when it has those ids.
+Strict mode fences every text it did not write (caption, scene description, question, event) as data
+(engine/judging/untrusted.py); official mode sends the official prompts byte for byte.
 Without explicit packs strict mode uses capeval's own pack (pack.toml here) and official mode reads
 $CAPEVAL_PACKS/lvcap.toml and $CAPEVAL_PACKS/autodq.toml (engine.packs.resolve_pack).
 """
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import json
 
+from engine.judging.untrusted import fence
 from engine.packs import PromptPack, load_pack, resolve_pack
 from engine.protocols.base import Rendered, annotation_value
 
@@ -84,7 +87,9 @@ def scene_answer(item: dict) -> str:
 
 # -- strict mode (capeval's flow) ----------------------------------------------------------------------------------
 def render_entail_one(pack: PromptPack, step: str, premise: str, event: str, sub_index: int) -> Rendered:
-    system, user = pack.render("judge/entail_one", caption=premise, event=event)
+    # strict only: the premise is the caption (recall) and the event may be one the judge extracted from it
+    # (precision): both fenced as data
+    system, user = pack.render("judge/entail_one", caption=fence("description", premise), event=fence("event", event))
     return Rendered(task="events", step=step, sub_index=sub_index, system=system, user=user, choices=ENTAIL_CHOICES,
                     max_tokens=8, fields={"caption": premise, "event": event}, parse={"event": event})
 
@@ -94,13 +99,14 @@ def render_strict(item: dict, caption: dict, pack: PromptPack, event_pack: Promp
     if item["task"] != "events":  # scene-level question
         question = item.get("annotation") or ""
         scene = item_extra(item).get("scene_description") or NO_SCENE
-        system, user = pack.render("judge/scene_answer", scene=scene, caption=text, question=question)
+        system, user = pack.render("judge/scene_answer", scene=fence("scene", scene), caption=fence("caption", text),
+                                   question=fence("question", question))
         return [Rendered(task=item["task"], step="answer", system=system, user=user, choices=YES_NO, max_tokens=4,
                          fields={"caption": text, "question": question, "reference": scene},
                          parse={"answer": scene_answer(item)})]
     events = reference_events(item)
     reference = reference_text(item, events)
-    system, user = event_pack.render("judge/extract_list", caption=text)
+    system, user = event_pack.render("judge/extract_list", caption=fence("caption", text))
     out = [Rendered(task="events", step="extract", system=system, user=user, json_schema=EXTRACT_SCHEMA,
                     max_tokens=512, fields={"caption": text},
                     parse={"reference": reference, "event_pack": str(event_pack.path)})]
