@@ -282,8 +282,8 @@ class JudgmentCache:
         if not responses and not release:
             return 0
         now = time.time()
-        rows = [(r.request_key, r.judge, utf8_text(r.text), r.prompt_tokens, r.cached_prompt_tokens, r.completion_tokens,
-                 r.latency_s, r.cost_usd, now) for r in responses]
+        rows = [(r.request_key, r.judge, utf8_text(r.text), r.prompt_tokens, r.cached_prompt_tokens,
+                 r.completion_tokens, r.latency_s, r.cost_usd, now) for r in responses]
         with self._transaction():
             cur = self._db.executemany(
                 f"INSERT OR IGNORE INTO judgments ({', '.join(_COLUMNS)}, created) VALUES ({','.join('?' * 9)})", rows

@@ -2,8 +2,9 @@
 dataset tables (read by the kind's own loader: empty, malformed, not UTF-8, conflicting duplicate ids), captioner/judge
 parameters against the backend's constructor and their values against its config dataclass (types, its own checks),
 protocol params (mode, prompt pack, judge frames), option ranges, caption files, and (for a run) the output folder.
-Problems name the file's own entry (`Checker.where`): an entry dropped for a type error does not shift the next. `validate_config(config, out_dir=None)` returns
-every problem as one text each (file, line, field); the runner calls it before Ray starts, `--check` prints them.
+Problems name the file's own entry (`Checker.where`): an entry dropped for a type error does not shift the next.
+`validate_config(config, out_dir=None)` returns every problem as one text each (file, line, field); `load_sweep`
+runs the same checks, so `--check` and every run (before Ray starts) report them alike.
 """
 
 from __future__ import annotations
