@@ -48,7 +48,7 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
     ray.init(**kwargs)
     from engine.ray_reaper import start_watchdog
 
-    start_watchdog(os.getpid())
+    start_watchdog(os.getpid(), ray._private.worker._global_node.get_session_dir_path())
 
 
 def _private_network() -> None:

@@ -8,10 +8,11 @@ Ray 2.60 has no option to start a local node without those two agents, so they a
 this file as a separate process in its own session, so a SIGKILL of the driver or of its process group does not
 reach it. The watchdog:
 
-- polls the driver every `POLL_S` and records the processes of *this driver's* Ray: the driver's direct children
-  that run a program of the ray package (gcs_server, raylet, monitor, dashboard, log monitor: another Ray's
-  processes are never children of this driver), and every descendant of those (agents, workers, whatever a task
-  spawned), each as (pid, start time) so a recycled pid is never mistaken for one of them;
+- polls the driver every `POLL_S` and records the processes of *this driver's* Ray session: the driver's direct
+  children whose command line names the session's directory (gcs_server, raylet, monitor, dashboard, log monitor
+  all do; another Ray's processes never do, nor are they this driver's children), and every descendant of those
+  (the agents and workers, renamed `ray::…` so their command lines name nothing, and whatever a task spawned), each
+  as (pid, start time) so a recycled pid is never mistaken for one of them;
 - when the driver is gone, freezes every recorded process still alive (SIGSTOP: a frozen raylet cannot start
   a worker that would escape), adds their current descendants, and SIGKILLs them all; then exits;
 - exits without killing anything once every recorded process is gone (the driver called `ray.shutdown()`).
@@ -33,21 +34,15 @@ import time
 POLL_S = 0.5
 
 
-def start_watchdog(driver_pid: int) -> subprocess.Popen:
-    """Start the watchdog of `driver_pid`'s local Ray (its own session; output discarded)."""
+def start_watchdog(driver_pid: int, session_dir: str) -> subprocess.Popen:
+    """Start the watchdog of `driver_pid`'s local Ray session `session_dir` (its own session; output discarded)."""
     import psutil
 
     started = psutil.Process(driver_pid).create_time()
     return subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), str(driver_pid), repr(started), _ray_package_dir()],
+        [sys.executable, os.path.abspath(__file__), str(driver_pid), repr(started), session_dir],
         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True)
-
-
-def _ray_package_dir() -> str:
-    import ray
-
-    return os.path.dirname(os.path.abspath(ray.__file__))
 
 
 def _table() -> dict[int, tuple[int, float]]:
@@ -80,13 +75,15 @@ def _alive(seen: dict, table: dict) -> set[int]:
     return {pid for pid, started in seen.items() if pid in table and table[pid][1] == started}
 
 
-def _runs_ray(pid: int, ray_dir: str) -> bool:
+def _names(pid: int, session_dir: str) -> bool | None:
+    """Whether `pid`'s command line names the session dir; None while it has none yet (forked, not yet exec'd)."""
     import psutil
 
     try:
-        return any(ray_dir in arg for arg in psutil.Process(pid).cmdline())
+        cmdline = psutil.Process(pid).cmdline()
     except psutil.Error:
         return False
+    return any(session_dir in arg for arg in cmdline) if cmdline else None
 
 
 def reap(seen: dict) -> int:
@@ -115,7 +112,7 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def watch(driver_pid: int, driver_started: float, ray_dir: str) -> None:
+def watch(driver_pid: int, driver_started: float, session_dir: str) -> None:
     seen: dict[int, float] = {}  # pid -> start time of every process of this driver's Ray seen so far
     judged: set[tuple[int, float]] = set()  # direct children of the driver already checked for being Ray's
     while True:
@@ -127,8 +124,10 @@ def watch(driver_pid: int, driver_started: float, ray_dir: str) -> None:
             return
         for pid, (ppid, started) in table.items():
             if ppid == driver_pid and pid != os.getpid() and (pid, started) not in judged:
-                judged.add((pid, started))
-                if _runs_ray(pid, ray_dir):
+                verdict = _names(pid, session_dir)
+                if verdict is not None:
+                    judged.add((pid, started))
+                if verdict:
                     seen[pid] = started
         for pid in _descendants(_alive(seen, table), table):
             seen.setdefault(pid, table[pid][1])
