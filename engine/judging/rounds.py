@@ -5,8 +5,10 @@ stop as soon as at most K items are still rejected; what is rejected then is dro
 wait for rounds: it re-asks an item as soon as its answer is rejected. The outcome is the same if, afterwards, an item
 accepted only at an attempt whose round would not have run is turned back into a row without a verdict. Round r
 (r >= 1) runs iff more than K items were still rejected after round r-1; since that count only falls, the rounds that
-run are 1..R for one R. Items are counted per official run: one task of one captioning model and trial (see
-`group_of`).
+run are 1..R for one R. Round 0 itself runs only when the run has more than K items: with at most K, the official
+script makes no judge call at all and prints nan (CAPability eval.py:431-432), so every row of such a run is turned
+into a row without a verdict whose error starts with NOT_ASKED_MARK. Items are counted per official run: one task
+of one captioning model and trial (see `group_of`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from collections import Counter, defaultdict
 
 DROPPED = ("dropped by the official retry rule: accepted at attempt {attempt}, but only {rounds} re-ask round(s) "
            "would have run ({failed} item(s) still failed after round {last}, at most {k} allowed)")
+NOT_ASKED_MARK = "not asked under the official retry rule"
+NOT_ASKED = (NOT_ASKED_MARK + ": this run has {n} item(s), at most max_allow_missing={k}, so the official script "
+             "stops before its first round and makes no judge call (CAPability eval.py:431-432); its metrics are nan")
 
 
 def group_of(row: dict) -> tuple:
@@ -31,11 +36,20 @@ class RetryRounds:
         self.k = int(k)
         self._counts: dict[tuple, Counter] = defaultdict(Counter)  # group -> attempt (None = never) -> units
         self._late: dict[tuple, list[tuple[int, list]]] = defaultdict(list)  # group -> (attempt, row ids) if >= 1
+        # group -> row ids of every unit, kept only while the group has at most k units (then round 0 never runs)
+        self._small: dict[tuple, list] = defaultdict(list)
+        self._large: set[tuple] = set()
 
     def add(self, group: tuple, accepted_attempt: int | None, row_ids: list) -> None:
         self._counts[group][accepted_attempt] += 1
-        if accepted_attempt:  # attempt 0 is round 0, which always runs
+        if accepted_attempt:  # attempt 0 is round 0, which runs whenever the group has more than k units
             self._late[group].append((accepted_attempt, row_ids))
+        if group not in self._large:
+            if sum(self._counts[group].values()) > self.k:
+                self._large.add(group)
+                self._small.pop(group, None)
+            else:
+                self._small[group].append(row_ids)
 
     def last_round(self, group: tuple) -> tuple[int, int]:
         """(R, failed after round R): the last re-ask round that runs and how many items are still failed then."""
@@ -53,7 +67,14 @@ class RetryRounds:
     def dropped(self) -> dict:
         """row id -> error text, for the rows of items accepted in a round that would not have run."""
         out = {}
+        for group, units in self._small.items():
+            msg = NOT_ASKED.format(n=len(units), k=self.k)
+            for row_ids in units:
+                for rid in row_ids:
+                    out[rid] = msg
         for group, late in self._late.items():
+            if group in self._small:
+                continue
             last, failed = self.last_round(group)
             for attempt, row_ids in late:
                 if attempt > last:

@@ -106,13 +106,16 @@ def _missing_rows(df: pl.DataFrame, items: pl.DataFrame, groups: pl.DataFrame) -
         .otherwise(pl.lit([None], pl.List(pl.Int32))).alias("sub_index")).explode("sub_index")
     rows = absent.select(*GROUP_COLUMNS, "task", "item_id", "video_id", pl.col("sub_index").cast(pl.Int32),
                          pl.lit(NO_VERDICT, pl.Int8).alias("verdict"),
-                         pl.lit(int(ParseStatus.MISSING), pl.Int8).alias("parse_status"))
+                         pl.lit(int(ParseStatus.MISSING), pl.Int8).alias("parse_status"),
+                         pl.lit(None, pl.String).alias("error"))
     return rows
 
 
 def _prepare(verdicts, items, captions) -> pl.DataFrame:
     df = _with_groups(_as_frame(verdicts))
-    keep = [*GROUP_COLUMNS, "task", "item_id", "video_id", "sub_index", "verdict", "parse_status"]
+    if "error" not in df.columns:
+        df = df.with_columns(pl.lit(None, pl.String).alias("error"))
+    keep = [*GROUP_COLUMNS, "task", "item_id", "video_id", "sub_index", "verdict", "parse_status", "error"]
     df = df.select(pl.col(c).cast(pl.Int8) if c in ("verdict", "parse_status") else
                    pl.col(c).cast(pl.Int32) if c == "sub_index" else pl.col(c).cast(pl.String) for c in keep)
     if items is not None:
@@ -220,7 +223,42 @@ def compute_metrics(verdicts, *, items=None, captions=None, n_resamples: int = 1
     df = _prepare(verdicts, items, captions)
     if mode == "official":
         df = all_or_nothing(df)
-    return _task_frame(df, METRIC_FUNCTIONS, mode, n_resamples, seed, confidence)
+    out = _task_frame(df, METRIC_FUNCTIONS, mode, n_resamples, seed, confidence)
+    if mode == "official":
+        judged = "request_key" in (verdicts.columns if hasattr(verdicts, "columns") else verdicts.schema.names)
+        out = _official_stops(out, df, None if items is None else _as_frame(items),
+                              None if captions is None else _as_frame(captions), judged)
+    return out
+
+
+def _official_stops(out: pl.DataFrame, df: pl.DataFrame, items, captions, judged: bool) -> pl.DataFrame:
+    """Official mode: where the official script prints nan or nothing, say why (official.py, rounds.py): a task of
+    at most max_allow_missing items is never asked (nan); an item without a caption stops the script at its task
+    (null, and no average)."""
+    from engine.judging.rounds import NOT_ASKED_MARK
+
+    from .official import NO_AVERAGE, NO_CAPTION, uncaptioned
+
+    keys = [*GROUP_COLUMNS, "task"]
+    notes: dict[tuple, str] = {}
+    for r in df.filter(pl.col("error").str.starts_with(NOT_ASKED_MARK)).select(*keys, "error").iter_rows():
+        notes.setdefault(tuple(r[:-1]), r[-1])
+    stopped = uncaptioned(df, items, captions, judged=judged)
+    by_group: dict[tuple, str] = {}
+    rank = {t: i for i, t in enumerate(TASKS)}  # the official task order: the first stopped task is where it stops
+    for key, ids in sorted(stopped.items(), key=lambda kv: (kv[0][:-1], rank.get(kv[0][-1], len(TASKS)), kv[0][-1])):
+        notes[key] = NO_CAPTION.format(n=len(ids), example=ids[0])
+        by_group.setdefault(key[:-1], NO_AVERAGE.format(task=key[-1], n=len(ids)))
+    for group, note in by_group.items():
+        notes[(*group, "avg")] = note
+    if not notes:
+        return out
+    table = pl.DataFrame([(*k, v) for k, v in notes.items()], schema=[*keys, "_stop"], orient="row")
+    out = out.join(table, on=keys, how="left", maintain_order="left")
+    null = pl.col("_stop").is_not_null()
+    return out.with_columns(
+        *[pl.when(null).then(None).otherwise(pl.col(c)).alias(c) for c in ("value", "ci_low", "ci_high")],
+        pl.when(null).then(pl.col("_stop")).otherwise(pl.col("note")).alias("note")).drop("_stop")
 
 
 def _label_join_keys(qa: pl.DataFrame, cap: pl.DataFrame) -> tuple[list[str], list[str]]:

@@ -291,3 +291,42 @@ def item_outcome(replies: Sequence[str | None], task: str, annotation, **kw):
     scores = [validate_scored(task, r, dict([p]), kw.get("strict_match", False)) for r, p in zip(extracted, pairs)]
     _need(all(json_safe(r) for r in extracted), "a reply holds values json cannot write")
     return scores
+
+
+# --- whole-run rules: where the official script prints no figure (used by metrics.py in official mode) ----------
+
+NO_CAPTION = ("{n} item(s) of this task have no caption (e.g. {example!r}): the official eval.py asserts that the "
+              "captions and annotations cover the same files before it judges a task (intialize_data_by_task), so it "
+              "stops there with an AssertionError and prints no figure for this task, nor the average")
+NO_AVERAGE = "no average: the official eval.py stops at task {task!r} ({n} item(s) have no caption, AssertionError)"
+
+
+def uncaptioned(rows, items=None, captions=None, *, judged: bool = False) -> dict[tuple, list[str]]:
+    """(group..., task) -> ids of items with no caption at all. `rows`: metric rows (polars) with the group columns,
+    task, item_id, parse_status and error. With captions: an item that no caption row of a group matches (by
+    item_id, else video_id). With `judged` (the verdicts come from a capeval judging run, which writes a row for
+    every (item, caption) pair): an item with no verdict row (a MISSING row without error text, added for it).
+    A caption row with null text is a failed captioning -- capeval's own retryable failure, left out and counted
+    in n_missing -- not an absent caption."""
+    import polars as pl
+
+    from engine.schemas import ParseStatus
+
+    from .metrics import GROUP_COLUMNS, _with_groups
+
+    keys = [*GROUP_COLUMNS, "task"]
+    out: dict[tuple, set] = {}
+    if judged:
+        added = rows.filter((pl.col("parse_status") == int(ParseStatus.MISSING)) & pl.col("error").is_null())
+        for r in added.select(*keys, "item_id").iter_rows():
+            out.setdefault(tuple(r[:-1]), set()).add(r[-1])
+    if items is not None and captions is not None:
+        caps = _with_groups(captions).select(*GROUP_COLUMNS, pl.col("video_id").cast(pl.String).alias("_cap")).unique()
+        its = items.select(pl.col("task").cast(pl.String), pl.col("item_id").cast(pl.String),
+                           pl.col("video_id").cast(pl.String))
+        want = caps.select(GROUP_COLUMNS).unique().join(its, how="cross")
+        for col in ("item_id", "video_id"):
+            want = want.join(caps, left_on=[*GROUP_COLUMNS, col], right_on=[*GROUP_COLUMNS, "_cap"], how="anti")
+        for r in want.select(*keys, "item_id").iter_rows():
+            out.setdefault(tuple(r[:-1]), set()).add(r[-1])
+    return {k: sorted(v) for k, v in out.items()}
