@@ -8,6 +8,11 @@ Per task, over verdict rows (one per item; one per object for dynamic_object_num
     f1 = 2 * precision * recall / (precision + recall)
 mode "official": all = pos + neg + miss — items without a judgment (missing, parse failures) are left out, as the
     official script leaves out unsaved items; their number is reported in n_no_verdict / n_missing / n_failed.
+    Where the official script prints nan or nothing, official mode says why in `note`: a run (task x caption set x
+    trial) of at most max_allow_missing items is never asked (engine/judging/rounds.py: its rows carry no verdict,
+    the metrics are nan); an item with no caption at all stops the script at that task (its metrics and the
+    average are null; official.uncaptioned says how that is found). A failed caption (null text) is capeval's own
+    retryable failure: left out and counted in n_missing.
 mode "strict": all = pos + neg + miss + nv — a row without a verdict counts as a miss.
 In official mode a dynamic_object_number item counts only when every object has a verdict (the official script saves
 an item only when all its per-object replies pass); otherwise all its rows are rows without a verdict.

@@ -11,6 +11,9 @@ scripted replies, ../shared/protocols/capability_parse_oracle.jsonl), not copied
   (the copied annotation field is not compared, except that object_number / object_color still parse it);
 * a reply that fails any of this is "rejected": not saved, re-asked in the next retry round.
 
+Whole-run rules (the end of this file, used by metrics.py): an item with no caption stops the script at its task
+(`uncaptioned`); a run of at most max_allow_missing items is never asked (engine/judging/rounds.py).
+
 `accept(...)` returns the official score (the value the script stores: 1 / 0 / -1, possibly as True or 1.0, or a
 category verdict for the classification tasks) or raises `Rejected`.
 """
