@@ -45,10 +45,29 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
     if not verbose:
         _quiet_ray_loggers()
     _private_network()
+    _watch(temp_dir)
     ray.init(**kwargs)
+
+
+_WATCHDOG = None  # the watchdog of this process's local Ray (kept so its exit status is collected)
+
+
+def _watch(temp_dir: str | None) -> None:
+    """Start the watchdog (engine/ray_reaper.py) before Ray's first process, so a kill during `ray.init` is covered."""
+    global _WATCHDOG
     from engine.ray_reaper import start_watchdog
 
-    start_watchdog(os.getpid(), ray._private.worker._global_node.get_session_dir_path())
+    if _WATCHDOG is not None:
+        _WATCHDOG.poll()  # the previous one exited after a ray.shutdown(): collect it
+    try:
+        from ray._common.utils import get_default_ray_temp_dir
+
+        root = temp_dir or get_default_ray_temp_dir()
+    except ImportError:  # a Ray without that helper: any program of the ray package still names its own folder
+        import ray
+
+        root = temp_dir or os.path.dirname(os.path.abspath(ray.__file__))
+    _WATCHDOG = start_watchdog(os.getpid(), root)  # as Ray will write it into its command lines
 
 
 def _private_network() -> None:

@@ -4,15 +4,16 @@
 RuntimeEnvAgent (started by the raylet, renamed `ray::…`, deaf to SIGTERM) keep ~210 MB and open ports for good.
 Ray 2.60 has no option to start a local node without those two agents, so they are reaped instead.
 
-`start_watchdog(driver_pid)` (called by engine.ray_local.init_ray right after a private local Ray is up) starts
-this file as a separate process in its own session, so a SIGKILL of the driver or of its process group does not
-reach it. The watchdog:
+`start_watchdog(driver_pid, temp_dir)` (called by engine.ray_local.init_ray just BEFORE it starts a private local
+Ray: a run killed while `ray.init` is still starting the agents must leave nothing either) starts this file as a
+separate process in its own session, so a SIGKILL of the driver or of its process group does not reach it, and
+returns once the watchdog has taken its first look. The watchdog:
 
-- polls the driver every `POLL_S` and records the processes of *this driver's* Ray session: the driver's direct
-  children whose command line names the session's directory (gcs_server, raylet, monitor, dashboard, log monitor
-  all do; another Ray's processes never do, nor are they this driver's children), and every descendant of those
-  (the agents and workers, renamed `ray::…` so their command lines name nothing, and whatever a task spawned), each
-  as (pid, start time) so a recycled pid is never mistaken for one of them;
+- polls the driver every `POLL_S` and records the processes of *this driver's* Ray: the driver's direct children
+  whose command line names Ray's temp dir of this run (gcs_server, raylet, monitor, dashboard and log monitor all
+  do; another Ray's processes are never this driver's children), and every descendant of those (the agents and
+  workers, renamed `ray::…` so their command lines name nothing, and whatever a task spawned), each as
+  (pid, start time) so a recycled pid is never mistaken for one of them;
 - when the driver is gone, freezes every recorded process still alive (SIGSTOP: a frozen raylet cannot start
   a worker that would escape), adds their current descendants, and SIGKILLs them all; then exits;
 - exits without killing anything once every recorded process is gone (the driver called `ray.shutdown()`).
@@ -34,15 +35,19 @@ import time
 POLL_S = 0.5
 
 
-def start_watchdog(driver_pid: int, session_dir: str) -> subprocess.Popen:
-    """Start the watchdog of `driver_pid`'s local Ray session `session_dir` (its own session; output discarded)."""
+def start_watchdog(driver_pid: int, temp_dir: str) -> subprocess.Popen:
+    """Start the watchdog of the local Ray that `driver_pid` starts under `temp_dir`, in its own session; returns
+    once it watches (it says so on its stdout), so nothing Ray starts after this call can escape it."""
     import psutil
 
     started = psutil.Process(driver_pid).create_time()
-    return subprocess.Popen(
-        [sys.executable, os.path.abspath(__file__), str(driver_pid), repr(started), session_dir],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), str(driver_pid), repr(started), temp_dir],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         start_new_session=True, close_fds=True)
+    with proc.stdout:
+        proc.stdout.readline()  # "watching", or EOF if it could not start: the run goes on either way
+    return proc
 
 
 def _table() -> dict[int, tuple[int, float]]:
@@ -75,15 +80,15 @@ def _alive(seen: dict, table: dict) -> set[int]:
     return {pid for pid, started in seen.items() if pid in table and table[pid][1] == started}
 
 
-def _names(pid: int, session_dir: str) -> bool | None:
-    """Whether `pid`'s command line names the session dir; None while it has none yet (forked, not yet exec'd)."""
+def _names(pid: int, temp_dir: str) -> bool | None:
+    """Whether `pid`'s command line names Ray's temp dir; None while it has none yet (forked, not yet exec'd)."""
     import psutil
 
     try:
         cmdline = psutil.Process(pid).cmdline()
     except psutil.Error:
         return False
-    return any(session_dir in arg for arg in cmdline) if cmdline else None
+    return any(temp_dir in arg for arg in cmdline) if cmdline else None
 
 
 def reap(seen: dict) -> int:
@@ -112,9 +117,10 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def watch(driver_pid: int, driver_started: float, session_dir: str) -> None:
+def watch(driver_pid: int, driver_started: float, temp_dir: str) -> None:
     seen: dict[int, float] = {}  # pid -> start time of every process of this driver's Ray seen so far
     judged: set[tuple[int, float]] = set()  # direct children of the driver already checked for being Ray's
+    told = False
     while True:
         table = _table()
         driver = table.get(driver_pid)
@@ -124,7 +130,7 @@ def watch(driver_pid: int, driver_started: float, session_dir: str) -> None:
             return
         for pid, (ppid, started) in table.items():
             if ppid == driver_pid and pid != os.getpid() and (pid, started) not in judged:
-                verdict = _names(pid, session_dir)
+                verdict = _names(pid, temp_dir)
                 if verdict is not None:
                     judged.add((pid, started))
                 if verdict:
@@ -133,7 +139,22 @@ def watch(driver_pid: int, driver_started: float, session_dir: str) -> None:
             seen.setdefault(pid, table[pid][1])
         if seen and not _alive(seen, table):
             return  # ray.shutdown() took everything down; the driver goes on without a local Ray
+        if not told:
+            _say_watching()
+            told = True
         time.sleep(POLL_S)
+
+
+def _say_watching() -> None:
+    """Tell start_watchdog that the first look is taken, then let go of the pipe (the driver closes its end)."""
+    try:
+        sys.stdout.write("watching\n")
+        sys.stdout.flush()
+    except OSError:
+        pass
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
 
 
 if __name__ == "__main__":

@@ -55,3 +55,33 @@ def test_kill_9_of_a_driver_leaves_no_process_or_port_of_its_ray_and_spares_anot
             proc.kill()
         kill_all(killed_procs)
         kill_all(other_procs)
+
+
+def test_kill_9_of_a_cli_sweep_leaves_nothing_of_its_ray(tmp_path):
+    """The issue's own case: `capeval sweep` (python -m engine.cli, clean environment) killed with SIGKILL mid-run."""
+    import subprocess
+    import sys
+
+    from _faults_support import sweep_text, synthetic
+    from _ray_session import REPO, clean_env
+
+    sweep = tmp_path / "tiny.toml"
+    sweep.write_text(sweep_text(datasets=synthetic(n_videos=6, duration_s=2.0), prompts=("brief", "detailed")))
+    cmd = [sys.executable, "-m", "engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out"), "--no-progress"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    procs: dict = {}
+    try:
+        def ray_up():  # the agents are the last of a Ray session to start
+            procs.update(session_processes(proc.pid))
+            names = set(survivors(procs).values())
+            return {"gcs_server", "raylet"} <= names and sum("Agent" in n for n in names) == 2
+        assert wait_until(ray_up, 120, interval=0.1), f"the sweep's Ray never came up: {survivors(procs)}"
+        ports = {port for *_, port in listening(procs)}
+        proc.send_signal(signal.SIGKILL)
+        left = wait_until(lambda: not survivors(procs) and not (ports & listening_ports()), BOUND_S)
+        assert left, (f"{BOUND_S}s after kill -9 of a sweep: alive {survivors(procs)}, "
+                      f"listening {sorted(ports & listening_ports())}")
+    finally:
+        proc.kill()
+        kill_all(procs)
