@@ -40,7 +40,7 @@ def _by_task(n: int) -> list[dict] | None:
 
 
 def _metrics(verdicts, cases, captions=None):
-    items, all_captions = ORACLE._tables(cases)
+    items, _ = ORACLE._tables(cases)
     return ORACLE.compute_metrics(verdicts, items=pl.from_arrow(items),
                                   captions=None if captions is None else pl.from_arrow(captions),
                                   n_resamples=0, mode="official")

@@ -138,18 +138,12 @@ def test_the_first_stopping_pair_in_official_order_names_the_error(first, tmp_pa
     assert ("KeyError" in reasons) == (first == "no_content"), reasons
 
 
-def test_a_request_failed_at_the_backend_is_not_called_an_official_crash(tmp_path):
+def test_a_request_failed_at_the_backend_is_not_called_an_official_crash(tmp_path, monkeypatch):
     """A timeout or HTTP error has no official counterpart (the script retries until it is answered)."""
-    from adapters.replay import ReplayJudge
-
     case = copy.deepcopy(BASE)
-    replies = [r for r in ORACLE._replies(case) if not (r["item_id"] == ORACLE.item_ids(case)[1]
-                                                        and r["step"] == "score")]
-    original = ORACLE._replies
-    ORACLE._replies = lambda _case: replies  # the replay has no reply for that request: a backend error
-    try:
-        _, _, metrics = _official(case, tmp_path)
-    finally:
-        ORACLE._replies = original
+    lost = ORACLE.item_ids(case)[1]
+    replies = [r for r in ORACLE._replies(case) if not (r["item_id"] == lost and r["step"] == "score")]
+    monkeypatch.setattr(ORACLE, "_replies", lambda _case: replies)  # no reply recorded: a backend error
+    _, _, metrics = _official(case, tmp_path)
     reasons = _null_reasons(metrics)
     assert "failed at the judge backend" in reasons and "KeyError" not in reasons, reasons
