@@ -1,4 +1,4 @@
-"""Start (or join) Ray for a capeval command: a local Ray is private by construction, dies with its run, and stays quiet.
+"""Start (or join) Ray for a capeval command: a local Ray is private by construction, dies with its run, stays quiet.
 
 - `RAY_ADDRESS` set: join that cluster (its network settings are the cluster operator's business).
 - Otherwise a private local Ray (never one that `ray start` left running on the machine), bound to loopback
@@ -9,8 +9,12 @@
   it at `import ray` (`ray_constants.ENABLE_RAY_CLUSTER`). Every listening socket of the session is then on
   127.0.0.1 (checked from a clean environment by tests/faults/test_faults_loopback.py); no dashboard; a bounded
   object store. Nothing on the machine's other interfaces can reach it.
-- A watchdog (engine/ray_reaper.py, its own session) SIGKILLs every process of that local Ray once the driver is
-  gone, however it died: `kill -9` of a run leaves no agent, worker or port behind (tests/faults/test_ray_cleanup.py).
+  The variable and the flag stay set in this process afterwards (it runs a private local Ray; a later `RAY_ADDRESS`
+  join from the same process is not a use capeval has).
+- A watchdog (engine/ray_reaper.py, its own session, started before Ray's first process so a kill during
+  `ray.init` is covered too) SIGKILLs every process of that local Ray once the driver is gone, however it died:
+  `kill -9` of a run leaves no agent, worker or port behind (tests/faults/test_ray_cleanup.py). Ray 2.60 cannot
+  start a node without its DashboardAgent and RuntimeEnvAgent, so they are reaped rather than avoided.
 - Token authentication stays on (Ray's default for a new local cluster). Ray announces that default with a warning
   on every start; it is one of the log lines kept out of the terminal below. (Setting `RAY_AUTH_MODE=token` after
   `import ray` is not a way to silence it: the driver's already-initialised config would then send no token.)
