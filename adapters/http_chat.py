@@ -1,6 +1,6 @@
 """Chat-completion calls for the OpenAI-compatible backends: retries, error meaning, usage, a bounded stream.
 
-`ChatRunner` owns a private event-loop thread (uvloop when installed) and one connection pool
+`ChatRunner` owns a private event-loop thread (uvloop when installed) and one aiohttp connection pool
 (adapters/http_transport.py), so the sync `judge()` / `caption()` / `stream()` work from any thread and reuse
 connections across calls. The retry rules are the `openai` package's (`_base_client._should_retry`): retry 408, 409,
 429 and 5xx, timeouts and connection errors, obey `x-should-retry`, honour `retry-after-ms` / `Retry-After`; the
@@ -8,8 +8,11 @@ backoff is exponential with full jitter (the SDK keeps 75-100% of the step; full
 together better). Garbage bodies (invalid JSON, no choices) are retried too: they are what a proxy or an overloaded
 server returns. Error texts carry the SDK's class names (RateLimitError, APITimeoutError, ...).
 
-HTTP 401/403 is fatal for the whole run: the first request of a runner goes alone (the others wait for its answer),
-and once a 401/403 came back nothing more is sent; callers raise `adapters.base.BackendFatalError`.
+HTTP 401/403 is fatal for the whole run: the first request of a runner goes alone and the others wait for its first
+answer, but at most `connect_timeout_s` (a server refuses a key at once; a longer wait means it is generating, so a
+stalled first request holds nobody); once a 401/403 came back nothing more is sent; callers raise
+`adapters.base.BackendFatalError`. A stalled request holds only its own slot: each attempt has its own timeout, and
+waiting for a connection slot is not counted in it (adapters/http_transport.py).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from adapters.base import BackendFatalError
-from adapters.http_transport import TransportError, TransportTimeout, make_transport
+from adapters.http_transport import TransportError, TransportTimeout, check_transport, check_url, make_transport
 
 # The openai package's exception class for each status (openai._client._make_status_error), for error texts.
 STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
@@ -147,10 +150,11 @@ def _new_event_loop() -> asyncio.AbstractEventLoop:
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    timeout_s: float = 120.0  # per attempt
+    timeout_s: float = 120.0  # per attempt, from when it has a connection slot
     max_attempts: int = 6
     backoff_base_s: float = 0.5
     backoff_max_s: float = 60.0  # also caps Retry-After
+    connect_timeout_s: float = 10.0  # opening a connection; also the longest wait for the first request's answer
 
 
 class ChatRunner:
@@ -158,6 +162,8 @@ class ChatRunner:
 
     def __init__(self, base_url: str, api_key: str, *, max_in_flight: int, retry: RetryPolicy, prices: Prices,
                  transport: str = "auto"):
+        check_url(base_url)  # here, not on the loop thread where the pool is made: a bad URL must not hang a call
+        check_transport(transport)
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.max_in_flight = int(max_in_flight)
         self.retry, self.prices, self.transport_kind = retry, prices, transport
@@ -260,7 +266,8 @@ class ChatRunner:
     # ---- on the loop thread ------------------------------------------------------------------------------------
     def _spawn(self, calls: list, sink: queue.SimpleQueue) -> None:
         if self._transport is None:
-            self._transport = make_transport(self.url, self.max_in_flight, self.headers, self.transport_kind)
+            self._transport = make_transport(self.url, self.max_in_flight, self.headers, self.transport_kind,
+                                             self.retry.connect_timeout_s)
             self._auth_known = asyncio.Event()
         for token, body, unwrap in calls:
             task = self._loop.create_task(self._one(token, body, unwrap, sink))
@@ -284,8 +291,11 @@ class ChatRunner:
 
     async def _call(self, body: bytes, unwrap: str | None) -> ChatResult:
         if not self._auth_known.is_set():
-            if self._probing:  # another request is the probe: wait for its first answer
-                await self._auth_known.wait()
+            if self._probing:  # another request is the probe: wait for its first answer, but not for a stalled one
+                try:
+                    await asyncio.wait_for(self._auth_known.wait(), self.retry.connect_timeout_s)
+                except asyncio.TimeoutError:
+                    pass
             else:
                 self._probing = True
         if self.fatal_error:
@@ -333,6 +343,7 @@ class ChatRunner:
                         return ChatResult(None, last_error, latency_s=time.perf_counter() - t_start,
                                           attempts=attempt + 1)
                     delay = retry_after_s(headers)
+            self._auth_known.set()  # answered or not, the probe's first attempt is over: the others go
             if attempt + 1 < policy.max_attempts:
                 wait = min(policy.backoff_max_s, delay) if delay is not None else self._backoff(attempt)
                 await asyncio.sleep(wait)

@@ -1,7 +1,7 @@
 """OpenAI-compatible HTTP backends: a judge (`OpenAIJudge`) and a multimodal captioner (`OpenAICaptioner`).
 
 Both build /chat/completions bodies and hand them to `adapters.http_chat.ChatRunner` (private event-loop thread,
-lean keep-alive connection pool, the openai SDK's retry rules, 401/403 fatal). The judge also streams
+an aiohttp keep-alive connection pool, the openai SDK's retry rules, 401/403 fatal). The judge also streams
 (`stream(feed, max_in_flight)`, adapters.base.StreamingJudge): a bounded window with no batch barrier. Failures are
 reported per request; a batch never raises for one request (only BackendFatalError, for the whole run).
 
@@ -16,6 +16,7 @@ import base64
 import io
 import json
 import logging
+import math
 import os
 from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
@@ -24,7 +25,7 @@ import numpy as np
 
 from adapters.base import BackendFatalError, CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
 from adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, encode_body, retry_after_s
-from adapters.http_transport import TRANSPORTS
+from adapters.http_transport import check_transport, check_url
 from engine.registry import register_captioner, register_judge
 
 __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "subsample_indices", "user_content"]
@@ -42,14 +43,15 @@ class HTTPConfig:
     revision: str = ""  # part of every cache key; defaults to the model name
     structured: str = "openai"  # "openai": response_format json_schema; "vllm": structured_outputs; "none"
     max_in_flight: int = 64
-    timeout_s: float = 120.0  # per attempt
+    timeout_s: float = 120.0  # per attempt, from when it has a connection slot (a stalled request holds only its own)
+    connect_timeout_s: float = 10.0  # opening a connection
     max_attempts: int = 6
     backoff_base_s: float = 0.5
     backoff_max_s: float = 60.0  # also caps Retry-After
     price_prompt_per_m: float = 0.0  # USD per 1M uncached prompt tokens
     price_cached_per_m: float | None = None  # USD per 1M cached prompt tokens; None: same as uncached
     price_completion_per_m: float = 0.0
-    transport: str = "auto"  # "lean" (asyncio + httptools), "aiohttp" (proxies), "auto": lean unless a proxy applies
+    transport: str = "auto"  # "auto" or "aiohttp": both aiohttp (proxies from HTTP(S)_PROXY / NO_PROXY)
     # captioner only
     max_frames: int | None = None  # a backend's limit on images per request; None: every frame of the frame spec
     # caption length sent; None (default): the request's max_tokens, which the caption stage sets per captioner and
@@ -58,16 +60,7 @@ class HTTPConfig:
     jpeg_quality: int = 90
 
     def __post_init__(self) -> None:
-        if self.structured not in STRUCTURED_MODES:
-            raise ValueError(f"structured must be one of {STRUCTURED_MODES}; got {self.structured!r}")
-        if self.transport not in TRANSPORTS:
-            raise ValueError(f"transport must be one of {TRANSPORTS}; got {self.transport!r}")
-        if self.max_in_flight < 1 or self.max_attempts < 1:
-            raise ValueError("max_in_flight and max_attempts must be >= 1")
-        if self.max_frames is not None and self.max_frames < 1:
-            raise ValueError(f"max_frames must be >= 1 or None; got {self.max_frames}")
-        if self.max_tokens is not None and self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 or None; got {self.max_tokens}")
+        check_http_config(self)
 
     def resolved_base_url(self) -> str:
         return self.base_url or "https://api.openai.com/v1"
@@ -79,6 +72,58 @@ class HTTPConfig:
         if self.base_url:
             return "EMPTY"  # local OpenAI-compatible servers (vLLM) accept any key
         raise ValueError("no API key: set api_key in the judge config, CAPEVAL_JUDGE_API_KEY or OPENAI_API_KEY")
+
+
+class HTTPConfigError(ValueError):
+    """A value of the OpenAI-compatible backend's config that cannot work; `field` names it (so does the message)."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+def _number(cfg: HTTPConfig, name: str, *, positive: bool, optional: bool = False, integer: bool = False) -> None:
+    value = getattr(cfg, name)
+    if value is None and optional:
+        return
+    kinds = int if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or not math.isfinite(value):
+        wanted = "an integer" if integer else "a finite number"
+        raise HTTPConfigError(name, f"expected {wanted}{' or None' if optional else ''}, got {value!r}")
+    if (value <= 0) if positive else (value < 0):
+        raise HTTPConfigError(name, f"must be {'> 0' if positive else '>= 0'}, got {value!r}")
+
+
+def check_http_config(cfg: HTTPConfig) -> None:
+    """HTTPConfigError (a ValueError naming the field) for a value that cannot work, before anything is sent: a
+    timeout that is not a positive number (-1 would make every attempt fail, retryably, forever), no attempts, a URL
+    that is not http(s), an unknown structured mode or transport, an empty model name."""
+    if not isinstance(cfg.model, str) or not cfg.model.strip():
+        raise HTTPConfigError("model", f"expected a model name, got {cfg.model!r}")
+    if cfg.base_url is not None:
+        if not isinstance(cfg.base_url, str):
+            raise HTTPConfigError("base_url", f"expected an http:// or https:// URL, got {cfg.base_url!r}")
+        try:
+            check_url(cfg.base_url)
+        except ValueError as exc:
+            raise HTTPConfigError("base_url", str(exc).removeprefix("base_url ")) from None
+    if cfg.structured not in STRUCTURED_MODES:
+        raise HTTPConfigError("structured", f"must be one of {STRUCTURED_MODES}; got {cfg.structured!r}")
+    try:
+        check_transport(cfg.transport)
+    except ValueError as exc:
+        raise HTTPConfigError("transport", str(exc)) from None
+    for name in ("timeout_s", "connect_timeout_s"):
+        _number(cfg, name, positive=True)
+    for name in ("max_in_flight", "max_attempts"):
+        _number(cfg, name, positive=True, integer=True)
+    for name in ("backoff_base_s", "backoff_max_s", "price_prompt_per_m", "price_completion_per_m"):
+        _number(cfg, name, positive=False)
+    _number(cfg, "price_cached_per_m", positive=False, optional=True)
+    for name in ("max_frames", "max_tokens"):
+        _number(cfg, name, positive=True, optional=True, integer=True)
+    if isinstance(cfg.jpeg_quality, bool) or not isinstance(cfg.jpeg_quality, int) or not 1 <= cfg.jpeg_quality <= 100:
+        raise HTTPConfigError("jpeg_quality", f"expected an integer 1..100, got {cfg.jpeg_quality!r}")
 
 
 def _jpeg_data_url(image: np.ndarray | bytes, quality: int) -> str:
@@ -129,7 +174,8 @@ class _HTTPBackend:
         cfg = self.config
         self._runner = ChatRunner(
             cfg.resolved_base_url(), cfg.resolved_api_key(), max_in_flight=cfg.max_in_flight, transport=cfg.transport,
-            retry=RetryPolicy(cfg.timeout_s, cfg.max_attempts, cfg.backoff_base_s, cfg.backoff_max_s),
+            retry=RetryPolicy(cfg.timeout_s, cfg.max_attempts, cfg.backoff_base_s, cfg.backoff_max_s,
+                              connect_timeout_s=cfg.connect_timeout_s),
             prices=Prices(cfg.price_prompt_per_m, cfg.price_cached_per_m, cfg.price_completion_per_m))
 
     def _raise_if_fatal(self, results: Sequence[ChatResult]) -> None:

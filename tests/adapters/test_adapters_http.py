@@ -123,7 +123,7 @@ def test_sync_judge_from_threads():
         assert [o.text for o in results[t]] == [f"echo:t{t} question {i}" for i in range(20)]
 
 
-@pytest.mark.parametrize("transport", ["lean", "aiohttp"])
+@pytest.mark.parametrize("transport", ["auto", "aiohttp"])
 def test_transports_answer_alike(transport):
     faults = FaultConfig(rate=0.2, kinds=("500", "garbage"), seed=5)
     with LoopbackServer(faults) as server:
