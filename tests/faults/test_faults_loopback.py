@@ -4,6 +4,7 @@ process of the run's Ray session (driver, GCS, raylet, agents, workers) is bound
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import time
@@ -14,7 +15,8 @@ from _ray_session import (REPO, clean_env, is_loopback, kill_all, listening, ses
 
 
 def test_library_init_ray_listens_on_loopback_only_from_a_clean_environment():
-    driver = start_driver(short_temp_dir())
+    temp = short_temp_dir()
+    driver = start_driver(temp)
     procs = {}
     try:
         time.sleep(1.0)  # the agents finish binding their metrics/gRPC ports shortly after start
@@ -27,6 +29,7 @@ def test_library_init_ray_listens_on_loopback_only_from_a_clean_environment():
     finally:
         driver.kill()
         kill_all(procs)
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_cli_sweep_listens_on_loopback_only_from_a_clean_environment(tmp_path):

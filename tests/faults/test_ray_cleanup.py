@@ -5,6 +5,7 @@ another driver on the same machine is left alone. A driver that exits normally l
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 
@@ -25,8 +26,9 @@ def _session(driver):
 
 
 def test_kill_9_of_a_driver_leaves_no_process_or_port_of_its_ray_and_spares_another_ray():
-    killed = start_driver(short_temp_dir())
-    other = start_driver(short_temp_dir())
+    temps = [short_temp_dir(), short_temp_dir()]
+    killed = start_driver(temps[0])
+    other = start_driver(temps[1])
     killed_procs = other_procs = {}
     try:
         killed_procs, killed_ports = _session(killed)
@@ -55,6 +57,8 @@ def test_kill_9_of_a_driver_leaves_no_process_or_port_of_its_ray_and_spares_anot
             proc.kill()
         kill_all(killed_procs)
         kill_all(other_procs)
+        for temp in temps:
+            shutil.rmtree(temp, ignore_errors=True)
 
 
 def test_kill_9_of_a_cli_sweep_leaves_nothing_of_its_ray(tmp_path):
