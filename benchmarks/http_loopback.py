@@ -53,7 +53,7 @@ def measure_http_client(in_flight: int = 256, n_requests: int = 5000, structured
             t0, c0 = time.perf_counter(), time.process_time()
             out = list(judge.stream(_Feed(reqs), in_flight)) if mode == "stream" else judge.judge(reqs)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
-            chosen = judge._runner.transport_kind if transport != "auto" else type(judge._runner._transport).__name__
+            chosen = type(judge._runner._transport).__name__
     errors = sum(r.text is None for r in out)
     return {"client_cpu_ms_per_request": round(1000 * cpu / n_requests, 4), "target_ms": TARGET_CPU_MS,
             "requests_per_s": round(n_requests / elapsed, 1), "in_flight": in_flight, "n_requests": n_requests,
@@ -152,12 +152,11 @@ def measure_raw_aiohttp(in_flight: int = 256, n_requests: int = 5000) -> dict:
 
 
 def compare(in_flight: int = 256, n_requests: int = 5000, quick: bool = False) -> dict:
-    """Ours (stream and batch, lean and aiohttp transports) and the baselines, one after another."""
+    """Ours (stream and batch, on the aiohttp transport) and the baselines, one after another."""
     n_sdk = max(500, n_requests // 5) if quick else n_requests
     return {
-        "capeval_stream_lean": measure_http_client(in_flight, n_requests, mode="stream", transport="lean"),
-        "capeval_batch_lean": measure_http_client(in_flight, n_requests, mode="batch", transport="lean"),
-        "capeval_stream_aiohttp": measure_http_client(in_flight, n_requests, mode="stream", transport="aiohttp"),
+        "capeval_stream": measure_http_client(in_flight, n_requests, mode="stream"),
+        "capeval_batch": measure_http_client(in_flight, n_requests, mode="batch"),
         "raw_aiohttp_baseline": measure_raw_aiohttp(in_flight, n_requests),
         "openai_sdk_tuned_untyped_post": measure_sdk(in_flight, n_sdk, typed=False, tuned=True),
         "openai_sdk_tuned_typed": measure_sdk(in_flight, n_sdk, typed=True, tuned=True),
