@@ -214,9 +214,9 @@ def test_an_idle_keep_alive_connection_closed_by_the_server_is_not_an_error():
 @pytest.mark.parametrize("mode, position", [("stream", 0), ("batch", 0), ("stream", 10)])
 def test_a_stalled_request_holds_no_other_request(mode, position):
     """The server accepts one request and never answers it, the run's first request (the one that goes alone to
-    learn whether the key is accepted) or one in the middle. The others are answered at once, well before the stalled one's timeout,
-    and the stalled one fails retryably (timeout) after its own attempts. (They wait for the first request's answer
-    at most `connect_timeout_s`: a server refuses a bad key at once.)"""
+    learn whether the key is accepted) or one in the middle. The others are answered at once, well before the
+    stalled one's timeout, and the stalled one fails retryably (timeout) after its own attempts. (They wait for the
+    first request's answer at most `connect_timeout_s`: a server refuses a bad key at once.)"""
     timeout_s, attempts = 2.0, 2
     requests = _requests(30, "fine")
     requests.insert(position, _requests(1, "stall")[0])
