@@ -3,9 +3,13 @@
     capeval submit examples/capquiz_vllm_gpu.toml --address http://HEAD:8265 --out runs/gpu
     capeval submit sweep.toml --remote-out /shared/runs/gpu      # results also kept on shared storage (resumable)
 
-The sweep file may sit anywhere. It is validated here first, then staged into a temporary working_dir: every
-path it names that exists (datasets, caption files, prompt files and packs) is copied in beside it and the copy of
-the sweep file points at the copies, so the job finds them on any node. The job runs `capeval submit --job-side`,
+The sweep file may sit anywhere. It is validated here first, then staged into a temporary working_dir by
+engine/staging.py: only its declared path fields (dataset paths, caption files, prompt files and packs, replay
+replies) and the media its datasets' own loaders list are copied, each from under an allowed root (the sweep's
+folder, the dataset folders, `--allow-root`), the total checked against the cap before any copy; every shipped
+file is printed and listed in SHIPPED.txt beside the staged sweep. A credential value in the sweep is refused: the
+sweep names an environment variable (`api_key_env`) resolved on the cluster, and `--forward-env NAME` sends this
+machine's value with the job in Ray's runtime_env env_vars (never in a staged file). The job runs `capeval submit --job-side`,
 which runs the sweep against the cluster (Ray sets RAY_ADDRESS for a job's driver) and, at the end, prints its
 result files (results table, run record, metrics, verdicts, captions) into the job log as a base64 tarball between
 marker lines. The client streams the log without those lines and unpacks the tarball into `--out`: no shared
@@ -28,13 +32,13 @@ import tempfile
 import time
 from pathlib import Path
 
+# staging (what is shipped, checked before any copy) lives in engine/staging.py; stage_sweep is re-exported
+from engine.staging import MAX_SHIPPED_BYTES, SHIPPED_LIST, plan_staging, stage_sweep, write_staging  # noqa: F401
+
 BEGIN, END = "@@capeval-results-begin@@", "@@capeval-results-end@@"
 #: what the job sends back (frames, videos and the judge cache stay on the cluster)
 RESULT_ENTRIES = ("results.parquet", "results.csv", "run.json", "metrics", "verdicts", "captions")
 #: keys whose string values are paths even without a slash in them
-PATH_KEYS = {"path", "file", "pack", "prompts", "annotations", "videos", "media_dir", "root", "judgments",
-             "captions", "dir", "folder", "items"}
-MAX_SHIPPED_BYTES = 400 * 1024 * 1024  # Ray refuses working_dirs above ~500 MiB; fail clearly before
 
 
 def register(sub) -> None:
@@ -47,136 +51,24 @@ def register(sub) -> None:
                                         "default: /tmp/capeval-jobs/<submission id> on the head node")
     p.add_argument("--no-ship-data", action="store_true",
                    help="do not copy the paths the sweep names: they exist on the cluster at the same paths")
+    p.add_argument("--allow-root", action="append", default=[], metavar="DIR",
+                   help="a folder files may be shipped from, besides the sweep's folder and the dataset folders "
+                        "(repeatable)")
+    p.add_argument("--forward-env", action="append", default=[], metavar="NAME",
+                   help="send this machine's value of environment variable NAME (e.g. the one a judge's "
+                        "api_key_env names) to the job in Ray's runtime_env env_vars; visible to whoever can "
+                        "read the cluster's job list (repeatable)")
+    p.add_argument("--max-ship-mib", type=float, default=MAX_SHIPPED_BYTES / 2**20,
+                   help="refuse to ship more than this many MiB (default: %(default).0f)")
     p.add_argument("--python", default="python", help="python executable on the cluster (default: python)")
     p.add_argument("--submission-id", help="job id (default: derived from the sweep file and --remote-out)")
     p.add_argument("--resubmit", type=int, default=0, help="counter appended to the derived submission id")
     p.add_argument("--no-wait", action="store_true", help="return after submitting (fetch nothing)")
     p.add_argument("--dry-run", action="store_true", help="stage and print the job, submit nothing")
     p.add_argument("--job-side", action="store_true", help=argparse.SUPPRESS)  # what the job itself runs
+    p.add_argument("--secret-env", action="append", default=[], help=argparse.SUPPRESS)  # forwarded names
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
-
-
-# ---- staging ------------------------------------------------------------------------------------------------
-
-
-def _read_raw(path: Path) -> dict:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".toml":
-        import tomllib
-
-        return tomllib.loads(text)
-    import yaml
-
-    return yaml.safe_load(text)
-
-
-def _looks_like_path(key: str | None, value: str, base: Path) -> Path | None:
-    if not value or "\n" in value or len(value) > 4096:
-        return None
-    if key not in PATH_KEYS and "/" not in value and not Path(value).suffix:
-        return None
-    candidate = Path(value).expanduser()
-    candidate = candidate if candidate.is_absolute() else base / candidate
-    try:
-        return candidate.resolve() if candidate.exists() else None
-    except OSError:
-        return None
-
-
-def stage_sweep(sweep: Path, staging: Path, ship_data: bool = True) -> tuple[Path, list[tuple[str, str]]]:
-    """Copy `sweep` (as YAML) and every existing path it names into `staging`; returns (staged sweep file,
-    [(original path, staged relative path)])."""
-    import yaml
-
-    sweep = sweep.resolve()
-    raw = _read_raw(sweep)
-    base = sweep.parent
-    shipped: dict[Path, str] = {}
-    total = 0
-
-    def ship(src: Path) -> str:
-        nonlocal total
-        if src not in shipped:
-            rel = f"data/{len(shipped):02d}_{src.name}"
-            dest = staging / rel
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            if src.is_dir():
-                shutil.copytree(src, dest, symlinks=False)
-                total += sum(f.stat().st_size for f in dest.rglob("*") if f.is_file())
-            elif src.suffix.lower() in TABLE_SUFFIXES:  # an items table: its own folder, its media beside it
-                rel = f"data/{len(shipped):02d}_{src.stem}/{src.name}"
-                dest = staging / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                total += ship_table(src, dest)
-            else:
-                shutil.copy2(src, dest)
-                total += dest.stat().st_size
-            if total > MAX_SHIPPED_BYTES:
-                raise ValueError(f"{sweep}: the paths it names hold more than {MAX_SHIPPED_BYTES >> 20} MiB; put "
-                                 f"them on storage the cluster sees and pass --no-ship-data")
-            shipped[src] = rel
-        return shipped[src]
-
-    def walk(node, key=None):
-        if isinstance(node, dict):
-            return {k: walk(v, k) for k, v in node.items()}
-        if isinstance(node, list):
-            return [walk(v, key) for v in node]
-        if isinstance(node, str):
-            found = _looks_like_path(key, node, base)
-            if found is not None:
-                return ship(found) if ship_data else str(found)
-        return node
-
-    staged = walk(raw)
-    staging.mkdir(parents=True, exist_ok=True)
-    out = staging / (sweep.stem + ".yaml")
-    out.write_text(f"# staged by capeval submit from {sweep}\n" + yaml.safe_dump(staged, sort_keys=False))
-    return out, [(str(k), v) for k, v in shipped.items()]
-
-
-TABLE_SUFFIXES = (".jsonl", ".csv", ".tsv", ".parquet")
-
-
-def ship_table(src: Path, dest: Path) -> int:
-    """Copy a table to `dest`; when it has a `media_path` column, copy the media files it names (relative to its
-    folder, or absolute) to `dest`'s folder under media/ and point the copy's rows at them. Returns bytes copied."""
-    import polars as pl
-
-    if src.suffix == ".jsonl":
-        rows = [json.loads(line) for line in src.read_text(encoding="utf-8").splitlines() if line.strip()]
-    elif src.suffix == ".parquet":
-        rows = pl.read_parquet(src).to_dicts()
-    else:
-        rows = pl.read_csv(src, separator="\t" if src.suffix == ".tsv" else ",", infer_schema=False).to_dicts()
-    if not rows or not any(isinstance(r, dict) and r.get("media_path") for r in rows):
-        shutil.copy2(src, dest)
-        return dest.stat().st_size
-    copied: dict[Path, str] = {}
-    total = 0
-    for r in rows:
-        media = r.get("media_path")
-        if not media:
-            continue
-        path = Path(media) if Path(media).is_absolute() else src.parent / media
-        if not path.is_file():
-            continue  # left as written: the loader reports it, or the cluster has it
-        path = path.resolve()
-        if path not in copied:
-            copied[path] = f"media/{len(copied):05d}_{path.name}"
-            target = dest.parent / copied[path]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target)
-            total += target.stat().st_size
-        r["media_path"] = copied[path]
-    if src.suffix == ".jsonl":
-        dest.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    elif src.suffix == ".parquet":
-        pl.DataFrame(rows, infer_schema_length=None).write_parquet(dest)
-    else:
-        pl.DataFrame(rows).write_csv(dest, separator="\t" if src.suffix == ".tsv" else ",")
-    return total + dest.stat().st_size
 
 
 def submission_id(sweep: Path, remote_out: str | None, resubmit: int) -> str:
@@ -197,9 +89,12 @@ def pack_results(out_dir: Path) -> bytes:
 
 
 def job_side(args) -> int:
+    from engine.secrets import remember_secret
     from engine.sweep.config import load_sweep
     from engine.sweep.runner import run_sweep
 
+    for name in args.secret_env:  # forwarded credentials: blanked from every record and log line of this job
+        remember_secret(os.environ.get(name))
     # Absolute, and outside the job's working_dir: Ray manages (and may clean up) that folder, and decode and
     # caption workers run in folders of their own. The inputs are copied beside the results for the same reason.
     out = Path(args.remote_out or Path(tempfile.gettempdir()) / "capeval-jobs" / "job").resolve()
@@ -264,28 +159,57 @@ def _stream(client, job_id: str, show) -> None:
     asyncio.run(tail())
 
 
+def _forwarded_env(names: list[str]) -> dict[str, str]:
+    from engine.errors import UsageError
+
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        raise UsageError(f"--forward-env: {', '.join(missing)} not set on this machine")
+    return {n: os.environ[n] for n in names}
+
+
 def run(args) -> int:
     if args.job_side:
         return job_side(args)
+    from engine.safetext import for_terminal
+    from engine.secrets import REDACTED
     from engine.sweep.config import load_sweep
 
     config = load_sweep(args.file)  # fail here, with file/line/field, not on the cluster
+    forwarded = _forwarded_env(args.forward_env)
+    # decided and checked (credentials, roots, size) before anything is copied
+    plan = plan_staging(args.file, allow_roots=args.allow_root, ship_data=not args.no_ship_data,
+                        max_bytes=int(args.max_ship_mib * 2**20))
     staging = Path(tempfile.mkdtemp(prefix="capeval-submit-"))
     try:
-        staged, shipped = stage_sweep(args.file, staging, ship_data=not args.no_ship_data)
+        staged = write_staging(plan, staging)
         job_id = args.submission_id or submission_id(args.file, args.remote_out, args.resubmit)
         entry = [args.python, "-m", "engine.cli", "submit", "--job-side", staged.name,
                  "--remote-out", args.remote_out or f"/tmp/capeval-jobs/{job_id}"]
+        for name in forwarded:
+            entry += ["--secret-env", name]
         import shlex
 
         entrypoint = shlex.join(entry)
         runtime_env = {"working_dir": str(staging)}
+        if forwarded:  # values only here, in the job's runtime_env; never in a staged file
+            runtime_env["env_vars"] = forwarded
         print(f"[submit] {args.file} -> job {job_id}: {entrypoint}", file=sys.stderr)
-        for src, rel in shipped:
-            print(f"[submit]   ships {src} as {rel}", file=sys.stderr)
+        for f in plan.files:
+            print(f"[submit]   ships {for_terminal(str(f.source))} as {f.staged} ({f.size} bytes)", file=sys.stderr)
+        for rel in plan.rewritten:
+            print(f"[submit]   ships {rel} (the items table, media paths pointing at the shipped media)",
+                  file=sys.stderr)
+        print(f"[submit]   {len(plan.files) + len(plan.rewritten)} files, {plan.total_bytes} bytes; "
+              f"list in {SHIPPED_LIST} beside the staged sweep", file=sys.stderr)
+        for name in forwarded:
+            print(f"[submit]   forwards ${name} in the job's runtime_env (visible in the cluster's job list)",
+                  file=sys.stderr)
         if args.dry_run:
-            print(json.dumps({"submission_id": job_id, "entrypoint": entrypoint, "runtime_env": runtime_env,
-                              "shipped": shipped}, indent=1))
+            shown = {**runtime_env, **({"env_vars": {n: REDACTED for n in forwarded}} if forwarded else {})}
+            print(json.dumps({"submission_id": job_id, "entrypoint": entrypoint, "runtime_env": shown,
+                              "shipped": [[str(f.source), f.staged] for f in plan.files] + [
+                                  ["(rewritten)", rel] for rel in plan.rewritten]}, indent=1))
             return 0
         from ray.job_submission import JobStatus, JobSubmissionClient
 
