@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import os
+import re
 from dataclasses import dataclass, fields
 from typing import Any, Iterator, Sequence
 
@@ -39,7 +40,12 @@ STRUCTURED_MODES = ("openai", "vllm", "none")
 class HTTPConfig:
     model: str = "gpt-4-turbo"
     base_url: str | None = None  # None: https://api.openai.com/v1
-    api_key: str | None = None  # else $CAPEVAL_JUDGE_API_KEY, else $OPENAI_API_KEY ("EMPTY" for a custom base_url)
+    # Credentials, in this order (resolved_api_key): `api_key` (a value: for local use; `capeval submit` refuses it),
+    # else the variable `api_key_env` names (read where the backend runs, e.g. on the cluster), else
+    # $CAPEVAL_JUDGE_API_KEY, else $OPENAI_API_KEY, else "EMPTY" for a custom base_url. Neither enters the revision,
+    # a cache key or a record (engine/secrets.py: names ending in _env hold a variable's name, not a secret).
+    api_key: str | None = None
+    api_key_env: str | None = None
     revision: str = ""  # part of every cache key; defaults to the model name
     structured: str = "openai"  # "openai": response_format json_schema; "vllm": structured_outputs; "none"
     max_in_flight: int = 64
@@ -66,12 +72,20 @@ class HTTPConfig:
         return self.base_url or "https://api.openai.com/v1"
 
     def resolved_api_key(self) -> str:
-        key = self.api_key or os.environ.get("CAPEVAL_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY")
+        from engine.secrets import remember_secret
+
+        if self.api_key_env and not self.api_key and not os.environ.get(self.api_key_env):
+            # named on purpose: falling back to another variable would send a key the user did not choose
+            raise HTTPConfigError("api_key_env", f"environment variable {self.api_key_env} is not set here")
+        key = (self.api_key or (os.environ.get(self.api_key_env) if self.api_key_env else None)
+               or os.environ.get("CAPEVAL_JUDGE_API_KEY") or os.environ.get("OPENAI_API_KEY"))
         if key:
+            remember_secret(key)  # blanked from every record and log line this process writes later
             return key
         if self.base_url:
             return "EMPTY"  # local OpenAI-compatible servers (vLLM) accept any key
-        raise ValueError("no API key: set api_key in the judge config, CAPEVAL_JUDGE_API_KEY or OPENAI_API_KEY")
+        raise HTTPConfigError("api_key", "no API key: set api_key_env (the name of an environment variable), "
+                                         "CAPEVAL_JUDGE_API_KEY or OPENAI_API_KEY")
 
 
 class HTTPConfigError(ValueError):
@@ -107,6 +121,10 @@ def check_http_config(cfg: HTTPConfig) -> None:
             check_url(cfg.base_url)
         except ValueError as exc:
             raise HTTPConfigError("base_url", str(exc).removeprefix("base_url ")) from None
+    if cfg.api_key_env is not None and not (isinstance(cfg.api_key_env, str)
+                                            and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", cfg.api_key_env)):
+        # the value is not echoed: it may be the key itself, written where its variable's name belongs
+        raise HTTPConfigError("api_key_env", "expected the name of an environment variable (letters, digits, '_')")
     if cfg.structured not in STRUCTURED_MODES:
         raise HTTPConfigError("structured", f"must be one of {STRUCTURED_MODES}; got {cfg.structured!r}")
     try:
