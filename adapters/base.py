@@ -90,6 +90,9 @@ class CaptionRequest:
     # "image": `frames` is ONE still image (engine.frames.images), to be sent as an image, never as a video
     media_type: str = "video"
     system: str | None = None  # system message of the prompt, when it has one (prompts read from packs)
+    # the same frames already JPEG-encoded (one bytes object per frame) when the frame cache stores them so: a
+    # backend that sends JPEG passes these on as they are instead of re-encoding `frames` per request
+    encoded_frames: tuple[bytes, ...] | None = field(default=None, repr=False)
 
 
 @dataclass
