@@ -63,17 +63,26 @@ def redact_text(text: str) -> str:
     for value in _known_values():
         if value in text:
             text = text.replace(value, REDACTED)
+    text = _SCHEME.sub(lambda m: f"{m.group('scheme')}{m.group('space')}{REDACTED}", text)
     return _PAIR.sub(_blank_pair, text)
 
 
-_PAIR = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<sep>\s*[=:]\s*)(?P<quote>[\"']?)(?P<value>[^\s\"',}]+)")
+#: `name=value`, `name: value`, `"name": "value"` (JSON, reprs of dicts and dataclasses); a quoted value is blanked
+#: whole, up to its closing quote (a password may hold spaces)
+_PAIR = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<nq>[\"']?)(?P<sep>\s*[=:]\s*)"
+                   r"(?:(?P<quote>[\"'])(?P<qvalue>[^\"'\n]*)(?P=quote)|(?P<value>[^\s\"',})\]]+))")
+#: an HTTP Authorization value: the scheme stays, the credential after it goes
+_SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic)(?P<space>\s+)(?P<cred>[A-Za-z0-9._~+/=\-]{6,})")
 
 
 def _blank_pair(m: re.Match) -> str:
     name = m.group("name").rsplit(":", 1)[-1].rsplit(".", 1)[-1]
-    if not is_secret_name(name) or m.group("value") == REDACTED or m.group("value").isdigit():
+    value = m.group("qvalue") if m.group("quote") else m.group("value")
+    if not is_secret_name(name) or not value or REDACTED in value or value.isdigit() or \
+            value.lower() in ("bearer", "basic"):  # a scheme whose credential _SCHEME has blanked
         return m.group(0)
-    return f"{m.group('name')}{m.group('sep')}{m.group('quote')}{REDACTED}"
+    quote = m.group("quote") or ""
+    return f"{m.group('name')}{m.group('nq')}{m.group('sep')}{quote}{REDACTED}{quote}"
 
 
 def redact_argv(argv: list[str]) -> list[str]:
