@@ -125,3 +125,16 @@ class Captioner(Protocol):
     def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class StreamingCaptioner(Protocol):
+    """Optional: a captioner that takes requests one at a time, many at once (no batch barrier). The caption stage
+    keeps up to `max_in_flight` calls of `acaption` outstanding per captioner instance (one event loop per caption
+    actor) and stores each caption as it completes; decode runs ahead only as far as that window needs. A failure is
+    a CaptionResponse with `error` set, never an exception. Captioners without it are driven through
+    `Captioner.caption` (in worker threads, so a slow request still holds only its own slot)."""
+
+    max_in_flight: int
+
+    async def acaption(self, request: CaptionRequest) -> CaptionResponse: ...
