@@ -49,12 +49,14 @@ def _env(extra: dict | None = None) -> dict:
 
 def test_staging_ships_the_table_and_its_media(sweep_file, tmp_path):
     staged, shipped = stage_sweep(sweep_file, tmp_path / "stage")
-    assert len(shipped) == 1 and shipped[0][0] == str((sweep_file.parent.parent / "data" / "items.jsonl").resolve())
-    table = tmp_path / "stage" / shipped[0][1]
+    table_src = str((sweep_file.parent.parent / "data" / "items.jsonl").resolve())
+    assert len(shipped) == 4 and sum(src == table_src for src, _ in shipped) == 1  # the table and its 3 videos
+    rel = next(rel for src, rel in shipped if src == table_src)
+    table = tmp_path / "stage" / rel
     rows = [json.loads(line) for line in table.read_text().splitlines()]
     media = {r["media_path"] for r in rows}
     assert len(media) == 3 and all((table.parent / m).is_file() for m in media)
-    assert f"path: {shipped[0][1]}" in staged.read_text()
+    assert f"path: {rel}" in staged.read_text()
 
 
 def test_payload_round_trip(tmp_path):
@@ -82,11 +84,21 @@ def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path, r
     try:
         assert cluster.alive_nodes() == 2
         fetched = tmp_path / "fetched"
+        forwarded = "fwd-" + os.urandom(12).hex()  # as a credential --forward-env sends: runtime_env only
         proc = subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(sweep_file), "--address",
-                               cluster.dashboard, "--out", str(fetched), "--remote-out", str(tmp_path / "remote")],
-                              cwd=tmp_path, env=_env(cluster.env),
+                               cluster.dashboard, "--out", str(fetched), "--remote-out", str(tmp_path / "remote"),
+                               "--submission-id", "capeval-submit-test", "--forward-env", "CAPEVAL_TEST_FORWARDED"],
+                              cwd=tmp_path, env=_env({**cluster.env, "CAPEVAL_TEST_FORWARDED": forwarded}),
                               capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+        # the documented exposure: whoever can read the cluster's job list sees the value (a process of its own,
+        # with the cluster's auth token: Ray keeps the token this process's own local Ray loaded)
+        query = ("import json, sys; from ray.job_submission import JobSubmissionClient as C; "
+                 "print(json.dumps(C(sys.argv[1]).get_job_info('capeval-submit-test').runtime_env))")
+        seen = subprocess.run([sys.executable, "-c", query, cluster.dashboard], env=_env(cluster.env),
+                              capture_output=True, text=True, timeout=120)
+        assert seen.returncode == 0, seen.stderr[-2000:]
+        assert json.loads(seen.stdout.splitlines()[-1])["env_vars"] == {"CAPEVAL_TEST_FORWARDED": forwarded}
     finally:
         cluster.stop()
     assert cluster.pids() == []
@@ -100,3 +112,7 @@ def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path, r
     assert verdicts["cell_key"].n_unique() == 4 and (verdicts["verdict"] >= 0).all()
     # the job ran from a copy of its inputs beside its results (the shipped table and its videos)
     assert len(list((tmp_path / "remote" / "submitted" / "data").rglob("*.mp4"))) == 3
+    assert len((tmp_path / "remote" / "submitted" / "SHIPPED.txt").read_text().splitlines()) == 1 + 4
+    # the forwarded value reached no file: not the staged job, the results, the run record or the fetched copy
+    assert forwarded not in proc.stdout + proc.stderr
+    assert [p for p in tmp_path.rglob("*") if p.is_file() and forwarded.encode() in p.read_bytes()] == []
