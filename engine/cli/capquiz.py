@@ -90,6 +90,16 @@ def _judge_options(pairs: list[str], labels: list[str]) -> dict[str, dict]:
     return out
 
 
+def _as_option_text(value) -> str:
+    """An option value parsed by _judge_options written back so that the CLI's parser reads the same value."""
+    if isinstance(value, str):
+        try:
+            json.loads(value)
+        except json.JSONDecodeError:
+            return value  # plain text: read back as text
+    return json.dumps(value)
+
+
 def _write(table, path: Path, what: str) -> None:
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
@@ -115,7 +125,7 @@ def run_filter(args) -> int:
 
     from engine.errors import UsageError
     from engine.inputs.tables import read_items
-    from engine.judging.backends import make_judge
+    from engine.cli.judge_checks import build_judge
     from engine.judging.runner import run_judging
     from engine.protocols.capquiz.filtering import BlindProtocol, FilterSettings, blind_counts, decide
 
@@ -137,7 +147,9 @@ def run_filter(args) -> int:
     right = {}
     for name, label in specs:
         opts = dict(options[label])
-        judge = make_judge(name, model=opts.pop("model", None), base_url=opts.pop("base_url", None), **opts)
+        model, base_url = opts.pop("model", None), opts.pop("base_url", None)
+        pairs = [f"{k}={_as_option_text(v)}" for k, v in opts.items()]
+        judge = build_judge(name, model, base_url, pairs)  # the user's mistakes exit 2 naming the option
         try:
             requests = protocol.requests(items, judge=judge.name, judge_revision=judge.revision, trials=args.trials)
             verdicts, summary = run_judging(requests, judge, cache_dir=args.cache, protocol=protocol,

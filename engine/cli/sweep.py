@@ -70,13 +70,17 @@ def register(subparsers) -> None:
 
 
 def print_results(result, stream=sys.stdout) -> None:
+    from engine.cli import terminal_text
     from engine.report import format_table, headline
 
     table = headline(result.results)
-    print(format_table(table), file=stream)
-    print(f"full table: {result.out_dir / 'results.parquet'} and {result.out_dir / 'results.csv'} "
+    print(terminal_text(format_table(table)), file=stream)  # labels and ids come from user files: escaped
+    # a caption-only sweep's table is captions.parquet/.csv (engine/sweep/caption_only.py)
+    stem = "captions" if (result.out_dir / "captions.parquet").exists() and not (
+        result.out_dir / "results.parquet").exists() else "results"
+    print(f"full table: {result.out_dir / (stem + '.parquet')} and {result.out_dir / (stem + '.csv')} "
           f"({result.results.height} rows)", file=stream)
-    print(result.summary(), file=stream)
+    print(terminal_text(result.summary()), file=stream)
 
 
 def exit_line(result, max_failure_share: float) -> str | None:

@@ -150,3 +150,20 @@ def test_blind_requests_shuffle_per_trial_and_render_the_papers_prompt_from_its_
     shown = json.loads(first["context"])["parse"]["shown"]
     options = "\n".join(f"{k}. {o}" for k, o in zip("ABCDE", shown))
     assert first["user"] == template.format(question=ITEMS[0]["question"], options=options)
+
+
+def test_filter_judge_mistakes_exit_2_naming_the_option(tmp_path):
+    """A judge option the backend refuses is the user's mistake: exit 2 with the option named (was exit 1, an
+    internal error, because the filter built its judges without the CLI's checks)."""
+    import subprocess
+    import sys
+
+    items = tmp_path / "items.jsonl"
+    items.write_text('{"item_id": "q1", "video_id": "v1", "question": "What colour?", "options": ["red", "blue"], '
+                     '"answer": "A"}\n')
+    proc = subprocess.run([sys.executable, "-m", "engine.cli", "capquiz", "filter", "--items", str(items),
+                           "--judges", "openai", "--judge-option", "model=m", "--judge-option",
+                           "base_url=http://127.0.0.1:9/v1", "--judge-option", "timeout_s=-1", "--out", str(tmp_path / "k.jsonl")],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert "timeout_s" in proc.stderr and "Traceback" not in proc.stderr

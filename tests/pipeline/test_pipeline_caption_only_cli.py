@@ -25,3 +25,5 @@ def test_caption_only_sweep_via_cli_exits_0_and_writes_run_json(tmp_path, ray_lo
     captions = pl.read_parquet(out / "captions.parquet")
     assert captions.height == 2 and set(captions["item_status"]) == {"ok"}
     assert "captions" in printed.out  # the headline counts the captions of each caption cell
+    # the table it names is the one it wrote (a caption-only sweep writes captions.parquet, no results.parquet)
+    assert f"full table: {out / 'captions.parquet'}" in printed.out and "results.parquet" not in printed.out
