@@ -4,7 +4,9 @@
     python cluster/submit.py examples/capquiz_vllm_gpu.toml --address http://HEAD:8265 --out runs/gpu
     python cluster/submit.py sweep.toml --dry-run          # stage the sweep and print the job only
 
-The sweep file may sit anywhere; the paths it names travel with the job. See cluster/README.md.
+The sweep file may sit anywhere; the files it declares (datasets, their media, caption files, prompt files and
+packs) travel with the job, from the sweep's folder, the dataset folders and `--allow-root` folders only; a
+credential value in the sweep is refused (name an environment variable: `api_key_env`). See cluster/README.md.
 """
 
 from __future__ import annotations
