@@ -113,3 +113,24 @@ def test_the_search_finds_a_key_written_unredacted(tmp_path, key):
     assert files_holding(tmp_path, key) == []
     (out / "run.json").write_text(json.dumps({"runs": [{"config": {"judge": {"api_key": key}}}]}))
     assert files_holding(tmp_path, key) == [str(out / "run.json")]
+
+
+def test_api_key_env_is_read_where_the_judge_runs_and_never_keyed(monkeypatch, key):
+    """api_key_env names the variable; the loopback server accepts only its value; the revision and the config's
+    record hold the name only; an unset variable is an error naming the field, never a fallback to another key."""
+    from adapters.base import JudgeRequest
+    from adapters.openai_http import HTTPConfigError, OpenAIJudge
+    from engine.secrets import redact_text
+
+    monkeypatch.setenv("CAPEVAL_TEST_JUDGE_KEY", key)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-some-other-key-000")
+    with LoopbackServer(FaultConfig(api_key=key)) as server:
+        with OpenAIJudge(model="loopback", base_url=server.base_url, api_key_env="CAPEVAL_TEST_JUDGE_KEY",
+                         structured="vllm") as judge:
+            [reply] = judge.judge([JudgeRequest(key="k", user="Is it red?", choices=("yes", "no"), max_tokens=4)])
+            assert reply.error is None and reply.text in ("yes", "no")
+            assert key not in judge.revision and key not in repr(judge.config)
+        monkeypatch.delenv("CAPEVAL_TEST_JUDGE_KEY")
+        with pytest.raises(HTTPConfigError, match="api_key_env: environment variable CAPEVAL_TEST_JUDGE_KEY"):
+            OpenAIJudge(model="loopback", base_url=server.base_url, api_key_env="CAPEVAL_TEST_JUDGE_KEY")
+    assert redact_text(f"sent {key}") == "sent ***REDACTED***"  # remembered once resolved
