@@ -103,7 +103,7 @@ def protocol_params(args) -> dict:
         params["mode"] = args.mode
     if args.prompts:
         params["prompts"] = str(args.prompts)
-    problems = protocol_param_problems(params, Path.cwd())
+    problems = protocol_param_problems(params, Path.cwd(), protocol=args.protocol)
     if problems:
         raise UsageError("; ".join(f"--param {k}: {m}" if k not in ("mode", "prompts") else f"--{k}: {m}"
                                    for k, m in problems))

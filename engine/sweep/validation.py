@@ -85,7 +85,7 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
             if comp.max_tokens is not None and comp.max_tokens < 1:
                 c.fail(f"{where}.max_tokens", f"must be at least 1, got {comp.max_tokens}", "max_tokens")
     for i, p in enumerate(config.protocols):
-        for msg_key, msg in protocol_param_problems(p.params, base):
+        for msg_key, msg in protocol_param_problems(p.params, base, protocol=p.name):
             c.fail(f"{c.where('protocols', i)}.params.{msg_key}", msg, msg_key)
     for i, src in enumerate(config.captions if check_paths else ()):
         where = c.where("captions", i)
@@ -187,9 +187,10 @@ def _value_fits(value, types: tuple[type, ...]) -> bool:
     return isinstance(value, types)
 
 
-def protocol_param_problems(params: dict, base: Path) -> list[tuple[str, str]]:
+def protocol_param_problems(params: dict, base: Path, protocol: str | None = None) -> list[tuple[str, str]]:
     """(key, message) for the protocol params capeval itself reads; `prompts` and `event_prompts` are made absolute
-    in place (a pack path in a sweep file is relative to the file)."""
+    in place (a pack path in a sweep file is relative to the file). Given the protocol's name, its own choices are
+    checked too (CapQuiz `average`, LVCap-Eval `event_scoring`), by the functions the run itself uses."""
     from engine.frames.sampling import FrameSpecError, parse_frame_spec
 
     out = []
@@ -220,6 +221,18 @@ def protocol_param_problems(params: dict, base: Path) -> list[tuple[str, str]]:
             params["judge_frames"] = str(parse_frame_spec(params["judge_frames"]))
         except FrameSpecError as exc:
             out.append(("judge_frames", str(exc)))
+    if protocol == "capquiz" and "average" in params:
+        from engine.protocols.capquiz.metrics import AVERAGES
+
+        if params["average"] not in AVERAGES:
+            out.append(("average", f"expected one of {list(AVERAGES)}, got {params['average']!r}"))
+    if protocol == "lvcap" and "event_scoring" in params:
+        from engine.protocols.lvcap.paper_events import check_scoring
+
+        try:
+            check_scoring(mode, params["event_scoring"])
+        except ValueError as exc:
+            out.append(("event_scoring", str(exc)))
     return out
 
 

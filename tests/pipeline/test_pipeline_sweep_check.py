@@ -116,3 +116,16 @@ def test_a_sweep_name_that_would_write_outside_runs_is_refused(tmp_path, name, c
     assert not (tmp_path / "escape").exists() and not (tmp_path / "runs").exists()
     good = _write(tmp_path, path.read_text().replace(f'name = "{name}"', 'name = "fine"'), "good.toml")
     assert cli_main(["sweep", str(good), "--check"]) == OK
+
+
+def test_check_reports_protocol_choices_the_run_would_refuse(tmp_path):
+    """CapQuiz `average` and LVCap-Eval `event_scoring` are checked by --check with the functions the run uses (they
+    used to pass --check and stop the run later)."""
+    path = _write(tmp_path, f'name = "choices"\n[[datasets]]\nname = "d"\nkind = "synthetic"\nn_videos = 1\n'
+                            f'[[captions]]\npath = "{_captions(tmp_path)}"\n'
+                            '[[protocols]]\nname = "capquiz"\nparams = { average = "median" }\n'
+                            '[[protocols]]\nname = "lvcap"\nparams = { mode = "official", event_scoring = "vibes" }\n'
+                            '[[judges]]\nname = "local"\n')
+    problems = _problems(path)
+    assert any("protocols[0].params.average" in p and "per_video" in p for p in problems), problems
+    assert any("protocols[1].params.event_scoring" in p and "autodq" in p for p in problems), problems
