@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,7 +227,9 @@ class _Planner:
         except (ValueError, OSError, KeyError) as exc:
             self.problems.append(f"datasets[{i}]: {exc}")
             return
-        rows = _media_rows(self.absolute(original["path"])) if kind == "items" else {}
+        from engine.staging_items import media_rows
+
+        rows = media_rows(self.absolute(original["path"])) if kind == "items" else {}
         staged_media = {}
         for vid, path in loaded.media.items():
             real = Path(path).resolve()
@@ -238,45 +239,17 @@ class _Planner:
             staged = self.ship(Path(path), why, media=True)
             if staged is not None:
                 staged_media[real] = staged
-        if kind == "items" and isinstance(d.get("path"), str) and d["path"] in self.staged_paths():
+        if kind == "items" and d.get("path") in {f.staged for f in self.files.values()}:
             self.rewrite_items(d, self.absolute(original["path"]), staged_media)
 
-    def staged_paths(self) -> set[str]:
-        return {f.staged for f in self.files.values()}
-
     def rewrite_items(self, d: dict, table: Path, staged_media: dict[Path, str]) -> None:
-        """Keep the table as it is when its relative media paths still lead to the staged media; else ship a JSONL
-        copy whose media_path name the staged media (video_id kept: it defaults to media_path as written)."""
-        import posixpath
+        from engine.staging_items import rewritten_table
 
-        from engine.inputs.rows import read_rows
-
-        staged_table = d["path"]
-        folder = posixpath.dirname(staged_table)
-        rows = [rec for _, rec in read_rows(table)]
-        fits = True
-        for rec in rows:
-            written = rec.get("media_path")
-            if not isinstance(written, str) or not written:
-                continue
-            real = self.absolute(written, table.parent).resolve()
-            if real not in staged_media:
-                continue
-            if Path(written).is_absolute() or posixpath.normpath(posixpath.join(folder, written)) != staged_media[real]:
-                fits = False
-        if fits:
-            return
-        for rec in rows:
-            written = rec.get("media_path")
-            real = self.absolute(written, table.parent).resolve() if isinstance(written, str) and written else None
-            if real in staged_media:
-                if not isinstance(rec.get("video_id"), str) or not rec.get("video_id"):
-                    rec["video_id"] = written
-                rec["media_path"] = posixpath.relpath(staged_media[real], folder)
-        new = posixpath.join(folder, f"{table.stem}.staged.jsonl")
-        self.files.pop(table.resolve(), None)
-        self.rewritten[new] = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows).encode()
-        d["path"] = new
+        new = rewritten_table(table, d["path"], staged_media)
+        if new is not None:
+            self.files.pop(table.resolve(), None)
+            self.rewritten[new[0]] = new[1]
+            d["path"] = new[0]
 
     def declared_files(self, raw: dict) -> None:
         for i, e in enumerate(_entries(raw, "captions")):
@@ -334,19 +307,6 @@ def _files_read_from_folder(kind: str, folder: Path, d: dict) -> list[Path]:
 
         return [folder / FILE]
     return []
-
-
-def _media_rows(table: Path) -> dict[Path, tuple[int, str]]:
-    """resolved media path -> (row, media_path as written) for an items table, so problems can name the row."""
-    from engine.inputs.rows import read_rows
-
-    out = {}
-    for n, rec in read_rows(table):
-        written = rec.get("media_path")
-        if isinstance(written, str) and written:
-            p = Path(written).expanduser()
-            out.setdefault((p if p.is_absolute() else table.parent / p).resolve(), (n, written))
-    return out
 
 
 def read_raw(path: Path) -> tuple[dict, str]:

@@ -169,3 +169,28 @@ def test_cli_dry_run_exit_2_for_a_credential_and_lists_files_otherwise(home, tmp
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "api_key" in proc.stderr and "sk-not-shipped-456" not in proc.stdout + proc.stderr
+
+
+def test_a_videos_glob_ships_the_matching_media_only_and_keeps_ids(home, tmp_path):
+    clips = home / "proj" / "data" / "clips"
+    (clips / "notes.txt").write_text("not media")
+    (clips / "sub").mkdir()
+    (clips / "sub" / "w.mp4").write_bytes(b"\0" * 10)
+    sweep = write_sweep(home, capquiz_sweep("staging", dataset={"name": "v", "kind": "videos",
+                                                               "path": "../data/clips/**/*.mp4"}))
+    staged, shipped = stage_sweep(sweep, tmp_path / "stage")
+    assert sorted(rel for _, rel in shipped) == sorted(
+        [f"data/01_clips/v{i}.mp4" for i in range(3)] + ["data/01_clips/sub/w.mp4"])
+    from engine.datasets.registry import load
+
+    local = load("videos", {"path": "../data/clips/**/*.mp4"}, base_dir=sweep.parent, out_dir=tmp_path / "x")
+    there = load("videos", {"path": "data/01_clips/**/*.mp4"}, base_dir=staged.parent, out_dir=tmp_path / "y")
+    assert "path: data/01_clips/**/*.mp4" in staged.read_text()
+    assert sorted(local.media) == sorted(there.media) == ["sub/w", "v0", "v1", "v2"]
+
+
+def test_no_ship_data_copies_nothing_and_makes_declared_paths_absolute(home, tmp_path):
+    sweep = write_sweep(home, items_sweep())
+    staged, shipped = stage_sweep(sweep, tmp_path / "stage", ship_data=False)
+    assert shipped == [] and staged_files(tmp_path / "stage") == {"s.yaml", SHIPPED_LIST}
+    assert f"path: {(home / 'proj/data/items.jsonl').resolve()}" in staged.read_text()
