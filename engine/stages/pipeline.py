@@ -15,6 +15,7 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from engine.secrets import without_secrets
 from engine.prompts_library import get_prompt
 from engine.schemas import FRAMES
 from engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
@@ -52,7 +53,7 @@ def _max_tokens(captioner) -> int:
 def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> str:
     """The caption's key: frames, captioner identity, the exact text sent (per media type) and the settings."""
     prompt = get_prompt(prompt_id)
-    params = {"params": captioner.params, "max_tokens": _max_tokens(captioner),
+    params = {"params": without_secrets(captioner.params), "max_tokens": _max_tokens(captioner),
               "segments": SEGMENTS_PER_VIDEO if prompt.segmental else 0}
     text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
     return caption_key(row["frames_key"], captioner.name, cap_rev[captioner.display], text, params)

@@ -10,6 +10,7 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
+from engine.secrets import without_secrets
 from engine.keys import content_key
 from engine.sweep.config import CaptionSource, ComponentSpec, DatasetSpec, SweepConfig
 
@@ -65,9 +66,10 @@ class Cell:
         existing sweeps do not change."""
         cap = self.caption
         parts = [
-            "cell", dataset_digest, cap.captioner.name, captioner_revision, cap.captioner.params, prompt_text,
-            cap.frame_spec, self.protocol.name, self.protocol.params, self.judge.name, judge_revision,
-            self.judge.params, list(self.judge.seeds),
+            # credentials never enter a key: a rotated key must not redo work (engine/secrets.without_secrets)
+            "cell", dataset_digest, cap.captioner.name, captioner_revision, without_secrets(cap.captioner.params),
+            prompt_text, cap.frame_spec, self.protocol.name, self.protocol.params, self.judge.name, judge_revision,
+            without_secrets(self.judge.params), list(self.judge.seeds),
         ]
         extra = {k: v for k, v in (("source", source_digest), ("max_tokens", cap.captioner.max_tokens)) if v}
         return content_key(*parts, extra) if extra else content_key(*parts)
