@@ -1,0 +1,155 @@
+"""Tiny random-weight checkpoints of the VLM families people caption with, that vLLM's CPU build loads and runs.
+
+Tests of the video path need the real thing per family: the family's transformers config class, its processor,
+image processor and video processor classes, a tokenizer carrying the family's special tokens, and a chat template
+that renders a video placeholder the way the released model's template does -- but no downloads and no GPU. Each
+builder here makes such a folder from configs (hidden 64, 1-2 layers, head_dim 32 because vLLM's CPU attention needs
+>= 32, a small vision tower, small frame sizes) with seeded random weights saved as safetensors. Builds are
+deterministic and reused while their build spec matches (adapters.random_models.build_once); a build takes seconds.
+
+    build_tiny_vlm(family, out_dir) -> Path        # family in FAMILIES
+
+What vLLM 0.32 needs per family to take a video (`multi_modal_data={"video": ...}` of `LLM.generate`):
+
+qwen2_vl (Qwen2VLForConditionalGeneration)
+    Prompt placeholder: "<|vision_start|><|video_pad|><|vision_end|>" (the chat template renders it for a content
+    part {"type": "video"}); vLLM expands <|video_pad|> to T*H*W/merge**2 tokens, T = frames / temporal_patch_size (2).
+    Video item: a (T,H,W,3) uint8 array, or (array, metadata) with metadata {"fps", "frames_indices",
+    "total_num_frames", "duration", "video_backend"}; Qwen2-VL's processor does not use the metadata, but giving
+    it does no harm. Pass mm_processor_kwargs={"do_sample_frames": False} so the frames given are the frames seen.
+    An odd frame count is padded by repeating the last frame (to a multiple of temporal_patch_size).
+    Processed input: video_grid_thw == [[frames/2, H/14, W/14]] after smart_resize to a multiple of 28 px within
+    [min_pixels, max_pixels] of the video processor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+from adapters.random_models import BUILD_SPEC_FILE, build_once, generated_corpus, iter_corpus_texts, train_bpe_tokenizer
+
+BUILD_SPEC_VERSION = 1
+HEAD_DIM = 32  # vLLM's CPU attention needs head_dim >= 32, in the language model and in the vision tower
+
+# ---- Qwen2-VL / Qwen2.5-VL / Qwen3-VL: ChatML with <|vision_start|><|video_pad|><|vision_end|> placeholders -------
+QWEN_SPECIAL_TOKENS = [
+    "<unk>", "<s>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+    "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+]  # fmt: skip
+# The released Qwen-VL templates' shape: a default system turn, then each content part; an image part renders
+# <|vision_start|><|image_pad|><|vision_end|>, a video part <|vision_start|><|video_pad|><|vision_end|>. vLLM's chat
+# path hands parts over as {"type": "video"} / {"type": "image"} (OpenAI's video_url / image_url are accepted too).
+QWEN_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and message['role'] != 'system' %}"
+    "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n{% endif %}"
+    "<|im_start|>{{ message['role'] }}\n"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image' in part or 'image_url' in part %}"
+    "<|vision_start|><|image_pad|><|vision_end|>"
+    "{% elif part['type'] == 'video' or 'video' in part or 'video_url' in part %}"
+    "<|vision_start|><|video_pad|><|vision_end|>"
+    "{% elif 'text' in part %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Frames are resized to multiples of patch * merge = 28 px with at most QWEN_MAX_PIXELS pixels: a 64x64 frame becomes
+# 56x56, 4x4 patches, 2x2 = 4 tokens per temporal patch of 2 frames.
+QWEN_MIN_PIXELS, QWEN_MAX_PIXELS = 28 * 28, 56 * 56
+
+FAMILIES: dict[str, Callable[[Path, dict], None]] = {}  # filled below: family name -> writer of the folder
+
+
+def build_tiny_vlm(family: str, out_dir: str | os.PathLike, *, seed: int = 0,
+                   corpus: Sequence[str | os.PathLike] = ()) -> Path:
+    """Build (or reuse) the tiny random-weight checkpoint of `family` in `out_dir`; return the directory.
+
+    `corpus` lists real text files for the tokenizer (adapters.random_models.iter_corpus_texts); empty means a
+    generated corpus.
+    """
+    if family not in FAMILIES:
+        raise ValueError(f"unknown VLM family {family!r}; known: {', '.join(sorted(FAMILIES))}")
+    out = Path(out_dir)
+    spec = {"version": BUILD_SPEC_VERSION, "family": family, "seed": seed,
+            "corpus": [str(Path(p).resolve()) for p in corpus]}  # fmt: skip
+    return build_once(out, spec, lambda: _build(out, spec, corpus))
+
+
+def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
+    # Build in a sibling temp dir and rename: a killed build never leaves a directory that looks complete.
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        FAMILIES[spec["family"]](tmp, spec | {"_corpus": list(corpus)})
+        (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _tokenizer(spec: dict, special_tokens: list[str], eos: str, vocab: int = 1024):
+    corpus = spec["_corpus"]
+    texts = iter_corpus_texts(corpus) if corpus else generated_corpus(n_lines=4000)
+    return train_bpe_tokenizer(texts, vocab, special_tokens, eos_token=eos)
+
+
+def _randomize_and_save(model, tmp: Path, seed: int, eos_id: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():  # default init (std 0.02) makes near-uniform logits; widen it
+        for p in model.parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, 1.0 / p.shape[-1] ** 0.5)
+    model.generation_config.eos_token_id = eos_id
+    model.save_pretrained(str(tmp), safe_serialization=True)
+
+
+def _text_dims(vocab: int, ids: dict, *, hidden: int = 64, layers: int = 2) -> dict:
+    return dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
+                num_attention_heads=hidden // HEAD_DIM, num_key_value_heads=hidden // HEAD_DIM, head_dim=HEAD_DIM,
+                max_position_embeddings=4096, bos_token_id=ids.get("<s>"), eos_token_id=ids["<|im_end|>"],
+                pad_token_id=ids["<pad>"], tie_word_embeddings=False)  # fmt: skip
+
+
+def _qwen_tokenizer(spec: dict):
+    tok = _tokenizer(spec, QWEN_SPECIAL_TOKENS, eos="<|im_end|>")
+    tok.chat_template = QWEN_CHAT_TEMPLATE
+    return tok, {t: tok.convert_tokens_to_ids(t) for t in QWEN_SPECIAL_TOKENS}
+
+
+def _qwen_vision_tokens(ids: dict) -> dict:
+    return dict(image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"])
+
+
+def _write_qwen2_vl(tmp: Path, spec: dict) -> None:
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration, Qwen2VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    tok, ids = _qwen_tokenizer(spec)
+    text = _text_dims(len(tok), ids) | {
+        # multimodal RoPE: (temporal, height, width) sections of head_dim / 2 rotary pairs
+        "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6},
+    }
+    vision = dict(depth=1, embed_dim=64, hidden_size=64, num_heads=64 // HEAD_DIM, mlp_ratio=2, patch_size=14,
+                  temporal_patch_size=2, spatial_merge_size=2, in_channels=3)  # fmt: skip
+    cfg = Qwen2VLConfig(text_config=text, vision_config=vision, **_qwen_vision_tokens(ids))
+    _randomize_and_save(Qwen2VLForConditionalGeneration(cfg), tmp, spec["seed"], ids["<|im_end|>"])
+    size = {"shortest_edge": QWEN_MIN_PIXELS, "longest_edge": QWEN_MAX_PIXELS}
+    processor = Qwen2VLProcessor(
+        image_processor=Qwen2VLImageProcessorPil(size=size, patch_size=14, temporal_patch_size=2, merge_size=2),
+        video_processor=Qwen2VLVideoProcessor(size=size, patch_size=14, temporal_patch_size=2, merge_size=2),
+        tokenizer=tok, chat_template=QWEN_CHAT_TEMPLATE,
+    )  # fmt: skip
+    processor.save_pretrained(str(tmp))
+
+
+FAMILIES["qwen2_vl"] = _write_qwen2_vl

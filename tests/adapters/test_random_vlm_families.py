@@ -1,0 +1,116 @@
+"""Tiny random-weight checkpoints of each VLM family (adapters.random_vlm_families) load with transformers and run a
+video on vLLM's real CPU engine, and the engine's processed prompt holds exactly the placeholder tokens of the frames
+given (the model saw N frames, not some resampled count).
+
+Each family's folder is built once into the suite's model cache and reused; each engine is started, used for one
+short generation and closed (adapters.vllm_compat), so the families run one after another in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from adapters.random_vlm_families import FAMILIES, build_tiny_vlm
+
+N_FRAMES = 4
+SIDE = 64  # frames are 64x64 RGB; each family resizes them to its own tiny processor size
+FPS = 2.0
+
+
+def _model_cache():
+    from _fixtures_vllm import _model_cache as cache
+
+    return cache()
+
+
+def _frames(n: int = N_FRAMES, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (n, SIDE, SIDE, 3), dtype=np.uint8)
+
+
+def _metadata(n: int) -> dict:
+    # the frames were taken every 2nd frame of a 2n-frame clip at FPS: what a frame spec's decode knows
+    return {"fps": FPS, "frames_indices": list(range(0, 2 * n, 2)), "total_num_frames": 2 * n,
+            "duration": 2 * n / FPS, "video_backend": "opencv"}  # fmt: skip
+
+
+# Per family: the video placeholder token after vLLM's expansion, and how many of them N frames of SIDE x SIDE must
+# become (the frames-seen arithmetic written out from the family's processor settings).
+EXPECTED_VIDEO_TOKENS = {
+    # 64 px -> 56 px (multiple of 28 within max_pixels 56*56): 4x4 patches of 14, merged 2x2 -> 4 tokens per
+    # temporal patch of 2 frames
+    "qwen2_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),
+}
+
+
+@pytest.fixture(scope="module")
+def family_dirs():
+    return {f: build_tiny_vlm(f, _model_cache() / f"tiny-{f.replace('_', '-')}") for f in FAMILIES}
+
+
+def test_builds_are_reused_by_content(tmp_path):
+    import time
+
+    first = build_tiny_vlm("qwen2_vl", tmp_path / "q")
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    t0 = time.monotonic()
+    assert build_tiny_vlm("qwen2_vl", tmp_path / "q") == first
+    assert time.monotonic() - t0 < 1.0
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp  # reused, not rebuilt
+    assert build_tiny_vlm("qwen2_vl", tmp_path / "q", seed=1) == first  # another spec rebuilds in place
+    assert (first / "model.safetensors").stat().st_mtime_ns != stamp
+    assert json.loads((first / "capeval_build.json").read_text())["seed"] == 1
+
+
+def test_unknown_family_is_named():
+    with pytest.raises(ValueError, match="unknown VLM family 'qwen9'.*qwen2_vl"):
+        build_tiny_vlm("qwen9", "/nonexistent")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_loads_with_transformers_auto_classes(family, family_dirs):
+    from transformers import AutoConfig, AutoProcessor
+
+    d = family_dirs[family]
+    cfg = AutoConfig.from_pretrained(d)
+    proc = AutoProcessor.from_pretrained(d)
+    assert getattr(proc, "video_processor", None) is not None, "a video-capable processor"
+    placeholder, n_tokens = EXPECTED_VIDEO_TOKENS[family]
+    assert proc.tokenizer.convert_tokens_to_ids(placeholder) not in (None, proc.tokenizer.unk_token_id)
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe the video."}]}]
+    prompt = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert "Describe the video." in prompt
+    assert cfg.architectures and cfg.architectures[0].endswith("ForConditionalGeneration")
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_runs_a_video_on_vllm_cpu_and_sees_exactly_the_frames_given(family, family_dirs):
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine core
+    from transformers import AutoProcessor
+    from vllm import LLM, SamplingParams
+
+    from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
+
+    d = family_dirs[family]
+    proc = AutoProcessor.from_pretrained(d)
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe the video."}]}]
+    prompt = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    with vllm_engine_start_guard():
+        llm = LLM(model=str(d), max_model_len=2048, enforce_eager=True, seed=0, max_num_seqs=2,
+                  limit_mm_per_prompt={"video": 1, "image": 0})  # fmt: skip
+    track_engine(llm)
+    try:
+        placeholder, n_tokens = EXPECTED_VIDEO_TOKENS[family]
+        pid = proc.tokenizer.convert_tokens_to_ids(placeholder)
+        inputs = [{"prompt": prompt, "multi_modal_data": {"video": (_frames(n), _metadata(n))},
+                   "mm_processor_kwargs": {"do_sample_frames": False}} for n in (N_FRAMES, 2 * N_FRAMES)]  # fmt: skip
+        outs = llm.generate(inputs, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)
+        for n, out in zip((N_FRAMES, 2 * N_FRAMES), outs):
+            assert out.prompt_token_ids.count(pid) == n_tokens(n), (family, n)
+            assert len(out.outputs[0].token_ids) >= 1
+    finally:
+        close_engine(llm)
