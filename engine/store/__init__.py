@@ -1,7 +1,7 @@
-"""Durable stage outputs: a Parquet segment store (append = one new small file, atomically) and the content-addressed
-judgment cache. Nothing here rewrites a whole results file per item."""
+"""Durable stage outputs: a Parquet segment store (appends written atomically, optionally group-committed and
+compacted) and the content-addressed judgment cache. Nothing here rewrites a whole results file per item."""
 
 from .judgment_cache import CachedResponse, JudgmentCache
-from .segments import SegmentStore
+from .segments import GroupCommit, SegmentStore
 
-__all__ = ["SegmentStore", "JudgmentCache", "CachedResponse"]
+__all__ = ["SegmentStore", "GroupCommit", "JudgmentCache", "CachedResponse"]
