@@ -20,6 +20,13 @@ qwen2_vl (Qwen2VLForConditionalGeneration)
     An odd frame count is padded by repeating the last frame (to a multiple of temporal_patch_size).
     Processed input: video_grid_thw == [[frames/2, H/14, W/14]] after smart_resize to a multiple of 28 px within
     [min_pixels, max_pixels] of the video processor.
+
+qwen2_5_vl (Qwen2_5_VLForConditionalGeneration)
+    As qwen2_vl (same placeholder, same Qwen2VLVideoProcessor, same grid arithmetic), plus the processor returns
+    second_per_grid_ts = temporal_patch_size / sampled_fps for the temporal RoPE, where transformers computes
+    sampled_fps = len(frames_indices) / total_num_frames * fps from the metadata. So metadata must describe the
+    SOURCE video: fps = the file's frame rate, total_num_frames = the file's frame count, frames_indices = the
+    source indices of the frames given (without metadata, fps falls back to 24 and the timing is wrong).
 """
 
 from __future__ import annotations
@@ -153,3 +160,35 @@ def _write_qwen2_vl(tmp: Path, spec: dict) -> None:
 
 
 FAMILIES["qwen2_vl"] = _write_qwen2_vl
+
+
+def _qwen_processor(processor_cls, tok, *, patch: int = 14, merge: int = 2, min_pixels: int = QWEN_MIN_PIXELS,
+                    max_pixels: int = QWEN_MAX_PIXELS):
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen2_vl.video_processing_qwen2_vl import Qwen2VLVideoProcessor
+
+    size = {"shortest_edge": min_pixels, "longest_edge": max_pixels}
+    geometry = dict(patch_size=patch, temporal_patch_size=2, merge_size=merge)
+    return processor_cls(image_processor=Qwen2VLImageProcessorPil(size=size, **geometry),
+                         video_processor=Qwen2VLVideoProcessor(size=size, **geometry),
+                         tokenizer=tok, chat_template=QWEN_CHAT_TEMPLATE)  # fmt: skip
+
+
+def _write_qwen2_5_vl(tmp: Path, spec: dict) -> None:
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2_5_VLProcessor
+
+    tok, ids = _qwen_tokenizer(spec)
+    text = _text_dims(len(tok), ids) | {
+        "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "rope_theta": 1e6},
+    }
+    # window attention over 112 px windows (4x4 merged patches); block 0 attends fully, as the released models'
+    # fullatt_block_indexes do every 8th block
+    vision = dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=64 // HEAD_DIM, out_hidden_size=64,
+                  patch_size=14, temporal_patch_size=2, spatial_merge_size=2, window_size=112,
+                  fullatt_block_indexes=[0], tokens_per_second=2)  # fmt: skip
+    cfg = Qwen2_5_VLConfig(text_config=text, vision_config=vision, **_qwen_vision_tokens(ids))
+    _randomize_and_save(Qwen2_5_VLForConditionalGeneration(cfg), tmp, spec["seed"], ids["<|im_end|>"])
+    _qwen_processor(Qwen2_5_VLProcessor, tok).save_pretrained(str(tmp))
+
+
+FAMILIES["qwen2_5_vl"] = _write_qwen2_5_vl

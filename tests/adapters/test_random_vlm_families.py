@@ -43,6 +43,7 @@ EXPECTED_VIDEO_TOKENS = {
     # 64 px -> 56 px (multiple of 28 within max_pixels 56*56): 4x4 patches of 14, merged 2x2 -> 4 tokens per
     # temporal patch of 2 frames
     "qwen2_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),
+    "qwen2_5_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),  # same processor geometry as Qwen2-VL
 }
 
 
