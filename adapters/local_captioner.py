@@ -161,11 +161,21 @@ class LocalCaptioner:
 
     revision = "pixelstats-1"
 
-    def __init__(self, name: str = "local", latency_s: float = 0.0, **_: object):
+    def __init__(self, name: str = "local", latency_s: float = 0.0, max_in_flight: int = 8, **_: object):
         """latency_s: seconds each caption takes on top of the pixel statistics (a stand-in for a model's generation
-        time, for benchmarks and tests of stage overlap)."""
+        time, for benchmarks and tests of stage overlap). max_in_flight: captions one caption actor works on at
+        once (adapters.base.StreamingCaptioner; the latency waits overlap, the pixel statistics share the GIL)."""
         self.name = name
         self.latency_s = float(latency_s)
+        self.max_in_flight = max(1, int(max_in_flight))
+
+    def _describe(self, r: CaptionRequest, t0: float) -> CaptionResponse:
+        try:
+            text = describe(np.asarray(r.frames), r.prompt, r.context)
+        except Exception as exc:  # per-request failure, never the batch
+            return CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}")
+        return CaptionResponse(r.key, text, prompt_tokens=len(r.prompt.split()) + len((r.context or "").split()),
+                               n_tokens=len(text.split()), latency_s=time.perf_counter() - t0)
 
     def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]:
         out = []
@@ -173,21 +183,18 @@ class LocalCaptioner:
             t0 = time.perf_counter()
             if self.latency_s > 0:
                 time.sleep(self.latency_s)
-            try:
-                text = describe(np.asarray(r.frames), r.prompt, r.context)
-            except Exception as exc:  # per-request failure, never the batch
-                out.append(CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}"))
-                continue
-            out.append(
-                CaptionResponse(
-                    r.key,
-                    text,
-                    prompt_tokens=len(r.prompt.split()) + len((r.context or "").split()),
-                    n_tokens=len(text.split()),
-                    latency_s=time.perf_counter() - t0,
-                )
-            )
+            out.append(self._describe(r, t0))
         return out
+
+    async def acaption(self, request: CaptionRequest) -> CaptionResponse:
+        """One caption without holding the caller's event loop: the latency is awaited, the statistics run in a
+        thread."""
+        import asyncio
+
+        t0 = time.perf_counter()
+        if self.latency_s > 0:
+            await asyncio.sleep(self.latency_s)
+        return await asyncio.to_thread(self._describe, request, t0)
 
     def close(self) -> None:
         pass

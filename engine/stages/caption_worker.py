@@ -1,0 +1,230 @@
+"""What runs inside each caption actor: the captioner, one caption task at a time, many at once.
+
+`CaptionWorker.caption_one(task)` is a coroutine: a Ray actor with it is an async actor (one event loop per
+actor), so the stage keeps up to `window` calls outstanding per actor and each finishes on its own (no batch
+barrier). A streaming captioner (adapters.base.StreamingCaptioner: `acaption`) is awaited directly; a sync captioner
+(`caption(batch)` only) runs in worker threads, one request per call, so a slow request holds only its own slot
+(`threads` of them when the captioner says it is `thread_safe`, else one thread and one request queued behind it).
+
+Frames are read only when a call starts (engine.frames.cache.load_frames), so decoded frames are held for the
+requests in the window and no longer. LVCap segmental tasks caption their segments one after another (each is
+conditioned on the previous captions) inside one call; different videos stream concurrently.
+
+`timestamps` (a captioner option, "none" or "text"): with "text" the stage appends the frame timestamps to the
+video prompt; with "none" (the default) the prompt is sent exactly as written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+TIMESTAMP_MODES = ("none", "text")
+SYNC_THREADS = 8  # threads for a thread-safe sync captioner that names no max_in_flight
+
+
+@dataclass(frozen=True)
+class CaptionTask:
+    caption_key: str
+    video_id: str
+    frames_path: str  # frames of the decode stage, read through engine.frames.cache.load_frames
+    timestamps: tuple[float, ...]
+    frame_spec: str
+    prompt_id: str
+    prompt_text: str
+    segments: int = 0  # >0: LVCap segmental mode, captioned in this many consecutive segments with context
+    max_tokens: int = 512
+    media_type: str = "video"  # "image": the frames are one still image, sent as an image
+    timestamps_mode: str = "none"  # "text": the frame timestamps are appended to the video prompt
+
+
+def prompt_with_timestamps(prompt: str, timestamps, mode: str) -> str:
+    """The prompt text a captioner receives: as written, unless mode is "text" (then the timestamps follow it)."""
+    if mode != "text" or not timestamps:
+        return prompt
+    return f"{prompt}\n(Frame timestamps in seconds: {', '.join(f'{t:.2f}' for t in timestamps)})"
+
+
+def load_task_frames(task: CaptionTask):
+    """(frames, JPEG bytes or None) of a task, through the frame cache (its `load_encoded_frames`, when the cache
+    offers it, gives the frames already JPEG-encoded so HTTP captioners send them without re-encoding)."""
+    from engine.frames import cache
+
+    frames = cache.load_frames(task.frames_path)
+    encoded = None
+    load_encoded = getattr(cache, "load_encoded_frames", None)
+    if load_encoded is not None:
+        encoded = load_encoded(task.frames_path)
+    return frames, (tuple(encoded) if encoded is not None else None)
+
+
+def row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, latency, *, truncated: bool = False,
+        frames_sent: int | None = None) -> dict:
+    return {
+        "caption_key": t.caption_key, "captioner": captioner, "prompt_id": t.prompt_id, "frame_spec": t.frame_spec,
+        "video_id": t.video_id, "text": text, "n_tokens": int(n_tokens or 0), "prompt_tokens": int(prompt_tokens or 0),
+        "latency_s": float(latency or 0.0), "error": error,
+        "truncated": bool(truncated) if text is not None else None, "frames_sent": frames_sent,
+        "timestamps": t.timestamps_mode,
+    }
+
+
+def _drive(coro):
+    """Run a coroutine that never suspends (the sync paths below) to its result, without an event loop."""
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return stop.value
+    coro.close()
+    raise RuntimeError("a sync caption path suspended")
+
+
+class CaptionWorker:
+    def __init__(self, captioner: str, params: dict, exit_once_marker: str | None = None):
+        from engine.registry import lookup
+
+        if captioner == "vllm":
+            import adapters.vllm_captioner  # noqa: F401  (registers "vllm"; not among the registry's builtins)
+        self.name = captioner
+        self.model = lookup("captioner", captioner)(**params)
+        # Fault injection for tests and chaos drills: exit the process (a real death, not an exception) once.
+        self.exit_once_marker = exit_once_marker
+
+    # -- how many calls the stage keeps outstanding here ------------------------------------------------------------
+    @property
+    def streaming(self) -> bool:
+        return callable(getattr(self.model, "acaption", None))
+
+    def _threads(self) -> int:
+        if not getattr(self.model, "thread_safe", False):
+            return 1
+        return max(1, int(getattr(self.model, "max_in_flight", 0) or SYNC_THREADS))
+
+    def window(self) -> int:
+        if self.streaming:
+            return max(1, int(getattr(self.model, "max_in_flight", 0) or SYNC_THREADS))
+        return self._threads() + 1  # one queued behind the busy threads: no idle gap between requests
+
+    def info(self) -> dict:
+        """Called once the actor is up (its model loaded): pid, window and how it runs requests."""
+        return {"pid": os.getpid(), "window": self.window(), "streaming": self.streaming}
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        pool = getattr(self, "_pool", None)
+        if pool is None:
+            pool = self._pool = ThreadPoolExecutor(self._threads(), thread_name_prefix="capeval-caption")
+        return pool
+
+    def _maybe_exit(self) -> None:
+        marker = getattr(self, "exit_once_marker", None)
+        if marker and os.path.exists(marker):
+            os.remove(marker)
+            os._exit(17)
+
+    # -- one request ------------------------------------------------------------------------------------------------
+    async def _one(self, request, sync: bool):
+        from adapters.base import CaptionResponse
+
+        try:
+            if sync:
+                (r,) = self.model.caption([request])
+            elif self.streaming:
+                r = await self.model.acaption(request)
+            else:
+                loop = asyncio.get_running_loop()
+                (r,) = await loop.run_in_executor(self._executor(), self.model.caption, [request])
+        except Exception as exc:  # noqa: BLE001 - this request failed; the others go on
+            detail = str(exc).splitlines()[-1] if str(exc) else ""
+            return CaptionResponse(request.key, None, f"captioner raised: {type(exc).__name__}: {detail}")
+        return r
+
+    def _request(self, task: CaptionTask, frames, encoded, *, key=None, context=None, idx=None):
+        from adapters.base import CaptionRequest
+
+        image = task.media_type == "image"
+        ts = () if image else task.timestamps
+        if idx is not None:
+            ts = tuple(ts[k] for k in idx) if ts else ()
+            frames = frames[idx]
+            encoded = tuple(encoded[k] for k in idx) if encoded is not None and len(encoded) > max(idx) else None
+        text = task.prompt_text if image else prompt_with_timestamps(task.prompt_text, ts, task.timestamps_mode)
+        return CaptionRequest(key or task.caption_key, text, frames, ts, max_tokens=task.max_tokens,
+                              context=context, media_type=task.media_type, encoded_frames=encoded)
+
+    async def _caption(self, task: CaptionTask, frames, encoded, sync: bool) -> dict:
+        if task.segments:
+            return await self._asegmental(task, frames, encoded, sync)
+        r = await self._one(self._request(task, frames, encoded), sync)
+        return row(task, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s,
+                   truncated=r.truncated, frames_sent=r.frames_sent)
+
+    async def caption_one(self, task: CaptionTask) -> dict:
+        """The caption row of one task (errors as the row's `error`, never raised)."""
+        self._maybe_exit()
+        try:
+            frames, encoded = load_task_frames(task)
+        except Exception as exc:  # noqa: BLE001 - its frames file vanished or is unreadable: this row fails
+            return row(task, self.name, None, f"frames unreadable: {type(exc).__name__}: {exc}", 0, 0, 0.0)
+        return await self._caption(task, frames, encoded, sync=False)
+
+    def caption(self, tasks: list[CaptionTask]) -> list[dict]:
+        """The old batch call (a barrier: every plain task in one `caption(requests)` call); kept for backends
+        driven without the stage and as the benchmark's baseline."""
+        from adapters.base import CaptionResponse
+
+        self._maybe_exit()
+        loaded = {t.frames_path: load_task_frames(t) for t in tasks}
+        plain = [t for t in tasks if not t.segments]
+        requests = [self._request(t, *loaded[t.frames_path]) for t in plain]
+        try:
+            responses = self.model.caption(requests) if requests else []
+        except Exception as exc:  # noqa: BLE001 - the whole batch failed, as one error per row
+            responses = [CaptionResponse(r.key, None, f"captioner raised: {type(exc).__name__}: {exc}")
+                         for r in requests]
+        out = [row(t, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s, truncated=r.truncated,
+                   frames_sent=r.frames_sent) for t, r in zip(plain, responses)]
+        out += [self._segmental(t, loaded[t.frames_path][0], loaded[t.frames_path][1]) for t in tasks if t.segments]
+        return out
+
+    # -- LVCap segmental mode ---------------------------------------------------------------------------------------
+    def _segmental(self, task: CaptionTask, frames, encoded=None) -> dict:
+        return _drive(self._asegmental(task, frames, encoded, sync=True))
+
+    async def _asegmental(self, task: CaptionTask, frames, encoded, sync: bool) -> dict:
+        """Each segment's caption is conditioned on the previous segments' captions, which the request carries once,
+        in `CaptionRequest.context` (the backends put it before the prompt). Segments follow the frame spec when it
+        has them (`segments:length=60,...` or scene cuts `segments:at=12.5|40,...`: `per` frames each); any other
+        spec is split into `task.segments` equal parts."""
+        import numpy as np
+
+        from engine.stages.caption import segment_chunks
+
+        texts: list[str] = []
+        n_tokens = prompt_tokens = 0
+        latency, truncated = 0.0, False
+        for i, idx in enumerate(segment_chunks(task.frame_spec, len(frames), task.segments, task.timestamps)):
+            context = None
+            if texts:
+                context = "Captions of the previous segments of this video:\n" + "\n".join(
+                    f"Segment {j + 1}: {t}" for j, t in enumerate(texts))
+            req = self._request(task, frames, encoded, key=f"{task.caption_key}/{i}", context=context,
+                                idx=np.asarray(idx))
+            r = await self._one(req, sync)
+            if r.text is None:
+                return row(task, self.name, None, f"segment {i + 1}: {r.error}", n_tokens, prompt_tokens, latency)
+            texts.append(r.text)
+            truncated = truncated or bool(r.truncated)
+            n_tokens, prompt_tokens, latency = n_tokens + r.n_tokens, prompt_tokens + r.prompt_tokens, latency + r.latency_s
+        text = "\n".join(f"Segment {j + 1}: {t}" for j, t in enumerate(texts))
+        return row(task, self.name, text, None, n_tokens, prompt_tokens, latency, truncated=truncated)
+
+    def close(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+        self.model.close()
