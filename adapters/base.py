@@ -47,6 +47,9 @@ class JudgeResponse:
     completion_tokens: int = 0
     latency_s: float = 0.0
     cost_usd: float = 0.0
+    # thinking models: reasoning tokens as the server counted them (usage.completion_tokens_details), None when it
+    # did not say. The reasoning text itself stays in `text` (engine/reasoning.py splits it off before parsing).
+    reasoning_tokens: int | None = None
 
 
 class BackendFatalError(RuntimeError):
@@ -105,6 +108,10 @@ class CaptionResponse:
     latency_s: float = 0.0
     truncated: bool = False  # generation stopped at max_tokens (finish_reason "length"): flagged in the caption row
     frames_sent: int | None = None  # frames actually sent, when a backend cap reduced them (recorded, never silent)
+    # as JudgeResponse.reasoning_tokens; `text` is the whole reply until the caption stage strips the reasoning
+    # (engine.reasoning.strip_caption), which keeps the whole reply in `raw_text`
+    reasoning_tokens: int | None = None
+    raw_text: str | None = None
 
 
 @runtime_checkable

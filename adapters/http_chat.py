@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 from adapters.base import BackendFatalError
 from adapters.http_transport import TransportError, TransportTimeout, check_transport, check_url, make_transport
+from engine.reasoning import wrap_reasoning
 
 # The openai package's exception class for each status (openai._client._make_status_error), for error texts.
 STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
@@ -61,6 +62,7 @@ class ChatResult:
     attempts: int = 0
     finish_reason: str | None = None
     fatal: bool = False  # 401/403: the caller stops the run
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, when the server says
 
 
 @dataclass(frozen=True)
@@ -125,8 +127,15 @@ def parse_completion(payload: bytes, unwrap: str | None, prices: Prices) -> Chat
     if not isinstance(choices, list) or not choices:
         raise ValueError("completion without choices")
     choice = choices[0]
-    text = (choice.get("message") or {}).get("content")
-    if not isinstance(text, str):
+    message = choice.get("message") or {}
+    text = message.get("content")
+    # Servers with a reasoning parser (vLLM --reasoning-parser, SGLang, DeepSeek) return a thinking model's
+    # reasoning apart, in `reasoning_content` (newer vLLM: `reasoning`); content may then be null while it thinks.
+    reasoning = message.get("reasoning_content") or message.get("reasoning")
+    reasoning = reasoning if isinstance(reasoning, str) and reasoning else None
+    # content null with reasoning: cut off while thinking; the reply is then an unclosed reasoning block, which
+    # engine/reasoning.py reports as "never closed" (no answer) instead of a retried malformed body
+    if not isinstance(text, str) and not (text is None and reasoning is not None and unwrap is None):
         raise ValueError("completion without text content")
     if unwrap is not None:  # the choice was asked for as {"answer": <enum>} (OpenAI has no plain choice mode)
         text = json.loads(text)[unwrap]
@@ -136,8 +145,18 @@ def parse_completion(payload: bytes, unwrap: str | None, prices: Prices) -> Chat
     prompt = int(usage.get("prompt_tokens") or 0)
     completion_tokens = int(usage.get("completion_tokens") or 0)
     cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    details = usage.get("completion_tokens_details")
+    n_reasoning = details.get("reasoning_tokens") if isinstance(details, dict) else None
+    if isinstance(n_reasoning, bool) or not isinstance(n_reasoning, (int, float)) or not 0 <= n_reasoning < 2**31:
+        n_reasoning = None  # absent, or not a count (NaN, infinite, negative): never fails a good reply
+    else:
+        n_reasoning = int(n_reasoning)
+    # The raw reply keeps the reasoning (the cache and the rows store it): put back in front, between <think> tags,
+    # as the model wrote it before the server's parser split it off.
+    text = wrap_reasoning(reasoning, text)
     return ChatResult(text, None, prompt, cached, completion_tokens,
-                      cost_usd=prices.cost(prompt, cached, completion_tokens), finish_reason=choice.get("finish_reason"))
+                      cost_usd=prices.cost(prompt, cached, completion_tokens), finish_reason=choice.get("finish_reason"),
+                      reasoning_tokens=n_reasoning)
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:

@@ -64,6 +64,9 @@ class HTTPConfig:
     # keys captions by; a value here overrides it (and, being a captioner param, enters the caption key too)
     max_tokens: int | None = None
     jpeg_quality: int = 90
+    # thinking models: the tags around the reasoning, stripped from replies before parsing and from captions before
+    # judging (engine/reasoning.py); None: ["<think>", "</think>"]; "none": keep everything
+    reasoning_tags: list | str | None = None
 
     def __post_init__(self) -> None:
         check_http_config(self)
@@ -114,6 +117,12 @@ def check_http_config(cfg: HTTPConfig) -> None:
     that is not http(s), an unknown structured mode or transport, an empty model name."""
     if not isinstance(cfg.model, str) or not cfg.model.strip():
         raise HTTPConfigError("model", f"expected a model name, got {cfg.model!r}")
+    from engine.reasoning import ReasoningTagsError, parse_tags
+
+    try:
+        parse_tags(cfg.reasoning_tags)
+    except ReasoningTagsError as exc:
+        raise HTTPConfigError("reasoning_tags", str(exc).split(": ", 1)[1]) from None
     if cfg.base_url is not None:
         if not isinstance(cfg.base_url, str):
             raise HTTPConfigError("base_url", f"expected an http:// or https:// URL, got {cfg.base_url!r}")
@@ -212,7 +221,7 @@ class _HTTPBackend:
 
 def _judge_response(key: str, res: ChatResult) -> JudgeResponse:
     return JudgeResponse(key, res.text, res.error, res.prompt_tokens, res.cached_prompt_tokens,
-                         res.completion_tokens, res.latency_s, res.cost_usd)
+                         res.completion_tokens, res.latency_s, res.cost_usd, reasoning_tokens=res.reasoning_tokens)
 
 
 @register_judge("openai")
@@ -319,7 +328,7 @@ class OpenAICaptioner(_HTTPBackend):
             res, (n_sent, note) = next(it)
             out.append(HTTPCaptionResponse(r.key, res.text, res.error, res.prompt_tokens, res.completion_tokens,
                                            res.latency_s, truncated=res.finish_reason == "length",
-                                           frames_sent=n_sent, note=note))
+                                           frames_sent=n_sent, note=note, reasoning_tokens=res.reasoning_tokens))
         if any(note for _, note in sent):
             log.info("captioner %s: frames subsampled to max_frames=%d in some requests", self.name,
                      self.config.max_frames)

@@ -69,6 +69,12 @@ CAPTIONS = pa.schema(
         pa.field("error", pa.string()),
         pa.field("truncated", pa.bool_()),  # generation stopped at the caption's max_tokens (never silent)
         pa.field("frames_sent", pa.int32()),  # frames the backend actually received, when a cap reduced them
+        # Thinking models (engine/reasoning.py): `text` is the caption without its reasoning (what is judged);
+        # `raw_text` the whole reply as returned, set only when reasoning was stripped from it (null: `text` is the
+        # whole reply); `reasoning_tokens` the server's count, else an estimate (reasoning.reasoning_tokens), null
+        # without reasoning. `n_tokens` counts the caption alone (the reply's tokens less the reasoning's).
+        pa.field("raw_text", pa.string()),
+        pa.field("reasoning_tokens", pa.int32()),
     ]
 )
 
@@ -120,6 +126,9 @@ VERDICTS = pa.schema(
         pa.field("completion_tokens", pa.int32()),
         pa.field("latency_s", pa.float32()),
         pa.field("attempt", pa.int8()),  # 0 = accepted on the first ask, k = after the k-th re-ask
+        # `raw_output` is the whole reply (reasoning included); the protocol's parser saw it without the reasoning
+        # (engine/reasoning.py). Tokens of the reasoning: the server's count, else an estimate; null without any.
+        pa.field("reasoning_tokens", pa.int32()),
     ]
 )
 

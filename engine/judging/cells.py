@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from engine.protocols.base import REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
+from engine.reasoning import DEFAULT_TAGS, empty_answer_reason, reasoning_tokens, split_reasoning
 from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
 
 from .requests import attempt_key, to_judge_request
@@ -36,7 +37,7 @@ _HIDDEN = [pa.field("_depth", pa.int16()), pa.field("_order", pa.int64()), pa.fi
 _ROW_SCHEMA = pa.schema([f.with_nullable(True) for f in VERDICTS])
 _IDS = operator.itemgetter(*_ID_COLUMNS)
 _OUTCOME_COLUMNS = ("judge", "raw_output", "verdict", "parse_status", "detail", "error", "prompt_tokens",
-                    "cached_prompt_tokens", "completion_tokens", "latency_s", "attempt")
+                    "cached_prompt_tokens", "completion_tokens", "latency_s", "attempt", "reasoning_tokens")
 # The order of the per-row tuples in Cell._final; table() puts the columns in VERDICTS order.
 _SINK_SCHEMA = pa.schema([_ROW_SCHEMA.field(n) for n in (*_ID_COLUMNS, *_OUTCOME_COLUMNS)] + _HIDDEN)
 assert set(_SINK_SCHEMA.names) == set(VERDICTS.names) | {f.name for f in _HIDDEN}
@@ -250,10 +251,16 @@ class Cell:
             outcome = {"verdict": NO_VERDICT, "parse_status": int(ParseStatus.ERROR), "error": utf8_text(answer)}
             retry = self.retry_errors
         else:
+            # A thinking model's reasoning is never parsed as its answer (engine/reasoning.py); raw_output keeps it.
+            tags = self.loop.reasoning_tags if self.loop is not None else DEFAULT_TAGS
+            visible, reasoning = split_reasoning(answer.text, tags)
             try:  # a stored reply must never make a run impossible: whatever breaks here fails this row only
-                code, status, detail = self.protocol.parse(row.req, answer.text)
+                code, status, detail = self.protocol.parse(row.req, visible)
             except Exception as exc:  # noqa: BLE001
                 code, status, detail = NO_VERDICT, ParseStatus.FAILED, f"reply unreadable: {type(exc).__name__}: {exc}"
+            if reasoning is not None and not visible and status == ParseStatus.FAILED:
+                detail = f"{empty_answer_reason(answer.text, tags)} ({detail})" if detail else \
+                    empty_answer_reason(answer.text, tags)
             detail = utf8_text(detail)  # surrogates decoded from JSON escapes cannot be written as UTF-8
             if row.attempt and status == ParseStatus.OK:
                 status = ParseStatus.REPAIRED  # parsed only after a re-ask
@@ -261,7 +268,9 @@ class Cell:
             outcome = {"raw_output": answer.text, "verdict": int(code), "parse_status": int(status),
                        "detail": None if failed else detail, "error": detail if failed else None,
                        "prompt_tokens": answer.prompt_tokens, "cached_prompt_tokens": answer.cached_prompt_tokens,
-                       "completion_tokens": answer.completion_tokens, "latency_s": answer.latency_s}
+                       "completion_tokens": answer.completion_tokens, "latency_s": answer.latency_s,
+                       "reasoning_tokens": reasoning_tokens(reasoning, visible, answer.completion_tokens,
+                                                            getattr(answer, "reasoning_tokens", None))}
             retry = failed
         outcome["attempt"] = row.attempt
         if self.unit_rounds:
@@ -322,7 +331,7 @@ class Cell:
             self._records.append(_IDS(req) + (
                 self.judge_name, g("raw_output"), fields["verdict"], status, g("detail"), g("error"),
                 g("prompt_tokens"), g("cached_prompt_tokens"), g("completion_tokens"), g("latency_s"), g("attempt"),
-                row.depth, row.order, req["caption_key"]))
+                g("reasoning_tokens"), row.depth, row.order, req["caption_key"]))
             if len(self._records) >= _CHUNK:
                 self._flush_chunk()
         unit = row.unit

@@ -26,6 +26,7 @@ from collections import deque
 
 from adapters.base import BackendFatalError, JudgeResponse
 from engine.errors import AbortedError
+from engine.reasoning import tags_of
 from engine.schemas import utf8_text
 from engine.store.judgment_cache import CachedResponse, JudgmentCache
 
@@ -42,6 +43,9 @@ class JudgeLoop:
         self.judge = judge
         limit = max_reply_chars if max_reply_chars is not None else getattr(judge, "max_reply_chars", None)
         self.max_reply_chars = int(limit) if isinstance(limit, int) and limit > 0 else MAX_REPLY_CHARS
+        # stripped from each reply before the protocol parses it (cells.Cell.answer); the cache keeps the raw reply,
+        # so other tags re-parse cached replies without asking again
+        self.reasoning_tags = tags_of(judge)
         self.max_in_flight = max(1, int(max_in_flight))
         self.batch_size = max(1, int(batch_size))
         self.use_cache = use_cache
@@ -268,7 +272,8 @@ class JudgeLoop:
             return
         cr = CachedResponse(resp.key, self.judge.name, utf8_text(resp.text), resp.prompt_tokens or 0,
                             resp.cached_prompt_tokens or 0, resp.completion_tokens or 0,
-                            float(resp.latency_s or 0.0), float(resp.cost_usd or 0.0))
+                            float(resp.latency_s or 0.0), float(resp.cost_usd or 0.0),
+                            getattr(resp, "reasoning_tokens", None))
         self.committer.put(cr)
         if len(self._fresh) >= 8192:  # everything older is committed after a flush: the cache answers it
             self.committer.flush()

@@ -52,9 +52,13 @@ CREATE TABLE IF NOT EXISTS judgments (
     completion_tokens INTEGER NOT NULL DEFAULT 0,
     latency_s REAL NOT NULL DEFAULT 0,
     cost_usd REAL NOT NULL DEFAULT 0,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    reasoning_tokens INTEGER
 ) WITHOUT ROWID
 """
+# `reasoning_tokens` (the server's count of a thinking model's reasoning tokens, NULL when it reported none;
+# engine/reasoning.py) came later: caches made before it get the column added when opened.
+_ADD_REASONING = "ALTER TABLE judgments ADD COLUMN reasoning_tokens INTEGER"
 # `created` is the claim's last heartbeat (claimed or refreshed), not its creation time: the column keeps its old name
 # so that caches written before the heartbeat still open and mix with new ones.
 _CLAIMS_SCHEMA = """
@@ -66,7 +70,7 @@ CREATE TABLE IF NOT EXISTS claims (
 ) WITHOUT ROWID
 """
 _COLUMNS = ("request_key", "judge", "text", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
-            "latency_s", "cost_usd")
+            "latency_s", "cost_usd", "reasoning_tokens")
 _LOOKUP_CHUNK = 500  # stay below SQLite's bound-parameter limit
 _HEARTBEAT_MIN_S = 0.05  # tests set tiny claim timeouts: never spin faster than this
 _HEARTBEAT_RETRY_S = 1.0  # after a failed beat (db locked), try again this soon rather than a whole interval later
@@ -86,6 +90,7 @@ class CachedResponse:
     completion_tokens: int = 0
     latency_s: float = 0.0
     cost_usd: float = 0.0
+    reasoning_tokens: int | None = None  # reported by the server (usage.completion_tokens_details)
 
 
 @dataclass
@@ -171,6 +176,12 @@ class JudgmentCache:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("PRAGMA busy_timeout=60000")
         self._db.execute(_SCHEMA)
+        if "reasoning_tokens" not in {r[1] for r in self._db.execute("PRAGMA table_info(judgments)")}:
+            try:
+                self._db.execute(_ADD_REASONING)
+            except sqlite3.OperationalError as exc:  # another process added it at the same moment
+                if "duplicate column" not in str(exc):
+                    raise
         self._db.execute(_CLAIMS_SCHEMA)
         self._heartbeat: _ClaimHeartbeat | None = None  # started by the first successful claim
         self._heartbeat_lock = threading.Lock()
@@ -283,10 +294,10 @@ class JudgmentCache:
             return 0
         now = time.time()
         rows = [(r.request_key, r.judge, utf8_text(r.text), r.prompt_tokens, r.cached_prompt_tokens,
-                 r.completion_tokens, r.latency_s, r.cost_usd, now) for r in responses]
+                 r.completion_tokens, r.latency_s, r.cost_usd, r.reasoning_tokens, now) for r in responses]
         with self._transaction():
             cur = self._db.executemany(
-                f"INSERT OR IGNORE INTO judgments ({', '.join(_COLUMNS)}, created) VALUES ({','.join('?' * 9)})", rows
+                f"INSERT OR IGNORE INTO judgments ({', '.join(_COLUMNS)}, created) VALUES ({','.join('?' * 10)})", rows
             )
             # A claim on an answered key is harmless (claim() looks in `judgments` first), so the stored keys' claims
             # are left for `release_all` at the end of the run: one write per answer instead of two.
