@@ -1,31 +1,41 @@
-"""Decoded-frame cache: each (video content, sampling spec, size) is decoded once per sweep.
+"""Decoded-frame cache: each (video content, sampling spec, size) is decoded once, stored as JPEG in shards.
 
-Entries live under `cache_dir/<key[:2]>/<key>.npy` (uint8 (T, H, W, 3)) with `<key>.json` (timestamps and
-decode facts) beside it. Both are written to a temporary name and renamed, the .json last, so a killed run
-leaves either a complete entry or nothing that counts as one. The key is content-based
-(`engine.keys.file_digest`), so a renamed or copied video still hits, and an edited one misses.
+Frames are decoded at the size their consumer uses (engine.frames.sizes), JPEG-encoded once
+(engine.frames.shards.JPEG_QUALITY) and appended to this process's shard under `cache_dir/shards/`; the cache is
+capped (`cap_bytes`, default engine.frames.shards.default_cap_bytes) and evicts whole shards by last use. The key
+is content-based (`engine.keys.file_digest`), so a renamed or copied video still hits, and an edited one misses.
+
+A FRAMES row's `path` is a locator, not a file: `frames:<cache dir>?key=…&spec=…&size=…&src=<video>`. It names
+the entry and how to make it again, so `load_frames` / `load_encoded_frames` decode the video again when the
+entry was evicted (or damaged) meanwhile, instead of failing. A frame is JPEG-encoded once: `load_encoded_frames`
+hands out the stored bytes, so a backend that sends JPEG never re-encodes. Older caches' `.npy` paths still load.
+Every call that returns frames returns what the cache holds (the JPEG-decoded pixels), on a miss too, so a
+frames key always means the same pixels.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import uuid
 from pathlib import Path
 from typing import Callable, Iterable
+from urllib.parse import parse_qs, quote, unquote, urlencode
 
 import numpy as np
 import pyarrow as pa
 
 from engine import schemas
-from engine.frames.decode import FramesResult, Size, VideoDecodeError, decode_frames, size_text
+from engine.frames import shards
+from engine.frames.decode import FramesResult, VideoDecodeError, decode_frames
 from engine.frames.sampling import FrameSpec, parse_frame_spec
+from engine.frames.sizes import Size, parse_size, size_text
 from engine.keys import content_key, file_digest
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
 #: Number of real decodes done by this process through the cache (tests use it to prove a hit decodes nothing).
 DECODES = {"count": 0}
+
+LOCATOR_PREFIX = "frames:"
 
 
 def video_digest(path: str | Path) -> str:
@@ -41,80 +51,105 @@ def frames_key(digest: str, spec: str | FrameSpec, size: Size) -> str:
     return content_key("frames", digest, str(parse_frame_spec(spec)), size_text(size))
 
 
-def _entry(cache_dir: str | Path, key: str) -> tuple[Path, Path]:
-    d = Path(cache_dir) / key[:2]
-    return d / f"{key}.npy", d / f"{key}.json"
+def locator(cache_dir: str | Path, key: str, spec: str, size: Size, source: str | Path, digest: str = "") -> str:
+    """The FRAMES `path` of an entry: where it is stored and what makes it again (the video's digest too, so the
+    key of the same frames at another size can be derived: `frames_key_at`)."""
+    query = urlencode({"key": key, "spec": str(spec), "size": size_text(size), "digest": digest,
+                       "src": str(Path(source).resolve())})
+    return f"{LOCATOR_PREFIX}{quote(str(Path(cache_dir).resolve()), safe='/')}?{query}"
 
 
-def _atomic_write(target: Path, write: Callable) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            write(f)
-        os.replace(tmp, target)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+def is_locator(path: object) -> bool:
+    return isinstance(path, str) and path.startswith(LOCATOR_PREFIX)
 
 
-def _ensure(path: Path, spec: FrameSpec, size: Size, cache_dir, threads) -> tuple[str, dict, Path, FramesResult | None]:
-    """(key, meta, npy path, result-if-decoded-now); decodes and stores on a miss."""
-    key = frames_key(video_digest(path), spec, size)
-    npy, meta_path = _entry(cache_dir, key)
-    if meta_path.exists() and npy.exists():
-        return key, json.loads(meta_path.read_text()), npy, None
+def parse_locator(text: str) -> dict:
+    """{cache_dir, key, spec, size, src} of a locator; ValueError naming it when it is not one."""
+    if not is_locator(text) or "?" not in text:
+        raise ValueError(f"not a frame-cache locator: {text!r}")
+    where, query = text[len(LOCATOR_PREFIX):].split("?", 1)
+    fields = {k: v[0] for k, v in parse_qs(query, keep_blank_values=True).items()}
+    missing = {"key", "spec", "size", "src"} - set(fields)
+    if missing:
+        raise ValueError(f"frame-cache locator {text!r} lacks {sorted(missing)}")
+    return {"cache_dir": unquote(where), **fields}
+
+
+def frames_key_at(row: dict, size: Size) -> str:
+    """The frames key of a FRAMES row's video and spec at `size` (the row's own key when it has that size, or
+    when it comes from an older cache that did not record the video's digest)."""
+    path = row.get("path")
+    if not is_locator(path):
+        return row["frames_key"]
+    digest = parse_locator(path).get("digest")
+    return frames_key(digest, row["frame_spec"], size) if digest else row["frames_key"]
+
+
+def _meta(key: str, spec: FrameSpec, size: Size, result: FramesResult) -> dict:
+    return {"frames_key": key, "frame_spec": str(spec), "size": size_text(size),
+            "timestamps": result.timestamps.tolist(), "targets": result.targets.tolist(),
+            "duration": result.duration, "frames_decoded": result.frames_decoded, "seeks": result.seeks,
+            "rotation": result.rotation, "shape": list(result.frames.shape), "media_type": result.media_type}
+
+
+def _decode_and_store(path: Path, spec: FrameSpec, size: Size, cache_dir, threads, cap_bytes, key: str):
+    """(meta, JPEG bytes, FramesResult) of a fresh decode, stored in this process's shard."""
     result = decode_frames(path, spec, size, threads=threads)
     DECODES["count"] += 1
-    meta = {
-        "frames_key": key,
-        "frame_spec": str(spec),
-        "timestamps": result.timestamps.tolist(),
-        "targets": result.targets.tolist(),
-        "duration": result.duration,
-        "frames_decoded": result.frames_decoded,
-        "seeks": result.seeks,
-        "rotation": result.rotation,
-        "shape": list(result.frames.shape),
-        "media_type": result.media_type,
-    }
-    _atomic_write(npy, lambda f: np.save(f, result.frames))
-    _atomic_write(meta_path, lambda f: f.write(json.dumps(meta).encode()))
-    result.path = str(npy)
-    return key, meta, npy, result
+    blobs = shards.encode_jpegs(result.frames)
+    meta = _meta(key, spec, size, result)
+    shards.writer_for(cache_dir, cap_bytes).put(key, blobs, meta)
+    return meta, blobs, result
+
+
+def ensure_frames(path: str | Path, spec: str | FrameSpec, size: Size, cache_dir: str | Path, *,
+                  threads: int | str = "auto", cap_bytes: int | None = None) -> tuple[str, dict, str, bool]:
+    """(key, meta, locator, hit) of `path` at `spec` and `size`, decoding and storing it on a miss; raises
+    VideoDecodeError for bad media and OSError when the cache cannot be written."""
+    path, spec, size = Path(path), parse_frame_spec(spec), parse_size(size)
+    digest = video_digest(path)
+    key = frames_key(digest, spec, size)
+    loc = locator(cache_dir, key, str(spec), size, path, digest)
+    entry = shards.index_for(cache_dir).get(key)
+    if entry is not None:
+        return key, entry.meta, loc, True
+    meta, _, _ = _decode_and_store(path, spec, size, cache_dir, threads, cap_bytes, key)
+    return key, meta, loc, False
 
 
 def decode_frames_cached(
     path: str | Path, spec: str | FrameSpec, size: Size = None, cache_dir: str | Path = ".capeval/frames", *,
-    threads: int | str = "auto",
+    threads: int | str = "auto", cap_bytes: int | None = None,
 ) -> FramesResult:
-    """Frames of `path` for `spec` at `size`, from the cache or decoded (and stored) now."""
+    """Frames of `path` for `spec` at `size`, from the cache or decoded (and stored) now; the pixels are the
+    stored ones either way."""
     path, spec = Path(path), parse_frame_spec(spec)
     if not path.exists():
         decode_frames(path, spec, size)  # raises the same VideoNotFoundError a direct decode would
-    key, meta, npy, result = _ensure(path, spec, size, cache_dir, threads)
-    if result is not None:
-        return result
+    before = DECODES["count"]
+    key, meta, loc, hit = ensure_frames(path, spec, size, cache_dir, threads=threads, cap_bytes=cap_bytes)
+    frames = load_frames(loc)
     return FramesResult(
-        frames=np.load(npy), timestamps=np.asarray(meta["timestamps"]), targets=np.asarray(meta["targets"]),
-        frame_spec=meta["frame_spec"], duration=meta["duration"], frames_decoded=0, seeks=0,
-        rotation=meta["rotation"], path=str(npy), cache_hit=True, info={"frames_key": key},
-        media_type=meta.get("media_type", "video"),
+        frames=frames, timestamps=np.asarray(meta["timestamps"]), targets=np.asarray(meta["targets"]),
+        frame_spec=meta["frame_spec"], duration=meta["duration"],
+        frames_decoded=0 if hit else meta["frames_decoded"], seeks=0 if hit else meta["seeks"],
+        rotation=meta["rotation"], path=loc, cache_hit=hit and DECODES["count"] == before,
+        info={"frames_key": key, "size": meta.get("size")}, media_type=meta.get("media_type", "video"),
     )
 
 
 def frames_row(
     path: str | Path, video_id: str, spec: str | FrameSpec, size: Size, cache_dir: str | Path, *,
-    threads: int | str = "auto",
+    threads: int | str = "auto", cap_bytes: int | None = None,
 ) -> dict:
     """One FRAMES row for one video; a bad video gives a row with `error` set instead of raising."""
     spec = parse_frame_spec(spec)
     path = Path(path)
     try:
-        key, meta, npy, _ = _ensure(path, spec, size, cache_dir, threads)
+        key, meta, loc, _ = ensure_frames(path, spec, size, cache_dir, threads=threads, cap_bytes=cap_bytes)
         _, h, w, _ = meta["shape"]
         return {"frames_key": key, "video_id": video_id, "frame_spec": str(spec), "timestamps": meta["timestamps"],
-                "height": h, "width": w, "path": str(npy), "error": None,
+                "height": h, "width": w, "path": loc, "error": None,
                 "media_type": meta.get("media_type", "video")}  # not a FRAMES column: extra key for the stages
     except Exception as exc:  # noqa: BLE001 - one bad video must not stop a sweep; the row says what happened
         message = str(exc) if isinstance(exc, VideoDecodeError) else f"{type(exc).__name__}: {path}: {exc}"
@@ -156,10 +191,44 @@ def decode_videos_table(
     return rows_to_table(rows)
 
 
-def load_frames(row_or_path: dict | str | Path) -> np.ndarray:
-    """The uint8 (T, H, W, 3) array of a FRAMES row (or its .npy path); fails on an error row, naming it."""
+def _path_of(row_or_path: dict | str | Path) -> str:
     if isinstance(row_or_path, dict):
         if row_or_path.get("error"):
             raise ValueError(f"video {row_or_path.get('video_id')!r} has no frames: {row_or_path['error']}")
-        row_or_path = row_or_path["path"]
-    return np.load(row_or_path)
+        if not row_or_path.get("path"):
+            raise ValueError(f"video {row_or_path.get('video_id')!r}: FRAMES row without a path")
+        return str(row_or_path["path"])
+    return str(row_or_path)
+
+
+def load_encoded_frames(row_or_path: dict | str | Path) -> tuple[bytes, ...] | None:
+    """The stored JPEG bytes (one per frame) of a FRAMES row or locator, or None when its frames are not stored as
+    JPEG (an older cache's .npy). An entry evicted or damaged since is decoded again from its video."""
+    text = _path_of(row_or_path)
+    if not is_locator(text):
+        return None
+    loc = parse_locator(text)
+    index = shards.index_for(loc["cache_dir"])
+    entry = index.get(loc["key"])
+    if entry is not None:
+        blobs = shards.read_entry(entry)
+        if blobs is not None:
+            return blobs
+        index.forget(loc["key"], entry)
+    # Gone (evicted, even mid-use) or damaged: make it again, exactly as the first time.
+    src, spec, size = Path(loc["src"]), parse_frame_spec(loc["spec"]), parse_size(loc["size"])
+    if not src.exists():
+        raise FileNotFoundError(f"frames {loc['key']} left the frame cache and their video {src} is gone")
+    if frames_key(video_digest(src), spec, size) != loc["key"]:
+        raise ValueError(f"frames {loc['key']} left the frame cache and their video {src} has changed since")
+    _, blobs, _ = _decode_and_store(src, spec, size, loc["cache_dir"], 1, None, loc["key"])
+    return blobs
+
+
+def load_frames(row_or_path: dict | str | Path) -> np.ndarray:
+    """The uint8 (T, H, W, 3) array of a FRAMES row (or its locator or an older cache's .npy path); fails on an
+    error row, naming it."""
+    blobs = load_encoded_frames(row_or_path)
+    if blobs is None:
+        return np.load(_path_of(row_or_path))
+    return shards.decode_jpegs(blobs)

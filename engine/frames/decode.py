@@ -29,8 +29,8 @@ import av
 import numpy as np
 
 from engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec, spec_timestamps
+from engine.frames.sizes import Size, output_size, size_text  # noqa: F401 - re-exported (older imports)
 
-Size = int | tuple[int, int] | None
 
 
 class VideoDecodeError(Exception):
@@ -77,31 +77,6 @@ class FramesResult:
     cache_hit: bool = False
     info: dict = field(default_factory=dict)
     media_type: str = "video"  # "image": one frame from a still image (timestamps [0.0], duration 0)
-
-
-def size_text(size: Size) -> str:
-    """Canonical text of an output size: native | max448 (longer side) | 448x336 (exact W x H)."""
-    if size is None:
-        return "native"
-    if isinstance(size, int):
-        return f"max{size}"
-    w, h = size
-    return f"{int(w)}x{int(h)}"
-
-
-def output_size(size: Size, width: int, height: int) -> tuple[int, int]:
-    """(W, H) of the returned frames for a displayed picture of width x height; even sizes for chroma."""
-    if size is None:
-        return width, height
-    if isinstance(size, int):
-        if size < 2:
-            raise ValueError(f"size must be >= 2 pixels, got {size}")
-        scale = min(1.0, size / max(width, height))
-        return max(2, int(round(width * scale / 2)) * 2), max(2, int(round(height * scale / 2)) * 2)
-    w, h = int(size[0]), int(size[1])
-    if w < 1 or h < 1:
-        raise ValueError(f"size must be positive, got {size}")
-    return w, h
 
 
 def _open(path: Path):

@@ -15,7 +15,11 @@ from engine.protocols.base import REASK_TEMPERATURE, parse_context, reask_seed
 @lru_cache(maxsize=64)
 def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
     """JPEG bytes of the frames at `frames_path`: an .npy of uint8 (T, H, W, 3) (engine.schemas.FRAMES.path), a
-    directory of .jpg files, or one .jpg file."""
+    directory of .jpg files, or one .jpg file; a frame-cache locator gives its stored JPEG bytes (never re-encoded)."""
+    from engine.frames.cache import is_locator, load_encoded_frames
+
+    if is_locator(frames_path):
+        return load_encoded_frames(frames_path)
     path = Path(frames_path)
     if path.is_dir():
         return tuple(p.read_bytes() for p in sorted(path.glob("*.jp*g")))

@@ -22,9 +22,10 @@ from typing import Iterator
 from engine.sweep.accounting import BAD_MEDIA, FRAMES_MISSING, IO_ERROR, Failure
 
 
-def decode_one(path: str, video_id: str, spec: str, cache_dir: str) -> dict:
-    """One FRAMES row (+ `failure`) of one video and spec, through the frame cache."""
-    from engine.frames.cache import decode_frames_cached, frames_key, video_digest
+def decode_one(path: str, video_id: str, spec: str, cache_dir: str, size=None, cap_bytes: int | None = None) -> dict:
+    """One FRAMES row (+ `failure`) of one video and spec at `size` (engine.frames.sizes), through the frame
+    cache (capped at `cap_bytes`)."""
+    from engine.frames.cache import ensure_frames
     from engine.frames.decode import VideoDecodeError
     from engine.frames.sampling import parse_frame_spec
 
@@ -32,11 +33,10 @@ def decode_one(path: str, video_id: str, spec: str, cache_dir: str) -> dict:
     row = {"frames_key": "", "video_id": video_id, "frame_spec": spec_text, "timestamps": None, "height": None,
            "width": None, "path": None, "error": None, "failure": None}
     try:
-        result = decode_frames_cached(path, spec_text, None, cache_dir, threads=1)
-        _, h, w, _ = result.frames.shape
-        return {**row, "frames_key": frames_key(video_digest(path), spec_text, None),
-                "timestamps": [float(t) for t in result.timestamps], "height": int(h), "width": int(w),
-                "path": result.path}
+        key, meta, loc, _ = ensure_frames(path, spec_text, size, cache_dir, threads=1, cap_bytes=cap_bytes)
+        _, h, w, _ = meta["shape"]
+        return {**row, "frames_key": key, "timestamps": [float(t) for t in meta["timestamps"]], "height": int(h),
+                "width": int(w), "path": loc}
     except VideoDecodeError as exc:
         failure = Failure(BAD_MEDIA, f"bad media: {exc.kind}", f"bad media: {exc}")
     except OSError as exc:  # the frame cache (or the file system under it) refused: a rerun can succeed
@@ -65,8 +65,9 @@ def _io_cause(exc: OSError, cache_dir: str) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def decode_video_specs(video_id: str, path: str, specs: list[str], cache_dir: str) -> list[dict]:
-    return [decode_one(path, video_id, spec, cache_dir) for spec in specs]
+def decode_video_specs(video_id: str, path: str, specs: list[str], cache_dir: str, size=None,
+                       cap_bytes: int | None = None) -> list[dict]:
+    return [decode_one(path, video_id, spec, cache_dir, size, cap_bytes) for spec in specs]
 
 
 def content_groups(videos: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
@@ -95,12 +96,20 @@ def content_groups(videos: list[tuple[str, str]]) -> list[list[tuple[str, str]]]
 
 
 def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir: str, max_inflight: int = 4,
-                  progress: bool = False, desc: str = "decode") -> Iterator[list[dict]]:
-    """Yield the rows of each (video_id, path), all `specs` at once, as Ray decode tasks finish."""
+                  progress: bool = False, desc: str = "decode", size="default",
+                  cap_bytes: int | None = None) -> Iterator[list[dict]]:
+    """Yield the rows of each (video_id, path), all `specs` at once at `size` (engine.frames.sizes; None is
+    native, "default" the size for consumers of unknown family), as Ray decode tasks finish. `cap_bytes`: the
+    frame cache's cap (default engine.frames.shards.default_cap_bytes(), read here so all workers use one)."""
     import ray
 
+    from engine.frames.shards import default_cap_bytes
+    from engine.frames.sizes import DEFAULT_SIZE, parse_size
     from engine.stages.progress import Bar
     from engine.sweep.faultpoints import hit
+
+    size = parse_size(DEFAULT_SIZE if size == "default" else size)
+    cap_bytes = default_cap_bytes() if cap_bytes is None else int(cap_bytes)
 
     remote = ray.remote(num_cpus=1, max_retries=2)(decode_video_specs)
     queue = content_groups(videos)
@@ -111,7 +120,7 @@ def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir:
             while queue and len(inflight) < max_inflight:
                 group = queue.pop()
                 vid, path = group[0]
-                inflight[remote.remote(vid, path, list(specs), cache_dir)] = group
+                inflight[remote.remote(vid, path, list(specs), cache_dir, size, cap_bytes)] = group
             ready, _ = ray.wait(list(inflight), num_returns=1)
             group = inflight.pop(ready[0])
             try:

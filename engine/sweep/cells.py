@@ -185,6 +185,7 @@ def judge_frames_spec(cell) -> str:
 def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> tuple[pa.Table, dict[str, Failure]]:
     """FRAMES rows of the cell's videos at the judge's frame spec, decoding (through the frame cache, on Ray) the
     videos the frames index does not hold yet; returns them and the failure of each video without frames."""
+    from engine.frames.sizes import frame_size_for
     from engine.schemas import FRAMES
     from engine.stages.decode import decode_stream
     from engine.stages.pipeline import _index_store
@@ -194,7 +195,7 @@ def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> t
     if missing:
         new = []
         for rows in decode_stream(missing, [spec], cache_dir=str(stores.frames), progress=progress,
-                                  desc=f"judge frames [{spec}]"):
+                                  desc=f"judge frames [{spec}]", size=frame_size_for(cell.judge)):
             for r in rows:
                 if r["failure"] is None:
                     inputs.index[(r["video_id"], spec)] = r

@@ -256,6 +256,8 @@ def test_score_checks_verdicts_and_takes_protocol_options(tmp_path, shared_data,
 
 
 def test_judge_vcinspector_decodes_judge_frames_from_media(tmp_path, capsys):
+    from engine.frames import shards as frame_shards
+
     """A reference-free multimodal protocol on a CSV of a video and an image: the judge gets frames decoded with
     the protocol's judge_frames spec (linspace:32 by default; an image is its one frame)."""
     import numpy as np
@@ -275,7 +277,7 @@ def test_judge_vcinspector_decodes_judge_frames_from_media(tmp_path, capsys):
     assert "decoding linspace:6 from 2 videos/images" in capsys.readouterr().err
     v = pl.read_parquet(tmp_path / "v.parquet")
     assert v.height == 2 and v["verdict"].to_list() != [-1, -1] and set(v["parse_status"].to_list()) <= {0, 1}
-    shapes = sorted(np.load(p).shape[0] for p in (tmp_path / "c" / "frames").rglob("*.npy"))
+    shapes = sorted(e.meta["shape"][0] for e in frame_shards.entries(tmp_path / "c" / "frames").values())
     assert shapes == [1, 6]
     (tmp_path / "m" / "b.png").unlink()
     assert main(argv) == USAGE
