@@ -90,8 +90,8 @@ def test_damaged_and_identical_videos_are_each_accounted_for(media, tmp_path, sw
 
 @pytest.mark.slow
 def test_full_frame_cache_is_retryable_and_the_rerun_completes(media, tmp_path, sweep_file):
-    """The frame cache on a 16 KiB tmpfs (smaller than one video's frames; mounted in a private mount namespace):
-    every frame write fails for want of space. Nothing is lost: the items are `io_error` (retryable), the cell is incomplete, exit 3; the rerun
+    """The frame cache on a 4 KiB tmpfs (one page, less than one video's JPEG frames; mounted in a private mount
+    namespace): every frame write fails for want of space. Nothing is lost: the items are `io_error` (retryable), the cell is incomplete, exit 3; the rerun
     without the full disk completes the cell with every item judged."""
     if not shutil.which("unshare"):
         pytest.skip("needs unshare(1) to mount a small tmpfs")
@@ -99,7 +99,7 @@ def test_full_frame_cache_is_retryable_and_the_rerun_completes(media, tmp_path, 
     path = sweep_file(sweep_text(datasets=_dataset(tmp_path, videos)))
     out = tmp_path / "out"
     (out / "frames").mkdir(parents=True)
-    mount = ["unshare", "-r", "-m", "sh", "-c", f'mount -t tmpfs -o size=16k tmpfs "{out / "frames"}" && exec "$@"',
+    mount = ["unshare", "-r", "-m", "sh", "-c", f'mount -t tmpfs -o size=4k tmpfs "{out / "frames"}" && exec "$@"',
              "sh"]
     probe = __import__("subprocess").run(mount + ["true"], capture_output=True)
     if probe.returncode != 0:
