@@ -1,7 +1,10 @@
 """Decode -> caption for the caption cells a sweep still needs, streaming video by video.
 
-The FRAMES rows of every decoded (video, spec) go to a small index store (`frames_index/`), so caption keys can be
-recomputed by a later run without decoding again; a video whose captions all exist is not decoded at all. What
+The FRAMES rows of every decoded (video, spec) go to the frames index (`frames_index/`, one group-committed store
+for the whole run folder: rows are buffered and written a few hundred at a time, not one Parquet file per video),
+so caption keys can be recomputed by a later run without decoding again; a video whose captions all exist is not
+decoded at all. A kill loses at most the index rows of the last commit interval: those videos are decoded again
+(from the frame cache when their frames are there) and nothing else changes. What
 failed (a video that cannot be decoded, a frame cache that could not be written, a caption that failed) is returned
 in a `CaptionOutcome` for the sweep to account for item by item; failures are never written as if they were
 results, so the next run retries the retryable ones.
@@ -16,6 +19,8 @@ from typing import Iterator
 import pyarrow as pa
 
 from engine.secrets import without_secrets
+from engine.frames.cache import frames_key_at
+from engine.frames.sizes import frame_size_for
 from engine.prompts_library import get_prompt
 from engine.schemas import FRAMES
 from engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
@@ -34,29 +39,39 @@ class CaptionOutcome:
 
 
 def _index_store(stores):
+    """The run folder's frames index: the sweep's one group-committed store (its buffer is seen by every reader), or
+    a plain store next to the frame cache for callers that hold no `frames_index` store."""
+    store = getattr(stores, "frames_index", None)
+    if store is not None:
+        return store
     from engine.store import SegmentStore
 
     return SegmentStore(stores.frames.parent / "frames_index", FRAMES)
 
 
 def frames_index(stores) -> dict[tuple[str, str], dict]:
-    store = _index_store(stores)
-    if not store.segments():
-        return {}
-    return {(r["video_id"], r["frame_spec"]): r for r in store.read().to_pylist() if r["error"] is None}
+    table = _index_store(stores).read()
+    return {(r["video_id"], r["frame_spec"]): r for r in table.to_pylist() if r["error"] is None}
 
 
 def _max_tokens(captioner) -> int:
     return getattr(captioner, "max_tokens", None) or MAX_TOKENS
 
 
+def _timestamps(captioner) -> str:
+    """The captioner's `timestamps` option: "none" (the prompt as written) or "text" (frame times appended)."""
+    return getattr(captioner, "timestamps", None) or "none"
+
+
 def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> str:
     """The caption's key: frames, captioner identity, the exact text sent (per media type) and the settings."""
     prompt = get_prompt(prompt_id)
     params = {"params": without_secrets(captioner.params), "max_tokens": _max_tokens(captioner),
-              "segments": SEGMENTS_PER_VIDEO if prompt.segmental else 0}
+              "segments": SEGMENTS_PER_VIDEO if prompt.segmental else 0, "timestamps": _timestamps(captioner)}
     text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
-    return caption_key(row["frames_key"], captioner.name, cap_rev[captioner.display], text, params)
+    # the frames at this captioner's size (engine.frames.sizes): the index holds one row per (video, spec)
+    frames = frames_key_at(row, frame_size_for(captioner))
+    return caption_key(frames, captioner.name, cap_rev[captioner.display], text, params)
 
 
 def caption_key_for(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> str:
@@ -71,7 +86,7 @@ def _task(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str |
         caption_key=_key(row, captioner, cap_rev, prompt_id, media_type), video_id=row["video_id"],
         frames_path=row["path"], timestamps=tuple(row["timestamps"] or ()), frame_spec=row["frame_spec"],
         prompt_id=prompt_id, prompt_text=text, segments=SEGMENTS_PER_VIDEO if prompt.segmental else 0,
-        max_tokens=_max_tokens(captioner), media_type=media_type or "video",
+        max_tokens=_max_tokens(captioner), media_type=media_type or "video", timestamps_mode=_timestamps(captioner),
     )
 
 
@@ -126,7 +141,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
         def tasks(todo=todo, prompts=prompts, specs=specs, captioner=captioner, index=index,
                   media=media) -> Iterator[CaptionTask]:
             for rows in decode_stream(todo, specs, cache_dir=str(stores.frames), progress=progress,
-                                      desc=f"decode [{dname}]"):
+                                      desc=f"decode [{dname}]", size=frame_size_for(captioner)):
                 if watch is not None and watch.stopped:
                     return
                 new = [r for r in rows if r["failure"] is None and (r["video_id"], r["frame_spec"]) not in index]
@@ -147,7 +162,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
         stats = run_caption_stage(
             tasks(), captioner=captioner.name, params=captioner.params, store=stores.captions,
             n_videos=len(todo), num_actors=opts.caption_actors, gpus_per_actor=opts.gpus_per_actor,
-            batch_size=opts.batch_size, max_restarts=opts.max_restarts, progress=progress,
+            max_restarts=opts.max_restarts, progress=progress,
             exit_once_marker=exit_once_marker, on_rows=None if watch is None else watch.captions,
         )
         outcome.caption_failures.update(stats.pop("failures", {}))

@@ -351,6 +351,7 @@ class SegmentStore:
             else self._buffer[0]
         path = self._write_segment(table)
         self._buffer, self._buffered = [], 0
+        _fault_point_named(f"commit:{self.root.name}")  # a group is committed, nothing is buffered
         self._compact_tail(self.group.compact_after, tiered=True)
         return path
 

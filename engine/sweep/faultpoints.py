@@ -2,7 +2,9 @@
 the n-th time (default 1st) it passes `<point>`: a real kill -9 at a known place, with no chance to clean up.
 
 Points: `decode` (the driver received a video's frames), `caption` (a caption batch was stored), `cell_verdicts`
-(a cell's verdicts are written, its metrics not yet), `write:<file name>` (e.g. `write:results.parquet`: the
+(a cell's verdicts are written, its metrics not yet), `commit:<store folder>` (a group-committed store such as
+`captions` wrote its buffered rows), `compact` (a merged segment is in place, its parts not yet unlinked),
+`write:<file name>` (e.g. `write:results.parquet`: the
 file's temp copy is written and synced, not yet renamed into place). Without the variable `hit` is a dictionary lookup and nothing else.
 """
 

@@ -4,6 +4,7 @@ Output folder layout (one writer at a time: `.capeval.lock`, engine.store.lock):
 
     videos/      generated videos (synthetic datasets)       frames/       decoded frame cache (.npy)
     frames_index/ FRAMES rows of decoded (video, spec)        captions/     successful CAPTIONS rows, one per key
+                 (both group-committed and compacted: a few files per run folder, engine/store/segments.py)
     judge_cache/ judgment cache (SQLite WAL)                  verdicts/     <cell_key>.parquet: VERDICTS + cell_key,
     metrics/     <cell_key>.parquet: metrics + cell columns                 item_status, retryable
                  + cell_key + cell_status                     results.parquet, results.csv: this sweep's cells
@@ -71,15 +72,28 @@ def component_revision(kind: str, spec: ComponentSpec) -> str:
 
 
 class _Stores:
-    def __init__(self, out: Path):
-        from engine.schemas import CAPTIONS
-        from engine.store import SegmentStore
+    """The run folder's stores. Captions and the frames index are appended row by row (a caption as it is made, a
+    video's frames rows as they are decoded), so they group-commit: a few hundred rows per segment, at most
+    GroupCommit.interval_s of rows lost to a kill, compacted as they grow. Verdicts and metrics are the cells'
+    commit points, written at once as named segments; a cell's verdicts first flush the captions and frames rows it
+    was judged from, so a committed cell never refers to rows a kill could still lose."""
 
-        self.captions = SegmentStore(out / "captions", CAPTIONS)
-        self.verdicts = SegmentStore(out / "verdicts")
+    def __init__(self, out: Path):
+        from engine.schemas import CAPTIONS, FRAMES
+        from engine.store import GroupCommit, SegmentStore
+
+        group = GroupCommit.from_env()
+        self.captions = SegmentStore(out / "captions", CAPTIONS, group=group)
+        self.frames_index = SegmentStore(out / "frames_index", FRAMES, group=group)
+        self.verdicts = SegmentStore(out / "verdicts", flush_before_put=(self.captions, self.frames_index))
         self.metrics = SegmentStore(out / "metrics")
         self.judge_cache = out / "judge_cache"
         self.frames = out / "frames"
+
+    def close(self) -> None:
+        """Commit what is buffered and compact the appended stores (the run folder at rest: a few files each)."""
+        for store in (self.captions, self.frames_index):
+            store.close()
 
 
 def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True, log=None,
@@ -92,17 +106,27 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True
 
     out = Path(out_dir)
     with FolderLock(out, purpose=f"sweep {config.name}"):
-        return _run_locked(config, out, progress=progress, log=log, exit_once_marker=exit_once_marker,
-                           accept_failures=accept_failures, max_failure_share=max_failure_share, verbose=verbose)
+        stores = _Stores(out)
+        try:
+            result = _run_locked(config, out, stores, progress=progress, log=log, exit_once_marker=exit_once_marker,
+                                 accept_failures=accept_failures, max_failure_share=max_failure_share,
+                                 verbose=verbose)
+        except BaseException:
+            try:  # keep what was made before the error (the run's own error is the one to report)
+                stores.close()
+            except Exception:  # noqa: BLE001
+                pass
+            raise
+        stores.close()
+        return result
 
 
-def _run_locked(config: SweepConfig, out: Path, *, progress, log, exit_once_marker, accept_failures,
+def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, log, exit_once_marker, accept_failures,
                 max_failure_share, verbose) -> SweepResult:
     from engine.sweep import cells as cellmod
 
     t0 = time.perf_counter()
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
-    stores = _Stores(out)
     recovered = cellmod.recover(stores)
     if recovered:
         log(f"[sweep {config.name}] rolled back {len(recovered)} cell(s) interrupted between verdicts and metrics")
