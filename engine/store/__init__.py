@@ -2,6 +2,7 @@
 compacted) and the content-addressed judgment cache. Nothing here rewrites a whole results file per item."""
 
 from .judgment_cache import CachedResponse, JudgmentCache
-from .segments import GroupCommit, SegmentStore
+from .group_commit import GroupCommit
+from .segments import SegmentStore
 
 __all__ = ["SegmentStore", "GroupCommit", "JudgmentCache", "CachedResponse"]

@@ -43,56 +43,20 @@ import threading
 import time
 import uuid
 import weakref
-from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.errors import AbortedError, UsageError
+from engine.errors import AbortedError
+from engine.store.group_commit import GroupCommit
 
 _SUFFIX = ".parquet"
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _AUTO = re.compile(r"^\d{20}-[0-9a-f]{8}(-merged)?$")  # stems of appended and merged segments
 _MERGED_FROM = b"capeval.merged_from"
 _TIER_RATIO = 4  # an older segment joins a merge while it is at most this many times what is merged so far
-COMMIT_ENV = "CAPEVAL_STORE_COMMIT"
-
-
-@dataclass(frozen=True)
-class GroupCommit:
-    """When buffered appends become a segment, and when trailing small segments are merged."""
-
-    rows: int = 512
-    interval_s: float = 2.0
-    compact_after: int = 8
-    compact_bytes: int = 32 << 20
-
-    @classmethod
-    def from_env(cls, environ=None) -> "GroupCommit":
-        """The defaults, with `CAPEVAL_STORE_COMMIT` (`rows=N,interval_s=X,compact_after=N,compact_bytes=N`)
-        applied; a malformed value is a usage error naming the variable and the field."""
-        text = (os.environ if environ is None else environ).get(COMMIT_ENV, "").strip()
-        if not text:
-            return cls()
-        values: dict = {}
-        kinds = {"rows": int, "interval_s": float, "compact_after": int, "compact_bytes": int}
-        for part in text.split(","):
-            key, sep, raw = part.partition("=")
-            key = key.strip()
-            if not sep or key not in kinds:
-                raise UsageError(f"{COMMIT_ENV}={text!r}: {part.strip()!r} is not one of "
-                                 f"{', '.join(k + '=...' for k in kinds)}")
-            try:
-                value = kinds[key](raw.strip())
-            except ValueError:
-                raise UsageError(f"{COMMIT_ENV}: {key} = {raw.strip()!r} is not a {kinds[key].__name__}") from None
-            if not value > 0 or (key == "compact_after" and value < 2):
-                raise UsageError(f"{COMMIT_ENV}: {key} = {raw.strip()} must be "
-                                 + ("at least 2" if key == "compact_after" else "positive"))
-            values[key] = value
-        return cls(**values)
 
 
 def _fsync_dir(path: Path) -> None:
