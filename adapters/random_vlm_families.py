@@ -27,10 +27,22 @@ qwen2_5_vl (Qwen2_5_VLForConditionalGeneration)
     sampled_fps = len(frames_indices) / total_num_frames * fps from the metadata. So metadata must describe the
     SOURCE video: fps = the file's frame rate, total_num_frames = the file's frame count, frames_indices = the
     source indices of the frames given (without metadata, fps falls back to 24 and the timing is wrong).
+
+qwen3_vl (Qwen3VLForConditionalGeneration)
+    Metadata is REQUIRED (vLLM: "Video metadata is required"): (frames, {"fps", "frames_indices",
+    "total_num_frames", "duration", "video_backend"}), fps/indices/total of the SOURCE video as above. vLLM expands
+    the placeholder into one "<t seconds><|vision_start|><|video_pad|>*k<|vision_end|>" per temporal patch (2
+    frames), t = mean of frames_indices[i], frames_indices[i+1] divided by fps ("<0.5 seconds>"), so wrong
+    metadata gives wrong timestamps in the prompt. Qwen3VLVideoProcessor defaults to do_sample_frames=True
+    (resampling at 2 fps from the metadata): pass mm_processor_kwargs={"do_sample_frames": False} (or
+    "do_sample_frames": False inside the metadata) so the frames given are the frames seen. Patch 16, merge 2:
+    frames resize to multiples of 32 px, and the video pixel budget (size.longest_edge) covers the whole clip
+    (frames x H x W), so more frames means smaller frames. Processed input: video_grid_thw == [[frames/2, H/16, W/16]].
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -81,7 +93,9 @@ def build_tiny_vlm(family: str, out_dir: str | os.PathLike, *, seed: int = 0,
     if family not in FAMILIES:
         raise ValueError(f"unknown VLM family {family!r}; known: {', '.join(sorted(FAMILIES))}")
     out = Path(out_dir)
-    spec = {"version": BUILD_SPEC_VERSION, "family": family, "seed": seed,
+    # The recipe is this file: editing a builder (a size, a token) rebuilds instead of reusing a stale folder.
+    recipe = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+    spec = {"version": BUILD_SPEC_VERSION, "family": family, "seed": seed, "recipe": recipe,
             "corpus": [str(Path(p).resolve()) for p in corpus]}  # fmt: skip
     return build_once(out, spec, lambda: _build(out, spec, corpus))
 
@@ -192,3 +206,36 @@ def _write_qwen2_5_vl(tmp: Path, spec: dict) -> None:
 
 
 FAMILIES["qwen2_5_vl"] = _write_qwen2_5_vl
+
+
+def _write_qwen3_vl(tmp: Path, spec: dict) -> None:
+    from transformers import Qwen3VLConfig, Qwen3VLForConditionalGeneration, Qwen3VLProcessor
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+    from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
+
+    tok, ids = _qwen_tokenizer(spec)
+    text = _text_dims(len(tok), ids) | {
+        # interleaved multimodal RoPE (the released Qwen3-VL setting), sections of head_dim / 2
+        "rope_parameters": {"rope_type": "default", "mrope_section": [4, 6, 6], "mrope_interleaved": True,
+                            "rope_theta": 5e6},
+    }  # fmt: skip
+    # patch 16, merge 2: frames resize to multiples of 32 px. num_position_embeddings is a square grid (8x8) that
+    # the vision tower interpolates to each frame's patch grid; the deepstack layer feeds block 0's features in too.
+    vision = dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=64 // HEAD_DIM, out_hidden_size=64,
+                  patch_size=16, temporal_patch_size=2, spatial_merge_size=2, num_position_embeddings=64,
+                  deepstack_visual_indexes=[0])  # fmt: skip
+    cfg = Qwen3VLConfig(text_config=text, vision_config=vision, **_qwen_vision_tokens(ids))
+    _randomize_and_save(Qwen3VLForConditionalGeneration(cfg), tmp, spec["seed"], ids["<|im_end|>"])
+    geometry = dict(patch_size=16, temporal_patch_size=2, merge_size=2)
+    image_size = {"shortest_edge": 32 * 32, "longest_edge": 64 * 64}
+    # Qwen3-VL's video pixel budget is over the whole clip (frames x height x width), as in the released config
+    video_size = {"shortest_edge": 2 * 32 * 32, "longest_edge": QWEN3_VIDEO_MAX_FRAMES_AT_64PX * 64 * 64}
+    Qwen3VLProcessor(image_processor=Qwen2VLImageProcessorPil(size=image_size, **geometry),
+                     video_processor=Qwen3VLVideoProcessor(size=video_size, **geometry),
+                     tokenizer=tok, chat_template=QWEN_CHAT_TEMPLATE).save_pretrained(str(tmp))  # fmt: skip
+
+
+# Qwen3-VL frames: multiples of 32 px; up to this many 64x64 frames keep their size (4x4 patches of 16, 2x2 = 4
+# tokens per 2 frames), longer clips shrink every frame to stay within the clip budget.
+QWEN3_VIDEO_MAX_FRAMES_AT_64PX = 32
+FAMILIES["qwen3_vl"] = _write_qwen3_vl

@@ -44,6 +44,8 @@ EXPECTED_VIDEO_TOKENS = {
     # temporal patch of 2 frames
     "qwen2_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),
     "qwen2_5_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),  # same processor geometry as Qwen2-VL
+    # 64 px stays 64 px (multiple of 32, clip budget 32 frames of 64x64): 4x4 patches of 16, merged 2x2
+    "qwen3_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),
 }
 
 
@@ -64,6 +66,12 @@ def test_builds_are_reused_by_content(tmp_path):
     assert build_tiny_vlm("qwen2_vl", tmp_path / "q", seed=1) == first  # another spec rebuilds in place
     assert (first / "model.safetensors").stat().st_mtime_ns != stamp
     assert json.loads((first / "capeval_build.json").read_text())["seed"] == 1
+    # a folder built by another version of the builders (another recipe) is rebuilt, not reused
+    spec_file = first / "capeval_build.json"
+    spec_file.write_text(json.dumps(json.loads(spec_file.read_text()) | {"recipe": "an-older-builder"}))
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    build_tiny_vlm("qwen2_vl", tmp_path / "q", seed=1)
+    assert (first / "model.safetensors").stat().st_mtime_ns != stamp
 
 
 def test_unknown_family_is_named():
@@ -113,5 +121,9 @@ def test_family_runs_a_video_on_vllm_cpu_and_sees_exactly_the_frames_given(famil
         for n, out in zip((N_FRAMES, 2 * N_FRAMES), outs):
             assert out.prompt_token_ids.count(pid) == n_tokens(n), (family, n)
             assert len(out.outputs[0].token_ids) >= 1
+            if family == "qwen3_vl":  # one "<t seconds>" per temporal patch, from the metadata's indices and fps
+                text = proc.tokenizer.decode(out.prompt_token_ids)
+                stamps = [(2 * i + 2 * (i + 1)) / 2 / FPS for i in range(0, n, 2)]  # centres of index pairs
+                assert [f"<{t:.1f} seconds>" in text for t in stamps] == [True] * (n // 2), text
     finally:
         close_engine(llm)
