@@ -36,7 +36,7 @@ SHARD_DIR = "shards"
 #: on natural content; docs/frames.md has the measured bytes per frame.
 JPEG_QUALITY = 90
 #: a writer starts a new shard past this size (also at most 1/8 of the cap, so eviction stays fine-grained)
-SHARD_BYTES = 512 << 20
+SHARD_BYTES = 2 << 30
 #: default cap of a frame cache (shard bytes), overridden by $CAPEVAL_FRAME_CACHE_GB
 DEFAULT_CAP_BYTES = 50 << 30
 _TOUCH_EVERY_S = 60.0

@@ -36,7 +36,7 @@ DEFAULT_SIZE = "max768"
 #: squash sees at least its input resolution on both axes and the stored frame keeps its aspect for other uses.
 FAMILY_SIZES: tuple[tuple[str, str], ...] = (
     (r"qwen3[-_.]?vl", "px786432"),
-    (r"qwen2(\.5)?[-_.]?vl", "px602112"),
+    (r"qwen2([-_.]?5)?[-_.]?vl", "px602112"),
     (r"llava[-_.]?(onevision|video|next[-_.]?video)|llava[-_.]?ov", "min384"),
     (r"internvl", "min448"),
 )

@@ -181,6 +181,7 @@ def test_kill9_mid_append_leaves_whole_entries_or_nothing(tmp_path):
 def test_sizes_family_table_and_parsing():
     assert frame_size_for({"model": "Qwen/Qwen2.5-VL-7B-Instruct"}) == "px602112"
     assert frame_size_for({"model": "Qwen/Qwen2-VL-2B-Instruct"}) == "px602112"
+    assert frame_size_for({"model": "/tmp/tiny/qwen2_5_vl-random"}) == "px602112"  # local checkpoint dirs
     assert frame_size_for({"model": "Qwen/Qwen3-VL-8B-Instruct"}) == "px786432"
     assert frame_size_for({"model": "llava-hf/llava-onevision-qwen2-7b-ov-hf"}) == "min384"
     assert frame_size_for({"model": "lmms-lab/LLaVA-Video-7B-Qwen2"}) == "min384"
