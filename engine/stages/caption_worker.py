@@ -12,6 +12,10 @@ conditioned on the previous captions) inside one call; different videos stream c
 
 `timestamps` (a captioner option, "none" or "text"): with "text" the stage appends the frame timestamps to the
 video prompt; with "none" (the default) the prompt is sent exactly as written.
+
+A thinking captioner's reasoning (engine/reasoning.py, the captioner's `reasoning_tags`) is stripped from every
+reply as it comes back (`_one`), so neither a caption row's `text` nor a later segment's context holds it; the row
+keeps the whole reply in `raw_text` and counts `reasoning_tokens`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import asyncio
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+
+from engine.reasoning import caption_row_fields, strip_caption, tags_of
 
 TIMESTAMP_MODES = ("none", "text")
 SYNC_THREADS = 8  # threads for a thread-safe sync captioner that names no max_in_flight
@@ -61,13 +67,13 @@ def load_task_frames(task: CaptionTask):
 
 
 def row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, latency, *, truncated: bool = False,
-        frames_sent: int | None = None) -> dict:
+        frames_sent: int | None = None, raw_text: str | None = None, reasoning_tokens: int | None = None) -> dict:
     return {
         "caption_key": t.caption_key, "captioner": captioner, "prompt_id": t.prompt_id, "frame_spec": t.frame_spec,
         "video_id": t.video_id, "text": text, "n_tokens": int(n_tokens or 0), "prompt_tokens": int(prompt_tokens or 0),
         "latency_s": float(latency or 0.0), "error": error,
         "truncated": bool(truncated) if text is not None else None, "frames_sent": frames_sent,
-        "timestamps": t.timestamps_mode,
+        "timestamps": t.timestamps_mode, "raw_text": raw_text, "reasoning_tokens": reasoning_tokens,
     }
 
 
@@ -89,6 +95,7 @@ class CaptionWorker:
             import adapters.vllm_captioner  # noqa: F401  (registers "vllm"; not among the registry's builtins)
         self.name = captioner
         self.model = lookup("captioner", captioner)(**params)
+        self.reasoning_tags = tags_of(self.model)
         # Fault injection for tests and chaos drills: exit the process (a real death, not an exception) once.
         self.exit_once_marker = exit_once_marker
 
@@ -141,7 +148,7 @@ class CaptionWorker:
         except Exception as exc:  # noqa: BLE001 - this request failed; the others go on
             detail = str(exc).splitlines()[-1] if str(exc) else ""
             return CaptionResponse(request.key, None, f"captioner raised: {type(exc).__name__}: {detail}")
-        return r
+        return strip_caption(r, self.reasoning_tags)
 
     def _request(self, task: CaptionTask, frames, encoded, *, key=None, context=None, idx=None):
         from adapters.base import CaptionRequest
@@ -161,7 +168,7 @@ class CaptionWorker:
             return await self._asegmental(task, frames, encoded, sync)
         r = await self._one(self._request(task, frames, encoded), sync)
         return row(task, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s,
-                   truncated=r.truncated, frames_sent=r.frames_sent)
+                   truncated=r.truncated, frames_sent=r.frames_sent, **caption_row_fields(r))
 
     async def caption_one(self, task: CaptionTask) -> dict:
         """The caption row of one task (errors as the row's `error`, never raised)."""
@@ -186,8 +193,9 @@ class CaptionWorker:
         except Exception as exc:  # noqa: BLE001 - the whole batch failed, as one error per row
             responses = [CaptionResponse(r.key, None, f"captioner raised: {type(exc).__name__}: {exc}")
                          for r in requests]
+        responses = [strip_caption(r, self.reasoning_tags) for r in responses]
         out = [row(t, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s, truncated=r.truncated,
-                   frames_sent=r.frames_sent) for t, r in zip(plain, responses)]
+                   frames_sent=r.frames_sent, **caption_row_fields(r)) for t, r in zip(plain, responses)]
         out += [self._segmental(t, loaded[t.frames_path][0], loaded[t.frames_path][1]) for t in tasks if t.segments]
         return out
 
@@ -205,7 +213,9 @@ class CaptionWorker:
         from engine.stages.caption import segment_chunks
 
         texts: list[str] = []
+        raws: list[str] = []  # whole replies, reasoning included (raw_text when any segment had reasoning)
         n_tokens = prompt_tokens = 0
+        n_reasoning: int | None = None
         latency, truncated = 0.0, False
         for i, idx in enumerate(segment_chunks(task.frame_spec, len(frames), task.segments, task.timestamps)):
             context = None
@@ -218,10 +228,15 @@ class CaptionWorker:
             if r.text is None:
                 return row(task, self.name, None, f"segment {i + 1}: {r.error}", n_tokens, prompt_tokens, latency)
             texts.append(r.text)
+            raws.append(getattr(r, "raw_text", None) or r.text)
+            if getattr(r, "reasoning_tokens", None) is not None:
+                n_reasoning = (n_reasoning or 0) + r.reasoning_tokens
             truncated = truncated or bool(r.truncated)
             n_tokens, prompt_tokens, latency = n_tokens + r.n_tokens, prompt_tokens + r.prompt_tokens, latency + r.latency_s
         text = "\n".join(f"Segment {j + 1}: {t}" for j, t in enumerate(texts))
-        return row(task, self.name, text, None, n_tokens, prompt_tokens, latency, truncated=truncated)
+        raw = "\n".join(f"Segment {j + 1}: {t}" for j, t in enumerate(raws)) if raws != texts else None
+        return row(task, self.name, text, None, n_tokens, prompt_tokens, latency, truncated=truncated,
+                   raw_text=raw, reasoning_tokens=n_reasoning)
 
     def close(self) -> None:
         pool = getattr(self, "_pool", None)

@@ -278,3 +278,61 @@ def test_a_judgment_cache_made_before_reasoning_tokens_opens_and_keeps_its_answe
         found = cache.get_many(["old", "new"])
     assert (found["old"].text, found["old"].reasoning_tokens) == ("<think>x</think>B", None)
     assert found["new"].reasoning_tokens == 12
+
+
+class _ThinkingCaptioner(BaseHTTPRequestHandler):
+    """An OpenAI-compatible captioner that thinks aloud in its content; records the text of every prompt."""
+
+    prompts: list = []
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        content = body["messages"][-1]["content"]
+        type(self).prompts.append(next(p["text"] for p in content if p["type"] == "text"))
+        n = len(type(self).prompts)
+        payload = json.dumps({"choices": [{"message": {"content": f"<think>\nSecret plan {n}: a red kite?\n</think>"
+                                                                   f"\n\nA girl opens an umbrella ({n})."},
+                                           "finish_reason": "stop"}],
+                              "usage": {"prompt_tokens": 80, "completion_tokens": 30,
+                                        "completion_tokens_details": {"reasoning_tokens": 20}}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_caption_stage_strips_reasoning_from_captions_and_segment_contexts(tmp_path):
+    import numpy as np
+
+    from engine.stages.caption_worker import CaptionTask, CaptionWorker
+
+    frames = tmp_path / "frames.npy"
+    np.save(frames, np.full((4, 16, 16, 3), 128, np.uint8))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ThinkingCaptioner)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    worker = CaptionWorker("openai", {"model": "m", "base_url": f"http://127.0.0.1:{server.server_port}/v1",
+                                      "api_key": "EMPTY", "max_attempts": 1})
+    try:
+        task = CaptionTask("k1", "v1", str(frames), (0.0, 1.0, 2.0, 3.0), "uniform:4", "p", "Describe the video.")
+        segmental = CaptionTask("k2", "v2", str(frames), (0.0, 1.0, 2.0, 3.0), "uniform:4", "p", "Describe.",
+                                segments=2)
+        rows = {r["caption_key"]: r for r in worker.caption([task, segmental])}
+    finally:
+        worker.close()
+        server.shutdown()
+        server.server_close()
+    plain = rows["k1"]
+    assert plain["error"] is None and plain["text"] == "A girl opens an umbrella (1)."
+    assert plain["raw_text"].startswith("<think>\nSecret plan 1") and plain["raw_text"].endswith(plain["text"])
+    assert (plain["reasoning_tokens"], plain["n_tokens"]) == (20, 10)  # the server's count; the caption's own tokens
+    seg = rows["k2"]
+    assert seg["text"] == "Segment 1: A girl opens an umbrella (2).\nSegment 2: A girl opens an umbrella (3)."
+    assert "Secret plan" in seg["raw_text"] and seg["reasoning_tokens"] == 40 and seg["n_tokens"] == 20
+    # the second segment was asked with the first segment's caption as context, never its reasoning
+    assert "umbrella (2)" in _ThinkingCaptioner.prompts[-1] and "Secret plan" not in _ThinkingCaptioner.prompts[-1]
+    assert conform(pa.Table.from_pylist(list(rows.values()), schema=CAPTIONS), CAPTIONS).column(
+        "reasoning_tokens").to_pylist() == [20, 40]
