@@ -121,6 +121,11 @@ class CaptionWorker:
     def pid(self) -> int:
         return os.getpid()
 
+    def _reasoning_tags(self):
+        if "reasoning_tags" not in self.__dict__:  # a worker made without __init__ (tests drive one so)
+            self.reasoning_tags = tags_of(self.model)
+        return self.reasoning_tags
+
     def _executor(self) -> ThreadPoolExecutor:
         pool = getattr(self, "_pool", None)
         if pool is None:
@@ -148,7 +153,7 @@ class CaptionWorker:
         except Exception as exc:  # noqa: BLE001 - this request failed; the others go on
             detail = str(exc).splitlines()[-1] if str(exc) else ""
             return CaptionResponse(request.key, None, f"captioner raised: {type(exc).__name__}: {detail}")
-        return strip_caption(r, self.reasoning_tags)
+        return strip_caption(r, self._reasoning_tags())
 
     def _request(self, task: CaptionTask, frames, encoded, *, key=None, context=None, idx=None):
         from adapters.base import CaptionRequest
@@ -193,7 +198,7 @@ class CaptionWorker:
         except Exception as exc:  # noqa: BLE001 - the whole batch failed, as one error per row
             responses = [CaptionResponse(r.key, None, f"captioner raised: {type(exc).__name__}: {exc}")
                          for r in requests]
-        responses = [strip_caption(r, self.reasoning_tags) for r in responses]
+        responses = [strip_caption(r, self._reasoning_tags()) for r in responses]
         out = [row(t, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s, truncated=r.truncated,
                    frames_sent=r.frames_sent, **caption_row_fields(r)) for t, r in zip(plain, responses)]
         out += [self._segmental(t, loaded[t.frames_path][0], loaded[t.frames_path][1]) for t in tasks if t.segments]
