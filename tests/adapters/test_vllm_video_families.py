@@ -1,0 +1,146 @@
+"""Each VLM family end to end on vLLM's CPU engine through VLLMCaptioner: a real H.264 video made here, decoded with
+frame specs, captioned as one video (frames + metadata, adapters/vlm_video_inputs.py), and the processed prompt
+holds exactly the video placeholder tokens of the frames the spec chose -- computed here from the family's own
+config and processor settings, not read back from the engine.
+
+One engine per family (tiny random-weight checkpoints, adapters/random_vlm_families.py, built once into the suite's
+model cache), small frames and few of them: these tests cost engine start-up, little else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+
+import numpy as np
+import pytest
+
+from adapters.random_vlm_families import FAMILIES, build_tiny_vlm
+
+pytestmark = pytest.mark.vllm
+
+SPECS = ("uniform:4", "linspace:3")  # an even and an odd count (Qwen pads odd counts with the last frame)
+VIDEO_SECONDS, VIDEO_FPS = 2.0, 12
+
+
+def _model_dir(family: str):
+    from _fixtures_vllm import _model_cache
+
+    return build_tiny_vlm(family, _model_cache() / f"tiny-{family.replace('_', '-')}")
+
+
+@pytest.fixture(scope="module")
+def decoded(tmp_path_factory) -> dict:
+    """{frame spec: FramesResult} of one real H.264 clip (160x120, 2 s at 12 fps)."""
+    from engine.datasets.synthetic_videos import make_video
+    from engine.frames.decode import decode_frames
+
+    path = tmp_path_factory.mktemp("family-video") / "clip.mp4"
+    make_video(path, codec="h264", seconds=VIDEO_SECONDS, fps=VIDEO_FPS, size=(160, 120), seed=5)
+    return {spec: decode_frames(path, spec) for spec in SPECS}
+
+
+# ---- frames-seen arithmetic, per family, from the checkpoint's own config files ---------------------------------
+def _json(d, name: str) -> dict:
+    return json.loads((d / name).read_text())
+
+
+def _qwen_resize(h: int, w: int, factor: int, min_pixels: int, max_pixels: int, frames: int = 1) -> tuple[int, int]:
+    """Qwen's smart_resize: sides to multiples of `factor`, pixel count (over `frames` for Qwen3-VL videos) within
+    [min_pixels, max_pixels], aspect kept."""
+    hb, wb = max(factor, round(h / factor) * factor), max(factor, round(w / factor) * factor)
+    if frames * hb * wb > max_pixels:
+        beta = math.sqrt(frames * h * w / max_pixels)
+        hb, wb = max(factor, math.floor(h / beta / factor) * factor), max(factor, math.floor(w / beta / factor) * factor)
+    elif frames * hb * wb < min_pixels:
+        beta = math.sqrt(min_pixels / (frames * h * w))
+        hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
+    return hb, wb
+
+
+def _video_processor_config(d) -> dict:
+    """The saved video processor settings (transformers 5 keeps them in processor_config.json)."""
+    if (d / "video_preprocessor_config.json").exists():
+        return _json(d, "video_preprocessor_config.json")
+    return _json(d, "processor_config.json")["video_processor"]
+
+
+def _qwen_video_tokens(d, n: int, h: int, w: int) -> int:
+    video = _video_processor_config(d)
+    patch, merge, tps = video["patch_size"], video["merge_size"], video["temporal_patch_size"]
+    size = video.get("size") or {}
+    min_px = size.get("shortest_edge", video.get("min_pixels"))
+    max_px = size.get("longest_edge", video.get("max_pixels"))
+    t = math.ceil(n / tps)  # an odd count is padded with a copy of the last frame
+    qwen3 = _json(d, "config.json")["model_type"] == "qwen3_vl"
+    hb, wb = _qwen_resize(h, w, patch * merge, min_px, max_px, frames=t * tps if qwen3 else 1)
+    return t * (hb // patch) * (wb // patch) // merge**2
+
+
+VIDEO_TOKEN = {"qwen2_vl": "<|video_pad|>", "qwen2_5_vl": "<|video_pad|>", "qwen3_vl": "<|video_pad|>"}
+EXPECTED_TOKENS = {"qwen2_vl": _qwen_video_tokens, "qwen2_5_vl": _qwen_video_tokens, "qwen3_vl": _qwen_video_tokens}
+
+
+def _qwen3_timestamps(ts) -> list[str]:
+    """Qwen3-VL writes one "<t seconds>" per temporal patch: the mean time of its 2 frames (last frame repeated)."""
+    ts = list(ts) + ([ts[-1]] if len(ts) % 2 else [])
+    return [f"<{(ts[i] + ts[i + 1]) / 2:.1f} seconds>" for i in range(0, len(ts), 2)]
+
+
+# ---- the tests ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_sees_exactly_the_frames_the_spec_chose(family, decoded):
+    from adapters.base import CaptionRequest, StreamingCaptioner
+    from adapters.vllm_captioner import VLLMCaptioner
+
+    assert family in EXPECTED_TOKENS, f"no frames-seen arithmetic for family {family!r}: add it here"
+    d = _model_dir(family)
+    t0 = time.perf_counter()
+    cap = VLLMCaptioner(str(d), max_model_len=1024, max_num_seqs=4, max_num_batched_tokens=1024,
+                        skip_mm_profiling=True, seed=0)  # fmt: skip
+    seen: dict[str, list[int]] = {}
+    cap.on_output = lambda req, out: seen.__setitem__(req.key, list(out.prompt_token_ids))
+    try:
+        assert isinstance(cap, StreamingCaptioner) and cap.frame_input == "video"
+        reqs = [CaptionRequest(spec, "Describe the video.", r.frames, tuple(r.timestamps), max_tokens=4)
+                for spec, r in decoded.items()]  # fmt: skip
+
+        async def stream():
+            return await asyncio.gather(*(cap.acaption(r) for r in reqs))
+
+        out = asyncio.run(stream())
+    finally:
+        cap.close()
+    print(f"{family}: engine start + 2 captions {time.perf_counter() - t0:.1f} s")
+    tok = cap.processor.tokenizer
+    video_id = tok.convert_tokens_to_ids(VIDEO_TOKEN[family])
+    for r, resp in zip(reqs, out):
+        assert resp.error is None and resp.n_tokens >= 1, (family, r.key, resp.error)
+        n, h, w = r.frames.shape[:3]
+        assert len(decoded[r.key].frames) == n and n == int(r.key.split(":")[1])
+        expected = EXPECTED_TOKENS[family](d, n, h, w)
+        assert seen[r.key].count(video_id) == expected, (family, r.key, n)
+        assert resp.prompt_tokens == len(seen[r.key])
+        if family == "qwen3_vl":  # the metadata's timing reached the prompt: real seconds of the chosen frames
+            prompt = tok.decode(seen[r.key])
+            for stamp in _qwen3_timestamps(r.timestamps):
+                assert stamp in prompt, (stamp, prompt)
+
+
+def test_metadata_is_consistent_with_the_frame_timestamps():
+    from transformers.video_utils import VideoMetadata
+
+    from adapters.vlm_video_inputs import video_metadata
+
+    ts = (0.25, 0.75, 1.25, 1.75)  # uniform:4 of a 2 s clip
+    meta = video_metadata(4, ts)
+    vm = VideoMetadata(**{k: v for k, v in meta.items() if k != "do_sample_frames"})
+    assert meta["do_sample_frames"] is False
+    assert np.allclose(vm.timestamps, ts)  # Qwen3-VL / GLM-4.1V: frames_indices / fps
+    assert vm.sampled_fps == pytest.approx(2.0)  # Qwen2.5-VL: seconds per temporal patch = 2 / sampled_fps
+    assert vm.duration == pytest.approx(2.0)
+    # frames closer than the clock's 1 ms, and no timing at all, still give one increasing index per frame
+    assert video_metadata(3, (1.0, 1.0, 1.0004))["frames_indices"] == [1000, 1001, 1002]
+    assert video_metadata(2)["frames_indices"] == [0, 1000]
