@@ -188,12 +188,16 @@ def test_reasoning_tags_values(value, tags):
 
 
 def test_a_bad_reasoning_tags_value_names_the_field():
-    from adapters.openai_http import HTTPConfig, HTTPConfigError
+    from adapters.openai_http import HTTPConfig, HTTPConfigError, OpenAICaptioner, OpenAIJudge
+    from engine.sweep.validation import param_value_problems
 
     for bad in (["<think>"], "think", ["<t>", "<t>"], [1, 2]):
         with pytest.raises(HTTPConfigError) as err:
             HTTPConfig(model="m", base_url="http://127.0.0.1:9/v1", reasoning_tags=bad)
         assert err.value.field == "reasoning_tags"
+        for backend in (OpenAIJudge, OpenAICaptioner):  # a sweep's --check reports it with the field
+            assert [f for f, _ in param_value_problems(backend, {"reasoning_tags": bad})] == ["reasoning_tags"]
+    assert param_value_problems(OpenAIJudge, {"reasoning_tags": ["<reasoning>", "</reasoning>"]}) == []
 
 
 class _ThinkingServer(BaseHTTPRequestHandler):
