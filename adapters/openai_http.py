@@ -12,6 +12,7 @@ sends no temperature (the server's default), as the official scripts that set no
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -276,6 +277,27 @@ def subsample_indices(n_frames: int, max_frames: int | None) -> np.ndarray:
     return np.unique(np.linspace(0, n_frames - 1, max_frames).round().astype(np.int64))
 
 
+class _FutureSink:
+    """A ChatRunner result sink (it only needs `put`) that resolves a future on another thread's event loop."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future):
+        self.loop, self.future = loop, future
+
+    def put(self, item: tuple) -> None:
+        self.loop.call_soon_threadsafe(_resolve, self.future, item[1])
+
+
+def _resolve(future: asyncio.Future, result: ChatResult) -> None:
+    if not future.done():  # cancelled meanwhile: nobody waits for it
+        future.set_result(result)
+
+
+def _caption_response(key: str, res: ChatResult, n_sent: int, note: str | None) -> "HTTPCaptionResponse":
+    return HTTPCaptionResponse(key, res.text, res.error, res.prompt_tokens, res.completion_tokens, res.latency_s,
+                               truncated=res.finish_reason == "length", frames_sent=n_sent, note=note,
+                               reasoning_tokens=getattr(res, "reasoning_tokens", None))
+
+
 @register_captioner("openai")
 class OpenAICaptioner(_HTTPBackend):
     """Multimodal captioner: the frames of the frame spec go as JPEG data URLs in one user message, all of them
@@ -283,6 +305,8 @@ class OpenAICaptioner(_HTTPBackend):
     recorded (`frames_sent`, `note`). An image item (`media_type="image"`) is sent as one image. A caption cut at
     `max_tokens` (finish_reason "length") has `truncated=True`. The prompt's system message, when it has one, goes
     first."""
+
+    actor_cpus = 0  # a caption actor waits on the server: it reserves no core (engine.stages.caption.actor_cpus)
 
     def _body(self, r: CaptionRequest) -> tuple[bytes, int, str | None]:
         frames = np.asarray(r.frames)
@@ -294,11 +318,12 @@ class OpenAICaptioner(_HTTPBackend):
         note = None
         if not image and len(idx) < len(frames):
             note = f"sent {len(idx)} of {len(frames)} frames (evenly subsampled; max_frames={self.config.max_frames})"
+        # the prompt as the stage gives it, byte for byte (frame times are in it only when the captioner's
+        # `timestamps = "text"` asked the stage to put them there)
         text = r.prompt if r.context is None else f"{r.context}\n\n{r.prompt}"
-        if r.timestamps and not image:
-            stamps = ", ".join(f"{r.timestamps[i]:.2f}" for i in idx if i < len(r.timestamps))
-            text = f"{text}\n(Frame timestamps in seconds: {stamps})"
-        urls = [_jpeg_data_url(frames[i], self.config.jpeg_quality) for i in idx]
+        # frames the frame cache already holds as JPEG go as they are (no decode-encode round per request)
+        encoded = r.encoded_frames if r.encoded_frames is not None and len(r.encoded_frames) == len(frames) else None
+        urls = [_jpeg_data_url(encoded[i] if encoded else frames[i], self.config.jpeg_quality) for i in idx]
         system = getattr(r, "system", None)
         messages = ([{"role": "system", "content": system}] if system else []) + [
             {"role": "user", "content": user_content(text, urls)}]
@@ -307,6 +332,33 @@ class OpenAICaptioner(_HTTPBackend):
         if r.temperature is not None:
             body["temperature"] = r.temperature
         return encode_body(body), len(idx), note
+
+    @property
+    def max_in_flight(self) -> int:
+        """adapters.base.StreamingCaptioner: the window the caption stage keeps per actor (the connection pool)."""
+        return self.config.max_in_flight
+
+    async def acaption(self, request: CaptionRequest) -> HTTPCaptionResponse:
+        """adapters.base.StreamingCaptioner: one request on the shared ChatRunner (its retries, timeouts and 401/403
+        rule), awaited from the caller's event loop (the caption actor's). Failures come back as the response's
+        `error`; a 401/403 too (every later request then fails at once with it, unsent)."""
+        try:
+            if request.encoded_frames is not None:
+                body, n_sent, note = self._body(request)
+            else:  # JPEG encoding is CPU work: off the event loop, which is busy with other requests' replies
+                body, n_sent, note = await asyncio.to_thread(self._body, request)
+        except (ValueError, TypeError, OSError) as exc:
+            return HTTPCaptionResponse(request.key, None, f"invalid request {request.key}: {exc}")
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future = loop.create_future()
+        token = object()  # identifies this call for ChatRunner.cancel
+        self._runner.submit([(token, body, None)], _FutureSink(loop, done))
+        try:
+            res = await done
+        except asyncio.CancelledError:
+            self._runner.cancel({token})
+            raise
+        return _caption_response(request.key, res, n_sent, note)
 
     def caption(self, requests: Sequence[CaptionRequest]) -> list[HTTPCaptionResponse]:
         calls, sent, bad = [], [], {}
@@ -326,9 +378,7 @@ class OpenAICaptioner(_HTTPBackend):
                 out.append(HTTPCaptionResponse(r.key, None, bad[i]))
                 continue
             res, (n_sent, note) = next(it)
-            out.append(HTTPCaptionResponse(r.key, res.text, res.error, res.prompt_tokens, res.completion_tokens,
-                                           res.latency_s, truncated=res.finish_reason == "length",
-                                           frames_sent=n_sent, note=note, reasoning_tokens=res.reasoning_tokens))
+            out.append(_caption_response(r.key, res, n_sent, note))
         if any(note for _, note in sent):
             log.info("captioner %s: frames subsampled to max_frames=%d in some requests", self.name,
                      self.config.max_frames)

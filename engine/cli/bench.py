@@ -1,4 +1,8 @@
-"""`capeval bench NAME [args]`: runs benchmarks/bench_NAME.py's `main(argv)` (kernels, judge, decode).
+"""`capeval bench NAME [args]`: runs benchmarks/bench_NAME.py's `main(argv)` (kernels, judge, decode, caption).
+
+`capeval bench caption --json [--quick]`: a caption-only sweep of 500 generated videos against an OpenAI-compatible
+captioner with lognormal latency, captions/s against the concurrency bound, the old batch loop as the baseline
+(benchmarks/bench_caption.py).
 
 `capeval bench judge --judge openai|vllm --judge-model M --protocol P --items FILE ...` measures the user's own judge
 (benchmarks/judge_endpoint.py, docs/bench.md); without --judge it is the macro benchmark of the judge path."""
@@ -8,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-BENCHMARKS = ("kernels", "judge", "decode")
+BENCHMARKS = ("kernels", "judge", "decode", "caption")
 
 
 def register(sub) -> None:

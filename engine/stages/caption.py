@@ -87,6 +87,114 @@ def read_captions(store, keys: Iterable[str] | None = None) -> pa.Table:
     return conform(_first_per_key(pa.concat_tables(parts, promote_options="permissive"), "caption_key"), CAPTIONS)
 
 
+def actor_cpus(captioner: str) -> float:
+    """CPUs a caption actor reserves on a CPU node: the captioner class's `actor_cpus` (0 for HTTP captioners, whose
+    server does the work: reserving a core for an actor that waits on sockets would leave the decode tasks one core
+    fewer), else 1."""
+    if captioner == "vllm":  # not imported here just to ask (vLLM is heavy); it computes on the node
+        return 1
+    from engine.registry import lookup
+
+    try:
+        return float(getattr(lookup("captioner", captioner), "actor_cpus", 1))
+    except KeyError:  # unknown: the actor's constructor will say so
+        return 1
+
+
+def _cause(exc: Exception) -> str:
+    return str(exc.cause if getattr(exc, "cause", None) is not None else exc).splitlines()[-1]
+
+
+def _finish(t: CaptionTask, r: dict, rows: list, videos: "_VideoCount", bar) -> None:
+    rows.append(r)
+    bar.update(videos.finished(t.video_id))
+
+
+def _settle(rows: list[dict], store, on_rows, stats: dict, failures: dict) -> None:
+    """Store the good rows, tell `on_rows` about all of them, count them."""
+    good = [r for r in rows if r["error"] is None]
+    if good:
+        store.append(pa.Table.from_pylist(good, schema=CAPTIONS))
+    if on_rows is not None:
+        on_rows(rows)
+    for r in rows:
+        if r["error"] is not None:
+            failures[r["caption_key"]] = r["error"]
+        stats["failed" if r["error"] else "captioned"] += 1
+
+
+PROBES = 3  # failed probes in a row before a restarting actor counts as gone
+
+
+class _Actors:
+    """The caption actors: each slot's window, calls outstanding and incarnation (`epoch`). When a call is lost to
+    a death, the slot takes no new calls and a probe (`info`) waits for Ray to restart the actor; the calls lost
+    with the same incarnation count as one death. An actor Ray will not restart again is replaced by a fresh one,
+    at most `max_restarts + 1` times per slot; after that the slot is gone (its lost calls were counted already).
+    """
+
+    def __init__(self, make, n: int, max_restarts: int):
+        self.make, self.max_restarts = make, max_restarts
+        self.handles = [make() for _ in range(n)]
+        self.windows, self.busy, self.epoch, self.replaced = [0] * n, [0] * n, [0] * n, [0] * n
+        self.down, self.gone, self.failed_probes = [False] * n, [False] * n, [0] * n
+        self.probes: dict = {}  # ObjectRef of an `info` call -> slot
+
+    def start(self, max_in_flight: int | None) -> None:
+        import ray
+
+        infos = ray.get([a.info.remote() for a in self.handles])
+        self.windows = [min(i["window"], max_in_flight) if max_in_flight else i["window"] for i in infos]
+
+    def room(self, ai: int) -> int:
+        return 0 if self.down[ai] or self.gone[ai] else self.windows[ai] - self.busy[ai]
+
+    @property
+    def all_gone(self) -> bool:
+        return all(self.gone)
+
+    def lost(self, ai: int, epoch: int) -> int:
+        """A call of slot `ai` made in incarnation `epoch` was lost: 1 if that is news of a death, else 0."""
+        if epoch != self.epoch[ai] or self.down[ai]:
+            return 0
+        self.down[ai] = True
+        self.epoch[ai] += 1
+        self.probes[self.handles[ai].info.remote()] = ai
+        return 1
+
+    def probe_done(self, ref) -> None:
+        """The probe of a restarting actor came back: the slot works again, or (after PROBES failures in a row: a
+        probe sent before Ray knew of the death can fail too) the actor is gone for good and is replaced."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        ai = self.probes.pop(ref)
+        try:
+            ray.get(ref)
+        except RayActorError:
+            self.failed_probes[ai] += 1
+            if self.failed_probes[ai] >= PROBES:
+                if self.replaced[ai] > self.max_restarts:
+                    self.gone[ai] = True
+                    return
+                self.replaced[ai] += 1
+                self.failed_probes[ai] = 0
+                self.handles[ai] = self.make()
+                self.epoch[ai] += 1
+            self.probes[self.handles[ai].info.remote()] = ai
+            return
+        self.down[ai], self.failed_probes[ai] = False, 0
+
+    def kill(self) -> None:
+        import ray
+
+        for a in self.handles:
+            try:
+                ray.kill(a)
+            except Exception:  # already dead
+                pass
+
+
 class _VideoCount:
     """Videos finished, for the bar: a video is done when every task pulled for it has finished and the upstream
     iterator has moved past it (a video's tasks are yielded one after another)."""
@@ -170,7 +278,7 @@ def run_caption_stage(
             yield t
 
     actor_cls = ray.remote(CaptionWorker).options(
-        num_cpus=0 if gpus_per_actor else 1, num_gpus=gpus_per_actor, max_restarts=max_restarts,
+        num_cpus=0 if gpus_per_actor else actor_cpus(captioner), num_gpus=gpus_per_actor, max_restarts=max_restarts,
         max_task_retries=0,  # we re-queue lost calls ourselves, so we know which rows were lost
     )
 
@@ -184,16 +292,20 @@ def run_caption_stage(
         return stats
     t_load = time.perf_counter()
     note(f"caption [{captioner}]: loading the captioner ({max(1, num_actors)} actor(s))...", progress)
-    actors = [new_actor() for _ in range(max(1, num_actors))]
-    infos = ray.get([a.info.remote() for a in actors])
-    windows = [min(i["window"], max_in_flight) if max_in_flight else i["window"] for i in infos]
+    actors = _Actors(new_actor, max(1, num_actors), max_restarts)
+    try:
+        actors.start(max_in_flight)
+    except (RayActorError, RayTaskError) as exc:  # the constructor failed: every task fails, saying why
+        actors.kill()
+        error = f"captioner could not start: {_cause(exc)}"
+        rows = [row(t, captioner, None, error, 0, 0, 0.0) for t in itertools.chain([first], pending)]
+        _settle(rows, store, on_rows, stats, failures)
+        stats.update(load_s=round(time.perf_counter() - t_load, 3), work_s=0.0, failures=failures)
+        return stats
     stats["load_s"] = round(time.perf_counter() - t_load, 3)
-    note(f"caption [{captioner}]: loaded in {stats['load_s']:.1f} s; up to {sum(windows)} requests in flight",
-         progress)
+    note(f"caption [{captioner}]: loaded in {stats['load_s']:.1f} s; up to {sum(actors.windows)} requests in "
+         f"flight", progress)
     t_work = time.perf_counter()
-    epoch = [0] * len(actors)  # incarnation of each actor slot: a death is counted once per incarnation
-    deaths = [0] * len(actors)
-    busy = [0] * len(actors)
     retry: deque[tuple[CaptionTask, int]] = deque()
     inflight: dict = {}  # ObjectRef -> (actor index, epoch, task, attempt)
     videos = _VideoCount()
@@ -215,41 +327,42 @@ def run_caption_stage(
         bar.update(videos.pulled(t.video_id))
         return t, 1
 
-    def finish(t: CaptionTask, r: dict, out: list) -> None:
-        out.append(r)
-        bar.update(videos.finished(t.video_id))
-
     try:
         while True:
-            # Fill free slots: retries first, then new tasks from upstream (backpressure: never more).
-            for ai in range(len(actors)):
-                while busy[ai] < windows[ai]:
-                    nxt = take()
-                    if nxt is None:
-                        break
-                    t, attempt = nxt
-                    inflight[actors[ai].caption_one.remote(t)] = (ai, epoch[ai], t, attempt)
-                    busy[ai] += 1
-            if not inflight:
-                break
-            refs = list(inflight)
-            ready, rest = ray.wait(refs, num_returns=1)
-            if rest:
-                more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
-                ready += more
             rows: list[dict] = []
+            if actors.all_gone:  # no actor will come back: what is left fails, saying so
+                lost = [t for t, _ in retry] + [t for _, _, t, _ in inflight.values()]
+                retry.clear()
+                inflight.clear()
+                while (nxt := take()) is not None:
+                    lost.append(nxt[0])
+                error = f"caption actors died more than {max_restarts} restarts allow"
+                for t in lost:
+                    _finish(t, row(t, captioner, None, error, 0, 0, 0.0), rows, videos, bar)
+            # Fill free slots: retries first, then new tasks from upstream (backpressure: never more).
+            for ai in range(len(actors.handles)):
+                while actors.room(ai) > 0 and (nxt := take()) is not None:
+                    t, attempt = nxt
+                    inflight[actors.handles[ai].caption_one.remote(t)] = (ai, actors.epoch[ai], t, attempt)
+                    actors.busy[ai] += 1
+            waiting = list(inflight) + list(actors.probes)
+            if not waiting and not rows:
+                break
+            ready = []
+            if waiting:
+                ready, rest = ray.wait(waiting, num_returns=1)
+                if rest:
+                    ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
             for ref in ready:
+                if ref in actors.probes:
+                    actors.probe_done(ref)
+                    continue
                 ai, ep, t, attempt = inflight.pop(ref)
-                busy[ai] -= 1
+                actors.busy[ai] -= 1
                 try:
                     r = ray.get(ref)
                 except RayActorError:
-                    if ep == epoch[ai]:  # the first lost call of this incarnation: one death
-                        stats["actor_deaths"] += 1
-                        deaths[ai] += 1
-                        epoch[ai] += 1
-                        if deaths[ai] > max_restarts:  # Ray will not restart it again: replace it
-                            actors[ai], deaths[ai] = new_actor(), 0
+                    stats["actor_deaths"] += actors.lost(ai, ep)  # one death however many calls it took
                     if attempt < max_attempts:
                         stats["retried"] += 1
                         bar.set_retries(stats["retried"])
@@ -257,28 +370,14 @@ def run_caption_stage(
                         continue
                     r = row(t, captioner, None, f"caption actor died {attempt} times", 0, 0, 0.0)
                 except RayTaskError as exc:  # the call raised inside a live actor: this row failed, the rest go on
-                    cause = str(exc.cause if getattr(exc, "cause", None) is not None else exc).splitlines()[-1]
-                    r = row(t, captioner, None, f"captioner raised: {cause}", 0, 0, 0.0)
-                finish(t, r, rows)
-            if not rows:
-                continue
-            good = [r for r in rows if r["error"] is None]
-            if good:
-                store.append(pa.Table.from_pylist(good, schema=CAPTIONS))
-            if on_rows is not None:
-                on_rows(rows)
-            for r in rows:
-                if r["error"] is not None:
-                    failures[r["caption_key"]] = r["error"]
-                stats["failed" if r["error"] else "captioned"] += 1
-            hit("caption")
+                    r = row(t, captioner, None, f"captioner raised: {_cause(exc)}", 0, 0, 0.0)
+                _finish(t, r, rows, videos, bar)
+            if rows:
+                _settle(rows, store, on_rows, stats, failures)
+                hit("caption")
     finally:
         bar.close()
-        for a in actors:
-            try:
-                ray.kill(a)
-            except Exception:  # already dead
-                pass
+        actors.kill()
     stats["work_s"] = round(time.perf_counter() - t_work, 3)
     stats["failures"] = failures
     return stats
