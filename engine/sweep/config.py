@@ -20,6 +20,7 @@ Every option is documented in docs/inputs.md.
     name = "local"          # registry name
     params = {}             # constructor keyword arguments
     max_tokens = 2048       # optional caption length per request
+    timestamps = "none"     # "none": the prompt as written (default); "text": frame times appended to it
 
     [[captions]]            # captions already written (JSONL/CSV/Parquet): a caption cell without captioning
     path = "captions/qwen.jsonl"
@@ -35,7 +36,7 @@ Every option is documented in docs/inputs.md.
 
     [options]
     caption_actors = 1      # caption actors (one per GPU on GPU nodes)
-    batch_size = 4          # videos per caption call
+    batch_size = 4          # accepted, no effect: each caption actor streams its captioner's max_in_flight window
     n_resamples = 200       # bootstrap resamples for the metrics' confidence intervals
 
 Prompts are ids or tables in the same `prompts` array (`[[prompts]]` in TOML): `{id, text}` (the user's text,
@@ -93,6 +94,7 @@ class ComponentSpec:
     seeds: tuple[int, ...] = (0,)
     label: str | None = None  # how it shows in the results table; defaults to the name
     max_tokens: int | None = None  # captioners: caption length per request (None: the stage's default)
+    timestamps: str = "none"  # captioners: "none" sends the prompt as written; "text" appends the frame times
 
     @property
     def display(self) -> str:
@@ -113,7 +115,7 @@ class CaptionSource:
 @dataclass(frozen=True)
 class SweepOptions:
     caption_actors: int = 1
-    batch_size: int = 4
+    batch_size: int = 4  # no effect (old files load): caption actors stream single requests, never batches
     gpus_per_actor: float = 0.0  # 0 on CPU machines; 1 on GPU nodes (one actor per GPU)
     n_resamples: int = 200
     judge_batch_size: int = 64
@@ -151,7 +153,8 @@ _TOP = {"name": (str, True), "datasets": (list, True), "captioners": (list, Fals
         "captions": (list, False)}
 _DATASET_COMMON = {"name": (str, True), "kind": (str, True), "limit": (int, False)}
 _COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False)}
-_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False)}
+_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False)}
+CAPTION_TIMESTAMPS = ("none", "text")  # engine.stages.caption_worker.TIMESTAMP_MODES
 _JUDGE = {**_COMPONENT, "seeds": (list, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
              "frame_spec": (str, False)}
@@ -351,8 +354,13 @@ def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentS
         params = comp.get("params", {}) if c.good(comp, "params", spec) else {}
         max_tokens = comp.get("max_tokens") if c.good(comp, "max_tokens", spec) else None
         label = comp.get("label") if c.good(comp, "label", spec) else None
-        x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens)
-        ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens])
+        timestamps = comp["timestamps"] if "timestamps" in spec and c.good(comp, "timestamps", spec) else "none"
+        if timestamps not in CAPTION_TIMESTAMPS:
+            c.fail(f"{where}.timestamps", f"must be one of {', '.join(map(repr, CAPTION_TIMESTAMPS))}, got "
+                                          f"{timestamps!r}", "timestamps")
+            timestamps = "none"
+        x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens, timestamps)
+        ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps])
         if ident in seen:  # same content key: it would give the very same results twice
             c.fail(where, f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)
         seen[ident] = i

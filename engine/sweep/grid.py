@@ -71,7 +71,9 @@ class Cell:
             prompt_text, cap.frame_spec, self.protocol.name, self.protocol.params, self.judge.name, judge_revision,
             without_secrets(self.judge.params), list(self.judge.seeds),
         ]
-        extra = {k: v for k, v in (("source", source_digest), ("max_tokens", cap.captioner.max_tokens)) if v}
+        stamps = getattr(cap.captioner, "timestamps", "none")  # "text": another prompt was sent
+        extra = {k: v for k, v in (("source", source_digest), ("max_tokens", cap.captioner.max_tokens),
+                                   ("timestamps", stamps if stamps != "none" else None)) if v}
         return content_key(*parts, extra) if extra else content_key(*parts)
 
 
