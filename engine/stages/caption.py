@@ -277,6 +277,10 @@ def run_caption_stage(
             seen.add(t.caption_key)
             yield t
 
+    from adapters.vllm_replicas import gpu_groups  # tensor_parallel_size GPUs per actor, one per GPU group
+
+    num_actors, gpus_per_actor = gpu_groups(params, num_actors, gpus_per_actor,
+                                          ray.cluster_resources().get("GPU") if gpus_per_actor else None)
     actor_cls = ray.remote(CaptionWorker).options(
         num_cpus=0 if gpus_per_actor else actor_cpus(captioner), num_gpus=gpus_per_actor, max_restarts=max_restarts,
         max_task_retries=0,  # we re-queue lost calls ourselves, so we know which rows were lost
