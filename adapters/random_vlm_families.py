@@ -38,6 +38,18 @@ qwen3_vl (Qwen3VLForConditionalGeneration)
     "do_sample_frames": False inside the metadata) so the frames given are the frames seen. Patch 16, merge 2:
     frames resize to multiples of 32 px, and the video pixel budget (size.longest_edge) covers the whole clip
     (frames x H x W), so more frames means smaller frames. Processed input: video_grid_thw == [[frames/2, H/16, W/16]].
+
+llava_onevision (LlavaOnevisionForConditionalGeneration, llava-hf layout; Qwen2 language model, SigLIP tower)
+    Prompt placeholder: "<video>" (the template puts all <image> parts, then all <video> parts, then the text after
+    a newline: "<|im_start|>user <video>\nPROMPT<|im_end|>\n<|im_start|>assistant\n"). vLLM expands <video> to
+    frames * ceil(grid/2)**2 + 1 tokens (grid = image_size/patch, pooled 2x2, one image_newline per video), every
+    frame resized to the video processor's square size whatever its aspect. Video item: a bare (T,H,W,3) array
+    or (array, metadata); metadata is accepted and unused. The processor does not sample (do_sample_frames False by
+    default), so T frames in is T frames seen. Tiny checkpoint: 56 px frames, 4x4 patches -> 4 tokens per frame.
+    vLLM 0.32 BUG: two clips of DIFFERENT frame counts in one engine step crash the engine (its
+    _process_video_pixels returns (1, n, d) tensors on that path: "Expected multimodal embeddings to be a sequence
+    of 2D tensors"); clips of equal length batch fine. Keep one frame count per engine (one frame spec per cell)
+    or pad/split by length.
 """
 
 from __future__ import annotations
@@ -130,6 +142,26 @@ def _randomize_and_save(model, tmp: Path, seed: int, eos_id: int) -> None:
                 p.normal_(0.0, 1.0 / p.shape[-1] ** 0.5)
     model.generation_config.eos_token_id = eos_id
     model.save_pretrained(str(tmp), safe_serialization=True)
+
+
+def _rename_weights(tmp: Path, prefixes: dict[str, str], drop: tuple[str, ...] = ()) -> None:
+    """Rewrite saved tensor names to the layout of the family's released checkpoints, which vLLM's loader expects:
+    transformers 5 saves some vision towers one level flatter (`vision_tower.embeddings` where the released
+    llava-hf checkpoints have `vision_tower.vision_model.embeddings`)."""
+    from safetensors.torch import load_file, save_file
+
+    path = tmp / "model.safetensors"
+    tensors = load_file(str(path))
+    renamed = {}
+    for name, tensor in tensors.items():
+        if name.startswith(drop):
+            continue
+        for old, new in prefixes.items():
+            if name.startswith(old) and not name.startswith(new):
+                name = new + name[len(old):]
+                break
+        renamed[name] = tensor
+    save_file(renamed, str(path), metadata={"format": "pt"})
 
 
 def _text_dims(vocab: int, ids: dict, *, hidden: int = 64, layers: int = 2) -> dict:
@@ -239,3 +271,67 @@ def _write_qwen3_vl(tmp: Path, spec: dict) -> None:
 # tokens per 2 frames), longer clips shrink every frame to stay within the clip budget.
 QWEN3_VIDEO_MAX_FRAMES_AT_64PX = 32
 FAMILIES["qwen3_vl"] = _write_qwen3_vl
+
+
+# ---- LLaVA-OneVision / LLaVA-NeXT-Video: a SigLIP/CLIP tower, one <video> placeholder, pooled frame features -----
+LLAVA_SPECIAL_TOKENS = ["<unk>", "<s>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]
+# The released llava-hf OneVision template's shape: the role, then every image part as <image>, every video part as
+# <video>, then the text parts each after a newline; ChatML turns. Newlines are Jinja string literals because
+# transformers renders templates with trim_blocks (a newline right after a block tag is dropped).
+LLAVA_OV_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }} "
+    "{% if message['content'] is string %}{{ '\\n' + message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image_url' in part %}<image>{% endif %}{% endfor %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'video' or 'video_url' in part %}<video>{% endif %}"
+    "{% endfor %}{% for part in message['content'] %}{% if part['type'] == 'text' %}{{ '\\n' + part['text'] }}"
+    "{% endif %}"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+# Vision geometry: frames resize to LLAVA_SIDE square, patches of 14 -> a 4x4 grid; a video frame is pooled 2x2
+# (spatial_pool_stride) to 4 tokens, and one image_newline token ends the whole video: 4 * frames + 1.
+LLAVA_SIDE, LLAVA_PATCH = 56, 14
+
+
+def _llava_tokenizer(spec: dict, template: str):
+    tok = _tokenizer(spec, LLAVA_SPECIAL_TOKENS, eos="<|im_end|>")
+    tok.chat_template = template
+    return tok, {t: tok.convert_tokens_to_ids(t) for t in LLAVA_SPECIAL_TOKENS}
+
+
+def _siglip_vision(side: int = LLAVA_SIDE) -> dict:
+    return dict(model_type="siglip_vision_model", hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                num_attention_heads=64 // HEAD_DIM, image_size=side, patch_size=LLAVA_PATCH,
+                vision_use_head=False)  # fmt: skip
+
+
+def _write_llava_onevision(tmp: Path, spec: dict) -> None:
+    from transformers import LlavaOnevisionConfig, LlavaOnevisionForConditionalGeneration, LlavaOnevisionProcessor
+    from transformers.models.llava_onevision.image_processing_pil_llava_onevision import (
+        LlavaOnevisionImageProcessorPil)
+    from transformers.models.llava_onevision.video_processing_llava_onevision import LlavaOnevisionVideoProcessor
+
+    tok, ids = _llava_tokenizer(spec, LLAVA_OV_CHAT_TEMPLATE)
+    text = _text_dims(len(tok), ids) | {"model_type": "qwen2"}
+    # anyres tiles of one or two LLAVA_SIDE squares per side, as the released models tile 384 px squares
+    pinpoints = [[LLAVA_SIDE * a, LLAVA_SIDE * b] for a in (1, 2) for b in (1, 2)]
+    cfg = LlavaOnevisionConfig(
+        text_config=text, vision_config=_siglip_vision(), image_token_index=ids["<image>"],
+        video_token_index=ids["<video>"], vision_feature_select_strategy="full", vision_feature_layer=-1,
+        image_grid_pinpoints=pinpoints, vision_aspect_ratio="anyres_max_9", tie_word_embeddings=False,
+    )  # fmt: skip
+    _randomize_and_save(LlavaOnevisionForConditionalGeneration(cfg), tmp, spec["seed"], ids["<|im_end|>"])
+    # the OneVision models use SigLIP without its pooling head (features come from the patch tokens)
+    _rename_weights(tmp, {"vision_tower.": "vision_tower.vision_model."}, drop=("vision_tower.head.",))
+    size = {"height": LLAVA_SIDE, "width": LLAVA_SIDE}
+    processor = LlavaOnevisionProcessor(
+        image_processor=LlavaOnevisionImageProcessorPil(size=size, image_grid_pinpoints=pinpoints),
+        video_processor=LlavaOnevisionVideoProcessor(size=size), tokenizer=tok,
+        num_image_tokens=(LLAVA_SIDE // LLAVA_PATCH) ** 2, vision_feature_select_strategy="full",
+        vision_aspect_ratio="anyres_max_9", chat_template=LLAVA_OV_CHAT_TEMPLATE,
+    )  # fmt: skip
+    processor.save_pretrained(str(tmp))
+
+
+FAMILIES["llava_onevision"] = _write_llava_onevision

@@ -46,6 +46,17 @@ EXPECTED_VIDEO_TOKENS = {
     "qwen2_5_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),  # same processor geometry as Qwen2-VL
     # 64 px stays 64 px (multiple of 32, clip budget 32 frames of 64x64): 4x4 patches of 16, merged 2x2
     "qwen3_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),
+    # every frame resized to 56x56: 4x4 patches of 14, pooled 2x2 -> 4 tokens, plus one newline per video
+    "llava_onevision": ("<video>", lambda n: 4 * n + 1),
+}
+
+
+# How each family's chat template renders a user turn of [video, text "Describe the video."]
+RENDERED_VIDEO_PART = {
+    "qwen2_vl": "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe the video.<|im_end|>",
+    "qwen2_5_vl": "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe the video.<|im_end|>",
+    "qwen3_vl": "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe the video.<|im_end|>",
+    "llava_onevision": "<|im_start|>user <video>\nDescribe the video.<|im_end|>",
 }
 
 
@@ -91,7 +102,7 @@ def test_family_loads_with_transformers_auto_classes(family, family_dirs):
     assert proc.tokenizer.convert_tokens_to_ids(placeholder) not in (None, proc.tokenizer.unk_token_id)
     messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe the video."}]}]
     prompt = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    assert "Describe the video." in prompt
+    assert RENDERED_VIDEO_PART[family] in prompt, prompt  # the placeholder where the released template puts it
     assert cfg.architectures and cfg.architectures[0].endswith("ForConditionalGeneration")
 
 
@@ -115,12 +126,16 @@ def test_family_runs_a_video_on_vllm_cpu_and_sees_exactly_the_frames_given(famil
     try:
         placeholder, n_tokens = EXPECTED_VIDEO_TOKENS[family]
         pid = proc.tokenizer.convert_tokens_to_ids(placeholder)
-        inputs = [{"prompt": prompt, "multi_modal_data": {"video": (_frames(n), _metadata(n))},
-                   "mm_processor_kwargs": {"do_sample_frames": False}} for n in (N_FRAMES, 2 * N_FRAMES)]  # fmt: skip
-        outs = llm.generate(inputs, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)
-        for n, out in zip((N_FRAMES, 2 * N_FRAMES), outs):
+        for n in (N_FRAMES, 2 * N_FRAMES):
+            # one clip length per generate call: vLLM 0.32's LLaVA-OneVision fails on clips of different lengths
+            # in one engine step (see the module doc of adapters.random_vlm_families)
+            inputs = [{"prompt": prompt, "multi_modal_data": {"video": (_frames(n, seed), _metadata(n))},
+                       "mm_processor_kwargs": {"do_sample_frames": False}} for seed in (0, 1)]  # fmt: skip
+            outs = llm.generate(inputs, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)
+            out = outs[0]
+            assert outs[1].prompt_token_ids == out.prompt_token_ids
             assert out.prompt_token_ids.count(pid) == n_tokens(n), (family, n)
-            assert len(out.outputs[0].token_ids) >= 1
+            assert all(len(o.outputs[0].token_ids) >= 1 for o in outs)
             if family == "qwen3_vl":  # one "<t seconds>" per temporal patch, from the metadata's indices and fps
                 text = proc.tokenizer.decode(out.prompt_token_ids)
                 stamps = [(2 * i + 2 * (i + 1)) / 2 / FPS for i in range(0, n, 2)]  # centres of index pairs
