@@ -190,8 +190,9 @@ def prompt_from_entry(entry: dict[str, Any], base_dir: Path, where: str = "promp
             image = pack.prompt(entry["image"]) if "image" in entry else None
         except PackError as exc:
             raise PromptError(f"{where}: {exc}") from None
-        image_text = image.user.strip() if image else None
-        return CaptionPrompt(pid, video.user.strip(), f"pack {path} ({pack.digest[:12]}): {video_id}"
+        # verbatim: a pack's text is sent exactly as the official code sends it (CAPability's ends in a space)
+        image_text = image.user if image else None
+        return CaptionPrompt(pid, video.user, f"pack {path} ({pack.digest[:12]}): {video_id}"
                              + (f", image: {entry['image']}" if image else ""), verbatim=True,
                              segmental=segmental, image_text=image_text, system=entry.get("system", video.role_system))
     if "text" in entry and "file" in entry:

@@ -69,6 +69,7 @@ CAPTIONS = pa.schema(
         pa.field("error", pa.string()),
         pa.field("truncated", pa.bool_()),  # generation stopped at the caption's max_tokens (never silent)
         pa.field("frames_sent", pa.int32()),  # frames the backend actually received, when a cap reduced them
+        pa.field("timestamps_mode", pa.string()),  # the captioner's `timestamps`: "none" (prompt as written), "text"
         # Thinking models (engine/reasoning.py): `text` is the caption without its reasoning (what is judged);
         # `raw_text` the whole reply as returned, set only when reasoning was stripped from it (null: `text` is the
         # whole reply); `reasoning_tokens` the server's count, else an estimate (reasoning.reasoning_tokens), null

@@ -44,6 +44,7 @@ class CaptionTask:
     max_tokens: int = 512
     media_type: str = "video"  # "image": the frames are one still image, sent as an image
     timestamps_mode: str = "none"  # "text": the frame timestamps are appended to the video prompt
+    system: str | None = None  # the prompt's system message (packs), sent as it is
 
 
 def prompt_with_timestamps(prompt: str, timestamps, mode: str) -> str:
@@ -73,7 +74,7 @@ def row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, la
         "video_id": t.video_id, "text": text, "n_tokens": int(n_tokens or 0), "prompt_tokens": int(prompt_tokens or 0),
         "latency_s": float(latency or 0.0), "error": error,
         "truncated": bool(truncated) if text is not None else None, "frames_sent": frames_sent,
-        "timestamps": t.timestamps_mode, "raw_text": raw_text, "reasoning_tokens": reasoning_tokens,
+        "timestamps_mode": t.timestamps_mode, "raw_text": raw_text, "reasoning_tokens": reasoning_tokens,
     }
 
 
@@ -166,7 +167,8 @@ class CaptionWorker:
             encoded = tuple(encoded[k] for k in idx) if encoded is not None and len(encoded) > max(idx) else None
         text = task.prompt_text if image else prompt_with_timestamps(task.prompt_text, ts, task.timestamps_mode)
         return CaptionRequest(key or task.caption_key, text, frames, ts, max_tokens=task.max_tokens,
-                              context=context, media_type=task.media_type, encoded_frames=encoded)
+                              context=context, media_type=task.media_type, encoded_frames=encoded,
+                              system=task.system)
 
     async def _caption(self, task: CaptionTask, frames, encoded, sync: bool) -> dict:
         if task.segments:

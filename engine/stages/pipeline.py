@@ -68,6 +68,8 @@ def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | 
     prompt = get_prompt(prompt_id)
     params = {"params": without_secrets(captioner.params), "max_tokens": _max_tokens(captioner),
               "segments": SEGMENTS_PER_VIDEO if prompt.segmental else 0, "timestamps": _timestamps(captioner)}
+    if getattr(prompt, "system", None) is not None:  # sent with the prompt (packs): it changes the caption
+        params["system"] = prompt.system
     text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
     # the frames at this captioner's size (engine.frames.sizes): the index holds one row per (video, spec)
     frames = frames_key_at(row, frame_size_for(captioner))
@@ -87,6 +89,7 @@ def _task(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str |
         frames_path=row["path"], timestamps=tuple(row["timestamps"] or ()), frame_spec=row["frame_spec"],
         prompt_id=prompt_id, prompt_text=text, segments=SEGMENTS_PER_VIDEO if prompt.segmental else 0,
         max_tokens=_max_tokens(captioner), media_type=media_type or "video", timestamps_mode=_timestamps(captioner),
+        system=getattr(prompt, "system", None),
     )
 
 

@@ -43,7 +43,7 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     results = pl.concat(tables, how="diagonal_relaxed") if tables else pl.DataFrame()
     if results.height:
         results = results.select(["dataset", "captioner", "prompt_id", "frame_spec", "video_id", "text", "item_status",
-                                  "error", "n_tokens", "latency_s"])
+                                  "error", "n_tokens", "latency_s", "timestamps_mode"])
     _write_results(results, out)
     parquet, csv = out / "results.parquet", out / "results.csv"
     for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):

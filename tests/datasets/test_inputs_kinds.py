@@ -74,7 +74,7 @@ def test_capability_layout_images_and_videos_with_prompts_per_media_type(tmp_pat
     chosen = texts_for_media("cap-official", types)
     p = load_pack(pack)
     for fid, text in chosen.items():
-        want = p.prompt("caption/image" if types[fid] == "image" else "caption/video").user.strip()
+        want = p.prompt("caption/image" if types[fid] == "image" else "caption/video").user  # verbatim
         assert text == want
     builtin = texts_for_media("detailed", types)
     assert {builtin[f] for f in types if types[f] == "image"} == {get_prompt("detailed").image_text}
