@@ -144,3 +144,45 @@ def test_metadata_is_consistent_with_the_frame_timestamps():
     # frames closer than the clock's 1 ms, and no timing at all, still give one increasing index per frame
     assert video_metadata(3, (1.0, 1.0, 1.0004))["frames_indices"] == [1000, 1001, 1002]
     assert video_metadata(2)["frames_indices"] == [0, 1000]
+
+
+def test_caption_only_sweep_through_qwen2_5_vl(tmp_path, ray_local, capsys):
+    """The sweep path (decode -> frame cache -> caption actor on Ray -> captions.parquet) with the family that
+    needs video metadata: every video captioned, and each caption's prompt is the rendered prompt with its one video
+    placeholder expanded to exactly the spec's frames (no more, no fewer)."""
+    import polars as pl
+    from transformers import AutoProcessor
+
+    from engine.cli import main as cli_main
+    from engine.datasets.synthetic_videos import make_video
+    from engine.schemas import CAPTIONS
+    from engine.store.segments import SegmentStore
+
+    family, spec, text = "qwen2_5_vl", "uniform:4", "Describe the video."
+    d = _model_dir(family)
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    for i in range(2):
+        make_video(clips / f"clip{i}.mp4", codec="h264", seconds=VIDEO_SECONDS, fps=VIDEO_FPS, size=(160, 120),
+                   seed=20 + i)  # fmt: skip
+    sweep = tmp_path / "caponly.toml"
+    sweep.write_text(
+        f'name = "caponly-{family}"\nframes = ["{spec}"]\n\n[[prompts]]\nid = "p"\ntext = "{text}"\n\n'
+        f'[[datasets]]\nname = "clips"\nkind = "videos"\npath = "{clips}"\n\n'
+        f'[[captioners]]\nname = "vllm"\nlabel = "{family}"\nframe_size = "native"\n'
+        f'params = {{ model = "{d}", max_model_len = 1024, max_num_seqs = 4, max_num_batched_tokens = 1024, '
+        f'skip_mm_profiling = true, seed = 0 }}\n')  # fmt: skip
+    out = tmp_path / "out"
+    code = cli_main(["sweep", str(sweep), "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-3000:]
+    captions = pl.read_parquet(out / "captions.parquet")
+    assert captions.height == 2 and set(captions["item_status"]) == {"ok"}, captions
+    proc = AutoProcessor.from_pretrained(d)
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": text}]}]
+    n_text = len(proc.tokenizer(proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+                 ["input_ids"])  # fmt: skip
+    expected = n_text - 1 + _qwen_video_tokens(d, 4, 120, 160)  # the one <|video_pad|> becomes the frames' tokens
+    stored = SegmentStore(out / "captions", CAPTIONS).read(columns=["prompt_tokens", "error"])  # the caption rows
+    assert stored.column("error").to_pylist() == [None, None]
+    assert stored.column("prompt_tokens").to_pylist() == [expected, expected]
