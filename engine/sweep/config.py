@@ -21,6 +21,7 @@ Every option is documented in docs/inputs.md.
     params = {}             # constructor keyword arguments
     max_tokens = 2048       # optional caption length per request
     timestamps = "none"     # "none": the prompt as written (default); "text": frame times appended to it
+    frame_size = "max768"   # optional decode size (docs/frames.md); default: the model family's processor size
 
     [[captions]]            # captions already written (JSONL/CSV/Parquet): a caption cell without captioning
     path = "captions/qwen.jsonl"
@@ -95,6 +96,7 @@ class ComponentSpec:
     label: str | None = None  # how it shows in the results table; defaults to the name
     max_tokens: int | None = None  # captioners: caption length per request (None: the stage's default)
     timestamps: str = "none"  # captioners: "none" sends the prompt as written; "text" appends the frame times
+    frame_size: str | None = None  # captioners: decode size text (engine.frames.sizes); None: family default
 
     @property
     def display(self) -> str:
@@ -153,7 +155,7 @@ _TOP = {"name": (str, True), "datasets": (list, True), "captioners": (list, Fals
         "captions": (list, False)}
 _DATASET_COMMON = {"name": (str, True), "kind": (str, True), "limit": (int, False)}
 _COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False)}
-_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False)}
+_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False), "frame_size": ((int, str), False)}
 CAPTION_TIMESTAMPS = ("none", "text")  # engine.stages.caption_worker.TIMESTAMP_MODES
 _JUDGE = {**_COMPONENT, "seeds": (list, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
@@ -359,8 +361,9 @@ def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentS
             c.fail(f"{where}.timestamps", f"must be one of {', '.join(map(repr, CAPTION_TIMESTAMPS))}, got "
                                           f"{timestamps!r}", "timestamps")
             timestamps = "none"
-        x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens, timestamps)
-        ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps])
+        x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens, timestamps,
+                          _frame_size(c, comp, where) if "frame_size" in spec else None)
+        ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps, x.frame_size])
         if ident in seen:  # same content key: it would give the very same results twice
             c.fail(where, f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)
         seen[ident] = i
@@ -369,6 +372,19 @@ def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentS
     if len(set(labels)) != len(labels):
         c.fail(key, f"two entries show as the same name ({labels}); give one a distinct `label`", key)
     return out
+
+
+def _frame_size(c: _Checker, comp: dict, where: str) -> str | None:
+    """Canonical text of a captioner's `frame_size` (engine.frames.sizes), or None when it sets none."""
+    from engine.frames.sizes import SizeError, size_text
+
+    if "frame_size" not in comp or not _type_ok(comp["frame_size"], (int, str)):
+        return None
+    try:
+        return size_text(comp["frame_size"])
+    except SizeError as exc:
+        c.fail(f"{where}.frame_size", str(exc), "frame_size")
+        return None
 
 
 def _frame_spec(c: _Checker, value: Any, where: str) -> str | None:

@@ -73,7 +73,8 @@ class Cell:
         ]
         stamps = getattr(cap.captioner, "timestamps", "none")  # "text": another prompt was sent
         extra = {k: v for k, v in (("source", source_digest), ("max_tokens", cap.captioner.max_tokens),
-                                   ("timestamps", stamps if stamps != "none" else None)) if v}
+                                   ("timestamps", stamps if stamps != "none" else None),
+                                   ("frame_size", getattr(cap.captioner, "frame_size", None))) if v}
         return content_key(*parts, extra) if extra else content_key(*parts)
 
 
