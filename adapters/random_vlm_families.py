@@ -50,6 +50,17 @@ llava_onevision (LlavaOnevisionForConditionalGeneration, llava-hf layout; Qwen2 
     _process_video_pixels returns (1, n, d) tensors on that path: "Expected multimodal embeddings to be a sequence
     of 2D tensors"); clips of equal length batch fine. Keep one frame count per engine (one frame spec per cell)
     or pad/split by length.
+
+internvl3 (InternVLForConditionalGeneration, the OpenGVLab/InternVL3-*-hf layout; vLLM 0.32 maps it to
+interns1.InternS1ForConditionalGeneration. The original InternVLChatModel remote-code layout is not built here.)
+    Prompt placeholder: "<video>\n" (template). The tokenizer must carry extra_special_tokens start_image_token
+    "<img>", end_image_token "</img>", context_image_token "<IMG_CONTEXT>", video_token "<video>" (the processor
+    reads them by these names). vLLM expands <video> to "Frame1: <img><video>*S</img>\nFrame2: ..." -- one
+    <img>...</img> block per frame, S = image_seq_length = (image_size/patch)**2 / 4 context tokens (the
+    frame features go where the <video> tokens are, not <IMG_CONTEXT>). Every frame is one tile resized to the
+    image processor's size (vLLM passes image_processor.size to InternVLVideoProcessor; videos are never tiled).
+    Video item: a bare array or (array, metadata); metadata is unused; no sampling by default (do_sample_frames
+    False). Tiny checkpoint: 56 px tiles, S = 4.
 """
 
 from __future__ import annotations
@@ -335,3 +346,57 @@ def _write_llava_onevision(tmp: Path, spec: dict) -> None:
 
 
 FAMILIES["llava_onevision"] = _write_llava_onevision
+
+
+# ---- InternVL3 (llava-hf style "-hf" layout: InternVLForConditionalGeneration; vLLM serves it with interns1.py) ----
+INTERNVL_SPECIAL_TOKENS = ["<unk>", "<s>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<img>", "</img>",
+                           "<IMG_CONTEXT>", "<video>"]  # fmt: skip
+# The InternVL3-hf template's shape: ChatML; an image part renders "<IMG_CONTEXT>\n", a video part "<video>\n", then
+# the text. (The released template also inserts a default system prompt; a tiny model does not need it.)
+INTERNVL_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}{{ '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image_url' in part %}{{ '<IMG_CONTEXT>\\n' }}"
+    "{% elif part['type'] == 'video' or 'video_url' in part %}{{ '<video>\\n' }}"
+    "{% elif 'text' in part %}{{ part['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>{{ '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant{{ '\\n' }}{% endif %}"
+)
+# A frame is one 56 px tile (videos are never tiled): 4x4 patches of 14, pixel-shuffled by downsample 0.5 to 4 tokens.
+INTERNVL_SIDE, INTERNVL_PATCH = 56, 14
+INTERNVL_TOKENS_PER_FRAME = (INTERNVL_SIDE // INTERNVL_PATCH // 2) ** 2
+
+
+def _write_internvl3(tmp: Path, spec: dict) -> None:
+    from transformers import InternVLConfig, InternVLForConditionalGeneration, InternVLProcessor
+    from transformers.models.got_ocr2.image_processing_pil_got_ocr2 import GotOcr2ImageProcessorPil
+    from transformers.models.internvl.video_processing_internvl import InternVLVideoProcessor
+
+    from transformers import PreTrainedTokenizerFast
+
+    trained = _tokenizer(spec, INTERNVL_SPECIAL_TOKENS, eos="<|im_end|>")
+    # the processor finds its tokens by these names (the released tokenizer_config's extra_special_tokens)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=trained.backend_tokenizer, unk_token="<unk>", bos_token="<s>", eos_token="<|im_end|>",
+        pad_token="<pad>", model_max_length=1 << 20,
+        extra_special_tokens={"start_image_token": "<img>", "end_image_token": "</img>",
+                              "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"},
+    )  # fmt: skip
+    tok.chat_template = INTERNVL_CHAT_TEMPLATE
+    ids = {t: tok.convert_tokens_to_ids(t) for t in INTERNVL_SPECIAL_TOKENS}
+    text = _text_dims(len(tok), ids) | {"model_type": "qwen2"}
+    vision = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=64 // HEAD_DIM,
+                  image_size=[INTERNVL_SIDE] * 2, patch_size=[INTERNVL_PATCH] * 2)  # fmt: skip
+    cfg = InternVLConfig(vision_config=vision, text_config=text, image_token_id=ids["<IMG_CONTEXT>"],
+                         image_seq_length=INTERNVL_TOKENS_PER_FRAME, downsample_ratio=0.5,
+                         vision_feature_layer=-1, tie_word_embeddings=False)  # fmt: skip
+    _randomize_and_save(InternVLForConditionalGeneration(cfg), tmp, spec["seed"], ids["<|im_end|>"])
+    size = {"height": INTERNVL_SIDE, "width": INTERNVL_SIDE}
+    InternVLProcessor(
+        image_processor=GotOcr2ImageProcessorPil(size=size, crop_to_patches=False, max_patches=1),
+        video_processor=InternVLVideoProcessor(size=size), tokenizer=tok,
+        image_seq_length=INTERNVL_TOKENS_PER_FRAME, chat_template=INTERNVL_CHAT_TEMPLATE,
+    ).save_pretrained(str(tmp))  # fmt: skip
+
+
+FAMILIES["internvl3"] = _write_internvl3

@@ -48,6 +48,8 @@ EXPECTED_VIDEO_TOKENS = {
     "qwen3_vl": ("<|video_pad|>", lambda n: (n // 2) * 4),
     # every frame resized to 56x56: 4x4 patches of 14, pooled 2x2 -> 4 tokens, plus one newline per video
     "llava_onevision": ("<video>", lambda n: 4 * n + 1),
+    # one 56 px tile per frame: 4x4 patches of 14, pixel-shuffled 2x2 -> 4 tokens inside each <img>...</img> block
+    "internvl3": ("<video>", lambda n: 4 * n),
 }
 
 
@@ -57,6 +59,7 @@ RENDERED_VIDEO_PART = {
     "qwen2_5_vl": "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe the video.<|im_end|>",
     "qwen3_vl": "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe the video.<|im_end|>",
     "llava_onevision": "<|im_start|>user <video>\nDescribe the video.<|im_end|>",
+    "internvl3": "<|im_start|>user\n<video>\nDescribe the video.<|im_end|>",
 }
 
 
@@ -140,5 +143,9 @@ def test_family_runs_a_video_on_vllm_cpu_and_sees_exactly_the_frames_given(famil
                 text = proc.tokenizer.decode(out.prompt_token_ids)
                 stamps = [(2 * i + 2 * (i + 1)) / 2 / FPS for i in range(0, n, 2)]  # centres of index pairs
                 assert [f"<{t:.1f} seconds>" in text for t in stamps] == [True] * (n // 2), text
+            if family == "internvl3":  # one "FrameK: <img>...</img>" block per frame given
+                text = proc.tokenizer.decode(out.prompt_token_ids)
+                assert out.prompt_token_ids.count(proc.tokenizer.convert_tokens_to_ids("<img>")) == n
+                assert f"Frame{n}: <img>" in text and f"Frame{n + 1}:" not in text
     finally:
         close_engine(llm)
