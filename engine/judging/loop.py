@@ -67,10 +67,10 @@ class JudgeLoop:
         except sqlite3.Error as exc:
             raise AbortedError(f"judgment cache {cache_dir}: cannot open for writing: {exc}") from None
         self._bar = None
-        if progress:
-            from tqdm.auto import tqdm
+        if progress:  # rate and ETA from the first answer on: a judge model's loading is not counted as work
+            from engine.stages.progress import Bar
 
-            self._bar = tqdm(total=0, desc=f"judge {getattr(judge, 'name', '')}", unit="req", dynamic_ncols=True)
+            self._bar = Bar(0, f"judge {getattr(judge, 'name', '')}", "req", True, growing=True)
 
     def add(self, cell: Cell) -> None:
         cell.loop = self
@@ -80,8 +80,7 @@ class JudgeLoop:
     def grew(self, n: int) -> None:
         """n more first-step rows to judge (a cell added, or a part of a streamed cell)."""
         if self._bar is not None:
-            self._bar.total += n
-            self._bar.refresh()
+            self._bar.grow(n)
 
     # -- main loop --------------------------------------------------------------------------------------------------
     def run(self) -> None:

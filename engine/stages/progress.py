@@ -32,7 +32,9 @@ def _clock(seconds: float) -> str:
 
 
 class Bar:
-    def __init__(self, total: int, desc: str, unit: str, enabled: bool, *, stream=None, every_s: float | None = None):
+    def __init__(self, total: int, desc: str, unit: str, enabled: bool, *, stream=None, every_s: float | None = None,
+                 growing: bool = False):
+        """`growing`: the total is not known yet and grows with `grow(n)` (the judge loop's requests)."""
         self.bar = None
         self.total, self.desc, self.unit = int(total or 0), desc, unit
         self.stream = stream if stream is not None else sys.stderr
@@ -42,7 +44,7 @@ class Bar:
         self.plain = False
         self.every_s = float(every_s if every_s is not None else os.environ.get("CAPEVAL_PROGRESS_EVERY_S", 30))
         self._last_line = time.monotonic()
-        if not (enabled and self.total):
+        if not (enabled and (self.total or growing)):
             return
         if _is_terminal(self.stream):
             from tqdm import tqdm
@@ -69,6 +71,12 @@ class Bar:
             self.bar.update(n)
         elif self.plain and now - self._last_line >= self.every_s:
             self._line(now)
+
+    def grow(self, n: int) -> None:
+        self.total += int(n)
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
 
     def set_retries(self, n: int) -> None:
         self.retries = int(n)

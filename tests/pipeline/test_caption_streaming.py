@@ -227,3 +227,35 @@ def test_terminal_bar_counts_work_from_the_first_finished_unit():
     elapsed = bar.bar.format_dict["elapsed"]
     bar.close()
     assert elapsed < 0.4, elapsed  # tqdm's clock restarted at the first unit: its rate and ETA exclude loading
+
+
+def test_the_judge_loop_bar_grows_and_counts_work_from_the_first_answer(tmp_path):
+    """The judge loop's bar (engine/judging/loop.py) is this Bar with a growing total: requests are added as cells
+    arrive, and a judge model still loading when the loop starts is not counted in the rate."""
+    from engine.judging.loop import JudgeLoop
+    from engine.stages.progress import Bar
+
+    class Judge:
+        name, revision = "j", "r"
+
+        def judge(self, requests):
+            return []
+
+        def close(self):
+            pass
+
+    loop = JudgeLoop(Judge(), tmp_path / "cache", progress=True)
+    assert isinstance(loop._bar, Bar)
+    loop.close()
+    out = io.StringIO()
+    bar = Bar(0, "judge j", "req", True, stream=out, every_s=0, growing=True)
+    bar.grow(6)
+    time.sleep(0.3)  # loading
+    bar.update(2)
+    time.sleep(0.05)
+    bar.grow(4)
+    bar.update(3)
+    bar.close()
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("judge j: 5/10 req (50%)") and "ETA" in last, last
+    assert float(last.split(", ")[1].split()[0]) > 15, last  # 3 answers in ~0.05 s; loading would give < 10
