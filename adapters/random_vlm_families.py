@@ -61,6 +61,15 @@ interns1.InternS1ForConditionalGeneration. The original InternVLChatModel remote
     image processor's size (vLLM passes image_processor.size to InternVLVideoProcessor; videos are never tiled).
     Video item: a bare array or (array, metadata); metadata is unused; no sampling by default (do_sample_frames
     False). Tiny checkpoint: 56 px tiles, S = 4.
+
+llava_next_video (LlavaNextVideoForConditionalGeneration, llava-hf/LLaVA-NeXT-Video-*-hf layout; CLIP tower, Llama)
+    This is the "LLaVA-Video" family as transformers and vLLM 0.32 have it natively: neither registers
+    lmms-lab's LLaVA-Video-*-Qwen2 class (LlavaQwenForCausalLM, remote code of the LLaVA-NeXT repository).
+    Prompt placeholder: "<video>\n" in a Vicuna turn ("USER: <video>\nPROMPT ASSISTANT:"). vLLM expands <video> to
+    frames * ceil(grid/2)**2 tokens (average-pooled 2x2, no newline token). Frames: resize shortest edge + center
+    crop to the tower's square. Video item: a bare array or (array, metadata); metadata unused; no sampling by
+    default. Clips of different lengths batch fine. vLLM 0.32 needs image_size >= patch_size**2 (its pooling
+    divides by image_size // patch**2). Tiny checkpoint: 64 px, 8 px patches -> 16 tokens per frame.
 """
 
 from __future__ import annotations
@@ -175,10 +184,10 @@ def _rename_weights(tmp: Path, prefixes: dict[str, str], drop: tuple[str, ...] =
     save_file(renamed, str(path), metadata={"format": "pt"})
 
 
-def _text_dims(vocab: int, ids: dict, *, hidden: int = 64, layers: int = 2) -> dict:
+def _text_dims(vocab: int, ids: dict, *, hidden: int = 64, layers: int = 2, eos: str = "<|im_end|>") -> dict:
     return dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=4 * hidden, num_hidden_layers=layers,
                 num_attention_heads=hidden // HEAD_DIM, num_key_value_heads=hidden // HEAD_DIM, head_dim=HEAD_DIM,
-                max_position_embeddings=4096, bos_token_id=ids.get("<s>"), eos_token_id=ids["<|im_end|>"],
+                max_position_embeddings=4096, bos_token_id=ids.get("<s>"), eos_token_id=ids[eos],
                 pad_token_id=ids["<pad>"], tie_word_embeddings=False)  # fmt: skip
 
 
@@ -400,3 +409,62 @@ def _write_internvl3(tmp: Path, spec: dict) -> None:
 
 
 FAMILIES["internvl3"] = _write_internvl3
+
+
+# ---- LLaVA-NeXT-Video (the LLaVA-Video family as vLLM and transformers have it natively) -------------------------
+LLAVA_NEXT_VIDEO_SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<image>", "<video>"]
+# The released llava-hf LLaVA-NeXT-Video template's shape (Vicuna): "USER: " then every <image>\n, every <video>\n,
+# then the texts each followed by a space, and "ASSISTANT:" to generate.
+LLAVA_NEXT_VIDEO_CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}{{ message['role'].upper() + ': ' }}{% endif %}"
+    "{% if message['content'] is string %}{{ message['content'] + ' ' }}"
+    "{% else %}{% for part in message['content'] %}"
+    "{% if part['type'] == 'image' or 'image_url' in part %}{{ '<image>\\n' }}{% endif %}{% endfor %}"
+    "{% for part in message['content'] %}{% if part['type'] == 'video' or 'video_url' in part %}{{ '<video>\\n' }}"
+    "{% endif %}{% endfor %}{% for part in message['content'] %}{% if part['type'] == 'text' %}"
+    "{{ part['text'] + ' ' }}{% endif %}{% endfor %}{% endif %}"
+    "{% if message['role'] == 'assistant' %}{{ '</s>' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+)
+
+
+# vLLM 0.32's pooling divides by image_size // patch_size**2 (1 for the released 336 px / 14 px tower), which is 0
+# for a 56 px tower of 14 px patches: the tiny tower uses 64 px frames of 8 px patches (an 8x8 grid, pooled 2x2 to
+# 16 tokens per frame).
+LLAVA_NEXT_VIDEO_SIDE, LLAVA_NEXT_VIDEO_PATCH = 64, 8
+
+
+def _write_llava_next_video(tmp: Path, spec: dict) -> None:
+    from transformers import LlavaNextVideoConfig, LlavaNextVideoForConditionalGeneration, LlavaNextVideoProcessor
+    from transformers.models.llava_next.image_processing_pil_llava_next import LlavaNextImageProcessorPil
+    from transformers.models.llava_next_video.video_processing_llava_next_video import LlavaNextVideoVideoProcessor
+
+    tok = _tokenizer(spec, LLAVA_NEXT_VIDEO_SPECIAL_TOKENS, eos="</s>")
+    tok.chat_template = LLAVA_NEXT_VIDEO_CHAT_TEMPLATE
+    ids = {t: tok.convert_tokens_to_ids(t) for t in LLAVA_NEXT_VIDEO_SPECIAL_TOKENS}
+    text = _text_dims(len(tok), ids, eos="</s>") | {"model_type": "llama"}
+    # CLIP tower, features from the second-to-last layer without CLS ("default"), as released
+    vision = dict(model_type="clip_vision_model", hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=64 // HEAD_DIM, image_size=LLAVA_NEXT_VIDEO_SIDE,
+                  patch_size=LLAVA_NEXT_VIDEO_PATCH, projection_dim=64)  # fmt: skip
+    pinpoints = [[LLAVA_NEXT_VIDEO_SIDE * a, LLAVA_NEXT_VIDEO_SIDE * b] for a in (1, 2) for b in (1, 2)]
+    grid = LLAVA_NEXT_VIDEO_SIDE // LLAVA_NEXT_VIDEO_PATCH
+    cfg = LlavaNextVideoConfig(
+        text_config=text, vision_config=vision, image_token_index=ids["<image>"], video_token_index=ids["<video>"],
+        vision_feature_select_strategy="default", vision_feature_layer=-2, image_grid_pinpoints=pinpoints,
+        spatial_pool_mode="average", spatial_pool_stride=2, image_seq_length=grid**2,
+        video_seq_length=(grid // 2) ** 2, tie_word_embeddings=False,
+    )  # fmt: skip
+    _randomize_and_save(LlavaNextVideoForConditionalGeneration(cfg), tmp, spec["seed"], ids["</s>"])
+    _rename_weights(tmp, {"vision_tower.": "vision_tower.vision_model."})
+    side = LLAVA_NEXT_VIDEO_SIDE
+    size, crop = {"shortest_edge": side}, {"height": side, "width": side}
+    LlavaNextVideoProcessor(
+        video_processor=LlavaNextVideoVideoProcessor(size=size, crop_size=crop),
+        image_processor=LlavaNextImageProcessorPil(size=size, crop_size=crop, image_grid_pinpoints=pinpoints),
+        tokenizer=tok, patch_size=LLAVA_NEXT_VIDEO_PATCH, vision_feature_select_strategy="default",
+        num_additional_image_tokens=1, chat_template=LLAVA_NEXT_VIDEO_CHAT_TEMPLATE,
+    ).save_pretrained(str(tmp))  # fmt: skip
+
+
+FAMILIES["llava_next_video"] = _write_llava_next_video

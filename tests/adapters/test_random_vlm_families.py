@@ -50,6 +50,8 @@ EXPECTED_VIDEO_TOKENS = {
     "llava_onevision": ("<video>", lambda n: 4 * n + 1),
     # one 56 px tile per frame: 4x4 patches of 14, pixel-shuffled 2x2 -> 4 tokens inside each <img>...</img> block
     "internvl3": ("<video>", lambda n: 4 * n),
+    # 64 px center crop: 8x8 patches of 8, average-pooled 2x2 -> 16 tokens per frame, no newline
+    "llava_next_video": ("<video>", lambda n: 16 * n),
 }
 
 
@@ -60,6 +62,7 @@ RENDERED_VIDEO_PART = {
     "qwen3_vl": "<|im_start|>user\n<|vision_start|><|video_pad|><|vision_end|>Describe the video.<|im_end|>",
     "llava_onevision": "<|im_start|>user <video>\nDescribe the video.<|im_end|>",
     "internvl3": "<|im_start|>user\n<video>\nDescribe the video.<|im_end|>",
+    "llava_next_video": "USER: <video>\nDescribe the video. ASSISTANT:",
 }
 
 
