@@ -259,3 +259,28 @@ def test_the_judge_loop_bar_grows_and_counts_work_from_the_first_answer(tmp_path
     last = out.getvalue().splitlines()[-1]
     assert last.startswith("judge j: 5/10 req (50%)") and "ETA" in last, last
     assert float(last.split(", ")[1].split()[0]) > 15, last  # 3 answers in ~0.05 s; loading would give < 10
+
+
+def test_openai_captioner_acaption_reuses_the_http_client_rules():
+    """acaption rides the judge's HTTP client: many requests at once on one event loop, and a wrong key (401) comes
+    back as each request's error (nothing raised; requests after it are not sent)."""
+    from adapters.base import CaptionRequest
+    from adapters.openai_http import OpenAICaptioner
+    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+
+    frames = np.zeros((2, 16, 16, 3), np.uint8)
+
+    async def many(cap, n):
+        return await asyncio.gather(*(cap.acaption(CaptionRequest(f"k{i}", f"Describe {i}.", frames))
+                                      for i in range(n)))
+
+    with LoopbackServer(FaultConfig(latency_s=0.2, api_key="right")) as server:
+        with OpenAICaptioner(model="m", base_url=server.base_url, api_key="right", max_in_flight=16) as cap:
+            t0 = time.perf_counter()
+            ok = asyncio.run(many(cap, 16))
+            elapsed = time.perf_counter() - t0
+        with OpenAICaptioner(model="m", base_url=server.base_url, api_key="wrong") as cap:
+            bad = asyncio.run(many(cap, 4))
+    assert [r.text for r in ok] == [f"echo:Describe {i}." for i in range(16)] and all(r.frames_sent == 2 for r in ok)
+    assert elapsed < 0.2 * 16 / 2, elapsed  # concurrent (the first request goes alone: the key probe)
+    assert all(r.text is None and "AuthenticationError" in r.error for r in bad), [r.error for r in bad]
