@@ -118,12 +118,15 @@ def build_tiny_vlm(family: str, out_dir: str | os.PathLike, *, seed: int = 0,
     if family not in FAMILIES:
         raise ValueError(f"unknown VLM family {family!r}; known: {', '.join(sorted(FAMILIES))}")
     out = Path(out_dir)
-    # The recipe is the builders' source: editing one (a size, a token) rebuilds instead of reusing a stale folder.
-    here = Path(__file__).parent
-    recipe = hashlib.sha256(b"".join((here / name).read_bytes() for name in _RECIPE_FILES)).hexdigest()[:16]
-    spec = {"version": BUILD_SPEC_VERSION, "family": family, "seed": seed, "recipe": recipe,
+    spec = {"version": BUILD_SPEC_VERSION, "family": family, "seed": seed, "recipe": recipe_hash(),
             "corpus": [str(Path(p).resolve()) for p in corpus]}  # fmt: skip
     return build_once(out, spec, lambda: _build(out, spec, corpus))
+
+
+def recipe_hash() -> str:
+    """The builders' source, hashed: editing one (a size, a token) rebuilds instead of reusing a stale folder."""
+    here = Path(__file__).parent
+    return hashlib.sha256(b"".join((here / name).read_bytes() for name in _RECIPE_FILES)).hexdigest()[:16]
 
 
 def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
@@ -132,6 +135,7 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     try:
         module, function = FAMILIES[spec["family"]].split(":")
         getattr(importlib.import_module(module), function)(tmp, spec | {"_corpus": list(corpus)})
+        _write_component_configs(tmp)
         (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
         if out.exists():
             shutil.rmtree(out)
@@ -140,6 +144,16 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
 
+
+
+def _write_component_configs(tmp: Path) -> None:
+    """Also write preprocessor_config.json and video_preprocessor_config.json, as the released checkpoints have
+    them: transformers 5 nests both in processor_config.json, older loaders read the separate files."""
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(str(tmp))
+    processor.image_processor.save_pretrained(str(tmp))
+    processor.video_processor.save_pretrained(str(tmp))
 
 
 def tokenizer_for(spec: dict, special_tokens: list[str], eos: str, vocab: int = 1024):

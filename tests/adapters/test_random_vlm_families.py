@@ -86,12 +86,26 @@ def test_builds_are_reused_by_content(tmp_path):
     assert build_tiny_vlm("qwen2_vl", tmp_path / "q", seed=1) == first  # another spec rebuilds in place
     assert (first / "model.safetensors").stat().st_mtime_ns != stamp
     assert json.loads((first / "capeval_build.json").read_text())["seed"] == 1
+
+
+def test_build_spec_records_the_builders_source_so_an_edited_builder_rebuilds(tmp_path):
+    import hashlib
+    from pathlib import Path
+
+    import adapters.random_vlm_families as families
+
+    d = build_tiny_vlm("qwen2_vl", tmp_path / "q")
+    spec = json.loads((d / "capeval_build.json").read_text())
+    builder_files = {Path(__import__(m.split(":")[0], fromlist=["_"]).__file__).name for m in FAMILIES.values()}
+    assert builder_files | {"random_vlm_families.py"} == set(families._RECIPE_FILES)  # every builder is hashed
+    here = Path(families.__file__).parent
+    expected = hashlib.sha256(b"".join((here / f).read_bytes() for f in families._RECIPE_FILES)).hexdigest()[:16]
+    assert spec["recipe"] == expected
     # a folder built by another version of the builders (another recipe) is rebuilt, not reused
-    spec_file = first / "capeval_build.json"
-    spec_file.write_text(json.dumps(json.loads(spec_file.read_text()) | {"recipe": "an-older-builder"}))
-    stamp = (first / "model.safetensors").stat().st_mtime_ns
-    build_tiny_vlm("qwen2_vl", tmp_path / "q", seed=1)
-    assert (first / "model.safetensors").stat().st_mtime_ns != stamp
+    (d / "capeval_build.json").write_text(json.dumps(spec | {"recipe": "an-older-builder"}))
+    stamp = (d / "model.safetensors").stat().st_mtime_ns
+    build_tiny_vlm("qwen2_vl", tmp_path / "q")
+    assert (d / "model.safetensors").stat().st_mtime_ns != stamp
 
 
 def test_unknown_family_is_named():
@@ -107,6 +121,11 @@ def test_family_loads_with_transformers_auto_classes(family, family_dirs):
     cfg = AutoConfig.from_pretrained(d)
     proc = AutoProcessor.from_pretrained(d)
     assert getattr(proc, "video_processor", None) is not None, "a video-capable processor"
+    # the separate component configs of the released folders, equal to what processor_config.json nests
+    nested = json.loads((d / "processor_config.json").read_text())
+    for name, key in (("preprocessor_config.json", "image_processor"), ("video_preprocessor_config.json",
+                                                                         "video_processor")):  # fmt: skip
+        assert json.loads((d / name).read_text())["size"] == nested[key]["size"], name
     placeholder, n_tokens = EXPECTED_VIDEO_TOKENS[family]
     assert proc.tokenizer.convert_tokens_to_ids(placeholder) not in (None, proc.tokenizer.unk_token_id)
     messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe the video."}]}]
