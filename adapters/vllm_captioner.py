@@ -45,6 +45,16 @@ from adapters.vlm_video_inputs import check_frames, video_input
 from engine.registry import register_captioner
 
 DEFAULT_MAX_IN_FLIGHT = 256
+# model_type of families whose vLLM 0.32 model crashes the whole engine when videos of different frame counts are
+# encoded in one step (LLaVA-OneVision's _process_video_pixels returns (1, n, d) tensors on its mixed-length path:
+# "Expected multimodal embeddings to be a sequence of 2D tensors"): their requests share the engine only with
+# requests of the same frame count (_EngineFeeder.batch_key), so a sweep with several frame specs still works.
+BATCH_BY_FRAME_COUNT = ("llava_onevision",)
+
+
+def _video_frame_count(inputs: dict):
+    video = inputs.get("multi_modal_data", {}).get("video")
+    return None if video is None else len(video[0] if isinstance(video, tuple) else video)
 
 
 def _model_revision(model: str) -> str:
@@ -64,12 +74,20 @@ def _model_revision(model: str) -> str:
 class _EngineFeeder:
     """The one thread that touches the engine: adds submitted requests as they come and steps while any is
     unfinished. `submit(inputs, params, done)` calls `done(output, error)` from this thread when the request
-    finishes (or fails to be added)."""
+    finishes (or fails to be added).
 
-    def __init__(self, llm):
+    `batch_key(inputs)`, when given, names which requests may share the engine: a request whose key differs from
+    the running ones' is held until the engine drains, then the largest held group goes in together. (vLLM 0.32's
+    LLaVA-OneVision crashes the engine when videos of different frame counts meet in one encoder batch; see
+    BATCH_BY_FRAME_COUNT.)"""
+
+    def __init__(self, llm, batch_key: Callable | None = None):
         self.llm = llm
+        self.batch_key = batch_key
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.waiting: dict[str, Callable] = {}  # the request's id in RequestOutput -> done callback
+        self.held: dict = {}  # batch key -> items waiting for the engine to drain
+        self.active = None  # batch key of the running requests
         self.broken: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="capeval-vllm-engine", daemon=True)
         self.thread.start()
@@ -94,20 +112,41 @@ class _EngineFeeder:
         # LLM.enqueue numbers requests 0, 1, ... and returns the engine's id "<n>-<random suffix>"; outputs carry <n>
         self.waiting[request_id.split("-")[0]] = done
 
+    def _take(self, item) -> None:
+        if self.broken is not None:
+            item[2](None, self.broken)
+            return
+        key = self.batch_key(item[0]) if self.batch_key is not None else None
+        if key is None or key == self.active or (not self.waiting and not self.held):
+            if key is not None:
+                self.active = key
+            self._add(item)
+        else:
+            self.held.setdefault(key, []).append(item)
+
+    def _start_held(self) -> None:
+        key = max(self.held, key=lambda k: len(self.held[k]))
+        self.active = key
+        for item in self.held.pop(key):
+            self._add(item)
+
     def _run(self) -> None:
         engine = self.llm.llm_engine
         while True:
+            if not self.waiting and self.held:  # the engine drained: the largest held group goes in
+                self._start_held()
             # block only when the engine is idle; otherwise take whatever arrived since the last step
             item = self.inbox.get() if not self.waiting else self._poll()
-            while item is not None and item is not _EMPTY:
-                self._add(item)
+            while item is not _EMPTY:
+                if item is None:  # close(): fail what is left
+                    self._fail_all(RuntimeError("the captioner was closed"))
+                    return
+                self._take(item)
                 item = self._poll()
-            if item is None:  # close(): fail what is left
-                self._fail_all(RuntimeError("the captioner was closed"))
-                return
-            if not engine.has_unfinished_requests():
-                if self.waiting:  # cannot happen with a sound engine; never spin on it
-                    self._fail_all(RuntimeError("the engine dropped the request"))
+            if not self.waiting:
+                continue
+            if not engine.has_unfinished_requests():  # cannot happen with a sound engine; never spin on it
+                self._fail_all(RuntimeError("the engine dropped the request"))
                 continue
             try:
                 outputs = engine.step()
@@ -126,11 +165,13 @@ class _EngineFeeder:
             return _EMPTY
 
     def _fail_all(self, exc: BaseException) -> None:
-        waiting, self.waiting = self.waiting, {}
+        """Fail every request added or held (requests still in the inbox fail when taken, once `broken` is set)."""
+        waiting, held, self.waiting, self.held = self.waiting, self.held, {}, {}
         for done in waiting.values():
             done(None, exc)
-        while (item := self._poll()) is not _EMPTY and item is not None:
-            item[2](None, exc)
+        for items in held.values():
+            for item in items:
+                item[2](None, exc)
 
 
 _EMPTY = object()
@@ -177,7 +218,8 @@ class VLLMCaptioner:
         # for tests and benchmarks: called as on_output(request, vllm RequestOutput) from the engine thread when a
         # request finishes (the processed prompt's token ids show what the model saw)
         self.on_output: Callable | None = None
-        self._feeder = _EngineFeeder(self.llm)
+        model_type = getattr(self.llm.model_config.hf_config, "model_type", "")
+        self._feeder = _EngineFeeder(self.llm, _video_frame_count if model_type in BATCH_BY_FRAME_COUNT else None)
 
     @classmethod
     def static_revision(cls, params: dict) -> str:

@@ -79,8 +79,36 @@ def _qwen_video_tokens(d, n: int, h: int, w: int) -> int:
     return t * (hb // patch) * (wb // patch) // merge**2
 
 
-VIDEO_TOKEN = {"qwen2_vl": "<|video_pad|>", "qwen2_5_vl": "<|video_pad|>", "qwen3_vl": "<|video_pad|>"}
-EXPECTED_TOKENS = {"qwen2_vl": _qwen_video_tokens, "qwen2_5_vl": _qwen_video_tokens, "qwen3_vl": _qwen_video_tokens}
+def _llava_onevision_video_tokens(d, n: int, h: int, w: int) -> int:
+    """Every frame squashed to the vision tower's square, its patch grid pooled 2x2 (ceil), one newline per video."""
+    vision = _json(d, "config.json")["vision_config"]
+    grid = vision["image_size"] // vision["patch_size"]
+    return n * math.ceil(grid / 2) ** 2 + 1
+
+
+def _llava_next_video_tokens(d, n: int, h: int, w: int) -> int:
+    """Every frame cropped to the vision tower's square, its patch grid average-pooled by spatial_pool_stride (ceil);
+    no newline token."""
+    cfg = _json(d, "config.json")
+    grid = cfg["vision_config"]["image_size"] // cfg["vision_config"]["patch_size"]
+    return n * math.ceil(grid / cfg.get("spatial_pool_stride", 2)) ** 2
+
+
+def _internvl_video_tokens(d, n: int, h: int, w: int) -> int:
+    """Every frame one tile (never split) of image_seq_length tokens: (side / patch * downsample_ratio)^2."""
+    cfg = _json(d, "config.json")
+    side, patch = cfg["vision_config"]["image_size"], cfg["vision_config"]["patch_size"]
+    side, patch = (side[0] if isinstance(side, list) else side), (patch[0] if isinstance(patch, list) else patch)
+    per_frame = int(side // patch * cfg["downsample_ratio"]) ** 2
+    assert per_frame == cfg["image_seq_length"]
+    return n * per_frame
+
+
+VIDEO_TOKEN = {"qwen2_vl": "<|video_pad|>", "qwen2_5_vl": "<|video_pad|>", "qwen3_vl": "<|video_pad|>",
+               "llava_onevision": "<video>", "llava_next_video": "<video>", "internvl3": "<video>"}  # fmt: skip
+EXPECTED_TOKENS = {"qwen2_vl": _qwen_video_tokens, "qwen2_5_vl": _qwen_video_tokens, "qwen3_vl": _qwen_video_tokens,
+                   "llava_onevision": _llava_onevision_video_tokens, "llava_next_video": _llava_next_video_tokens,
+                   "internvl3": _internvl_video_tokens}  # fmt: skip
 
 
 def _qwen3_timestamps(ts) -> list[str]:
