@@ -1,4 +1,5 @@
-"""VLLMCaptioner and VLLMJudge (images) on vLLM's real CPU engine over a tiny random-weight Idefics3 built here.
+"""VLLMCaptioner (frames as images, batch and streaming) and VLLMJudge (images) on vLLM's real CPU engine over a tiny
+random-weight Idefics3 built here. (Video input per VLM family: tests/adapters/test_vllm_video_families.py.)
 
 Frames are decoded from real encoded videos (engine.datasets.synthetic_videos + engine.frames.decode). The model's weights are
 random, so the assertions are about the engine path: one response per request, in order, real token counts,
@@ -128,3 +129,29 @@ def test_vcinspector_judge_with_images_returns_a_score(vllm_vlm_judge, clips):
         code, status, _ = parsing.parse({}, r.text)  # the protocol's own parser turns it into a verdict
         assert status != ParseStatus.FAILED and code == obj["score"] - 1
     assert out[3].text is None and out[3].error  # 8 images over the engine's limit of 4: this request only
+
+
+def test_streaming_a_short_caption_does_not_wait_for_a_long_one(vlm_captioner, clips):
+    """acaption feeds the running engine: a 2-token caption asked together with a long one comes back first (the
+    old batch call returned both only when the longest was done), and a bad request fails alone, as a response."""
+    import asyncio
+
+    from adapters.base import StreamingCaptioner
+
+    assert isinstance(vlm_captioner, StreamingCaptioner) and vlm_captioner.max_in_flight == 256
+    order: list[str] = []
+
+    async def one(r):
+        resp = await vlm_captioner.acaption(r)
+        order.append(r.key)
+        return resp
+
+    async def go():
+        return await asyncio.gather(one(_req("long", clips[0], max_tokens=64)), one(_req("short", clips[1], max_tokens=2)),
+                                    one(_req("bad", clips[0][:0])))  # fmt: skip
+
+    long, short, bad = asyncio.run(go())
+    assert bad.text is None and "empty" in bad.error
+    assert short.error is None and short.n_tokens <= 2
+    assert long.error is None and long.n_tokens > 8  # (greedy on fixed random weights: 64 tokens, no early EOS)
+    assert order.index("short") < order.index("long") and short.latency_s < long.latency_s
