@@ -16,6 +16,17 @@ needs to know, checked by tests/adapters/test_random_vlm_families.py on vLLM's C
 
 What vLLM 0.32 needs per family to take a video (`multi_modal_data={"video": ...}` of `LLM.generate`):
 
+all six: one input form works everywhere (the tests use it) --
+    {"prompt": processor.apply_chat_template([{"role": "user", "content": [{"type": "video"},
+                                               {"type": "text", "text": PROMPT}]}], add_generation_prompt=True,
+                                               tokenize=False),
+     "multi_modal_data": {"video": (frames, metadata)},   # frames: uint8 (T, H, W, 3), the frame spec's frames
+     "mm_processor_kwargs": {"do_sample_frames": False}}
+    metadata describes the SOURCE video: {"fps": the file's frame rate, "frames_indices": the source frame index
+    of each frame given, "total_num_frames": the file's frame count, "duration": seconds, "video_backend":
+    "opencv"}. vLLM then never resamples; the frames given are the frames seen (Qwen pads an odd count to whole
+    pairs by repeating the last frame). The tests start engines with limit_mm_per_prompt={"video": 1, "image": 0}.
+
 qwen2_vl (Qwen2VLForConditionalGeneration)
     Prompt placeholder: "<|vision_start|><|video_pad|><|vision_end|>" (the chat template renders it for a content
     part {"type": "video"}); vLLM expands <|video_pad|> to T*H*W/merge**2 tokens, T = frames / temporal_patch_size (2).
@@ -72,7 +83,9 @@ interns1.InternS1ForConditionalGeneration. The original InternVLChatModel remote
 
 llava_next_video (LlavaNextVideoForConditionalGeneration, llava-hf/LLaVA-NeXT-Video-*-hf layout; CLIP tower, Llama)
     This is the "LLaVA-Video" family as transformers and vLLM 0.32 have it natively: neither registers
-    lmms-lab's LLaVA-Video-*-Qwen2 class (LlavaQwenForCausalLM, remote code of the LLaVA-NeXT repository).
+    lmms-lab's LLaVA-Video-*-Qwen2 class (LlavaQwenForCausalLM, remote code of the LLaVA-NeXT repository). That
+    network is OneVision's design (SigLIP, Qwen2, pooled frame features), so a llava-hf conversion of it would
+    presumably load as llava_onevision -- not verified here.
     Prompt placeholder: "<video>\n" in a Vicuna turn ("USER: <video>\nPROMPT ASSISTANT:"). vLLM expands <video> to
     frames * ceil(grid/2)**2 tokens (average-pooled 2x2, no newline token). Frames: resize shortest edge + center
     crop to the tower's square. Video item: a bare array or (array, metadata); metadata unused; no sampling by
