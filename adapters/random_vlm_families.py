@@ -212,3 +212,22 @@ def text_dims(vocab: int, ids: dict, *, hidden: int = 64, layers: int = 2, eos: 
                 num_attention_heads=hidden // HEAD_DIM, num_key_value_heads=hidden // HEAD_DIM, head_dim=HEAD_DIM,
                 max_position_embeddings=4096, bos_token_id=ids.get("<s>"), eos_token_id=ids[eos],
                 pad_token_id=ids["<pad>"], tie_word_embeddings=False)  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """python -m adapters.random_vlm_families FAMILY OUT_DIR [SEED]: build once and print the folder."""
+    import sys
+
+    from engine.exitcodes import OK, USAGE
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) not in (2, 3) or args[0] not in FAMILIES or (len(args) == 3 and not args[2].isdigit()):
+        print(f"usage: python -m adapters.random_vlm_families FAMILY OUT_DIR [SEED]; FAMILY one of "
+              f"{', '.join(sorted(FAMILIES))}", file=sys.stderr)  # fmt: skip
+        return USAGE
+    print(build_tiny_vlm(args[0], args[1], seed=int(args[2]) if len(args) == 3 else 0))
+    return OK
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -194,3 +194,14 @@ def test_qwen_processors_pad_odd_frame_counts_and_time_from_source_metadata(fami
         assert out["video_grid_thw"].tolist() == [[grid_t, 4, 4]], (family, n)
         if family == "qwen2_5_vl":  # every 2nd source frame at FPS: sampled fps FPS / 2, a patch of 2 frames spans 2 s
             assert out["second_per_grid_ts"].tolist() == [2 / (FPS / 2)]
+
+
+def test_command_line_builds_a_family_and_refuses_an_unknown_one_with_exit_2(tmp_path, capsys):
+    from adapters.random_vlm_families import main
+
+    assert main(["qwen9", str(tmp_path / "x")]) == 2
+    assert "FAMILY one of internvl3, llava_next_video" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
+    assert main(["internvl3", str(tmp_path / "i")]) == 0
+    assert capsys.readouterr().out.strip() == str(tmp_path / "i")
+    assert (tmp_path / "i" / "model.safetensors").is_file()
