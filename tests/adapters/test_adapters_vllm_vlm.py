@@ -147,8 +147,8 @@ def test_streaming_a_short_caption_does_not_wait_for_a_long_one(vlm_captioner, c
         return resp
 
     async def go():
-        return await asyncio.gather(one(_req("long", clips[0], max_tokens=64)), one(_req("short", clips[1], max_tokens=2)),
-                                    one(_req("bad", clips[0][:0])))  # fmt: skip
+        return await asyncio.gather(one(_req("long", clips[0], max_tokens=64)),
+                                    one(_req("short", clips[1], max_tokens=2)), one(_req("bad", clips[0][:0])))
 
     long, short, bad = asyncio.run(go())
     assert bad.text is None and "empty" in bad.error

@@ -53,7 +53,8 @@ def _qwen_resize(h: int, w: int, factor: int, min_pixels: int, max_pixels: int, 
     hb, wb = max(factor, round(h / factor) * factor), max(factor, round(w / factor) * factor)
     if frames * hb * wb > max_pixels:
         beta = math.sqrt(frames * h * w / max_pixels)
-        hb, wb = max(factor, math.floor(h / beta / factor) * factor), max(factor, math.floor(w / beta / factor) * factor)
+        hb = max(factor, math.floor(h / beta / factor) * factor)
+        wb = max(factor, math.floor(w / beta / factor) * factor)
     elif frames * hb * wb < min_pixels:
         beta = math.sqrt(min_pixels / (frames * h * w))
         hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
