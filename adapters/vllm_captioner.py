@@ -107,14 +107,14 @@ class _EngineFeeder:
         try:
             (request_id,) = self.llm.enqueue([inputs], params, use_tqdm=False)
         except Exception as exc:  # noqa: BLE001 - a request the engine refuses (too long, bad media) fails alone
-            done(None, exc)
+            _notify(done, None, exc)
             return
         # LLM.enqueue numbers requests 0, 1, ... and returns the engine's id "<n>-<random suffix>"; outputs carry <n>
         self.waiting[request_id.split("-")[0]] = done
 
     def _take(self, item) -> None:
         if self.broken is not None:
-            item[2](None, self.broken)
+            _notify(item[2], None, self.broken)
             return
         key = self.batch_key(item[0]) if self.batch_key is not None else None
         if key is None or key == self.active or (not self.waiting and not self.held):
@@ -156,7 +156,7 @@ class _EngineFeeder:
                 continue
             for out in outputs:
                 if out.finished and out.request_id in self.waiting:
-                    self.waiting.pop(out.request_id)(out, None)
+                    _notify(self.waiting.pop(out.request_id), out, None)
 
     def _poll(self):
         try:
@@ -168,13 +168,22 @@ class _EngineFeeder:
         """Fail every request added or held (requests still in the inbox fail when taken, once `broken` is set)."""
         waiting, held, self.waiting, self.held = self.waiting, self.held, {}, {}
         for done in waiting.values():
-            done(None, exc)
+            _notify(done, None, exc)
         for items in held.values():
             for item in items:
-                item[2](None, exc)
+                _notify(item[2], None, exc)
 
 
 _EMPTY = object()
+
+
+def _notify(done: Callable, out, exc) -> None:
+    """Run a request's done callback on the engine thread; whatever it raises (a caller's event loop already closed,
+    an observer's bug) must not stop the thread that every other request depends on."""
+    try:
+        done(out, exc)
+    except Exception:  # noqa: BLE001 - see above
+        pass
 
 
 @register_captioner("vllm")
@@ -274,9 +283,11 @@ class VLLMCaptioner:
             return
 
         def done(out, exc) -> None:
-            if out is not None and self.on_output is not None:
-                self.on_output(r, out)
-            deliver(self._response(r, out, exc, t0))
+            try:
+                if out is not None and self.on_output is not None:
+                    self.on_output(r, out)
+            finally:  # the caller gets its response whatever the observer did
+                deliver(self._response(r, out, exc, t0))
 
         self._feeder.submit(inputs, params, done)
 

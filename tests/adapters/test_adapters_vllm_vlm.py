@@ -155,3 +155,24 @@ def test_streaming_a_short_caption_does_not_wait_for_a_long_one(vlm_captioner, c
     assert short.error is None and short.n_tokens <= 2
     assert long.error is None and long.n_tokens > 8  # (greedy on fixed random weights: 64 tokens, no early EOS)
     assert order.index("short") < order.index("long") and short.latency_s < long.latency_s
+
+
+def test_a_failing_observer_does_not_stop_the_engine_thread(vlm_captioner, clips):
+    """Callbacks run on the one thread that drives the engine: one that raises must neither lose its response nor
+    stop that thread (every later request would wait forever)."""
+    import asyncio
+
+    def observer(request, output):
+        raise RuntimeError("observer bug")
+
+    async def two():
+        first = await asyncio.wait_for(vlm_captioner.acaption(_req("o1", clips[0], max_tokens=2)), timeout=120)
+        second = await asyncio.wait_for(vlm_captioner.acaption(_req("o2", clips[1], max_tokens=2)), timeout=120)
+        return first, second
+
+    vlm_captioner.on_output = observer
+    try:
+        first, second = asyncio.run(two())
+    finally:
+        vlm_captioner.on_output = None
+    assert first.error is None and first.text is not None and second.error is None
