@@ -5,11 +5,13 @@ hands the request to the engine thread, which adds it to the running engine at o
 engine while anything is unfinished, so vLLM's scheduler batches whatever is in flight (up to `max_num_seqs`) and a
 finished caption frees its slot for the next request without waiting for the others. `max_in_flight` (default 256)
 is how many requests the caption stage keeps outstanding per instance: enough to keep a GPU's batch full; the engine
-schedules the rest. `caption(batch)` goes through the same thread (one engine, one thread touching it).
+schedules the rest. `caption(batch)` goes through the same thread (one engine, one thread touching it). LLaVA-OneVision
+requests run only beside requests of the same frame count (BATCH_BY_FRAME_COUNT: a vLLM 0.32 bug).
 
 Scale: `tensor_parallel_size` (engine option) spreads one replica over that many GPUs; the caption stage
 (engine/stages/caption.py) gives each caption actor `tensor_parallel_size` GPUs and runs one actor per GPU group
-(`caption_actors`, at most the cluster's GPUs // tensor_parallel_size), so a sweep scales by adding GPUs.
+(`caption_actors`, at most the cluster's GPUs // tensor_parallel_size; adapters/vllm_replicas.py), so a sweep scales
+by adding GPUs.
 
 Video input: the prompt is rendered with the model's own chat template (its HF processor) with one video part, and
 the frames go in as (frames, metadata) with `do_sample_frames=False` (adapters/vlm_video_inputs.py: what each
