@@ -73,7 +73,7 @@ def run_stream(cap, reqs, max_in_flight: int = MAX_IN_FLIGHT) -> tuple[float, li
     return time.perf_counter() - t0, out
 
 
-def vllm_section(quick: bool = True, say=lambda m: None) -> dict:
+def vllm_section(quick: bool = True, say=lambda m: None, engine_kwargs: dict | None = None) -> dict:
     # vLLM logs to stdout, where `capeval bench caption --json` prints its JSON: only errors, unless asked otherwise
     # (takes effect when vLLM is first imported, which is here in a bench process)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
@@ -83,7 +83,7 @@ def vllm_section(quick: bool = True, say=lambda m: None) -> dict:
     say(f"vllm: building/loading the tiny {FAMILY} ...")
     t0 = time.perf_counter()
     cap = VLLMCaptioner(str(_model_dir()), max_model_len=1024, max_num_seqs=MAX_IN_FLIGHT, seed=0,
-                        max_in_flight=MAX_IN_FLIGHT, skip_mm_profiling=True)  # fmt: skip
+                        max_in_flight=MAX_IN_FLIGHT, skip_mm_profiling=True, **(engine_kwargs or {}))  # fmt: skip
     load_s = time.perf_counter() - t0
     try:
         run_stream(cap, requests(8, seed=99, tag="warm"))  # warm-up: first-request costs out of both timings

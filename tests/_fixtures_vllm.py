@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,6 +25,25 @@ _REPO = Path(__file__).resolve().parents[1]
 TINY_LM_NAME = "tiny-lm"
 TINY_LM_MAX_MODEL_LEN = 2048
 SERVER_START_TIMEOUT_S = float(os.environ.get("CAPEVAL_VLLM_SERVER_TIMEOUT", "420"))
+
+
+#: KV cache of an engine a single test builds (tiny models: 64 MiB holds well over 100k tokens)
+SMALL_KV_BYTES = 64 * 2**20
+
+
+@contextmanager
+def small_kv_cache():
+    """Build per-test engines in here, passing the yielded kwargs: they get a 64 MiB KV cache instead of the suite's
+    VLLM_CPU_KVCACHE_SPACE (1 GiB, which vLLM's CPU platform applies to every engine when the variable is set).
+    Why it matters: a closed in-process engine stays parked while the session's shared engines live
+    (adapters/vllm_compat.py), so every per-test engine's KV cache would stay allocated to the end of the session:
+    the VLM family tests alone parked >12 GiB on a 24 GiB machine."""
+    old = os.environ.pop("VLLM_CPU_KVCACHE_SPACE", None)
+    try:
+        yield {"kv_cache_memory_bytes": SMALL_KV_BYTES}
+    finally:
+        if old is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = old
 
 
 class VLLMServer(NamedTuple):

@@ -43,7 +43,10 @@ def clips(tmp_path_factory) -> list[np.ndarray]:
 def vlm_captioner(tiny_vlm_dir):
     from adapters.vllm_captioner import VLLMCaptioner
 
-    cap = VLLMCaptioner(str(tiny_vlm_dir), max_model_len=1024, max_frames=8, seed=0)
+    from _fixtures_vllm import small_kv_cache
+
+    with small_kv_cache() as kv:
+        cap = VLLMCaptioner(str(tiny_vlm_dir), max_model_len=1024, max_frames=8, seed=0, **kv)
     yield cap
     cap.close()
 

@@ -147,9 +147,11 @@ def test_family_runs_a_video_on_vllm_cpu_and_sees_exactly_the_frames_given(famil
     proc = AutoProcessor.from_pretrained(d)
     messages = [{"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Describe the video."}]}]
     prompt = proc.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    with vllm_engine_start_guard():
+    from _fixtures_vllm import small_kv_cache
+
+    with vllm_engine_start_guard(), small_kv_cache() as kv:
         llm = LLM(model=str(d), max_model_len=2048, enforce_eager=True, seed=0, max_num_seqs=2,
-                  limit_mm_per_prompt={"video": 1, "image": 0})  # fmt: skip
+                  limit_mm_per_prompt={"video": 1, "image": 0}, **kv)  # fmt: skip
     track_engine(llm)
     try:
         placeholder, n_tokens = EXPECTED_VIDEO_TOKENS[family]

@@ -127,8 +127,11 @@ def test_family_sees_exactly_the_frames_the_spec_chose(family, decoded):
     assert family in EXPECTED_TOKENS, f"no frames-seen arithmetic for family {family!r}: add it here"
     d = _model_dir(family)
     t0 = time.perf_counter()
-    cap = VLLMCaptioner(str(d), max_model_len=1024, max_num_seqs=4, max_num_batched_tokens=1024,
-                        skip_mm_profiling=True, seed=0)  # fmt: skip
+    from _fixtures_vllm import small_kv_cache
+
+    with small_kv_cache() as kv:
+        cap = VLLMCaptioner(str(d), max_model_len=1024, max_num_seqs=4, max_num_batched_tokens=1024,
+                            skip_mm_profiling=True, seed=0, **kv)  # fmt: skip
     seen: dict[str, list[int]] = {}
     cap.on_output = lambda req, out: seen.__setitem__(req.key, list(out.prompt_token_ids))
     try:

@@ -12,8 +12,11 @@ pytestmark = pytest.mark.vllm
 def test_vllm_section_streams_and_batches_the_same_requests():
     from benchmarks.bench_caption_vllm import vllm_section
 
+    from _fixtures_vllm import small_kv_cache
+
     said: list[str] = []
-    out = vllm_section(quick=True, say=said.append)
+    with small_kv_cache() as kv:  # built in the test process: keep its KV cache small (see small_kv_cache)
+        out = vllm_section(quick=True, say=said.append, engine_kwargs=kv)
     print(out)
     assert out["failed"] == 0 and out["captions"] == 32
     assert out["output_tokens"]["stream"] == out["output_tokens"]["batch4"] > 0  # greedy: the same captions
