@@ -69,7 +69,9 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
-def print_results(result, stream=sys.stdout) -> None:
+def print_results(result, stream=None) -> None:
+    # sys.stdout is looked up at call time: a default bound at import would keep whatever stream was current then
+    stream = stream if stream is not None else sys.stdout
     from engine.cli import terminal_text
     from engine.report import format_table, headline
 

@@ -49,8 +49,10 @@ def test_a_slow_request_holds_its_own_slot_not_a_batch(decoded, tmp_path, ray_lo
     store = SegmentStore(tmp_path / "captions", CAPTIONS)
     finished: list[tuple[str, float]] = []
     with RecordingServer(latency_s=0.02, slow_s=2.5) as server:
-        # not the first request: the HTTP client sends a runner's first request alone (its 401 probe)
-        tasks = _tasks(decoded, prompt=lambda i: f"Describe clip {i}. {SLOW}" if i == 1 else f"Describe clip {i}.")
+        # the last request, never the first one sent: the HTTP client sends a runner's first request alone (its 401
+        # probe) and holds the others until its first attempt ends, and requests leave in about task order
+        slow = N_VIDEOS - 1
+        tasks = _tasks(decoded, prompt=lambda i: f"Describe clip {i}. {SLOW}" if i == slow else f"Describe clip {i}.")
         params = {"base_url": server.base_url, "model": "m", "api_key": "test", "max_in_flight": 16}
         t0 = time.perf_counter()
         stats = run_caption_stage(iter(tasks), captioner="openai", params=params, store=store, progress=False,
@@ -59,7 +61,7 @@ def test_a_slow_request_holds_its_own_slot_not_a_batch(decoded, tmp_path, ray_lo
         stage_s = time.perf_counter() - t0 - stats.get("load_s", 0.0)
     assert stats["captioned"] == N_VIDEOS and stats["failed"] == 0
     order = [vid for vid, _ in finished]
-    assert order[-1] == "v01", order  # the slow one last; every fast one stored before it
+    assert order[-1] == f"v{slow:02d}", order  # the slow one last; every fast one stored before it
     assert stage_s < 2.5 + 2.0, stage_s
     assert server.max_in_flight >= 8  # the window was really used
     texts = dict(zip(read_captions(store).column("video_id").to_pylist(), read_captions(store).column("text").to_pylist()))

@@ -27,3 +27,32 @@ def test_caption_only_sweep_via_cli_exits_0_and_writes_run_json(tmp_path, ray_lo
     assert "captions" in printed.out  # the headline counts the captions of each caption cell
     # the table it names is the one it wrote (a caption-only sweep writes captions.parquet, no results.parquet)
     assert f"full table: {out / 'captions.parquet'}" in printed.out and "results.parquet" not in printed.out
+
+
+def test_results_go_to_the_stdout_of_the_moment(capsys):
+    """print_results writes to sys.stdout as it is when called, not as it was when engine.cli.sweep was imported (a
+    stream bound at import — e.g. an earlier test's closed capture — failed a later sweep with 'I/O operation on
+    closed file')."""
+    import io
+    import sys
+    from types import SimpleNamespace
+
+    import engine.cli.sweep as sweep_cli
+
+    old = io.StringIO()
+    old.close()
+    result = SimpleNamespace(results=pl.DataFrame(), out_dir=__import__("pathlib").Path("/nonexistent"),
+                             summary=lambda: "summary line")
+    import importlib
+
+    real = sys.stdout
+    try:
+        sys.stdout = old  # the module imported while another stream was current (closed since)
+        importlib.reload(sweep_cli)
+        sys.stdout = io.StringIO()
+        sweep_cli.print_results(result)
+        printed = sys.stdout.getvalue()
+    finally:
+        sys.stdout = real
+        importlib.reload(sweep_cli)
+    assert "summary line" in printed
