@@ -57,14 +57,13 @@ def prompt_with_timestamps(prompt: str, timestamps, mode: str) -> str:
 def load_task_frames(task: CaptionTask):
     """(frames, JPEG bytes or None) of a task, through the frame cache (its `load_encoded_frames`, when the cache
     offers it, gives the frames already JPEG-encoded so HTTP captioners send them without re-encoding)."""
-    from engine.frames import cache
+    from engine.frames import cache, shards
 
-    frames = cache.load_frames(task.frames_path)
-    encoded = None
-    load_encoded = getattr(cache, "load_encoded_frames", None)
-    if load_encoded is not None:
-        encoded = load_encoded(task.frames_path)
-    return frames, (tuple(encoded) if encoded is not None else None)
+    # one read of the stored entry: the arrays are decoded from the same JPEG bytes the backend may send as they are
+    encoded = cache.load_encoded_frames(task.frames_path)
+    if encoded is None:  # an older cache's .npy
+        return cache.load_frames(task.frames_path), None
+    return shards.decode_jpegs(encoded), tuple(encoded)
 
 
 def row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, latency, *, truncated: bool = False,

@@ -95,7 +95,7 @@ def content_groups(videos: list[tuple[str, str]]) -> list[list[tuple[str, str]]]
     return sorted(groups.values(), key=lambda g: order[g[0][0]])
 
 
-def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir: str, max_inflight: int = 4,
+def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir: str, max_inflight: int = 64,
                   progress: bool = False, desc: str = "decode", size="default",
                   cap_bytes: int | None = None) -> Iterator[list[dict]]:
     """Yield the rows of each (video_id, path), all `specs` at once at `size` (engine.frames.sizes; None is
