@@ -105,7 +105,7 @@ def http_section(quick: bool, *, n_videos: int | None = None, baseline_videos: i
     from engine.sweep.config import load_sweep
     from engine.sweep.runner import run_sweep
 
-    n_videos = n_videos or (500 if quick else 2000)
+    n_videos = n_videos or (500 if quick else 5000)  # a full run long enough to amortise filling and draining
     baseline_videos = baseline_videos or (48 if quick else 120)
     started_ray = not ray.is_initialized()
     init_ray()
@@ -157,7 +157,7 @@ def vllm_section(quick: bool, say=lambda m: None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="capeval bench caption", description=__doc__.split("\n\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
-    p.add_argument("--quick", action="store_true", help="500 videos and a 48-video baseline (default: 2,000 and 120)")
+    p.add_argument("--quick", action="store_true", help="500 videos and a 48-video baseline (default: 5,000 and 120)")
     p.add_argument("--videos", type=int, default=None, help="videos in the streaming sweep")
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections (default: all)")
     args = p.parse_args(argv)
