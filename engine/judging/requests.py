@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -27,17 +26,13 @@ def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
         return (path.read_bytes(),)
     if path.suffix.lower() == ".npy":
         import numpy as np
-        from PIL import Image
+
+        from engine.frames.shards import encode_jpegs
 
         frames = np.load(path)
         if frames.ndim != 4 or frames.shape[-1] != 3:
             raise ValueError(f"{path}: expected uint8 frames (T, H, W, 3), got shape {frames.shape}")
-        out = []
-        for frame in frames:
-            buf = io.BytesIO()
-            Image.fromarray(np.ascontiguousarray(frame, dtype=np.uint8)).save(buf, format="JPEG", quality=quality)
-            out.append(buf.getvalue())
-        return tuple(out)
+        return encode_jpegs(frames, quality)
     raise ValueError(f"{path}: frames must be an .npy array, a .jpg, or a directory of .jpg files")
 
 
