@@ -14,6 +14,7 @@ import random
 import shutil
 import tempfile
 from pathlib import Path
+from contextlib import contextmanager
 from typing import Callable, Iterable, Iterator, Sequence
 
 BUILD_SPEC_FILE = "capeval_build.json"
@@ -116,6 +117,23 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab: int, special_tokens: Sequen
     )
 
 
+@contextmanager
+def staged_build(out: Path, spec: dict) -> Iterator[Path]:
+    """A sibling temp folder to build `out` in. When the block ends without an error, the build spec is written and
+    the folder renamed into place (replacing an older build); otherwise it is removed. A killed build therefore never
+    leaves a folder that looks complete. Every model builder of the adapters uses it."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        yield tmp
+        (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build_once(out: Path, spec: dict, build: Callable[[], None]) -> Path:
     """Run `build()` unless `out` already holds a build of `spec`; several sessions may share one cache directory:
     one builds under a file lock, the others wait and reuse."""
@@ -178,8 +196,7 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     from transformers import AutoModelForCausalLM, LlamaConfig
 
     # Build in a sibling temp dir and rename: a killed build never leaves a directory that looks complete.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged_build(out, spec) as tmp:  # renamed into place when complete
         texts = iter_corpus_texts(corpus) if corpus else generated_corpus()  # the seed is for weights only
         tokenizer = train_bpe_tokenizer(texts, vocab, SPECIAL_TOKENS, eos_token="<|end|>")
         tokenizer.chat_template = CHAT_TEMPLATE
@@ -208,13 +225,6 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
                 if p.dim() > 1:
                     p.normal_(0.0, 1.0 / p.shape[-1] ** 0.5)
         model.save_pretrained(str(tmp), safe_serialization=True)
-        (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def build_bench_lm(out_dir: str | os.PathLike, *, corpus: Sequence[str | os.PathLike] = (), seed: int = 0) -> Path:

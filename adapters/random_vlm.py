@@ -15,14 +15,11 @@ so a video goes in as its frames, one image each (adapters/vllm_captioner.py doe
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from adapters.random_models import (BUILD_SPEC_FILE, build_once, generated_corpus, iter_corpus_texts,
+from adapters.random_models import (build_once, staged_build, generated_corpus, iter_corpus_texts,
                                     train_bpe_tokenizer)
 
 BUILD_SPEC_VERSION = 1
@@ -84,8 +81,7 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     from transformers.models.idefics3.image_processing_pil_idefics3 import Idefics3ImageProcessorPil
 
     # Build in a sibling temp dir and rename: a killed build never leaves a directory that looks complete.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged_build(out, spec) as tmp:  # renamed into place when complete
         texts = iter_corpus_texts(corpus) if corpus else generated_corpus()
         # end of turn doubles as EOS so a generation stops there
         tokenizer = train_bpe_tokenizer(texts, spec["vocab"], VLM_SPECIAL_TOKENS, eos_token="<end_of_utterance>")
@@ -120,13 +116,6 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
         processor = Idefics3Processor(image_processor=image_processor, tokenizer=tokenizer,
                                       image_seq_len=TOKENS_PER_IMAGE, chat_template=VLM_CHAT_TEMPLATE)
         processor.save_pretrained(str(tmp))
-        (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":  # python -m adapters.random_vlm OUT_DIR [SEED]: build once, e.g. for examples/demo_vllm.toml

@@ -97,14 +97,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
-from adapters.random_models import BUILD_SPEC_FILE, build_once, generated_corpus, iter_corpus_texts, train_bpe_tokenizer
+from adapters.random_models import (build_once, generated_corpus, iter_corpus_texts, staged_build,
+                                    train_bpe_tokenizer)
 
 BUILD_SPEC_VERSION = 1
 HEAD_DIM = 32  # vLLM's CPU attention needs head_dim >= 32, in the language model and in the vision tower
@@ -144,18 +142,10 @@ def recipe_hash() -> str:
 
 def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
     # Build in a sibling temp dir and rename: a killed build never leaves a directory that looks complete.
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with staged_build(out, spec) as tmp:  # renamed into place when complete
         module, function = FAMILIES[spec["family"]].split(":")
         getattr(importlib.import_module(module), function)(tmp, spec | {"_corpus": list(corpus)})
         _write_component_configs(tmp)
-        (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 

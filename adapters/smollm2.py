@@ -15,12 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 
-from adapters.random_models import BUILD_SPEC_FILE, build_once
+from adapters.random_models import build_once, staged_build
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -67,8 +65,7 @@ def _build(out: Path, spec: dict, gguf: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))  # renamed into place when complete
-    try:
+    with staged_build(out, spec) as tmp:  # renamed into place when complete
         tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.bfloat16)
         # The weights are dequantized on load; the leftover quantizer record (GGUF) would block saving and make
@@ -84,13 +81,6 @@ def _build(out: Path, spec: dict, gguf: Path) -> None:
         config = json.loads((tmp / "config.json").read_text())
         config.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
-        (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
