@@ -1,5 +1,9 @@
 """Registries with decorators (as inspect_ai does): a new protocol, judge or captioner is one file that registers
-itself; the CLI and sweep files refer to it by name."""
+itself; the CLI and sweep files refer to it by name.
+
+Besides the builtin modules, packages installed elsewhere register through entry points (group `capeval.<kind>`s,
+e.g. `capeval.protocols`: `toy = "my_pkg.toy"`); loading the entry point's module runs its registration, so a
+protocol defined outside engine/ needs no engine file edited (docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -8,13 +12,15 @@ from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
-_REGISTRIES: dict[str, dict[str, object]] = {"protocol": {}, "judge": {}, "captioner": {}}
+_REGISTRIES: dict[str, dict[str, object]] = {"protocol": {}, "judge": {}, "captioner": {}, "benchmark": {}}
 # Modules imported on first lookup so that registration does not depend on import order elsewhere.
 _BUILTIN_MODULES = {
     "protocol": [f"engine.protocols.{p}" for p in ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")],
     "judge": ["adapters.local_judge", "adapters.vllm_engine", "adapters.openai_http", "adapters.replay"],
     "captioner": ["adapters.vllm_captioner", "adapters.openai_http", "adapters.local_captioner"],
+    "benchmark": [],
 }
+ENTRY_POINT_GROUPS = {kind: f"capeval.{kind}s" for kind in _REGISTRIES}
 
 
 def _register(kind: str, name: str) -> Callable[[T], T]:
@@ -40,7 +46,16 @@ def register_captioner(name: str):
     return _register("captioner", name)
 
 
+def register_benchmark(name: str):
+    return _register("benchmark", name)
+
+
+_LOADED: set[str] = set()
+
+
 def _load_builtins(kind: str) -> None:
+    if kind in _LOADED:  # entry points are scanned once per process (a scan reads every installed dist's metadata)
+        return
     for module in _BUILTIN_MODULES[kind]:
         try:
             importlib.import_module(module)
@@ -48,6 +63,21 @@ def _load_builtins(kind: str) -> None:
             # Only a missing builtin module itself is tolerated (optional backends); a broken import is an error.
             if exc.name != module:
                 raise
+    _load_entry_points(kind)
+    _LOADED.add(kind)
+
+
+def _load_entry_points(kind: str) -> None:
+    """Import each installed `capeval.<kind>s` entry point's module (its import registers it). A plugin that fails
+    to import is an error naming the plugin: a silently missing protocol would look like a typo in a sweep file."""
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUPS[kind]):
+        try:
+            ep.load()
+        except Exception as exc:  # noqa: BLE001 -- re-raised with the plugin named
+            raise ImportError(f"capeval plugin {ep.name!r} ({ep.value}, entry point group {ep.group}) failed to "
+                              f"load: {exc}") from exc
 
 
 def lookup(kind: str, name: str):

@@ -12,6 +12,7 @@ and the sampling temperature. `conform(table, JUDGE_REQUESTS)` drops it when onl
 
 from __future__ import annotations
 
+import enum
 import importlib
 import json
 from dataclasses import dataclass, field
@@ -141,11 +142,57 @@ def annotation_value(item: dict) -> Any:
 
 
 class JudgeProtocol:
-    """Base class; subclasses set `name`, `version`, `codes` and implement `render` and `parse`."""
+    """Base class; subclasses set `name`, `version`, `codes` and implement `render` and `parse`.
+
+    Everything the rest of capeval needs to know about a protocol is declared here, so report/, sweep/, judging/,
+    datasets/ and metrics/ find it through the registry (engine.registry.lookup("protocol", name)) and never import
+    a protocol package by name (docs/architecture.md; tests/test_layers.py enforces it)."""
 
     name: str = ""
     version: str = "1"
     codes: tuple[type, ...] = ()
+
+    # -- declarations read by report/, sweep/, datasets/ ---------------------------------------------------------
+    #: judge steps whose rows carry no verdict of their own (their answers feed the next step)
+    intermediate_steps: tuple[str, ...] = ()
+    #: headline metrics in display order (leaderboards, terminal tables); empty = every overall metric
+    headline: tuple[str, ...] = ()
+    #: the frame spec shown to the judge when the protocol's judge sees frames (None: a text-only judge)
+    judge_frames: str | None = None
+    #: protocol params that name a prompt pack file (checked and made absolute by sweep validation)
+    pack_params: tuple[str, ...] = ("prompts",)
+    #: dataset kinds whose items this protocol reads (None: any kind whose items carry `item_columns`)
+    dataset_kinds: tuple[str, ...] | None = None
+    #: ITEMS columns every item must fill for this protocol (beyond item_id, video_id, task)
+    item_columns: tuple[str, ...] = ()
+    #: the item `task` values this protocol knows (empty: any)
+    tasks: tuple[str, ...] = ()
+    #: item or verdict columns its metrics break down by (report tables, --by)
+    breakdowns: tuple[str, ...] = ()
+    #: report plot kinds that make sense for its headline metrics ("bar", "line", "hist")
+    plot_kinds: tuple[str, ...] = ("bar", "line")
+    #: `capeval compare`: the verdict column the headline is averaged over (per-task metrics, then their mean)
+    compare_average_over: str | None = None
+    #: `capeval compare`: the metrics mode used when the run does not say
+    compare_default_mode: str = "strict"
+    #: modules (importable names) that register dataset kinds this protocol brings along (engine.datasets.registry)
+    dataset_kind_modules: tuple[str, ...] = ()
+
+    def check_params(self, mode: str, params: dict) -> list[tuple[str, str]]:
+        """(param, problem) for each protocol param that is wrong, found before anything is judged. Generic checks
+        (pack files, judge_frames) are done by the caller; a protocol adds its own here."""
+        return []
+
+    def paired_spec(self, mode: str):
+        """How `capeval compare` pairs two systems' verdicts: an engine.metrics.paired.PairedSpec, or None when
+        the protocol has no paired statistic (compare then skips it, saying so)."""
+        return None
+
+    def verdict_labels(self) -> dict[int, str]:
+        """code -> name for the report's sample browser; empty when a code's meaning depends on the step (several
+        code sets)."""
+        enums = [c for c in self.codes if isinstance(c, type) and issubclass(c, enum.IntEnum)]
+        return {int(m): m.name for m in enums[0]} if len(enums) == 1 else {}
 
     # -- building ---------------------------------------------------------------------------------------------
     def render(self, item: dict, caption: dict, *, seed: int, **opts) -> list[Rendered]:
@@ -201,7 +248,11 @@ class JudgeProtocol:
 
     # -- metrics ----------------------------------------------------------------------------------------------
     def compute_metrics(self, verdicts, **kwargs):
-        module = importlib.import_module(f"engine.protocols.{self.name}.metrics")
+        """Delegates to the `metrics` module beside the protocol's class (its own package, wherever it lives)."""
+        package = type(self).__module__
+        if not _is_package(package):
+            package = package.rpartition(".")[0]
+        module = importlib.import_module(f"{package}.metrics")
         return module.compute_metrics(verdicts, **kwargs)
 
     def __repr__(self) -> str:
@@ -210,3 +261,10 @@ class JudgeProtocol:
 
 def reask_seed(seed: int, attempt: int) -> int:
     return derived_seed("reask", int(seed), int(attempt))
+
+
+def _is_package(module_name: str) -> bool:
+    import sys
+
+    module = sys.modules.get(module_name)
+    return bool(module is not None and getattr(module, "__path__", None) is not None)

@@ -20,6 +20,17 @@ class CapabilityProtocol(_JudgeProtocol):
     name = "capability"
     version = "2"
     codes = (_CapabilityVerdict,)
+    headline = ("f1", "precision", "recall", "hit_rate")
+    tasks = TASKS  # noqa: F405 -- from .codes
+    breakdowns = ("task",)
+    compare_average_over = "task"
+    compare_default_mode = "official"
+    dataset_kind_modules = ("engine.protocols.capability.dataset_kind",)
+
+    def paired_spec(self, mode):
+        from .paired import paired_spec
+
+        return paired_spec(mode)
 
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), mode="strict", prompts=None,
                        **opts):

@@ -16,6 +16,20 @@ class CapQuizProtocol(_JudgeProtocol):
     name = "capquiz"
     version = "2"
     codes = (_CapQuizVerdict,)
+    headline = ("CapF1", "CapP", "CapR")
+    breakdowns = ("task",)
+
+    def check_params(self, mode, params):
+        try:
+            _check_average(params.get("average"))
+        except ValueError as exc:
+            return [("average", str(exc))]
+        return []
+
+    def paired_spec(self, mode):
+        from .paired import paired_spec
+
+        return paired_spec(mode)
 
     def render(self, item, caption, *, seed, **opts):
         return _prompts.render(item, caption, seed=seed, **opts)

@@ -26,6 +26,23 @@ class LVCapProtocol(_JudgeProtocol):
     version = "2"
     codes = (_SceneQAVerdict, _EntailmentVerdict, _BatchVerdict)
     intermediate_steps = ("extract",)
+    headline = ("S_e", "S_s", "event_precision", "event_recall")
+    pack_params = ("prompts", "event_prompts")  # event_prompts: the AutoDQ pack
+    breakdowns = ("bucket",)  # duration buckets (metrics.py)
+
+    def check_params(self, mode, params):
+        if "event_scoring" not in params:
+            return []
+        try:
+            _paper.check_scoring(mode, params["event_scoring"])
+        except ValueError as exc:
+            return [("event_scoring", str(exc))]
+        return []
+
+    def paired_spec(self, mode):
+        from .paired import paired_spec
+
+        return paired_spec(mode)
 
     def judging_policy(self, mode: str = "strict", **params) -> _JudgingPolicy:
         if mode == "official":  # AutoDQ: up to 10 tries per call, the same request again each time

@@ -13,6 +13,14 @@ class VCInspectorProtocol(_JudgeProtocol):
     name = "vcinspector"
     version = "2"
     codes = (_VCInspectorVerdict,)
+    headline = ("mean_score",)
+    judge_frames = _prompts.OFFICIAL_FRAMES  # the judge sees frames; this spec unless params.judge_frames says
+    plot_kinds = ("bar", "hist")
+
+    def paired_spec(self, mode):
+        from .paired import paired_spec
+
+        return paired_spec(mode)
 
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), frames=None, mode="strict",
                        prompts=None, **opts):

@@ -18,6 +18,14 @@ class VidCapBenchProtocol(_JudgeProtocol):
     name = "vidcapbench"
     version = "2"
     codes = (_VidCapBenchVerdict,)
+    headline = ("Acc", "Pre", "Cov", "Con")
+    breakdowns = ("dimension",)
+    dataset_kind_modules = ("engine.protocols.vidcapbench.dataset_kind",)
+
+    def paired_spec(self, mode):
+        from .paired import paired_spec
+
+        return paired_spec(mode)
     intermediate_steps = ("answer",)
 
     def render(self, item, caption, *, seed, **opts):
