@@ -41,7 +41,7 @@ STRUCTURED = [
 ]
 
 #: Past Python's int-to-text limit: literal_eval rejects it and json.loads raises ValueError (strict mode's lenient
-#: fallback in engine.judging.repair reads that as an unparseable reply: tests/judging/test_judging_parsing.py).
+#: fallback in engine.replies.repair reads that as an unparseable reply: tests/judging/test_judging_parsing.py).
 HUGE_INT = '{"score": ' + "9" * 5000 + '}'
 #: Bodies on which json.loads and ast.literal_eval disagree (or one of them fails), and near misses of the grammar.
 ADVERSARIAL = [

@@ -14,7 +14,7 @@ import pytest
 
 from adapters.replay import ReplayJudge
 from engine.datasets import dream1k
-from engine.judging.repair import ParseError
+from engine.replies.repair import ParseError
 from engine.judging.runner import run_judging
 from engine.packs import builtin_pack_path
 from engine.protocols.lvcap import PROTOCOL

@@ -26,7 +26,7 @@ import pyarrow as pa
 import pytest
 
 from adapters.replay import ReplayJudge
-from engine.judging.repair import ParseError
+from engine.replies.repair import ParseError
 from engine.judging.runner import run_judging
 from engine.protocols.lvcap import PROTOCOL
 from engine.protocols.lvcap.metrics import compute_metrics

@@ -172,7 +172,7 @@ def test_requests_sharing_a_caption_are_adjacent_and_caption_comes_before_the_qu
 def test_unreadable_json_is_a_parse_error_not_a_crash(text):
     """An integer past Python's 4,300-digit conversion limit or nesting past the recursion limit: json.loads raises
     ValueError / RecursionError, not JSONDecodeError; the reply is unparseable (re-askable), the run goes on."""
-    from engine.judging.repair import ParseError, extract_json
+    from engine.replies.repair import ParseError, extract_json
 
     with pytest.raises(ParseError):
         extract_json(text)

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import json
 
-from engine.judging.repair import ParseError, extract_verdict
-from engine.judging.untrusted import data_texts
+from engine.replies.repair import ParseError, extract_verdict
+from engine.replies.fences import data_texts
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 

@@ -14,7 +14,7 @@ rules (eval.py / prompt.py, as the pack's `placeholders` describe them):
 * camera_angle / camera_movement / style have only the caption; their labels come from the pack's [[category]].
 
 Official mode sends what the official script sends: the two messages and no sampling parameters (temperature None,
-no structured output). Strict mode fences the caption and text annotations as data (engine/judging/untrusted.py). Strict mode asks at temperature 0 and sends a JSON schema whose every instance the official
+no structured output). Strict mode fences the caption and text annotations as data (engine/replies/fences.py). Strict mode asks at temperature 0 and sends a JSON schema whose every instance the official
 validator accepts (param `structured`: default on, except for judges known to lack JSON-schema support such as
 GPT-4-Turbo; `structured=false` turns it off).
 """
@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 
 from engine import packs
-from engine.judging.untrusted import fence
+from engine.replies.fences import fence
 from engine.packs import PackError, PromptPack, resolve_pack
 from engine.protocols.base import Rendered, annotation_value
 

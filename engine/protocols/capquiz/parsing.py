@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-from engine.judging.repair import ParseError, match_choice
+from engine.replies.repair import ParseError, match_choice
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
 

@@ -6,7 +6,7 @@ protocol param `shuffle=True` shuffles them per item and judge seed, for positio
 order per seed, the same on every machine and in every run). Params: `mode` ("strict": capeval's pack;
 "official": the paper's judge prompt from the benchmark pack, no system message, no temperature sent), `prompts`
 (a pack path), `shuffle`, `temperature`. The pack digest and the mode enter every request key. Strict mode fences
-the caption, question and options as data (engine/judging/untrusted.py).
+the caption, question and options as data (engine/replies/fences.py).
 
 What the paper leaves open and capeval fixes (said here, not guessed silently): options render one per line as
 "<letter>. <text>", the letters as "A, B, C, D, E, F"."""
@@ -18,7 +18,7 @@ import random
 
 from engine.keys import derived_seed
 from engine import packs
-from engine.judging.untrusted import fence
+from engine.replies.fences import fence
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 

@@ -22,7 +22,7 @@ import ast
 import json
 import re
 
-from engine.judging.repair import ParseError
+from engine.replies.repair import ParseError
 from engine.protocols.base import Rendered
 
 EXTRACT_ID = "judge/extract_events"

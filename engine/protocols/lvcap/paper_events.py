@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 
-from engine.judging.repair import ParseError
+from engine.replies.repair import ParseError
 from engine.protocols.base import Rendered
 
 EXTRACT_ID = "gt/extract_events"

@@ -12,7 +12,7 @@ Params (sweep `protocols[].params`, CLI `--mode/--prompts/--param`):
 * `event_prompts`: the pack for events (official: the AutoDQ pack, `autodq.toml`, ids judge/extract_events and
   judge/entailment). Without it the `prompts` pack is used when it has those ids.
 Strict mode fences every text it did not write (caption, scene description, question, event) as data
-(engine/judging/untrusted.py); official mode sends the official prompts byte for byte.
+(engine/replies/fences.py); official mode sends the official prompts byte for byte.
 Without explicit packs strict mode uses capeval's own pack (pack.toml here) and official mode reads
 $CAPEVAL_PACKS/lvcap.toml and $CAPEVAL_PACKS/autodq.toml (engine.packs.resolve_pack).
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 
-from engine.judging.untrusted import fence
+from engine.replies.fences import fence
 from engine.packs import PromptPack, load_pack, resolve_pack
 from engine.protocols.base import Rendered, annotation_value
 

@@ -3,7 +3,7 @@ caption and scores the caption 1-5 with an explanation.
 
 Params (sweep `protocols[].params`, CLI `--mode/--prompts/--param`):
 * `mode` = "strict" (default): capeval's pack, JSON {"score", "explanation"} under a schema, temperature 0; the
-  caption fenced as data (engine/judging/untrusted.py);
+  caption fenced as data (engine/replies/fences.py);
   "official": the official inference prompt (pack id judge/score; `prompts` = the VC-Inspector pack, or
   $CAPEVAL_PACKS/vcinspector.toml): one user message, the frames as images BEFORE the text (backends put images
   first), the text starting with one "<image>" mark per frame, no system message, no JSON grammar, no sampling
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 
-from engine.judging.untrusted import fence
+from engine.replies.fences import fence
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 

@@ -7,7 +7,7 @@ official default None = no sampling parameter sent, as the official script sets 
 
 The pack's digest and the mode enter every request key (`revision_suffix`), so two packs or modes never share
 cached judgments. Strict mode fences every text it did not write (caption, question, reference answer and the
-answer step's reply) as data (engine/judging/untrusted.py). Official mode sends one user message per call, no JSON schema, no temperature, and the same
+answer step's reply) as data (engine/replies/fences.py). Official mode sends one user message per call, no JSON schema, no temperature, and the same
 content for every judge seed (the official script has no seed)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 
 from engine import packs
-from engine.judging.untrusted import fence
+from engine.replies.fences import fence
 from engine.packs import PromptPack, resolve_pack
 from engine.protocols.base import Rendered
 

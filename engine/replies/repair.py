@@ -9,7 +9,7 @@ strict parsers read a verdict with `extract_verdict`, never with "the first obje
 top-level object of the reply, keeps those that carry the verdict fields, and takes the last one only when all of
 them agree on the verdict; when they disagree, or an object naming a verdict field cannot be read, the reply is
 refused (ParseError: re-asked, finally FAILED), because which object is the judge's own answer is then unknown.
-Blocks of the prompt's fenced data (engine/judging/untrusted.py) quoted whole in a reply are left out first.
+Blocks of the prompt's fenced data (engine/replies/fences.py) quoted whole in a reply are left out first.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import json
 import re
 from typing import Any
 
-from engine.judging.untrusted import strip_fenced
+from engine.replies.fences import strip_fenced
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 _SMART_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})
@@ -131,7 +131,7 @@ def extract_verdict(text: str | None, fields: tuple[str, ...], agree_on: tuple[s
                     data: tuple[str, ...] = ()) -> tuple[dict, bool]:
     """The judge's own answer: a JSON object (or Python literal) holding every one of `fields`.
 
-    `data`: the untrusted texts the prompt showed (untrusted.data_texts). An object copied verbatim from one of them,
+    `data`: the untrusted texts the prompt showed (fences.data_texts). An object copied verbatim from one of them,
     or a fenced block of them, is a quotation, never the answer. A reply that is exactly one other such object is
     taken as is. Otherwise every top-level object in the reply is looked at (inside fences or not): those naming
     none of `fields` are prose and skipped; one naming a field that cannot be read, or several readable ones that
