@@ -1,6 +1,6 @@
-"""Frame cache bytes and JPEG cost per frame, on content that compresses like natural video.
+"""`capeval bench frames [--json] [--quick]`: frame cache bytes and JPEG cost per frame on natural-like video.
 
-    python -m benchmarks.bench_frames [--json] [--quick]
+    capeval bench frames [--json] [--quick]     (or: python -m benchmarks.bench_frames)
 
 The demo's synthetic videos (flat shapes on a flat background) compress ~10x better than camera footage, so the
 disk projection in docs/frames.md is measured here on `make_textured_video`: a 1/f ("pink") noise field, the

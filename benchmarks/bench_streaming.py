@@ -1,4 +1,6 @@
-"""Streaming judge loop benchmarks (issue 11), as functions returning dicts (wired into `capeval bench judge`).
+"""`capeval bench streaming [--quick] [streaming|overhead|scale]`: the streaming judge loop's throughput and CPU.
+
+Streaming judge loop benchmarks (issue 11), as functions returning dicts (wired into `capeval bench judge`).
 
 - `streaming(quick)`: CAPability-shaped requests (the real release's items and captions, strict mode with JSON
   schemas) through `run_judging` and the OpenAI-compatible HTTP judge against a loopback server whose latency is
@@ -10,7 +12,8 @@
   cache and commit thread and the protocol's parser included; building the requests is not counted), the parser's
   share measured alone on a sample, and the process's peak RSS.
 
-`python -m benchmarks.bench_streaming [--quick] [streaming|overhead]` prints the JSON.
+`capeval bench streaming [--quick] [streaming|overhead|scale]` (or `python -m benchmarks.bench_streaming`) prints
+the JSON.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ def capability_requests(n: int, judge: str = "bench-judge", revision: str = "r1"
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine.datasets.capability import load_captions, load_items
+    from engine.protocols.capability.release import load_captions, load_items
     from engine.registry import lookup
 
     items, captions = _release(load_items, load_captions)

@@ -1,4 +1,6 @@
-"""The `"sweep"` section of `capeval bench judge`: a 4-cell sweep run with captioning and judging overlapped (the
+"""`capeval bench sweep [--quick]`: a 4-cell sweep with captioning and judging overlapped vs stage after stage.
+
+The `"sweep"` section of `capeval bench judge`: a 4-cell sweep run with captioning and judging overlapped (the
 default) against the same sweep stage after stage (`[options] overlap = false`), in the same process.
 
 Workload: generated videos (engine/datasets/synthetic_videos.py through the `synthetic` dataset kind, made once and
@@ -12,7 +14,7 @@ which is where overlapping matters most: stage after stage takes their sum, over
 what neither can overlap (starting the caption actor, the last answers, the cells' metrics). Each run writes to a
 fresh folder (nothing cached); runs alternate.
 
-`python -m benchmarks.bench_sweep [--quick]` prints the JSON.
+`capeval bench sweep [--quick]` (or `python -m benchmarks.bench_sweep`) prints the JSON.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ itself; the CLI and sweep files refer to it by name.
 
 Besides the builtin modules, packages installed elsewhere register through entry points (group `capeval.<kind>`s,
 e.g. `capeval.protocols`: `toy = "my_pkg.toy"`); loading the entry point's module runs its registration, so a
-protocol defined outside engine/ needs no engine file edited (docs/architecture.md)."""
+protocol defined outside engine/ needs no engine file edited (docs/architecture.md). An entry point that names an
+object (`kernels = "benchmarks.bench_kernels:main"`) registers that object under the entry point's name: that is
+how benchmarks register (engine/cli/bench.py), so no module of theirs imports the engine's registry."""
 
 from __future__ import annotations
 
@@ -74,10 +76,12 @@ def _load_entry_points(kind: str) -> None:
 
     for ep in entry_points(group=ENTRY_POINT_GROUPS[kind]):
         try:
-            ep.load()
+            loaded = ep.load()
         except Exception as exc:  # noqa: BLE001 -- re-raised with the plugin named
             raise ImportError(f"capeval plugin {ep.name!r} ({ep.value}, entry point group {ep.group}) failed to "
                               f"load: {exc}") from exc
+        if ep.attr:  # `module:object` names the registered thing itself; a bare module registered itself on import
+            _register(kind, ep.name)(loaded)
 
 
 def lookup(kind: str, name: str):
