@@ -26,6 +26,10 @@ class ParseStatus(IntEnum):
 #: The verdict code of a row without a verdict; counted in the `no_verdict` column of every count table.
 NO_VERDICT = -1
 
+#: How the `error` of a verdict row starts when the official retry rule turned it into a row without a verdict because
+#: the official script would never have asked it (engine/judging/rounds.py writes it, a protocol's metrics read it).
+NOT_ASKED_MARK = "not asked under the official retry rule"
+
 ITEMS = pa.schema(
     [
         pa.field("benchmark", pa.string(), nullable=False),  # capability | capquiz | lvcap | vidcapbench | vcinspector

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from engine.schemas import NOT_ASKED_MARK
+
 DROPPED = ("dropped by the official retry rule: accepted at attempt {attempt}, but only {rounds} re-ask round(s) "
            "would have run ({failed} item(s) still failed after round {last}, at most {k} allowed)")
-NOT_ASKED_MARK = "not asked under the official retry rule"
 NOT_ASKED = (NOT_ASKED_MARK + ": this run has {n} item(s), at most max_allow_missing={k}, so the official script "
              "stops before its first round and makes no judge call (CAPability eval.py:431-432); its metrics are nan")
 

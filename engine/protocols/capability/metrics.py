@@ -29,15 +29,14 @@ import polars as pl
 import pyarrow as pa
 
 from engine.metrics.core import bootstrap_frame
-from engine.schemas import NO_VERDICT, ParseStatus
+from engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
 
 from .codes import TASKS, CapabilityQAVerdict, CapabilityVerdict
+from .groups import GROUP_COLUMNS, with_groups
+from .official import NO_AVERAGE, NO_CAPTION, uncaptioned
 
 MODES = ("official", "strict")
 METRICS = ("precision", "recall", "f1", "hit_rate")
-#: Sweep groups. prompt_set is prompt_id without its media-type suffix: CAPability prompts images and videos
-#: differently ("capability/image", "capability/video"), and one average spans both.
-GROUP_COLUMNS = ("captioner", "prompt_set", "frame_spec")
 _MISS, _POS, _NEG, _NV = int(CapabilityVerdict.MISS), int(CapabilityVerdict.POSITIVE), int(CapabilityVerdict.NEGATIVE), 3
 
 
@@ -81,20 +80,6 @@ def _as_frame(table) -> pl.DataFrame:
     return table if isinstance(table, pl.DataFrame) else pl.from_arrow(table)
 
 
-def _with_groups(df: pl.DataFrame) -> pl.DataFrame:
-    exprs = []
-    for c in ("captioner", "frame_spec"):
-        exprs.append((pl.col(c).cast(pl.String) if c in df.columns else pl.lit(None, pl.String)).fill_null("").alias(c))
-    prompt = pl.col("prompt_id").cast(pl.String) if "prompt_id" in df.columns else pl.lit(None, pl.String)
-    exprs.append(prompt.fill_null("").str.replace(r"/(image|video)$", "").alias("prompt_set"))
-    if "sub_index" not in df.columns:
-        exprs.append(pl.lit(None, pl.Int32).alias("sub_index"))
-    if "parse_status" not in df.columns and "verdict" in df.columns:
-        exprs.append(pl.when(pl.col("verdict") == NO_VERDICT).then(int(ParseStatus.FAILED)).otherwise(0)
-                     .cast(pl.Int8).alias("parse_status"))
-    return df.with_columns(exprs)
-
-
 def _missing_rows(df: pl.DataFrame, items: pl.DataFrame, groups: pl.DataFrame) -> pl.DataFrame:
     """NO_VERDICT/MISSING rows for every (group, item[, object]) that has no verdict row at all."""
     it = items.select("task", "item_id", "video_id", "annotation")
@@ -117,7 +102,7 @@ def _missing_rows(df: pl.DataFrame, items: pl.DataFrame, groups: pl.DataFrame) -
 
 
 def _prepare(verdicts, items, captions) -> pl.DataFrame:
-    df = _with_groups(_as_frame(verdicts))
+    df = with_groups(_as_frame(verdicts))
     if "error" not in df.columns:
         df = df.with_columns(pl.lit(None, pl.String).alias("error"))
     keep = [*GROUP_COLUMNS, "task", "item_id", "video_id", "sub_index", "verdict", "parse_status", "error"]
@@ -132,7 +117,7 @@ def _prepare(verdicts, items, captions) -> pl.DataFrame:
                              f"(e.g. task {ex['task']!r}, item {ex['item_id']!r})")
         groups = df.select(GROUP_COLUMNS).unique()
         if captions is not None:
-            cg = _with_groups(_as_frame(captions)).select(GROUP_COLUMNS).unique()
+            cg = with_groups(_as_frame(captions)).select(GROUP_COLUMNS).unique()
             groups = pl.concat([groups, cg]).unique()
         df = pl.concat([df, _missing_rows(df, items, groups)], how="vertical_relaxed")
     return df
@@ -240,10 +225,6 @@ def _official_stops(out: pl.DataFrame, df: pl.DataFrame, items, captions, judged
     """Official mode: where the official script prints nan or nothing, say why (official.py, rounds.py): a task of
     at most max_allow_missing items is never asked (nan); an item without a caption stops the script at its task
     (null, and no average)."""
-    from engine.judging.rounds import NOT_ASKED_MARK
-
-    from .official import NO_AVERAGE, NO_CAPTION, uncaptioned
-
     keys = [*GROUP_COLUMNS, "task"]
     notes: dict[tuple, str] = {}
     for r in df.filter(pl.col("error").str.starts_with(NOT_ASKED_MARK)).select(*keys, "error").iter_rows():
@@ -298,8 +279,8 @@ def know_but_cannot_tell(qa_verdicts, caption_verdicts, *, n_resamples: int = 10
     reported in `note`. Correct QA items with no caption verdict row are counted in n_no_verdict (and in strict
     mode as misses). When no correct QA row finds its item among the caption verdicts at all, that is an error
     naming the tables' item ids, not a null or 100% KT."""
-    qa = _with_groups(_as_frame(qa_verdicts))
-    cap = _with_groups(_as_frame(caption_verdicts))
+    qa = with_groups(_as_frame(qa_verdicts))
+    cap = with_groups(_as_frame(caption_verdicts))
     keys, notes = _label_join_keys(qa, cap)
     dup = cap.group_by(["task", "item_id", "sub_index", *keys]).len().filter(pl.col("len") > 1)
     if dup.height:

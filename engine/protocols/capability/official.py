@@ -26,7 +26,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import polars as pl
+
+from engine.schemas import ParseStatus
+
 from .codes import CLASSIFICATION_TASKS, CapabilityVerdict
+from .groups import GROUP_COLUMNS, with_groups
 
 #: The field in which the judge copies the annotation back, per scored task (classification tasks have none).
 COPIED_FIELD = {
@@ -311,12 +316,6 @@ def uncaptioned(rows, items=None, captions=None, *, judged: bool = False) -> dic
     every (item, caption) pair): an item with no verdict row (a MISSING row without error text, added for it).
     A caption row with null text is a failed captioning -- capeval's own retryable failure, left out and counted
     in n_missing -- not an absent caption."""
-    import polars as pl
-
-    from engine.schemas import ParseStatus
-
-    from .metrics import GROUP_COLUMNS, _with_groups
-
     keys = [*GROUP_COLUMNS, "task"]
     out: dict[tuple, set] = {}
     if judged:
@@ -324,7 +323,7 @@ def uncaptioned(rows, items=None, captions=None, *, judged: bool = False) -> dic
         for r in added.select(*keys, "item_id").iter_rows():
             out.setdefault(tuple(r[:-1]), set()).add(r[-1])
     if items is not None and captions is not None:
-        caps = _with_groups(captions).select(*GROUP_COLUMNS, pl.col("video_id").cast(pl.String).alias("_cap")).unique()
+        caps = with_groups(captions).select(*GROUP_COLUMNS, pl.col("video_id").cast(pl.String).alias("_cap")).unique()
         its = items.select(pl.col("task").cast(pl.String), pl.col("item_id").cast(pl.String),
                            pl.col("video_id").cast(pl.String))
         want = caps.select(GROUP_COLUMNS).unique().join(its, how="cross")
