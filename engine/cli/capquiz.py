@@ -120,6 +120,14 @@ def _write(table, path: Path, what: str) -> None:
         raise UsageError(f"{what} {path}: use a .parquet, .csv or .jsonl file name")
 
 
+def sentence_embeddings(texts: list[str]):
+    """The de-duplication's embeddings: the local judge's bundled all-MiniLM-L6-v2, unit-norm rows (loaded on the
+    first call, once per process)."""
+    from adapters.local_judge import embedding_model
+
+    return embedding_model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
+
+
 def run_filter(args) -> int:
     import pyarrow.compute as pc
 
@@ -158,7 +166,7 @@ def run_filter(args) -> int:
             judge.close()
         right[label] = blind_counts(verdicts)
         print(f"[capquiz filter] judge {label}: {summary}", file=sys.stderr)
-    record = decide(items, right, settings)
+    record = decide(items, right, settings, embed=sentence_embeddings)
     kept = items.filter(pc.is_in(items.column("item_id"), record.filter(record.column("kept")).column("item_id")))
     _write(kept, args.out, "--out")
     if args.record is not None:

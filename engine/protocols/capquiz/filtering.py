@@ -8,10 +8,11 @@ option in at least `min_correct` of its trials (the paper: two judges, 3 trials,
 does not parse counts as not right.
 
 De-duplication (among the questions kept so far, within each video): two questions are duplicates when both the
-question texts and the correct answers are semantically close (cosine similarity of all-MiniLM-L6-v2 sentence
-embeddings >= the thresholds; the paper uses an LLM for this clustering); duplicates form clusters (transitively),
-and each cluster keeps its hardest question (lowest blind accuracy over all judges and trials; the first in file
-order on ties), as the paper keeps the most challenging one.
+question texts and the correct answers are semantically close (cosine similarity of sentence embeddings >= the
+thresholds; `capeval capquiz filter` embeds with all-MiniLM-L6-v2; the paper uses an LLM for this clustering).
+Duplicates form clusters (transitively), and each cluster keeps its hardest question (lowest blind accuracy over all
+judges and trials; the first in file order on ties), as the paper keeps the most challenging one. The caller hands
+`decide` the embedding function: a protocol reaches no backend itself.
 
 Every item gets a record row saying whether it was kept and why.
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +34,9 @@ from engine.schemas import NO_VERDICT, ParseStatus
 from .codes import CapQuizVerdict
 from .parsing import pick_letter
 from .prompts import ALPHABET, correct_index, pack_for
+
+#: Sentence embeddings: texts -> a float array (len(texts), dim) of unit-norm rows (dot product = cosine similarity).
+Embedder = Callable[[list[str]], np.ndarray]
 
 RECORD = pa.schema([
     pa.field("item_id", pa.string()), pa.field("video_id", pa.string()), pa.field("task", pa.string()),
@@ -112,16 +117,12 @@ def blind_counts(verdicts: pa.Table) -> dict[str, int]:
     return out
 
 
-def _embed(texts: list[str]) -> np.ndarray:
-    from adapters.local_judge import embedding_model
-
-    if not texts:
-        return np.zeros((0, 384), np.float32)
-    return embedding_model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-
-
-def decide(items: pa.Table, right: dict[str, dict[str, int]], settings: FilterSettings) -> pa.Table:
-    """The record table: blind verdict per item, then de-duplication among the survivors (see the module doc)."""
+def decide(items: pa.Table, right: dict[str, dict[str, int]], settings: FilterSettings,
+           embed: Embedder | None = None) -> pa.Table:
+    """The record table: blind verdict per item, then de-duplication among the survivors (see the module doc).
+    `embed` is needed when settings.dedup is on; it is called only when some question survives the blind check."""
+    if settings.dedup and embed is None:
+        raise ValueError("de-duplication needs an embedding function (embed=...)")
     rows = []
     for item in items.to_pylist():
         per_judge = {j: counts.get(item["item_id"], 0) for j, counts in right.items()}
@@ -136,14 +137,16 @@ def decide(items: pa.Table, right: dict[str, dict[str, int]], settings: FilterSe
             "blindly_solvable": solvable, "duplicate_of": None, "question_similarity": None,
             "answer_similarity": None})
     if settings.dedup:
-        _dedup(items.to_pylist(), rows, settings)
+        _dedup(items.to_pylist(), rows, settings, embed)
     return pa.Table.from_pylist(rows, schema=RECORD)
 
 
-def _dedup(items: list[dict], rows: list[dict], settings: FilterSettings) -> None:
+def _dedup(items: list[dict], rows: list[dict], settings: FilterSettings, embed: Embedder) -> None:
     alive = [i for i, r in enumerate(rows) if r["kept"]]
-    questions = _embed([items[i].get("annotation") or "" for i in alive])
-    answers = _embed([str(items[i]["options"][correct_index(items[i])]) for i in alive])
+    if not alive:  # nothing to compare: the embedding model is not even loaded
+        return
+    questions = embed([items[i].get("annotation") or "" for i in alive])
+    answers = embed([str(items[i]["options"][correct_index(items[i])]) for i in alive])
     pos = {i: k for k, i in enumerate(alive)}
     parent = {i: i for i in alive}
 
