@@ -28,6 +28,7 @@ from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
 
 from .requests import attempt_key, to_judge_request
 from .rounds import RetryRounds, group_of
+from .summary import JudgingSummary
 
 _SLICE = 2048
 _CHUNK = 8192
@@ -80,8 +81,6 @@ class Cell:
                  judge_revision: str, keep_intermediate: bool = False, max_steps: int = 8, summary=None,
                  on_complete: Callable[["Cell", pa.Table], None] | None = None, name: str = "",
                  sealed: bool = True, part_order: str = "request"):
-        from .runner import JudgingSummary
-
         self.protocol, self.policy, self.name = protocol, policy, name
         self.judge_name, self.judge_revision = judge_name, judge_revision
         self.keep_intermediate, self.max_steps = keep_intermediate, max_steps

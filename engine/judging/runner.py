@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -21,36 +21,9 @@ import pyarrow.compute as pc
 
 from engine.protocols.base import JudgeProtocol, JudgingPolicy
 
-
-@dataclass
-class JudgingSummary:
-    requests: int = 0  # verdict rows produced (all steps)
-    sent: int = 0  # requests actually sent to the judge (re-asks included)
-    cached: int = 0  # answered from the judgment cache
-    reasks: int = 0
-    parse_failures: int = 0
-    repaired: int = 0
-    errors: int = 0
-    missing: int = 0
-    prompt_tokens: int = 0  # of the requests sent in this run
-    cached_prompt_tokens: int = 0
-    completion_tokens: int = 0
-    wall_s: float = 0.0
-    steps: dict = field(default_factory=dict)
-
-    @property
-    def cached_prompt_share(self) -> float:
-        return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-    def as_dict(self) -> dict:
-        return {**asdict(self), "cached_prompt_share": round(self.cached_prompt_share, 4)}
-
-    def __str__(self) -> str:
-        return (f"{self.requests} verdicts | sent {self.sent} (re-asks {self.reasks}), cached {self.cached} | "
-                f"parse failures {self.parse_failures}, repaired {self.repaired}, errors {self.errors}, "
-                f"missing {self.missing} | tokens: prompt {self.prompt_tokens} "
-                f"({self.cached_prompt_share:.0%} prefix-cached), completion {self.completion_tokens} | "
-                f"{self.wall_s:.1f}s")
+from .cells import Cell
+from .loop import JudgeLoop
+from .summary import JudgingSummary
 
 
 def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge, *, cache_dir: str | Path, protocol: JudgeProtocol | str | None = None,
@@ -143,6 +116,3 @@ class _PartReader:
 def _as_table(part) -> pa.Table:
     return part if isinstance(part, pa.Table) else pa.Table.from_batches([part])
 
-
-from .cells import Cell  # noqa: E402 - cells imports JudgingSummary from here
-from .loop import JudgeLoop  # noqa: E402

@@ -37,7 +37,7 @@ from engine.protocols.base import JudgeProtocol, JudgingPolicy
 
 from .cells import Cell
 from .loop import JudgeLoop
-from .runner import JudgingSummary
+from .summary import JudgingSummary
 
 OnComplete = Callable[[str, pa.Table, JudgingSummary], None]
 
