@@ -1,9 +1,12 @@
 """A readable plain-text table of a long-format metrics frame (the metrics themselves: engine.metrics.core).
 
 `format_table` puts the protocol's leaderboard (engine.report.leaderboard: the shape every scoring command prints)
-above the long table when the protocol can be told from the metric names."""
+above the long table when the protocol can be told from the metric names (a headline metric of exactly one
+registered protocol marks it: `metric_markers`)."""
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import polars as pl
@@ -11,16 +14,30 @@ import polars as pl
 VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict"]
 
 
-#: a metric name only one protocol writes -> that protocol
-_MARKERS = {"CapF1": "capquiz", "hit_rate": "capability", "Acc": "vidcapbench", "S_e": "lvcap", "S_s": "lvcap",
-            "mean_score": "vcinspector"}
+def metric_markers() -> dict[str, str]:
+    """headline metric name -> protocol, for the names in exactly one registered protocol's `headline` (such a name
+    in a metrics table tells which protocol wrote it). Computed once per set of registered protocols."""
+    from engine.registry import names
+
+    return _markers(tuple(names("protocol")))
+
+
+@functools.lru_cache(maxsize=8)
+def _markers(protocols: tuple[str, ...]) -> dict[str, str]:
+    from engine.registry import lookup
+
+    owners: dict[str, set[str]] = {}
+    for name in protocols:
+        for metric in lookup("protocol", name).headline:
+            owners.setdefault(metric, set()).add(name)
+    return {m: next(iter(ps)) for m, ps in owners.items() if len(ps) == 1}
 
 
 def guess_protocol(frame: pl.DataFrame) -> str | None:
     if "protocol" in frame.columns and frame["protocol"].n_unique() == 1:
         return str(frame["protocol"][0])
     names = set(frame["metric"].unique().to_list()) if "metric" in frame.columns else set(frame.columns)
-    found = {p for m, p in _MARKERS.items() if m in names}
+    found = {p for m, p in metric_markers().items() if m in names}
     return found.pop() if len(found) == 1 else None
 
 

@@ -3,9 +3,12 @@ paired cluster-bootstrap CI and a two-sided p-value, Holm-adjusted over every co
 
 Pairing is by video (the bootstrap's cluster): both systems' per-video statistics are stacked and every replicate
 resamples the SAME videos for both (kernels.bootstrap.paired_bootstrap_diff, one BLAS product per chunk of
-replicates, no Python loop over replicates). Only videos both systems have verdicts for enter. Each protocol says
-how its verdict rows become per-video statistics and which functions of their sums are its headline metrics
-(`PAIRED_SPECS`); averages over tasks (CAPability) are means of the tasks defined in that replicate.
+replicates, no Python loop over replicates). Only videos both systems have verdicts for enter. Each protocol says,
+through the protocol interface (engine.protocols.base), how its verdict rows become per-video statistics and which
+functions of their sums are its headline metrics (`paired_spec(mode)`, an engine.metrics.paired.PairedSpec), the
+mode used when the run names none (`compare_default_mode`) and the verdict column its headline averages over
+(`compare_average_over`: the mean of the values defined in that replicate). A protocol without a paired statistic
+gets one note row instead of differences.
 
 Default pairs are the one-factor contrasts: two systems of the same dataset, protocol and judge that differ in
 exactly one of captioner, prompt, frame spec. `select_pairs(a=..., b=...)` picks others.
@@ -13,130 +16,21 @@ exactly one of captioner, prompt, frame spec. `select_pairs(a=..., b=...)` picks
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
 import numpy as np
 import polars as pl
 
+from engine.metrics.paired import PairedSpec
+from engine.registry import lookup
 from kernels.bootstrap import paired_bootstrap_diff
 
 FACTORS = ["captioner", "prompt_id", "frame_spec"]
 FIXED = ["dataset", "protocol", "judge"]
 MIN_VIDEOS = 20
-
-
-@dataclass(frozen=True)
-class PairedSpec:
-    """How one protocol's verdicts become per-video statistics (V, T, S) and headline metrics of their sums."""
-
-    stats: Callable[[pl.DataFrame, dict], pl.DataFrame]  # rows -> rows with _task and stat columns _s0.._sk
-    n_stats: int
-    metrics: dict[str, Callable[[np.ndarray], np.ndarray]]  # sums (..., S) -> values (...)
-    scale: float = 100.0
-
-
-def _code_stats(n_codes: int, steps_out: tuple[str, ...] = ()):
-    """One-hot code columns (the last one: no verdict) per row; optionally without some judge steps."""
-
-    def stats(v: pl.DataFrame, opts: dict) -> pl.DataFrame:
-        if steps_out and "step" in v.columns:
-            v = v.filter(pl.col("step").is_null() | ~pl.col("step").is_in(list(steps_out)))
-        code = pl.when((pl.col("verdict") >= 0) & (pl.col("verdict") < n_codes)).then(pl.col("verdict")).otherwise(
-            n_codes)
-        return v.with_columns([(code == k).cast(pl.Float64).alias(f"_s{k}") for k in range(n_codes + 1)])
-
-    return stats
-
-
-def _capquiz(mode: str) -> PairedSpec:
-    from engine.protocols.capquiz.codes import N_CODES
-    from engine.protocols.capquiz.metrics import metric_functions
-
-    return PairedSpec(_code_stats(N_CODES), N_CODES + 1, metric_functions(paper_compatible=mode == "paper"))
-
-
-def _capability(mode: str) -> PairedSpec:
-    from engine.protocols.capability.codes import N_CODES
-    from engine.protocols.capability.metrics import METRIC_FUNCTIONS
-
-    mode = mode if mode in ("official", "strict") else "official"
-    return PairedSpec(_code_stats(N_CODES), N_CODES + 1,
-                      {m: (lambda c, fn=fn: fn(c, mode)) for m, fn in METRIC_FUNCTIONS.items()})
-
-
-def _vidcapbench(mode: str) -> PairedSpec:
-    from engine.protocols.vidcapbench.codes import N_CODES
-    from engine.protocols.vidcapbench.metrics import metric_functions
-
-    # official mode leaves unscored pairs out of every count, as "paper" does (vidcapbench/metrics.py)
-    return PairedSpec(_code_stats(N_CODES, ("answer",)), N_CODES + 1,
-                      metric_functions(paper_compatible=mode in ("paper", "official")))
-
-
-def _vcinspector(mode: str) -> PairedSpec:
-    from engine.protocols.vcinspector.codes import N_CODES
-    from engine.protocols.vcinspector.metrics import mean_score
-
-    return PairedSpec(_code_stats(N_CODES), N_CODES + 1, {"mean_score": mean_score}, scale=1.0)
-
-
-def _lvcap(mode: str) -> PairedSpec:
-    """Per video: matched/total events each way (averaged over videos, as lvcap's default) and scene answers."""
-    from engine.protocols.lvcap.codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
-    from engine.protocols.lvcap.metrics import ENTAIL_STEPS
-
-    paper = mode.startswith("paper")
-    pooled = mode.endswith("/pooled")  # events pooled over videos instead of per-video ratios averaged
-
-    def stats(v: pl.DataFrame, opts: dict) -> pl.DataFrame:
-        step = pl.col("step") if "step" in v.columns else pl.lit(None, dtype=pl.String)
-        ok_scene = (pl.col("verdict") >= 0) & (pl.col("verdict") < N_SCENE_CODES)
-        cols = []
-        for i, s in enumerate(ENTAIL_STEPS):
-            cols.append(((step == s) & (pl.col("verdict") == int(EntailmentVerdict.ENTAILMENT))).cast(pl.Float64)
-                        .alias(f"_m{i}"))
-            cols.append((step == s).fill_null(False).cast(pl.Float64).alias(f"_n{i}"))
-        bad = (pl.col("verdict") < 0) | (pl.col("verdict") >= N_ENTAILMENT_CODES)
-        cols.append((step.is_in(list(ENTAIL_STEPS)).fill_null(False) & bad).cast(pl.Float64).alias("_env"))
-        scene = step.is_null() | ~step.is_in(list(ENTAIL_STEPS))
-        cols.append((scene & (pl.col("verdict") == int(SceneQAVerdict.CORRECT))).cast(pl.Float64).alias("_sc"))
-        cols.append((scene & (ok_scene | (not paper))).cast(pl.Float64).alias("_sn"))
-        per = v.with_columns(cols).group_by(["video_id", "_task"]).agg(
-            pl.col("_m0", "_n0", "_m1", "_n1", "_sc", "_sn", "_env").sum())
-        if paper:  # as lvcap's paper mode (AutoDQ): a video whose entailment judgment failed is left out
-            per = per.with_columns(pl.when(pl.col("_env") > 0).then(0.0).otherwise(pl.col(c)).alias(c)
-                                   for c in ("_m0", "_n0", "_m1", "_n1"))
-        if pooled:
-            return per.with_columns(pl.col("_m0").alias("_s0"), pl.col("_n0").alias("_s1"),
-                                    pl.col("_m1").alias("_s2"), pl.col("_n1").alias("_s3"),
-                                    pl.col("_sc").alias("_s4"), pl.col("_sn").alias("_s5"))
-        ratio = [pl.when(pl.col(f"_n{i}") > 0).then(pl.col(f"_m{i}") / pl.col(f"_n{i}")).otherwise(0.0)
-                 for i in range(2)]
-        return per.with_columns(ratio[0].alias("_s0"), (pl.col("_n0") > 0).cast(pl.Float64).alias("_s1"),
-                                ratio[1].alias("_s2"), (pl.col("_n1") > 0).cast(pl.Float64).alias("_s3"),
-                                pl.col("_sc").alias("_s4"), pl.col("_sn").alias("_s5"))
-
-    def ratio(a, b):
-        from engine.metrics.core import safe_ratio
-
-        return lambda s: safe_ratio(s[..., a], s[..., b])
-
-    def s_e(s):
-        from engine.metrics.core import f1
-
-        return f1(ratio(0, 1)(s), ratio(2, 3)(s))
-
-    return PairedSpec(stats, 6, {"S_e": s_e, "S_s": ratio(4, 5)})
-
-
-PAIRED_SPECS: dict[str, Callable[[str], PairedSpec]] = {
-    "capquiz": _capquiz, "capability": _capability, "vidcapbench": _vidcapbench, "vcinspector": _vcinspector,
-    "lvcap": _lvcap,
-}
-#: the headline is an average over this verdict column (per-task metrics, then their mean)
-AVERAGE_OVER = {"capability": "task"}
-DEFAULT_MODE = {"capability": "official"}
+#: columns of compare_run's frame
+RESULT_SCHEMA = {"dataset": pl.String, "protocol": pl.String, "judge": pl.String, "differs": pl.String,
+                 "same": pl.String, "a": pl.String, "b": pl.String, "metric": pl.String, "a_value": pl.Float64,
+                 "b_value": pl.Float64, "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64,
+                 "p_value": pl.Float64, "p_holm": pl.Float64, "n_videos": pl.Int64, "warning": pl.String}
 
 
 def per_video_stats(rows: pl.DataFrame, spec: PairedSpec, videos: list[str], tasks: list[str]) -> np.ndarray:
@@ -227,30 +121,41 @@ def compare_run(verdicts: pl.DataFrame, *, a: str | None = None, b: str | None =
                 confidence: float = 0.95, min_videos: int = MIN_VIDEOS) -> pl.DataFrame:
     """Paired differences (a - b) of every headline metric for the selected pairs of systems.
 
-    verdicts: labelled verdict rows (engine.report.rundir.load_run(...).verdicts). modes: protocol -> mode used
-    for the metric functions ("strict" by default; CAPability "official"). Columns: dataset, protocol, judge,
-    differs, same (the factors held equal), a, b, metric, a_value, b_value, diff, ci_low, ci_high, p_value,
-    p_holm, n_videos, warning."""
+    verdicts: labelled verdict rows (engine.report.rundir.load_run(...).verdicts). modes: protocol label or name ->
+    mode used for the metric functions (default: the protocol's `compare_default_mode`). Columns: RESULT_SCHEMA
+    (dataset, protocol, judge, differs, same (the factors held equal), a, b, metric, a_value, b_value, diff,
+    ci_low, ci_high, p_value, p_holm, n_videos, warning). A protocol that has no paired statistic (or is not
+    registered) gives one row per (dataset, protocol, judge) with metric "-" and the reason as its warning."""
     modes = modes or {}
-    out = []
+    out, skipped = [], {}
     systems = verdicts.select(FIXED + FACTORS + ["protocol_name"]).unique(maintain_order=True)
     for x, y, differ in select_pairs(systems, a, b, all_pairs):
         name = x["protocol_name"]
-        if name not in PAIRED_SPECS:
+        protocol, spec, why = _protocol_spec(name, modes.get(x["protocol"], modes.get(name)))
+        if spec is None:
+            skipped.setdefault((x["dataset"], x["protocol"], x["judge"]), why)
             continue
-        spec = PAIRED_SPECS[name](modes.get(x["protocol"], modes.get(name, DEFAULT_MODE.get(name, "strict"))))
-        out += _compare_pair(verdicts, x, y, differ, spec, AVERAGE_OVER.get(name), n_resamples, seed, confidence,
-                             min_videos)
+        out += _compare_pair(verdicts, x, y, differ, spec, protocol.compare_average_over, n_resamples, seed,
+                             confidence, min_videos)
+    out += [{"dataset": d, "protocol": p, "judge": j, "differs": "-", "same": "-", "a": "-", "b": "-", "metric": "-",
+             "n_videos": 0, "warning": why} for (d, p, j), why in skipped.items()]
     if not out:
-        return pl.DataFrame(schema={"dataset": pl.String, "protocol": pl.String, "judge": pl.String,
-                                    "differs": pl.String, "same": pl.String, "a": pl.String, "b": pl.String, "metric": pl.String,
-                                    "a_value": pl.Float64, "b_value": pl.Float64, "diff": pl.Float64,
-                                    "ci_low": pl.Float64, "ci_high": pl.Float64, "p_value": pl.Float64,
-                                    "p_holm": pl.Float64, "n_videos": pl.Int64, "warning": pl.String})
-    frame = pl.DataFrame(out, infer_schema_length=None)
-    return frame.with_columns(pl.Series("p_holm", holm(frame["p_value"].to_numpy()))).select(
-        "dataset", "protocol", "judge", "differs", "same", "a", "b", "metric", "a_value", "b_value", "diff", "ci_low",
-        "ci_high", "p_value", "p_holm", "n_videos", "warning")
+        return pl.DataFrame(schema=RESULT_SCHEMA)
+    frame = pl.DataFrame(out, schema=RESULT_SCHEMA)
+    p_holm = pl.Series("p_holm", holm(frame["p_value"].to_numpy())).fill_nan(None)  # no p-value: no p_holm
+    return frame.with_columns(p_holm).select(list(RESULT_SCHEMA))
+
+
+def _protocol_spec(name: str, mode: str | None):
+    """(protocol, its PairedSpec for `mode` or its default mode, None) or (protocol or None, None, why not)."""
+    try:
+        protocol = lookup("protocol", name)
+    except KeyError:
+        return None, None, f"not compared: {name!r} is not a registered protocol"
+    spec = protocol.paired_spec(mode or protocol.compare_default_mode)
+    if spec is None:
+        return protocol, None, f"not compared: protocol {name!r} declares no paired statistic (paired_spec is None)"
+    return protocol, spec, None
 
 
 def _rows_of(verdicts: pl.DataFrame, system: dict, average_over: str | None) -> pl.DataFrame:
@@ -330,6 +235,9 @@ def format_comparison(frame: pl.DataFrame, digits: int = 1) -> str:
 
     lines = []
     for key, g in frame.group_by(["dataset", "protocol", "judge", "differs", "same", "a", "b"], maintain_order=True):
+        if g["metric"].to_list() == ["-"]:  # a protocol compare could not pair (compare_run says why)
+            lines.append(f"== {key[1]} ({key[0]}, judge {key[2]}): {g['warning'][0]}")
+            continue
         lines.append(f"== {key[1]} ({key[0]}, judge {key[2]}): a = {key[5]}  vs  b = {key[6]}   "
                      f"[{key[3]} differs; {key[4]}]")
         for r in g.iter_rows(named=True):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import polars as pl
 
+from engine.registry import lookup
 from engine.report import plots
 from engine.report.assets import CSS, JS
 from engine.report.compare import compare_run
@@ -82,26 +83,18 @@ def _comparison_html(comp: pl.DataFrame) -> str:
 
 
 def _verdict_labels(protocol_name: str) -> dict[int, str]:
-    """code -> name from the protocol's codes module (its first IntEnum named *Verdict)."""
-    import enum
-    import importlib
-
+    """code -> name, as the protocol declares (`verdict_labels()`); empty for a protocol that is not registered, or
+    whose codes mean different things in different steps (the code alone would be ambiguous there)."""
     try:
-        codes = importlib.import_module(f"engine.protocols.{protocol_name}.codes")
-    except ImportError:
+        return lookup("protocol", protocol_name).verdict_labels()
+    except KeyError:
         return {}
-    for obj in vars(codes).values():
-        if isinstance(obj, type) and issubclass(obj, enum.IntEnum) and obj.__name__.endswith("Verdict"):
-            return {int(m): m.name for m in obj}
-    return {}
 
 
 def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
     v = run.verdicts
     labels = {}
     for name in v["protocol_name"].unique().to_list():
-        if name == "lvcap":  # two code sets (scene answers, entailments): the code alone is unambiguous there
-            continue
         for code, label in _verdict_labels(name).items():
             labels[(name, code)] = label
     names = pl.DataFrame([{"protocol_name": p, "_code": c, "_name": n} for (p, c), n in labels.items()],

@@ -18,14 +18,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-#: headline metrics per protocol, in display order; a protocol not listed shows every overall metric
-HEADLINE_METRICS: dict[str, list[str]] = {
-    "capquiz": ["CapF1", "CapP", "CapR"],
-    "capability": ["f1", "precision", "recall", "hit_rate"],
-    "vidcapbench": ["Acc", "Pre", "Cov", "Con"],
-    "lvcap": ["S_e", "S_s", "event_precision", "event_recall"],
-    "vcinspector": ["mean_score"],
-}
+from engine.registry import lookup
+
 #: labels that mark an overall row in a breakdown column ("avg" rows are averages over that column)
 OVERALL_LABELS = ("all", "avg", "overall", "-")
 #: what tells systems apart; a column is shown when it varies (judge seeds: one row per seed, as the results table)
@@ -66,6 +60,15 @@ def to_long(frame: pl.DataFrame) -> pl.DataFrame:
         if c not in long.columns:
             long = long.with_columns(pl.lit(None, dtype=pl.Int64).alias(c))
     return long
+
+
+def headline_metrics(protocol: str) -> list[str]:
+    """The protocol's headline metrics in display order (its `headline` declaration); empty for a protocol that is
+    not registered or declares none (its leaderboard then shows every overall metric)."""
+    try:
+        return list(lookup("protocol", protocol).headline)
+    except KeyError:
+        return []
 
 
 def protocol_of(metrics: pl.DataFrame, protocol: str | None) -> str:
@@ -117,7 +120,7 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
         df = df.with_columns(pl.lit("-").alias("captioner"))
     systems, breakdown = split_columns(df)
     df = df.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in systems)
-    wanted = HEADLINE_METRICS.get(protocol)
+    wanted = headline_metrics(protocol)
     present = list(dict.fromkeys(df["metric"].to_list()))
     names = [m for m in wanted if m in present] if wanted else present
     if not names:
