@@ -22,61 +22,16 @@ Bad inputs raise a `VideoDecodeError` subclass whose message names the file and 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import av
 import numpy as np
 
+from engine.frames.images import decode_image, is_image_path
+from engine.frames.results import (CorruptVideoError, EmptyVideoError, FramesResult, NoVideoStreamError,  # noqa: F401
+                                   TruncatedVideoError, VideoDecodeError, VideoNotFoundError)  # re-exported here too
 from engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec, spec_timestamps
 from engine.frames.sizes import Size, output_size, size_text  # noqa: F401 - re-exported (older imports)
-
-
-
-class VideoDecodeError(Exception):
-    """A video that cannot give the requested frames. `path` names it; the message says why."""
-
-    kind = "decode_error"
-
-    def __init__(self, path: str | Path, message: str):
-        self.path = str(path)
-        super().__init__(f"{self.kind}: {path}: {message}")
-
-
-class VideoNotFoundError(VideoDecodeError):
-    kind = "not_found"
-
-
-class EmptyVideoError(VideoDecodeError):
-    kind = "empty_file"
-
-
-class NoVideoStreamError(VideoDecodeError):
-    kind = "no_video_stream"
-
-
-class CorruptVideoError(VideoDecodeError):
-    kind = "corrupt"
-
-
-class TruncatedVideoError(VideoDecodeError):
-    kind = "truncated"
-
-
-@dataclass
-class FramesResult:
-    frames: np.ndarray  # uint8 (T, H, W, 3)
-    timestamps: np.ndarray  # float64 seconds from the video start, of the frames returned
-    targets: np.ndarray  # seconds asked for by the spec
-    frame_spec: str
-    duration: float
-    frames_decoded: int = 0  # frames the decoder produced (0 on a cache hit)
-    seeks: int = 0
-    rotation: int = 0
-    path: str | None = None  # frame-cache locator when cached (engine.frames.cache.locator)
-    cache_hit: bool = False
-    info: dict = field(default_factory=dict)
-    media_type: str = "video"  # "image": one frame from a still image (timestamps [0.0], duration 0)
 
 
 def _open(path: Path):
@@ -189,8 +144,6 @@ def decode_frames(
     `skip_nonref=False` decodes every frame between a keyframe and its target (same output, slower)."""
     path = Path(path)
     spec = parse_frame_spec(spec)
-    from engine.frames.images import decode_image, is_image_path
-
     if is_image_path(path):
         return decode_image(path, spec, size)
     container = _open(path)
