@@ -29,34 +29,12 @@ import pyarrow as pa
 from engine.keys import content_key
 from engine.schemas import CAPTIONS, conform
 from engine.stages.caption_worker import (TIMESTAMP_MODES, CaptionTask, CaptionWorker,  # noqa: F401 (re-exported)
-                                          prompt_with_timestamps, row)
+                                          prompt_with_timestamps, row, segment_chunks)
 
 
 def caption_key(frames_key: str, captioner: str, revision: str, prompt_text: str, params: dict) -> str:
     """Key of one caption: the frames, the captioner's identity and weights, the exact prompt and the params."""
     return content_key("caption", frames_key, captioner, revision, prompt_text, params)
-
-
-def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=()) -> list[list[int]]:
-    """Frame indices of each captioning segment: the frame spec's own segments when it is a `segments:` spec (by
-    each frame's timestamp against the segment edges; `per` consecutive frames when timestamps are unknown), else
-    `n_segments` equal parts."""
-    import numpy as np
-
-    from engine.frames.sampling import KeyframeSnap, Segments, parse_frame_spec
-
-    spec = parse_frame_spec(frame_spec)
-    if isinstance(spec, KeyframeSnap):
-        spec = spec.spec
-    idx = np.arange(n_frames)
-    if isinstance(spec, Segments):
-        if len(timestamps) == n_frames and n_frames:
-            ts = np.asarray(timestamps, dtype=float)
-            seg = (np.floor(ts / spec.length_s) if spec.length_s else
-                   np.searchsorted(np.asarray(spec.boundaries, dtype=float), ts, side="right"))
-            return [idx[seg == s].tolist() for s in np.unique(seg)]
-        return [idx[i:i + spec.per_segment].tolist() for i in range(0, n_frames, spec.per_segment)]
-    return [part.tolist() for part in np.array_split(idx, max(1, min(n_segments, n_frames)))]
 
 
 def finished_keys(store) -> set[str]:

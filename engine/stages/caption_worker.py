@@ -54,6 +54,28 @@ def prompt_with_timestamps(prompt: str, timestamps, mode: str) -> str:
     return f"{prompt}\n(Frame timestamps in seconds: {', '.join(f'{t:.2f}' for t in timestamps)})"
 
 
+def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=()) -> list[list[int]]:
+    """Frame indices of each captioning segment: the frame spec's own segments when it is a `segments:` spec (by
+    each frame's timestamp against the segment edges; `per` consecutive frames when timestamps are unknown), else
+    `n_segments` equal parts."""
+    import numpy as np
+
+    from engine.frames.sampling import KeyframeSnap, Segments, parse_frame_spec
+
+    spec = parse_frame_spec(frame_spec)
+    if isinstance(spec, KeyframeSnap):
+        spec = spec.spec
+    idx = np.arange(n_frames)
+    if isinstance(spec, Segments):
+        if len(timestamps) == n_frames and n_frames:
+            ts = np.asarray(timestamps, dtype=float)
+            seg = (np.floor(ts / spec.length_s) if spec.length_s else
+                   np.searchsorted(np.asarray(spec.boundaries, dtype=float), ts, side="right"))
+            return [idx[seg == s].tolist() for s in np.unique(seg)]
+        return [idx[i:i + spec.per_segment].tolist() for i in range(0, n_frames, spec.per_segment)]
+    return [part.tolist() for part in np.array_split(idx, max(1, min(n_segments, n_frames)))]
+
+
 def load_task_frames(task: CaptionTask):
     """(frames, JPEG bytes or None) of a task, through the frame cache (its `load_encoded_frames`, when the cache
     offers it, gives the frames already JPEG-encoded so HTTP captioners send them without re-encoding)."""
@@ -215,8 +237,6 @@ class CaptionWorker:
         has them (`segments:length=60,...` or scene cuts `segments:at=12.5|40,...`: `per` frames each); any other
         spec is split into `task.segments` equal parts."""
         import numpy as np
-
-        from engine.stages.caption import segment_chunks
 
         texts: list[str] = []
         raws: list[str] = []  # whole replies, reasoning included (raw_text when any segment had reasoning)
