@@ -2,13 +2,15 @@
 
 `plan_staging(sweep)` decides everything before a byte is copied; `write_staging(plan, folder)` copies it.
 
-- Declared path fields only (`DECLARED`): each dataset kind's path parameters (registry `Param.path`), the files its
-  loader reads (an items table, CAPability's task files, VATEX-EVAL's score file), `[[captions]].path`, prompt
-  `file`/`pack`, protocol `prompts`/`event_prompts`, and `replies` of a replay judge or captioner. Any other string
-  (a label, a name) is never read as a path and never rewritten.
+- Declared path fields only: each dataset kind's path parameters (registry `Param.path`), the files its loader
+  reads (an items table; from a folder, what the kind's `files_in_folder` names: CAPability's task files,
+  VATEX-EVAL's score file), `[[captions]].path`, prompt `file`/`pack`, the protocol params that name prompt packs
+  (`JudgeProtocol.pack_params`), and `replies` of a replay judge or captioner. Any other string (a label, a name)
+  is never read as a path and never rewritten.
 - Media: exactly the files the dataset kind's own loader lists (`DatasetLoad.media`), never a folder wholesale.
 - Roots: every shipped file must lie (after symlinks are resolved) under an allowed root: the sweep file's folder,
-  each dataset's folders (the folder of its path, its `media_root`, CAPability's release root) and any
+  each dataset's folders (the folder of its path, its `media_root`, those its kind's `extra_roots` adds:
+  CAPability's release root) and any
   `--allow-root`; below its root no path component may be hidden (`.ssh`, `.aws`), and media must have a video or
   image suffix. Anything else is refused (exit 2) naming the field, or the table's row, and the resolved path.
 - Size: the total is computed from the plan and refused above the cap before anything is copied.
@@ -34,7 +36,6 @@ MAX_SHIPPED_BYTES = 400 * 1024 * 1024  # Ray refuses working_dirs above ~500 MiB
 SHIPPED_LIST = "SHIPPED.txt"
 #: judge/captioner params that name a file (replay's recorded replies)
 COMPONENT_FILE_PARAMS = ("replies",)
-PROTOCOL_FILE_PARAMS = ("prompts", "event_prompts")
 PROMPT_FILE_KEYS = ("file", "pack")
 
 
@@ -166,10 +167,8 @@ class _Planner:
                     if p.path == "glob" and _is_glob(str(target)):
                         target = _glob_root(target)
                     self.allowed.append(target if target.is_dir() else target.parent)
-                    if kind.name == "capability" and p.name == "path" and "media_root" not in d:
-                        from engine.datasets.kinds.capability import release_root
-
-                        self.allowed.append(release_root(target))
+                    if kind.extra_roots and p.name == "path":
+                        self.allowed.extend(kind.extra_roots(target, d))
 
     def staged_value(self, value: str, why: str, base: Path | None = None) -> str | None:
         """A declared file field: shipped (its staged path) or, without shipping, made absolute."""
@@ -202,23 +201,20 @@ class _Planner:
                     if staged is not None:
                         d[p.name] = staged
                         self.folders.append(staged)
-                        for f in _files_read_from_folder(kind.name, target, d):
+                        for f in (kind.files_in_folder(target, d) if kind.files_in_folder else []):
                             self.ship(f, why)
                 else:
                     staged = self.ship(target, why)
                     if staged is not None:
                         d[p.name] = staged
-            if self.ship_data:
+            if self.ship_data and kind.reads_only:  # not e.g. synthetic: its videos are generated where it runs
                 self.media(i, d, kind.name)
 
     def media(self, i: int, d: dict, kind: str) -> None:
         """Ship the media the kind's own loader lists; an items table whose rows would no longer find them is
         rewritten."""
         from engine.datasets.registry import load
-        from engine.sweep.validation import READ_ONLY_KINDS
 
-        if kind not in READ_ONLY_KINDS:
-            return  # e.g. synthetic: generated where it runs
         original = self.original_datasets[i]  # the user's paths, not the staged ones
         params = {k: v for k, v in original.items() if k not in ("name", "kind", "limit")}
         try:
@@ -261,7 +257,7 @@ class _Planner:
                     e[key] = self.staged_value(e[key], f"prompts[{i}].{key}") or e[key]
         for i, e in enumerate(_entries(raw, "protocols")):
             params = e.get("params") if isinstance(e.get("params"), dict) else {}
-            for key in PROTOCOL_FILE_PARAMS:
+            for key in protocol_pack_params(e.get("name")):
                 if isinstance(params.get(key), str):
                     params[key] = self.staged_value(params[key], f"protocols[{i}].params.{key}") or params[key]
         for section in ("judges", "captioners"):
@@ -292,21 +288,15 @@ def _glob_root(pattern: Path) -> Path:
     return Path(*parts)
 
 
-def _files_read_from_folder(kind: str, folder: Path, d: dict) -> list[Path]:
-    """The data files a kind's loader reads from a folder given as its `path` (media are listed by the loader)."""
-    if kind == "capability":
-        from engine.datasets.capability import annotation_files
-        from engine.protocols.capability.codes import TASKS
+def protocol_pack_params(name) -> tuple[str, ...]:
+    """The params of protocol `name` that name a prompt pack (its `pack_params`); for a name no protocol has
+    (load_sweep reports it), those of every registered protocol."""
+    from engine.registry import lookup, names
 
-        try:
-            return [p for _, p in annotation_files(folder, tuple(d.get("tasks") or TASKS)) if p.is_file()]
-        except (OSError, ValueError):
-            return []
-    if kind == "vatex_eval":
-        from engine.datasets.vatex_eval import FILE
-
-        return [folder / FILE]
-    return []
+    try:
+        return tuple(lookup("protocol", name).pack_params)
+    except (KeyError, TypeError):
+        return tuple(dict.fromkeys(k for n in names("protocol") for k in lookup("protocol", n).pack_params))
 
 
 def read_raw(path: Path) -> tuple[dict, str]:

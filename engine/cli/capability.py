@@ -32,7 +32,7 @@ def score_table(annotations: Path, judgments: Path, *, mode: str = "official", r
     that made it and a note saying why a value is empty (0/0)."""
     import polars as pl
 
-    from engine.datasets.capability import load_items, load_judgments
+    from engine.protocols.capability.release import load_items, load_judgments
     from engine.protocols.capability.metrics import METRICS, compute_metrics, wide
 
     items = load_items(annotations)

@@ -120,7 +120,7 @@ def accepted(fn, params: dict) -> dict:
 
 def load_dataset(path: Path, dataset: str | None, media_root: Path | None, protocol: str):
     """(ITEMS, CAPTIONS that came with the dataset or None) from --items as the given or detected kind."""
-    from engine.datasets.capability import is_release_file
+    from engine.protocols.capability.release import is_release_file
     from engine.datasets.registry import load
     from engine.inputs import read_items
 
@@ -147,7 +147,7 @@ def load_captions(path: Path, items):
     from engine.inputs import read_captions
 
     if path.is_dir():  # a CAPability captions/<model>/ folder: one <task>.jsonl per task
-        from engine.datasets.capability import load_captions as load_release_captions
+        from engine.protocols.capability.release import load_captions as load_release_captions
 
         return load_release_captions(path, items)
     captions = read_captions(path)
@@ -155,7 +155,7 @@ def load_captions(path: Path, items):
         # released captions: label them as `capeval capability score` does (per-media prompt, frames "released")
         import pyarrow as pa
 
-        from engine.datasets.capability import RELEASED_FRAME_SPEC, prompt_id_for
+        from engine.protocols.capability.release import RELEASED_FRAME_SPEC, prompt_id_for
 
         media = dict(zip(items.column("video_id").to_pylist(), items.column("media_type").to_pylist()))
         prompts = [prompt_id_for(media.get(v) or "video") if p == "file" else p

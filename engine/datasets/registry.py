@@ -1,6 +1,9 @@
 """Dataset kinds: how a sweep's `[[datasets]]` table (or `capeval judge --dataset KIND`) becomes ITEMS + media.
 
-Each kind is one module under engine/datasets/kinds/ that registers itself (as protocols do) with its parameters.
+Each kind is one module that registers itself (as protocols do) with its parameters: the generic kinds live under
+engine/datasets/kinds/; a protocol that brings its own release layout (CAPability, VidCapBench) registers its kind
+from its own package and names that module in `JudgeProtocol.dataset_kind_modules`, so this package never imports
+a protocol by name (docs/architecture.md).
 `validate(params, base_dir)` checks them without loading anything heavy (types, required keys, paths that must
 exist) and returns every problem as "key: message"; `load(params, base_dir=, out_dir=)` returns the items and
 {video_id: media path}. Relative paths resolve against `base_dir` (the sweep file's folder); relative media paths
@@ -17,7 +20,8 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-KIND_MODULES = ("synthetic", "items", "videos", "capability", "vidcapbench", "dream1k", "vatex_eval")
+#: the generic kinds (engine/datasets/kinds/<name>.py); protocols add theirs (`dataset_kind_modules`)
+KIND_MODULES = ("synthetic", "items", "videos", "dream1k", "vatex_eval")
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,17 @@ class DatasetKind:
     # True when every item needs a media file to caption; False for kinds whose items may come with captions only
     needs_media: bool = True
     extra_check: Callable[[dict, Path], list[str]] | None = None
+    # True when the loader only reads files (tables, annotations, a folder listing): `--check` loads it before any
+    # work (a table the run would refuse is reported with the sweep file's line) and `capeval submit` ships the
+    # media it lists. False (synthetic: it generates its videos where it runs) skips both.
+    reads_only: bool = False
+    # Staging hooks (engine/staging.py), for kinds whose loader reads more than its path params name:
+    # extra_roots(path, params): folders besides its path params' own that shipped files may lie under, given the
+    # resolved `path` param and the params as written (CAPability: the release root above annotations/);
+    # files_in_folder(folder, params): the data files its loader reads from a folder given as `path` (media are
+    # listed by the loader itself).
+    extra_roots: Callable[[Path, dict], list[Path]] | None = None
+    files_in_folder: Callable[[Path, dict], list[Path]] | None = None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -117,8 +132,13 @@ def register_kind(kind: DatasetKind) -> DatasetKind:
 
 
 def _load_builtins() -> None:
+    from engine.registry import lookup, names
+
     for name in KIND_MODULES:
         importlib.import_module(f"engine.datasets.kinds.{name}")
+    for protocol in names("protocol"):
+        for module in lookup("protocol", protocol).dataset_kind_modules:
+            importlib.import_module(module)
 
 
 def get_kind(name: str) -> DatasetKind:

@@ -60,7 +60,7 @@ def test_capability_every_task_answered_in_a_format_both_parsers_accept(judge, s
     strict parser, with the same verdict."""
     import polars as pl
 
-    from engine.datasets.capability import load_captions, load_items
+    from engine.protocols.capability.release import load_captions, load_items
     from engine.judging.requests import to_judge_request
     from engine.protocols.capability import PROTOCOL
     from engine.protocols.capability.codes import TASKS

@@ -5,7 +5,7 @@ import json
 import polars as pl
 import pytest
 
-from engine.datasets.capability import load_items, load_judgments
+from engine.protocols.capability.release import load_items, load_judgments
 from engine.protocols.capability.codes import CapabilityQAVerdict, CapabilityVerdict
 from engine.protocols.capability.metrics import compute_metrics, know_but_cannot_tell
 

@@ -6,7 +6,7 @@ import polars as pl
 import pytest
 
 from engine import schemas
-from engine.datasets.capability import load_captions, load_items, load_judgments
+from engine.protocols.capability.release import load_captions, load_items, load_judgments
 from engine.datasets.jsonl import DatasetFormatError
 from engine.protocols.capability.codes import TASKS, CapabilityVerdict
 

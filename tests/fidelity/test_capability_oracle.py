@@ -230,7 +230,7 @@ def test_metric_oracle_case(case):
 
 
 def test_metric_oracle_released_average(shared_data):
-    from engine.datasets.capability import load_items, load_judgments
+    from engine.protocols.capability.release import load_items, load_judgments
 
     case = next(c for c in read_oracle(METRIC) if not isinstance(c["score_dict"], dict))
     root = shared_data / "capability"

@@ -13,7 +13,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.datasets.capability import load_captions, load_items
+from engine.protocols.capability.release import load_captions, load_items
 from engine.protocols.capability import PROTOCOL
 from engine.protocols.capability.codes import CLASSIFICATION_TASKS, TASKS
 

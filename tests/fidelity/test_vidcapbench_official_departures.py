@@ -90,7 +90,7 @@ def test_answer_with_no_content_renders_predicted_answer_none(tmp_path):
 
     import pyarrow as pa
 
-    from engine.datasets.vidcapbench import load_vidcapbench
+    from engine.protocols.vidcapbench.release import load_vidcapbench
     from engine.registry import lookup
     from engine.schemas import NO_VERDICT, ParseStatus
 

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from adapters.replay import ReplayJudge
-from engine.datasets.vidcapbench import load_vidcapbench
+from engine.protocols.vidcapbench.release import load_vidcapbench
 from engine.judging.runner import run_judging
 from engine.protocols.vidcapbench.metrics import compute_metrics
 from engine.registry import lookup

@@ -51,7 +51,7 @@ def test_equal_prompts_are_separate_draws_when_sampling_and_shared_at_temperatur
     import pyarrow as pa
 
     from adapters.replay import ReplayJudge
-    from engine.datasets.vidcapbench import load_vidcapbench
+    from engine.protocols.vidcapbench.release import load_vidcapbench
     from engine.judging.runner import run_judging
     from engine.registry import lookup
     from engine.schemas import CAPTIONS, conform

@@ -17,7 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from _judging_backends import ScriptedJudge
-from engine.datasets.capability import load_captions, load_items
+from engine.protocols.capability.release import load_captions, load_items
 from engine.judging.runner import run_judging
 from engine.registry import lookup
 from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus

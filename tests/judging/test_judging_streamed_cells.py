@@ -86,7 +86,7 @@ def test_streamed_multistep_cell_equals_one_shot(tmp_path):
 
 def test_streamed_capability_per_item_captions_equal_one_shot(tmp_path, shared_data):
     """CAPability's captions are matched by item_id (one caption per item): parts by those ids."""
-    from engine.datasets.capability import load_captions, load_items
+    from engine.protocols.capability.release import load_captions, load_items
 
     items = load_items(shared_data / "capability" / "annotations", tasks=("object_color", "event"))
     items = pa.concat_tables([items.filter(pc.equal(items["task"], t)).slice(0, 20) for t in ("object_color", "event")])

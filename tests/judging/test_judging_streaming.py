@@ -142,7 +142,7 @@ def test_reask_policy_resends_unchanged_or_at_a_temperature(tmp_path, reask_temp
 
 
 def _capability_official(shared_data, pack_dir, n_scene):
-    from engine.datasets.capability import load_captions, load_items
+    from engine.protocols.capability.release import load_captions, load_items
 
     items = load_items(shared_data / "capability" / "annotations", tasks=("scene", "dynamic_object_number"))
     items = pa.concat_tables([items.filter(pc.equal(items["task"], "scene")).slice(0, n_scene),

@@ -39,7 +39,7 @@ def judging_inputs(shared_data, tmp_path_factory):
     np.save(d / "v0.npy", np.random.default_rng(0).integers(0, 255, (2, 32, 32, 3), dtype=np.uint8))
     frames = conform(pa.table({"frames_key": ["fk0"], "video_id": ["v0"], "frame_spec": ["f4"],
                                "path": [str(d / "v0.npy")]}), FRAMES)
-    from engine.datasets.capability import load_items
+    from engine.protocols.capability.release import load_items
 
     cap = load_items(shared_data / "capability" / "annotations", tasks=("object_color", "dynamic_object_number",
                                                                         "camera_movement"))

@@ -29,5 +29,5 @@ KIND = register_kind(DatasetKind(
     (Param("path", (str,), "DREAM-1k.jsonl", required=True, path="file"),
      Param("media_root", (str,), "folder of the videos (default: the jsonl's folder)", path="dir"),
      Param("unit", (str,), "'clips' (default) or 'events'", check=_unit)),
-    load,
+    load, reads_only=True,
 ))

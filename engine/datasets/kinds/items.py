@@ -23,5 +23,5 @@ KIND = register_kind(DatasetKind(
     "items", __doc__.split("\n\n")[0],
     (Param("path", (str,), "the items file (.jsonl, .csv, .tsv or .parquet)", required=True, path="file"),
      Param("benchmark", (str,), "benchmark name for rows without one (default: 'items')")),
-    load, needs_media=False,
+    load, needs_media=False, reads_only=True,
 ))

@@ -43,10 +43,17 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     return DatasetLoad(items, media, captions)
 
 
+def _files_in_folder(folder: Path, params: dict) -> list[Path]:
+    """The score file the loader reads when `path` is the VATEX-EVAL folder (staging ships it)."""
+    from engine.datasets.vatex_eval import FILE
+
+    return [folder / FILE]
+
+
 KIND = register_kind(DatasetKind(
     "vatex_eval", __doc__.split("\n\n")[0],
     (Param("path", (str,), "the folder holding vid_cans_score_dict.json",
            required=True, path="file_or_dir"),
      Param("media_root", (str,), "folder of the VATEX clips", path="dir")),
-    load, needs_media=False,
+    load, needs_media=False, reads_only=True, files_in_folder=_files_in_folder,
 ))

@@ -57,5 +57,5 @@ KIND = register_kind(DatasetKind(
      Param("recursive", (bool,), "search sub-folders of a folder (default true)"),
      Param("benchmark", (str,), "benchmark column of the items (default 'videos')"),
      Param("task", (str,), "task column of the items (default 'caption')")),
-    load, extra_check=_check,
+    load, extra_check=_check, reads_only=True,
 ))

@@ -7,11 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from engine.errors import UsageError
+
+from .codes import TASKS
+from .release import annotation_files, load_items
 
 
 def _tasks(v) -> str | None:
-    from engine.protocols.capability.codes import TASKS
-
     bad = [t for t in v if t not in TASKS]
     return f"unknown task(s) {bad}; tasks: {', '.join(TASKS)}" if bad else None
 
@@ -23,9 +25,6 @@ def release_root(annotations: Path) -> Path:
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from engine.datasets.capability import load_items
-    from engine.protocols.capability.codes import TASKS
-
     annotations = resolve(base_dir, params["path"])
     root = resolve(base_dir, params["media_root"]) if "media_root" in params else release_root(annotations)
     items = load_items(annotations, tuple(params.get("tasks") or TASKS), media_root=root)
@@ -33,11 +32,22 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     for vid, task, path in zip(items.column("video_id").to_pylist(), items.column("task").to_pylist(),
                                items.column("media_path").to_pylist()):
         if media.setdefault(vid, path) != path:
-            from engine.errors import UsageError
-
             raise UsageError(f"{annotations}: file_id {vid!r} names two media files ({media[vid]} and {path}, task "
                              f"{task!r}); capeval keys media by file_id")
     return DatasetLoad(items, media)
+
+
+def extra_roots(path: Path, params: dict) -> list[Path]:
+    """Without `media_root`, the records' file_path are relative to the release root: media may lie there."""
+    return [] if "media_root" in params else [release_root(path)]
+
+
+def files_in_folder(folder: Path, params: dict) -> list[Path]:
+    """The task files the loader reads from an annotations/ folder (the tasks asked for that exist)."""
+    try:
+        return [p for _, p in annotation_files(folder, tuple(params.get("tasks") or TASKS)) if p.is_file()]
+    except (OSError, ValueError):
+        return []
 
 
 KIND = register_kind(DatasetKind(
@@ -47,5 +57,5 @@ KIND = register_kind(DatasetKind(
      Param("media_root", (str,), "folder the records' file_path are relative to (default: the release root)",
            path="dir"),
      Param("tasks", (list,), "only these tasks (default: every task file present)", check=_tasks)),
-    load,
+    load, reads_only=True, extra_roots=extra_roots, files_in_folder=files_in_folder,
 ))

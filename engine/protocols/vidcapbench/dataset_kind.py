@@ -8,10 +8,10 @@ from pathlib import Path
 from engine.datasets.kinds._media import find_media
 from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
 
+from .release import load_vidcapbench
+
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from engine.datasets.vidcapbench import load_vidcapbench
-
     path = resolve(base_dir, params["path"])
     items = load_vidcapbench(path)
     root = resolve(base_dir, params["media_root"]) if "media_root" in params else path.parent
@@ -23,5 +23,5 @@ KIND = register_kind(DatasetKind(
     "vidcapbench", __doc__.split("\n\n")[0],
     (Param("path", (str,), "the QA file (JSON lines or one JSON array)", required=True, path="file"),
      Param("media_root", (str,), "folder of the videos (default: the QA file's folder)", path="dir")),
-    load, needs_media=True,
+    load, needs_media=True, reads_only=True,
 ))
