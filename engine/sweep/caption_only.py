@@ -10,6 +10,7 @@ from engine.ray_local import init_ray
 from engine.sweep import accounting
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.grid import Cell
+from engine.sweep.results import SweepResult, record_run, write_results_files
 
 
 def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict, stores, *, progress, log, verbose,
@@ -21,7 +22,6 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     from engine.stages.pipeline import caption_cells_for
     from engine.sweep import cells as cellmod
     from engine.sweep.grid import caption_cells
-    from engine.sweep.runner import SweepResult, _record, _write_results
 
     ccells = [c for c in caption_cells(config) if not getattr(c, "from_file", False)]
     log(f"[sweep {config.name}] caption-only: {len(ccells)} caption cells")
@@ -44,11 +44,11 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     if results.height:
         results = results.select(["dataset", "captioner", "prompt_id", "frame_spec", "video_id", "text", "item_status",
                                   "error", "n_tokens", "latency_s", "timestamps_mode"])
-    _write_results(results, out)
+    write_results_files(results, out)
     parquet, csv = out / "results.parquet", out / "results.csv"
     for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
         src.replace(dst)
     result = SweepResult(results, len(ccells), 0, len(ccells), outcome.stats, {}, time.perf_counter() - t0, out,
                          account, account.exit_code(max_failure_share), 0)
-    _record(result, config, cap_rev, {}, [], log)  # run.json, as a judged sweep writes it
+    record_run(result, config, cap_rev, {}, [], log)  # run.json, as a judged sweep writes it
     return result

@@ -21,40 +21,19 @@ from __future__ import annotations
 import json
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from engine.keys import content_key
 from engine.prompts_library import get_prompt
 from engine.ray_local import init_ray
 from engine.sweep import accounting
+from engine.sweep.caption_only import run_caption_only
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import LoadedDataset, load_dataset
 from engine.sweep.grid import Cell, expand
+from engine.sweep.results import SweepResult, record_run, write_results_files
 
 __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_fingerprint"]
-
-
-@dataclass
-class SweepResult:
-    results: "object"  # polars DataFrame: the results table (long format)
-    cells_total: int
-    cells_cached: int
-    cells_run: int
-    caption_stats: dict = field(default_factory=dict)
-    judge_stats: dict = field(default_factory=dict)
-    wall_s: float = 0.0
-    out_dir: Path | None = None
-    account: accounting.RunAccount = field(default_factory=accounting.RunAccount)
-    exit_code: int = 0
-    recovered_cells: int = 0
-
-    def summary(self) -> str:
-        c = self.caption_stats
-        return (f"cells: {self.cells_total} total, {self.cells_cached} cached (skipped), {self.cells_run} run | "
-                f"captions: {c.get('captioned', 0)} new, {c.get('cached', 0)} cached, {c.get('failed', 0)} failed | "
-                f"judge requests: {self.judge_stats.get('sent', 0)} sent, {self.judge_stats.get('cached', 0)} "
-                f"cached | {self.wall_s:.1f}s\n{self.account.summary()}")
 
 
 def component_revision(kind: str, spec: ComponentSpec) -> str:
@@ -134,8 +113,6 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     cap_rev = {c.display: component_revision("captioner", c) for c in config.captioners}
     judge_rev = {j.display: component_revision("judge", j) for j in config.judges}
     if not config.protocols:  # caption-only sweep
-        from engine.sweep.caption_only import run_caption_only
-
         return run_caption_only(config, out, datasets, cap_rev, stores, progress=progress, log=log, verbose=verbose,
                                 t0=t0, exit_once_marker=exit_once_marker, max_failure_share=max_failure_share)
     cells = expand(config)
@@ -157,43 +134,12 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     from engine.report import results_table
 
     results = results_table(stores.metrics, [keys[c] for c in cells])
-    _write_results(results, out)
+    write_results_files(results, out)
     result = SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
                          time.perf_counter() - t0, out, account, account.exit_code(max_failure_share),
                          len(recovered))
-    _record(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log)
+    record_run(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log)
     return result
-
-
-def _record(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_rev: dict, cell_keys: list[str],
-            log) -> None:
-    """Append this run's record to run.json (engine.runrecord), items by status included. A record that cannot be
-    written is reported, not fatal: the results are complete without it."""
-    try:
-        from engine.runrecord import append_run_record, sweep_record
-    except ImportError:  # pragma: no cover
-        return
-    try:
-        record = sweep_record(result, config, cap_rev=cap_rev, judge_rev=judge_rev, cell_keys=cell_keys)
-        record["counts_by_status"]["items"] = dict(result.account.by_status)
-        record["counts_by_status"]["items_without_verdict"] = result.account.without_verdict
-        append_run_record(result.out_dir, **record)
-    except Exception as exc:  # noqa: BLE001
-        log(f"[sweep {config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")
-
-
-def _write_results(results, out: Path) -> None:
-    """results.parquet/.csv; a full or read-only disk ends the run with one line (the stores are complete)."""
-    from engine.report import write_results
-
-    try:
-        write_results(results, out)
-    except OSError as exc:
-        from engine.store.segments import storage_error
-
-        for stray in out.glob(".results*.tmp"):
-            stray.unlink(missing_ok=True)
-        raise storage_error(exc, out / "results.csv", "the results table") from exc
 
 
 def _load(spec, config, out: Path) -> LoadedDataset:

@@ -1,0 +1,63 @@
+"""What a sweep gives back and leaves in its folder: `SweepResult`, results.parquet/.csv and the run record
+(run.json). Shared by the judged sweep (runner.py) and the caption-only one (caption_only.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from engine.sweep import accounting
+from engine.sweep.config import SweepConfig
+
+
+@dataclass
+class SweepResult:
+    results: "object"  # polars DataFrame: the results table (long format)
+    cells_total: int
+    cells_cached: int
+    cells_run: int
+    caption_stats: dict = field(default_factory=dict)
+    judge_stats: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    out_dir: Path | None = None
+    account: accounting.RunAccount = field(default_factory=accounting.RunAccount)
+    exit_code: int = 0
+    recovered_cells: int = 0
+
+    def summary(self) -> str:
+        c = self.caption_stats
+        return (f"cells: {self.cells_total} total, {self.cells_cached} cached (skipped), {self.cells_run} run | "
+                f"captions: {c.get('captioned', 0)} new, {c.get('cached', 0)} cached, {c.get('failed', 0)} failed | "
+                f"judge requests: {self.judge_stats.get('sent', 0)} sent, {self.judge_stats.get('cached', 0)} "
+                f"cached | {self.wall_s:.1f}s\n{self.account.summary()}")
+
+
+def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_rev: dict, cell_keys: list[str],
+               log) -> None:
+    """Append this run's record to run.json (engine.runrecord), items by status included. A record that cannot be
+    written is reported, not fatal: the results are complete without it."""
+    try:
+        from engine.runrecord import append_run_record, sweep_record
+    except ImportError:  # pragma: no cover
+        return
+    try:
+        record = sweep_record(result, config, cap_rev=cap_rev, judge_rev=judge_rev, cell_keys=cell_keys)
+        record["counts_by_status"]["items"] = dict(result.account.by_status)
+        record["counts_by_status"]["items_without_verdict"] = result.account.without_verdict
+        append_run_record(result.out_dir, **record)
+    except Exception as exc:  # noqa: BLE001
+        log(f"[sweep {config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")
+
+
+def write_results_files(results, out: Path) -> None:
+    """results.parquet/.csv; a full or read-only disk ends the run with one line (the stores are complete)."""
+    from engine.report import write_results
+
+    try:
+        write_results(results, out)
+    except OSError as exc:
+        from engine.store.segments import storage_error
+
+        for stray in out.glob(".results*.tmp"):
+            stray.unlink(missing_ok=True)
+        raise storage_error(exc, out / "results.csv", "the results table") from exc
