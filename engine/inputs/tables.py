@@ -193,6 +193,9 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
 
 
 def _captioner_from_path(path: Path) -> str:
-    from engine.protocols.capability.codes import TASKS
+    """`<model>/<task>.jsonl` (a task a registered protocol declares, e.g. CAPability's released captions) names
+    its captioner by the folder; any other file by its own name."""
+    from engine.registry import lookup, names
 
-    return path.parent.name if path.stem in TASKS and path.parent.name else path.stem
+    tasks = {t for n in names("protocol") for t in lookup("protocol", n).tasks}
+    return path.parent.name if path.stem in tasks and path.parent.name else path.stem

@@ -51,16 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import UsageError
-from engine.sweep.lines import LineFinder
-
-
-class SweepFileError(UsageError):
-    """A sweep file that cannot be run; the message lists every problem with file, line and field."""
-
-    def __init__(self, message: str, problems: list[str] | None = None):
-        super().__init__(message)
-        self.problems = problems or [message]
+from engine.sweep.checker import SweepChecker, SweepFileError, as_tuple, type_ok
+from engine.sweep.validation import check_config, read_prompts
 
 
 @dataclass(frozen=True)
@@ -165,61 +157,6 @@ _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_pe
             "judge_actors": (int, False), "overlap": (bool, False)}
 
 
-class _Checker:
-    """Collects problems (never stops at the first) with file and line."""
-
-    def __init__(self, path: Path, text: str):
-        self.path, self.lines, self.problems = path, LineFinder(text), []
-        # key -> the file's index of each parsed entry: an entry with a wrong type is dropped from the config, so
-        # the config's j-th entry may be the file's (j+1)-th; problems found later must name the file's entry
-        self.positions: dict[str, list[int]] = {}
-
-    def where(self, key: str, j: int) -> str:
-        """"key[i]" for the config's j-th entry of `key`, i being its index in the file."""
-        kept = self.positions.get(key)
-        return f"{key}[{kept[j] if kept is not None and j < len(kept) else j}]"
-
-    def fail(self, where: str, message: str, key: str | None = None) -> None:
-        line = self.lines.line_of(where, key)
-        at = f", line {line}" if line else ""
-        self.problems.append(f"{self.path}{at}: {where}: {message}")
-
-    def table(self, value: Any, spec: dict, where: str) -> bool:
-        """Check keys and types; False when `value` is unusable (not a table or a required key missing/wrong)."""
-        if not isinstance(value, dict):
-            self.fail(where or "top level", f"expected a table, got {type(value).__name__}")
-            return False
-        ok = True
-        for key in value:
-            if key not in spec:
-                self.fail(f"{where}.{key}" if where else key,
-                          f"unknown key {key!r} (allowed: {', '.join(sorted(spec))})", key)
-        for key, (types, required) in spec.items():
-            name = f"{where}.{key}" if where else key
-            if key not in value:
-                if required:
-                    self.fail(where or "top level", f"missing required key {key!r}", where.split("[")[0] or None)
-                    ok = False
-                continue
-            v = value[key]
-            if not _type_ok(v, types):
-                wanted = "/".join(t.__name__ for t in _as_tuple(types))
-                self.fail(name, f"expected {wanted}, got {type(v).__name__} ({v!r})", key)
-                ok = ok and not required  # a bad optional key is skipped by the caller (good())
-        return ok
-
-    def good(self, value: dict, key: str, spec: dict) -> bool:
-        return key in value and _type_ok(value[key], spec[key][0])
-
-
-def _type_ok(v: Any, types) -> bool:
-    return isinstance(v, types) and not (isinstance(v, bool) and bool not in _as_tuple(types))
-
-
-def _as_tuple(types) -> tuple:
-    return types if isinstance(types, tuple) else (types,)
-
-
 def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bool = True) -> SweepConfig:
     """Read and validate a sweep file; raises SweepFileError listing every problem with file, field and line."""
     path = Path(path)
@@ -245,14 +182,12 @@ def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bo
 
 def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = True,
                 check_paths: bool = True) -> SweepConfig:
-    from engine.sweep.validation import check_config, read_prompts
-
-    c = _Checker(path, text)
+    c = SweepChecker(path, text)
     if not isinstance(raw, dict):
         c.fail("top level", f"expected a table of settings, got {type(raw).__name__}")
-        _raise(c)
+        c.raise_problems()
     c.table(raw, _TOP, "")  # problems are collected; everything else is still checked
-    raw = {k: v for k, v in raw.items() if k not in _TOP or _type_ok(v, _TOP[k][0])}
+    raw = {k: v for k, v in raw.items() if k not in _TOP or type_ok(v, _TOP[k][0])}
     if isinstance(raw.get("name"), str) and (msg := name_problem(raw["name"])):
         c.fail("name", msg, "name")
     base = path.parent
@@ -268,7 +203,7 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
         frames.append(_frame_spec(c, f, f"frames[{i}]"))
     captions = _captions(c, raw.get("captions") or [], base, {d.name for d in datasets})
     options = SweepOptions(**{k: v for k, v in (raw.get("options") or {}).items() if k in _OPTIONS
-                              and _type_ok(v, _OPTIONS[k][0])}) if isinstance(raw.get("options"), dict) else SweepOptions()
+                              and type_ok(v, _OPTIONS[k][0])}) if isinstance(raw.get("options"), dict) else SweepOptions()
     if isinstance(raw.get("options"), dict):
         c.table(raw["options"], _OPTIONS, "options")
     if not raw.get("datasets"):
@@ -287,7 +222,7 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
                          tuple(dict.fromkeys(prompt_ids)), tuple(dict.fromkeys(f for f in frames if f)),
                          tuple(protocols), tuple(judges), options, tuple(captions), prompt_defs)
     check_config(config, c, check_registry=check_registry, check_paths=check_paths)
-    _raise(c)
+    c.raise_problems()
     from engine.prompts_library import register_prompts
 
     register_prompts(prompt_defs)
@@ -306,13 +241,7 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def _raise(c: _Checker) -> None:
-    if c.problems:
-        head = c.problems[0] if len(c.problems) == 1 else f"{len(c.problems)} problems:\n  " + "\n  ".join(c.problems)
-        raise SweepFileError(head, c.problems)
-
-
-def _dataset(c: _Checker, d: Any, where: str) -> DatasetSpec | None:
+def _dataset(c: SweepChecker, d: Any, where: str) -> DatasetSpec | None:
     if not isinstance(d, dict):
         c.fail(where, f"expected a table, got {type(d).__name__}")
         return None
@@ -322,8 +251,8 @@ def _dataset(c: _Checker, d: Any, where: str) -> DatasetSpec | None:
             if required:
                 c.fail(where, f"missing required key {key!r}", "datasets")
                 ok = False
-        elif not _type_ok(d[key], types):
-            c.fail(f"{where}.{key}", f"expected {'/'.join(t.__name__ for t in _as_tuple(types))}, got "
+        elif not type_ok(d[key], types):
+            c.fail(f"{where}.{key}", f"expected {'/'.join(t.__name__ for t in as_tuple(types))}, got "
                                      f"{type(d[key]).__name__} ({d[key]!r})", key)
             ok = False
     if not ok:
@@ -332,11 +261,11 @@ def _dataset(c: _Checker, d: Any, where: str) -> DatasetSpec | None:
         c.fail(f"{where}.limit", f"must be at least 1, got {d['limit']}", "limit")
     params = {k: v for k, v in d.items() if k not in _DATASET_COMMON}
     legacy = {k: params[k] for k in ("path", "n_videos", "seed", "duration_s") if k in params
-              and _type_ok(params[k], {"path": str, "n_videos": int, "seed": int, "duration_s": (int, float)}[k])}
+              and type_ok(params[k], {"path": str, "n_videos": int, "seed": int, "duration_s": (int, float)}[k])}
     return DatasetSpec(d["name"], d["kind"], limit=d.get("limit"), params=params, **legacy)
 
 
-def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentSpec]:
+def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[ComponentSpec]:
     from engine.keys import canonical_json
 
     out, seen = [], {}
@@ -350,7 +279,7 @@ def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentS
             continue
         c.positions[key].append(i)
         seeds = comp.get("seeds", [0])
-        if not isinstance(seeds, list) or not seeds or not all(_type_ok(s, int) for s in seeds):
+        if not isinstance(seeds, list) or not seeds or not all(type_ok(s, int) for s in seeds):
             c.fail(f"{where}.seeds", f"expected a non-empty list of integers, got {seeds!r}", "seeds")
             seeds = [0]
         params = comp.get("params", {}) if c.good(comp, "params", spec) else {}
@@ -374,11 +303,11 @@ def _components(c: _Checker, raw: dict, key: str, spec: dict) -> list[ComponentS
     return out
 
 
-def _frame_size(c: _Checker, comp: dict, where: str) -> str | None:
+def _frame_size(c: SweepChecker, comp: dict, where: str) -> str | None:
     """Canonical text of a captioner's `frame_size` (engine.frames.sizes), or None when it sets none."""
     from engine.frames.sizes import SizeError, size_text
 
-    if "frame_size" not in comp or not _type_ok(comp["frame_size"], (int, str)):
+    if "frame_size" not in comp or not type_ok(comp["frame_size"], (int, str)):
         return None
     try:
         return size_text(comp["frame_size"])
@@ -387,7 +316,7 @@ def _frame_size(c: _Checker, comp: dict, where: str) -> str | None:
         return None
 
 
-def _frame_spec(c: _Checker, value: Any, where: str) -> str | None:
+def _frame_spec(c: SweepChecker, value: Any, where: str) -> str | None:
     """Canonical text of a frame spec, parsed by the run's own parser (engine.frames.sampling)."""
     from engine.frames.sampling import FrameSpecError, parse_frame_spec
 
@@ -405,7 +334,7 @@ def _frame_spec(c: _Checker, value: Any, where: str) -> str | None:
         return None
 
 
-def _captions(c: _Checker, entries: Any, base: Path, dataset_names: set[str]) -> list[CaptionSource]:
+def _captions(c: SweepChecker, entries: Any, base: Path, dataset_names: set[str]) -> list[CaptionSource]:
     out = []
     c.positions["captions"] = []
     for i, e in enumerate(entries if isinstance(entries, list) else []):

@@ -1,5 +1,6 @@
 """A sweep's datasets: each `[[datasets]]` table is loaded by its kind (engine/datasets/registry.py: synthetic,
-items, videos, capability, vidcapbench, dream1k, vatex_eval) into ITEMS + {video_id: media path}.
+items, videos, dream1k, vatex_eval, and the kinds protocols bring: capability, vidcapbench) into ITEMS +
+{video_id: media path}.
 
 `digest` (items + media bytes) enters every cell key, so changing a video or an item makes new cells instead of
 reusing stale results. Media are required only for what the sweep captions: a dataset whose captions all come from
@@ -16,9 +17,6 @@ import pyarrow as pa
 from engine.errors import UsageError
 from engine.keys import content_key, file_digest
 from engine.sweep.config import DatasetSpec
-
-# Re-exported for callers of the old module layout (the demo's synthetic items live with their kind now).
-from engine.datasets.kinds.synthetic import DIRECTIONS, capquiz_items  # noqa: E402,F401
 
 
 @dataclass
@@ -62,12 +60,15 @@ def _finish(spec: DatasetSpec, items: pa.Table, videos: dict[str, str], require_
     return LoadedDataset(spec, items, videos, digest)
 
 
-#: protocols whose judge looks at the media itself (frames), so their datasets need media files even when every
-#: caption comes from a file
-FRAME_PROTOCOLS = ("vcinspector",)
+def judge_sees_frames(protocol: str) -> bool:
+    """Whether protocol `protocol`'s judge looks at the media itself (it declares `judge_frames`), so its datasets
+    need media files even when every caption comes from a file."""
+    from engine.registry import lookup
+
+    return lookup("protocol", protocol).judge_frames is not None
 
 
 def media_required(config, spec: DatasetSpec) -> bool:
     """Whether `spec`'s media files must exist for `config`: some captioner captions it, or a protocol shows frames
     to its judge. A dataset judged only from `[[captions]]` files by text-only protocols needs no media."""
-    return bool(config.captioners) or any(p.name in FRAME_PROTOCOLS for p in config.protocols)
+    return bool(config.captioners) or any(judge_sees_frames(p.name) for p in config.protocols)

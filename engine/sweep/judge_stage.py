@@ -16,7 +16,7 @@ import pyarrow as pa
 from engine.sweep import accounting
 from engine.sweep import cells as cellmod
 from engine.sweep.config import ComponentSpec, SweepConfig
-from engine.sweep.datasets import FRAME_PROTOCOLS, LoadedDataset
+from engine.sweep.datasets import LoadedDataset, judge_sees_frames
 from engine.sweep.grid import Cell
 
 
@@ -88,7 +88,7 @@ class JudgeStage:
         captions, video_failures = cellmod.cell_captions(cell, data, inputs, self.cap_rev)
         items = cellmod.cell_items(cell, data)
         extra = {}
-        if requests and cell.protocol.name in FRAME_PROTOCOLS:  # the judge sees frames: decode them at its spec
+        if requests and judge_sees_frames(cell.protocol.name):  # the judge sees frames: decode them at its spec
             frames, frame_failures = cellmod.judge_frames(cell, data, self.stores, inputs, progress=self.progress)
             extra["frames"] = frames
             video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
@@ -146,7 +146,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
         sched = stage.scheduler(judge)
         preps: dict[str, Prepared] = {}
         streamed = {c: _part_items(c, stage.data(c)) for c in cells
-                    if c.protocol.name not in FRAME_PROTOCOLS and not c.caption.from_file}
+                    if not judge_sees_frames(c.protocol.name) and not c.caption.from_file}
 
         def start(cell: Cell) -> None:
             from engine.protocols.base import REQUESTS_WITH_CONTEXT

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from engine.sweep.checker import SweepChecker
+
 #: protocol params understood by every protocol (the rest go to the protocol as they are)
 PROTOCOL_MODES = ("strict", "official")
 
@@ -54,7 +56,7 @@ def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
 
 
 def check_config(config, c, *, check_registry: bool = True, check_paths: bool = True) -> None:
-    """Semantic checks of a parsed config; every problem goes to checker `c` (see config._Checker)."""
+    """Semantic checks of a parsed config; every problem goes to checker `c` (engine.sweep.checker)."""
     from engine.datasets.registry import validate as validate_dataset
 
     base = config.path.parent
@@ -107,19 +109,16 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
             c.fail(f"options.{name}", f"must be {what}, got {v}", name)
 
 
-#: dataset kinds whose loader only reads files (tables, annotations, a folder listing): --check and every run load
-#: them before any work, so a table the run would refuse is reported with the sweep file's line. `synthetic` is left
-#: out: its loader generates videos.
-READ_ONLY_KINDS = ("items", "videos", "capability", "vidcapbench", "dream1k", "vatex_eval")
-
-
 def dataset_table_problem(spec, base: Path) -> str | None:
     """Why the run could not read `spec`'s dataset, read by the run's own loader (engine/inputs: its errors name the
-    file, row and column); None when it reads (or is not a read-only kind). Media files are not looked for here:
-    a sweep may be checked on a machine that holds only the tables (the run says which media are missing)."""
-    if spec.kind not in READ_ONLY_KINDS:
+    file, row and column); None when it reads, or when its kind's loader does more than read files
+    (`DatasetKind.reads_only` false: synthetic generates videos). --check and every run do this before any work, so
+    a table the run would refuse is reported with the sweep file's line. Media files are not looked for here: a
+    sweep may be checked on a machine that holds only the tables (the run says which media are missing)."""
+    from engine.datasets.registry import get_kind, load
+
+    if not get_kind(spec.kind).reads_only:
         return None
-    from engine.datasets.registry import load
 
     try:
         load(spec.kind, spec.kind_params(), base_dir=base, out_dir=base / ".capeval-check-unused", name=spec.name)
@@ -188,16 +187,19 @@ def _value_fits(value, types: tuple[type, ...]) -> bool:
 
 
 def protocol_param_problems(params: dict, base: Path, protocol: str | None = None) -> list[tuple[str, str]]:
-    """(key, message) for the protocol params capeval itself reads; `prompts` and `event_prompts` are made absolute
-    in place (a pack path in a sweep file is relative to the file). Given the protocol's name, its own choices are
-    checked too (CapQuiz `average`, LVCap-Eval `event_scoring`), by the functions the run itself uses."""
+    """(key, message) for the protocol params capeval itself reads; the params naming prompt packs (the protocol's
+    `pack_params`) are made absolute in place (a pack path in a sweep file is relative to the file). Given the
+    protocol's name, its own choices are checked too (`JudgeProtocol.check_params`: CapQuiz `average`, LVCap-Eval
+    `event_scoring`), by the functions the run itself uses. Without a (known) name, every registered protocol's
+    pack params are checked as packs."""
     from engine.frames.sampling import FrameSpecError, parse_frame_spec
 
     out = []
     mode = params.get("mode", "strict")
     if mode not in PROTOCOL_MODES:
         out.append(("mode", f"expected one of {PROTOCOL_MODES}, got {mode!r}"))
-    for key in ("prompts", "event_prompts"):  # event_prompts: LVCap-Eval's AutoDQ pack (engine/protocols/lvcap)
+    judged_by = _protocol_or_none(protocol)
+    for key in _pack_params(judged_by):
         if key not in params:
             continue
         v = params[key]
@@ -221,19 +223,28 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
             params["judge_frames"] = str(parse_frame_spec(params["judge_frames"]))
         except FrameSpecError as exc:
             out.append(("judge_frames", str(exc)))
-    if protocol == "capquiz" and "average" in params:
-        from engine.protocols.capquiz.metrics import AVERAGES
-
-        if params["average"] not in AVERAGES:
-            out.append(("average", f"expected one of {list(AVERAGES)}, got {params['average']!r}"))
-    if protocol == "lvcap" and "event_scoring" in params:
-        from engine.protocols.lvcap.paper_events import check_scoring
-
-        try:
-            check_scoring(mode, params["event_scoring"])
-        except ValueError as exc:
-            out.append(("event_scoring", str(exc)))
+    if judged_by is not None:
+        out.extend(judged_by.check_params(mode, params))
     return out
+
+
+def _protocol_or_none(name: str | None):
+    """The registered protocol called `name`; None without a name or for an unknown one (reported elsewhere)."""
+    from engine.registry import lookup
+
+    try:
+        return lookup("protocol", name) if name is not None else None
+    except KeyError:
+        return None
+
+
+def _pack_params(protocol) -> tuple[str, ...]:
+    """The params naming prompt packs: the protocol's own, or (no protocol) those of every registered protocol."""
+    from engine.registry import lookup, names
+
+    if protocol is not None:
+        return tuple(protocol.pack_params)
+    return tuple(dict.fromkeys(k for n in names("protocol") for k in lookup("protocol", n).pack_params))
 
 
 def _lookup(kind: str, name: str):
@@ -314,10 +325,8 @@ def writable_problem(folder: str | Path) -> str | None:
 def validate_config(config, out_dir: str | Path | None = None, *, check_registry: bool = True,
                     check_paths: bool = True) -> list[str]:
     """Every problem of `config` (and of `out_dir` when given) as "file, line N: field: message"; [] when none."""
-    from engine.sweep.config import _Checker
-
     text = config.path.read_text(encoding="utf-8") if config.path.is_file() else ""
-    c = _Checker(config.path, text)
+    c = SweepChecker(config.path, text)
     check_config(config, c, check_registry=check_registry, check_paths=check_paths)
     if out_dir is not None and (msg := writable_problem(out_dir)):
         c.problems.append(f"output folder {msg}")
