@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import json
 import sys
 from pathlib import Path
 
-from engine.cli.judge_checks import build_judge, check_pairs
+from engine.cli.judge_checks import build_judge, check_pairs, key_values
 from engine.errors import UsageError
 from engine.safetext import clip
 
@@ -79,19 +78,6 @@ def add_protocol_options(p) -> None:
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="protocol parameter (value parsed as JSON when it parses), repeatable, e.g. "
                         "judge_frames=\"linspace:32\"")
-
-
-def key_values(pairs: list[str], flag: str) -> dict:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def protocol_params(args) -> dict:
@@ -223,8 +209,8 @@ def run(args) -> int:
         raise UsageError("--captions is required (this dataset brings no captions of its own)")
     captions = load_captions(args.captions, items) if args.captions is not None else bundled
     frames = _read_frames(args.frames, FRAMES) if args.frames else None
-    if frames is None and protocol.name in FRAME_PROTOCOLS:
-        frames = judge_frames(items, params, args.cache / "frames", args.frame_size)
+    if frames is None and protocol.judge_frames is not None:  # the protocol's judge sees frames
+        frames = judge_frames(items, params, protocol.judge_frames, args.cache / "frames", args.frame_size)
     check_pairs(items, captions, args.captions or args.items)
     judge = build_judge(args.judge, args.judge_model, args.base_url, args.judge_option)
     try:
@@ -312,17 +298,13 @@ def _exit_code(verdicts, max_failure_share: float, intermediate_steps=()) -> int
     return exitcodes.OK
 
 
-#: protocols whose judge looks at frames (multimodal judges)
-FRAME_PROTOCOLS = ("vcinspector",)
-
-
-def judge_frames(items, params: dict, cache_dir: Path, size: int):
+def judge_frames(items, params: dict, default_spec: str, cache_dir: Path, size: int):
     """FRAMES for a multimodal judge, decoded from the items' media with `judge_frames` (set to the protocol's
-    official spec when absent, so the requests name the frames they show); images give their one frame."""
+    default spec, JudgeProtocol.judge_frames, when absent, so the requests name the frames they show); images give
+    their one frame."""
     from engine.frames.cache import decode_videos_table
-    from engine.protocols.vcinspector.prompts import OFFICIAL_FRAMES
 
-    spec = params.setdefault("judge_frames", OFFICIAL_FRAMES)
+    spec = params.setdefault("judge_frames", default_spec)
     media = {v: p for v, p in zip(items.column("video_id").to_pylist(), items.column("media_path").to_pylist())
              if p is not None}
     if not media:

@@ -8,6 +8,7 @@ its ValueError/TypeError is the user's option value, so it becomes a UsageError 
 from __future__ import annotations
 
 import inspect
+import json
 
 from engine.errors import UsageError
 from engine.safetext import clip
@@ -17,12 +18,25 @@ _FLAGS = {"model": "--judge-model", "model_path": "--judge-model", "model_name":
           "base_url": "--base-url"}
 
 
+def key_values(pairs: list[str], flag: str) -> dict:
+    """A repeated KEY=VALUE flag (--param, --judge-option) as a dict: a value is read as JSON when it parses
+    (`n=3`, `flag=true`, `x=null`), else kept as the text given."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def judge_options(model: str | None, base_url: str | None, option_pairs: list[str]) -> tuple[str | None, str | None,
                                                                                                dict]:
     """(model, base_url, other options): `--judge-option model=X` / `base_url=X` mean --judge-model / --base-url
     (make_judge took them twice before: always a TypeError); both spellings at once is an error."""
-    from engine.cli.judge import key_values
-
     options = key_values(option_pairs, "--judge-option")
     given = {"model": model, "base_url": base_url}
     for key, flag in (("model", "--judge-model"), ("base_url", "--base-url")):
