@@ -13,8 +13,19 @@ machine's value with the job in Ray's runtime_env env_vars (never in a staged fi
 which runs the sweep against the cluster (Ray sets RAY_ADDRESS for a job's driver) and, at the end, prints its
 result files (results table, run record, metrics, verdicts, captions) into the job log as a base64 tarball between
 marker lines. The client streams the log without those lines and unpacks the tarball into `--out`: no shared
-filesystem is needed to get results back. With `--remote-out` on shared storage, resubmitting resumes a killed
-sweep (finished cells are found by content key). `ray job submit` needs `ray[default]` on the client and cluster.
+filesystem is needed to get results back. `ray job submit` needs `ray[default]` on the client and cluster.
+
+Resuming: the job's output folder (and with it the judgment cache, frames and finished cells) is the same for every
+submission of the same sweep file: `--remote-out`, by default /tmp/capeval-jobs/<sweep name>-<digest of the sweep
+file> on the node running the job's driver. Each submission gets a new submission id (the derived one, else the
+first free `-N` after it; `--resubmit N` picks N), so submitting again resumes: finished cells are found by content
+key and judged requests come from the judgment cache: no finished judgment is requested again.
+
+Token authentication (Ray's `RAY_AUTH_MODE=token` on the cluster): export the cluster's token as RAY_AUTH_TOKEN
+(or RAY_AUTH_TOKEN_PATH=<file holding it>) on this machine; it is sent to the job server as Ray's
+`Authorization: Bearer` header, never shipped, forwarded or written (engine/cli/submit_job_server.py). A refused
+token, an unreachable address, a submission id in use or a job-server failure ends the command with one line that
+says what to do (`--verbose` prints the server's full reply).
 """
 
 from __future__ import annotations
@@ -25,6 +36,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import sys
 import tarfile
@@ -35,20 +47,29 @@ from pathlib import Path
 # staging (what is shipped, checked before any copy) lives in engine/staging.py; stage_sweep is re-exported
 from engine.staging import MAX_SHIPPED_BYTES, SHIPPED_LIST, plan_staging, stage_sweep, write_staging  # noqa: F401
 
+#: the job's output folder on the cluster when --remote-out is not given: <sweep name>-<digest> below it
+REMOTE_OUT_ROOT = "/tmp/capeval-jobs"
+
 BEGIN, END = "@@capeval-results-begin@@", "@@capeval-results-end@@"
 #: what the job sends back (frames, videos and the judge cache stay on the cluster)
 RESULT_ENTRIES = ("results.parquet", "results.csv", "run.json", "metrics", "verdicts", "captions")
-#: keys whose string values are paths even without a slash in them
 
 
 def register(sub) -> None:
-    p = sub.add_parser("submit", help="run a sweep as a Ray Job on a cluster; stream logs; fetch the results")
+    p = sub.add_parser("submit", help="run a sweep as a Ray Job on a cluster; stream logs; fetch the results",
+                       epilog="Clusters with Ray token authentication (RAY_AUTH_MODE=token): export RAY_AUTH_TOKEN="
+                              "<the cluster's token> (`ray get-auth-token` on the head node prints it), or "
+                              "RAY_AUTH_TOKEN_PATH=<a file on this machine holding it); it is sent only as the job "
+                              "server's Authorization header. Submitting the same sweep again resumes it: the job "
+                              "writes to the same --remote-out, so finished cells and judgments are not redone.")
     p.add_argument("file", type=Path, help="sweep file (.toml/.yaml), anywhere on this machine")
     p.add_argument("--address", help="the cluster's job server, e.g. http://HEAD:8265 (default: RAY_ADDRESS, "
                                      "else http://127.0.0.1:8265)")
     p.add_argument("--out", type=Path, help="local folder for the fetched results (default: runs/<sweep name>)")
-    p.add_argument("--remote-out", help="output folder on the cluster (shared storage makes resubmits resume); "
-                                        "default: /tmp/capeval-jobs/<submission id> on the head node")
+    p.add_argument("--remote-out", help="output folder on the cluster, the same for every submission of this sweep "
+                                        "so that a resubmission resumes (on a multi-node cluster: shared storage); "
+                                        f"default: {REMOTE_OUT_ROOT}/<sweep name>-<digest of the sweep file> on the "
+                                        "node running the job's driver")
     p.add_argument("--no-ship-data", action="store_true",
                    help="do not copy the paths the sweep names: they exist on the cluster at the same paths")
     p.add_argument("--allow-root", action="append", default=[], metavar="DIR",
@@ -61,12 +82,16 @@ def register(sub) -> None:
     p.add_argument("--max-ship-mib", type=float, default=MAX_SHIPPED_BYTES / 2**20,
                    help="refuse to ship more than this many MiB (default: %(default).0f)")
     p.add_argument("--python", default="python", help="python executable on the cluster (default: python)")
-    p.add_argument("--submission-id", help="job id (default: derived from the sweep file and --remote-out)")
-    p.add_argument("--resubmit", type=int, default=0, help="counter appended to the derived submission id")
+    p.add_argument("--submission-id", help="job id (default: derived from the sweep file and --remote-out, with "
+                                           "-1, -2, ... appended when the cluster has jobs of that id)")
+    p.add_argument("--resubmit", type=int, default=0, metavar="N",
+                   help="append -N to the derived submission id instead of picking the first free one; the job "
+                        "still resumes from the same --remote-out")
     p.add_argument("--no-wait", action="store_true", help="return after submitting (fetch nothing)")
     p.add_argument("--dry-run", action="store_true", help="stage and print the job, submit nothing")
     p.add_argument("--job-side", action="store_true", help=argparse.SUPPRESS)  # what the job itself runs
     p.add_argument("--secret-env", action="append", default=[], help=argparse.SUPPRESS)  # forwarded names
+    p.add_argument("--verbose", action="store_true", help="print the job server's full reply when it refuses or fails")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
 
@@ -74,6 +99,13 @@ def register(sub) -> None:
 def submission_id(sweep: Path, remote_out: str | None, resubmit: int) -> str:
     digest = hashlib.sha256(sweep.read_bytes() + f"|{remote_out}".encode()).hexdigest()[:10]
     return f"capeval-{sweep.stem}-{digest}" + (f"-{resubmit}" if resubmit else "")
+
+
+def default_remote_out(sweep: Path, name: str) -> str:
+    """The job's output folder when --remote-out is not given: one per sweep name and sweep file content, so every
+    submission of the same sweep finds the cells, captions and judgments the earlier ones finished."""
+    digest = hashlib.sha256(sweep.read_bytes()).hexdigest()[:10]
+    return f"{REMOTE_OUT_ROOT}/{re.sub(r'[^A-Za-z0-9._-]+', '_', name).strip('._') or 'sweep'}-{digest}"
 
 
 # ---- the job side: run the sweep, print the results into the log -------------------------------------------
@@ -160,18 +192,43 @@ def _stream(client, job_id: str, show) -> None:
 
 
 def _forwarded_env(names: list[str]) -> dict[str, str]:
+    from engine.cli.submit_job_server import AUTH_ENV
     from engine.errors import UsageError
 
+    auth = [n for n in names if n in AUTH_ENV]
+    if auth:
+        raise UsageError(f"--forward-env {', '.join(auth)}: Ray's token is not forwarded: the cluster's nodes hold "
+                         "their own, and this machine's RAY_AUTH_TOKEN is sent only as the request header")
     missing = [n for n in names if not os.environ.get(n)]
     if missing:
         raise UsageError(f"--forward-env: {', '.join(missing)} not set on this machine")
     return {n: os.environ[n] for n in names}
 
 
+def _print_plan(plan, forwarded: dict) -> None:
+    from engine.safetext import for_terminal
+
+    for f in plan.files:
+        print(f"[submit]   ships {for_terminal(str(f.source))} as {f.staged} ({f.size} bytes)", file=sys.stderr)
+    for rel in plan.rewritten:
+        print(f"[submit]   ships {rel} (the items table, media paths pointing at the shipped media)", file=sys.stderr)
+    print(f"[submit]   {len(plan.files) + len(plan.rewritten)} files, {plan.total_bytes} bytes; "
+          f"list in {SHIPPED_LIST} beside the staged sweep", file=sys.stderr)
+    for name in forwarded:
+        print(f"[submit]   forwards ${name} in the job's runtime_env (visible in the cluster's job list)",
+              file=sys.stderr)
+
+
+def job_server_address(given: str | None) -> str:
+    address = given or os.environ.get("RAY_ADDRESS") or "http://127.0.0.1:8265"
+    if not address.startswith("http"):  # a GCS address (HOST:6379) or ray://: the job server is the dashboard
+        address = "http://" + address.split("://")[-1].rsplit(":", 1)[0] + ":8265"
+    return address
+
+
 def run(args) -> int:
     if args.job_side:
         return job_side(args)
-    from engine.safetext import for_terminal
     from engine.secrets import REDACTED
     from engine.sweep.config import load_sweep
 
@@ -183,9 +240,9 @@ def run(args) -> int:
     staging = Path(tempfile.mkdtemp(prefix="capeval-submit-"))
     try:
         staged = write_staging(plan, staging)
-        job_id = args.submission_id or submission_id(args.file, args.remote_out, args.resubmit)
-        entry = [args.python, "-m", "engine.cli", "submit", "--job-side", staged.name,
-                 "--remote-out", args.remote_out or f"/tmp/capeval-jobs/{job_id}"]
+        remote_out = args.remote_out or default_remote_out(args.file, config.name)
+        derived_id = args.submission_id or submission_id(args.file, args.remote_out, args.resubmit)
+        entry = [args.python, "-m", "engine.cli", "submit", "--job-side", staged.name, "--remote-out", remote_out]
         for name in forwarded:
             entry += ["--secret-env", name]
         import shlex
@@ -194,34 +251,40 @@ def run(args) -> int:
         runtime_env = {"working_dir": str(staging)}
         if forwarded:  # values only here, in the job's runtime_env; never in a staged file
             runtime_env["env_vars"] = forwarded
-        print(f"[submit] {args.file} -> job {job_id}: {entrypoint}", file=sys.stderr)
-        for f in plan.files:
-            print(f"[submit]   ships {for_terminal(str(f.source))} as {f.staged} ({f.size} bytes)", file=sys.stderr)
-        for rel in plan.rewritten:
-            print(f"[submit]   ships {rel} (the items table, media paths pointing at the shipped media)",
-                  file=sys.stderr)
-        print(f"[submit]   {len(plan.files) + len(plan.rewritten)} files, {plan.total_bytes} bytes; "
-              f"list in {SHIPPED_LIST} beside the staged sweep", file=sys.stderr)
-        for name in forwarded:
-            print(f"[submit]   forwards ${name} in the job's runtime_env (visible in the cluster's job list)",
-                  file=sys.stderr)
+        print(f"[submit] {args.file} -> output {remote_out} on the cluster: {entrypoint}", file=sys.stderr)
+        _print_plan(plan, forwarded)
         if args.dry_run:
             shown = {**runtime_env, **({"env_vars": {n: REDACTED for n in forwarded}} if forwarded else {})}
-            print(json.dumps({"submission_id": job_id, "entrypoint": entrypoint, "runtime_env": shown,
+            print(json.dumps({"submission_id": derived_id, "remote_out": remote_out, "entrypoint": entrypoint,
+                              "runtime_env": shown,
                               "shipped": [[str(f.source), f.staged] for f in plan.files] + [
                                   ["(rewritten)", rel] for rel in plan.rewritten]}, indent=1))
             return 0
-        from ray.job_submission import JobStatus, JobSubmissionClient
+        return _submit_and_fetch(args, config.name, entrypoint, runtime_env, derived_id, remote_out)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
-        address = args.address or os.environ.get("RAY_ADDRESS") or "http://127.0.0.1:8265"
-        if not address.startswith("http"):
-            address = "http://" + address.split("://")[-1].rsplit(":", 1)[0] + ":8265"
-        client = JobSubmissionClient(address)
+
+def _submit_and_fetch(args, name: str, entrypoint: str, runtime_env: dict, derived_id: str, remote_out: str) -> int:
+    from ray.job_submission import JobStatus
+
+    from engine.cli.submit_job_server import JobServer, auth_from_env
+
+    address = job_server_address(args.address)
+    auth = auth_from_env()
+    server = JobServer(address, auth, verbose=args.verbose, show=lambda m: print(m, file=sys.stderr, flush=True))
+    server.remote_out = remote_out
+    client = server.connect()
+    explicit = bool(args.submission_id or args.resubmit)  # a chosen id that exists is the user's to change
+    job_id = server.job_id = derived_id if explicit else server.free_submission_id(derived_id)
+    with server.step(f"submitting job {job_id}"):
         client.submit_job(entrypoint=entrypoint, submission_id=job_id, runtime_env=runtime_env)
-        print(f"[submit] submitted {job_id} to {address}", file=sys.stderr)
-        if args.no_wait:
-            print(job_id)
-            return 0
+    print(f"[submit] submitted {job_id} to {address}" + (f" (token from {auth.source})" if auth.source else ""),
+          file=sys.stderr)
+    if args.no_wait:
+        print(job_id)
+        return 0
+    with server.step(f"following job {job_id}"):
         _stream(client, job_id, lambda line: print(line, file=sys.stderr, flush=True))
         status = client.get_job_status(job_id)
         while status not in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.STOPPED):
@@ -231,13 +294,12 @@ def run(args) -> int:
             info = client.get_job_info(job_id)
             print(f"[submit] job {job_id} {status.value}: {info.message}", file=sys.stderr)
             return 1
-        payload = extract_payload(client.get_job_logs(job_id))
-        if payload is None:
-            print(f"[submit] job {job_id} succeeded but its log holds no results", file=sys.stderr)
-            return 1
-        out = args.out or Path("runs") / config.name
-        unpack_results(payload, out)
-        print(f"[submit] job {job_id} succeeded; results in {out.resolve()}")
-        return 0
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        logs = client.get_job_logs(job_id)
+    payload = extract_payload(logs)
+    if payload is None:
+        print(f"[submit] job {job_id} succeeded but its log holds no results", file=sys.stderr)
+        return 1
+    out = args.out or Path("runs") / name
+    unpack_results(payload, out)
+    print(f"[submit] job {job_id} succeeded; results in {out.resolve()}")
+    return 0
