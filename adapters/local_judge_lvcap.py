@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 
-from adapters.local_judge import NEGATIONS, _pick, overlap, sentences, words
+from adapters.local_judge_text import NEGATIONS, overlap, pick, sentences, words
 
 SUPPORT = 0.6
 RELATED = 0.35
@@ -96,7 +96,7 @@ def answer(request, embedder=None) -> str:
     caption = f.get("caption", "")
     if step == "answer":
         yes = supports_yes(embedder, f.get("question", ""), caption)
-        return _pick(request.choices, "yes" if yes else "no")
+        return pick(request.choices, "yes" if yes else "no")
     if step == "scene_qa":
         return _scene_qa(request, embedder)
     if step == "event_match":
@@ -109,7 +109,7 @@ def answer(request, embedder=None) -> str:
             return "\n".join(json.dumps({str(i): e}) for i, e in enumerate(events, start=1)) or "{}"
         return str({"events": events})  # official: a Python dict literal, as the AutoDQ prompt asks
     if step in ("entail_r", "entail_p", "entail"):
-        return _pick(request.choices, relationship(embedder, f.get("event", ""), caption))
+        return pick(request.choices, relationship(embedder, f.get("event", ""), caption))
     if step in ("recall", "precision"):
         events = json.loads(f.get("events") or "[]")
         judged = []
