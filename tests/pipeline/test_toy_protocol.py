@@ -1,0 +1,121 @@
+"""A protocol defined entirely in the test folder (tests/toy_protocol: its own pack, rendering, parsing, metrics,
+headline and paired statistic) runs through `capeval sweep` -> results -> `capeval compare` -> `capeval report` with
+no engine file naming it: it is found through the `capeval.protocols` entry point group, as a protocol installed
+from another distribution would be (engine/registry.py, docs/architecture.md).
+
+Real components: the capeval CLI in subprocesses (each starts its own local Ray on 127.0.0.1), generated H.264
+videos, the local captioner, the OpenAI-compatible judge against a loopback HTTP server that answers each choice
+request deterministically from a hash of its prompt (benchmarks/loopback_server.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+ENGINE = TESTS.parent / "engine"
+
+
+def _plugin_site(root: Path) -> Path:
+    """A folder holding only the metadata of an installed distribution whose entry point names the toy package."""
+    dist = root / "toy_capeval_protocol-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-capeval-protocol\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[capeval.protocols]\ntoy_mention = toy_protocol\n")
+    return root
+
+
+def _sweep_text(name: str, base_url: str) -> str:
+    return f"""name = "{name}"
+prompts = ["capquiz_standard", "brief"]
+frames = ["uniform:2"]
+
+[[datasets]]
+name = "shapes"
+kind = "synthetic"
+n_videos = 8
+duration_s = 1.0
+
+[[captioners]]
+name = "local"
+
+[[protocols]]
+name = "toy_mention"
+
+[[judges]]
+name = "openai"
+params = {{ base_url = "{base_url}", model = "loopback", api_key = "test-key", structured = "vllm" }}
+
+[options]
+batch_size = 2
+n_resamples = 100
+"""
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+
+    root = tmp_path_factory.mktemp("toy")
+    site = _plugin_site(root / "site")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    capeval = [sys.executable, "-m", "engine.cli"]
+    with LoopbackServer(FaultConfig(latency_s=0.0)) as server:
+        sweep = root / "toy.toml"
+        sweep.write_text(_sweep_text("toy-protocol", server.base_url))
+        out = root / "run"
+        done = subprocess.run([*capeval, "sweep", str(sweep), "--out", str(out)], env=env, capture_output=True,
+                              text=True, timeout=600)
+        requests = server.stats()
+    return {"root": root, "env": env, "capeval": capeval, "out": out, "sweep": done, "requests": requests}
+
+
+def test_no_engine_file_names_the_toy_protocol():
+    hits = [str(p) for p in ENGINE.rglob("*.py") if "toy_mention" in p.read_text() or "toy_protocol" in p.read_text()]
+    assert hits == []
+
+
+def test_sweep_judges_every_caption_with_the_toy_protocol(toy_run):
+    assert toy_run["sweep"].returncode == 0, toy_run["sweep"].stderr[-3000:]
+    results = pl.read_parquet(toy_run["out"] / "results.parquet")
+    toy = results.filter(pl.col("protocol") == "toy_mention")
+    assert set(toy["metric"].unique()) == {"mention_rate"}
+    assert toy.height == 2  # one cell per prompt
+    verdicts = pl.concat([pl.read_parquet(p) for p in (toy_run["out"] / "verdicts").glob("*.parquet")],
+                         how="diagonal_relaxed")
+    assert verdicts.height > 0 and set(verdicts["verdict"].unique().to_list()) <= {0, 1}
+    # the headline equals the metric recomputed from the stored verdicts (YES / all rows, in percent)
+    for row in toy.iter_rows(named=True):
+        cell = verdicts.filter(pl.col("prompt_id") == row["prompt_id"])
+        assert row["value"] == pytest.approx(100.0 * (cell["verdict"] == 1).sum() / cell.height)
+    # every request reached the judge once (no cache hit on a fresh run): the loopback server counted them
+    assert toy_run["requests"]["requests"] >= verdicts.height
+
+
+def test_compare_uses_the_toy_paired_statistic(toy_run):
+    r = subprocess.run([*toy_run["capeval"], "compare", str(toy_run["out"]), "--json", "--resamples", "200"],
+                       env=toy_run["env"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    toy = [x for x in json.loads(r.stdout)["comparisons"] if x.get("protocol") == "toy_mention"]
+    assert len(toy) == 1 and toy[0]["metric"] == "mention_rate"  # the two prompts: one one-factor pair
+    results = pl.read_parquet(toy_run["out"] / "results.parquet").filter(pl.col("protocol") == "toy_mention")
+    value = dict(zip(results["prompt_id"], results["value"]))
+    pair = toy[0]
+    assert pair["differs"] == "prompt_id" and pair["n_videos"] == 8
+    assert (pair["a_value"], pair["b_value"]) == pytest.approx((value[pair["a"]], value[pair["b"]]))
+    assert pair["diff"] == pytest.approx(value[pair["a"]] - value[pair["b"]])
+
+
+def test_report_shows_the_toy_headline(toy_run):
+    html = toy_run["root"] / "report.html"
+    r = subprocess.run([*toy_run["capeval"], "report", str(toy_run["out"]), "--out", str(html)],
+                       env=toy_run["env"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = html.read_text()
+    assert "toy_mention" in text and "mention_rate" in text

@@ -1,0 +1,68 @@
+"""A toy protocol defined entirely in the test folder: "does the caption mention the item's word?" -> yes/no.
+
+It exists to prove the protocol interface (engine/protocols/base.py, docs/architecture.md): a protocol is one package
+that declares itself -- its pack, request rendering, parsing, metrics, headline and paired statistic -- and capeval's
+sweep, compare and report run it without any engine file naming it. It registers through the `capeval.protocols`
+entry point group (tests/pipeline/test_toy_protocol.py installs a dist-info folder naming this package), exactly as a
+protocol shipped in another distribution would.
+
+Items: any dataset; the word asked about is the item's `answer` (else its `task`). The judge answers "yes" or "no"
+(a choice constraint); anything else is a parse failure, never a guess.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from pathlib import Path
+
+from engine.packs import load_pack
+from engine.protocols.base import JudgeProtocol, Rendered
+from engine.registry import register_protocol
+from engine.schemas import NO_VERDICT, ParseStatus
+
+PACK = Path(__file__).resolve().parent / "pack.toml"
+
+
+class MentionVerdict(IntEnum):
+    NO = 0
+    YES = 1
+
+
+N_CODES = len(MentionVerdict)
+
+
+class MentionProtocol(JudgeProtocol):
+    name = "toy_mention"
+    version = "1"
+    codes = (MentionVerdict,)
+    headline = ("mention_rate",)
+
+    def render(self, item, caption, *, seed, prompts=None, **opts):
+        pack = load_pack(prompts or PACK)
+        word = item.get("answer") or item.get("task") or ""
+        system, user = pack.render("judge/mention", caption=caption.get("text") or "", word=word)
+        return [Rendered(task=item["task"], step="mention", system=system, user=user, choices=("yes", "no"),
+                         max_tokens=4, fields={"word": word})]
+
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), prompts=None, **opts):
+        pack = load_pack(prompts or PACK)  # the pack's content enters every request key
+        return super().build_requests(items, captions, judge=judge, judge_revision=f"{judge_revision}|{pack.digest}",
+                                      seeds=seeds, prompts=prompts, **opts)
+
+    def parse(self, request, text):
+        answer = (text or "").strip().lower().rstrip(".")
+        if answer == "yes":
+            return int(MentionVerdict.YES), ParseStatus.OK, None
+        if answer == "no":
+            return int(MentionVerdict.NO), ParseStatus.OK, None
+        return NO_VERDICT, ParseStatus.FAILED, f"expected yes or no, got {answer[:40]!r}"
+
+    def paired_spec(self, mode):
+        from engine.metrics.paired import PairedSpec, code_stats
+
+        from .metrics import mention_rate
+
+        return PairedSpec(code_stats(N_CODES), N_CODES + 1, {"mention_rate": mention_rate})
+
+
+PROTOCOL = register_protocol("toy_mention")(MentionProtocol())
