@@ -1,9 +1,16 @@
-"""The sweep files the pipeline, report and cluster tests run: CapQuiz on generated videos (or on an items table),
-captioned by the local pixel-statistics captioner and judged by the local judge, small enough for 2 cores."""
+"""The sweep files tests run, written in one place: by default CapQuiz on generated (`synthetic`) videos, captioned
+by the local pixel-statistics captioner and judged by the local judge, small enough for 2 cores. Each test passes
+only what it varies (prompts, frames, videos, the dataset, captioners, protocols, judges, options).
+
+Tests of the sweep-file parser itself (tests/pipeline/test_pipeline_sweep_config.py, test_pipeline_sweep_check.py)
+keep their files written out: they assert line numbers and feed deliberately malformed entries."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+DEFAULT_OPTIONS = {"batch_size": 2, "n_resamples": 100}
 
 
 def _toml(value) -> str:
@@ -11,25 +18,52 @@ def _toml(value) -> str:
         return "true" if value else "false"
     if isinstance(value, dict):
         return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
-    return json.dumps(value)  # strings, numbers and lists of them are written alike in TOML and JSON
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)  # strings and numbers are written alike in TOML and JSON
 
 
-def capquiz_sweep(name: str, *, prompts=("capquiz_standard", "brief"), frames=("uniform:2", "uniform:6"),
-                  n_videos: int = 3, dataset: dict | None = None, captioner_params: dict | None = None,
-                  seeds=None, options: dict | None = None, judge: dict | None = None) -> str:
-    """A sweep file's text. `dataset` replaces the synthetic dataset (e.g. {"name": "clips", "kind": "items",
-    "path": "..."}); `judge` the local judge (e.g. {"name": "openai", "params": {...}}); `options` are added to
-    batch_size = 2, n_resamples = 100."""
-    dataset = dataset or {"name": "shapes", "kind": "synthetic", "n_videos": n_videos, "duration_s": 1.5}
-    lines = [f"name = {_toml(name)}", f"prompts = {_toml(list(prompts))}", f"frames = {_toml(list(frames))}", "",
-             "[[datasets]]", *(f"{k} = {_toml(v)}" for k, v in dataset.items()), "",
-             "[[captioners]]", 'name = "local"']
-    if captioner_params:
-        lines.append(f"params = {_toml(captioner_params)}")
-    judge = judge or {"name": "local"}
-    lines += ["", "[[protocols]]", 'name = "capquiz"', "", "[[judges]]", *(f"{k} = {_toml(v)}" for k, v in judge.items())]
-    if seeds is not None:
-        lines.append(f"seeds = {_toml(list(seeds))}")
-    lines += ["", "[options]", *(f"{k} = {_toml(v)}" for k, v in {"batch_size": 2, "n_resamples": 100,
-                                                                 **(options or {})}.items())]
+def _tables(header: str, entries) -> list[str]:
+    """`[[header]]` tables, one per entry: a dict's keys as written, a bare string as `name = "..."`."""
+    lines: list[str] = []
+    for entry in entries:
+        fields = {"name": entry} if isinstance(entry, str) else entry
+        lines += ["", f"[[{header}]]", *(f"{k} = {_toml(v)}" for k, v in fields.items())]
+    return lines
+
+
+def sweep_toml(name: str, *, prompts=("capquiz_standard", "brief"), frames=("uniform:2", "uniform:6"),
+               n_videos: int = 3, duration_s: float | None = 1.5, dataset: dict | None = None,
+               captioners=("local",), protocols=("capquiz",), judges=("local",), options: dict | None = None) -> str:
+    """A sweep file's text.
+
+    prompts: prompt ids (`prompts = [...]`), or dicts written as `[[prompts]]` tables (a pack's prompt).
+    n_videos, duration_s: the synthetic dataset's size (duration_s None: the kind's default);
+    dataset: a whole `[[datasets]]` entry instead (e.g. {"name": "clips", "kind": "items", "path": "..."}).
+    captioners, protocols, judges: one table each, a name or a dict of the entry's fields (e.g. {"name": "openai",
+    "params": {...}, "seeds": [0, 1]}); empty: no such section (a caption-only sweep has no protocols or judges).
+    options: merged over DEFAULT_OPTIONS; a None value leaves that option out; options={} keeps the defaults."""
+    if dataset is None:
+        dataset = {"name": "shapes", "kind": "synthetic", "n_videos": n_videos}
+        if duration_s is not None:
+            dataset["duration_s"] = duration_s
+    ids = [p for p in prompts if isinstance(p, str)]
+    lines = [f"name = {_toml(name)}", *([f"prompts = {_toml(ids)}"] if ids else []), f"frames = {_toml(list(frames))}"]
+    lines += _tables("prompts", [p for p in prompts if not isinstance(p, str)])
+    lines += _tables("datasets", [dataset])
+    lines += _tables("captioners", captioners) + _tables("protocols", protocols) + _tables("judges", judges)
+    merged = {k: v for k, v in {**DEFAULT_OPTIONS, **(options or {})}.items() if v is not None}
+    if merged:
+        lines += ["", "[options]", *(f"{k} = {_toml(v)}" for k, v in merged.items())]
     return "\n".join(lines) + "\n"
+
+
+def write_sweep(path: Path, name: str, **kw) -> Path:
+    """Writes `sweep_toml(name, **kw)` to `path` (a folder: `<path>/<name>.toml`, the folder made) and returns the
+    file's path."""
+    path = Path(path)
+    if path.is_dir() or not path.suffix:
+        path.mkdir(parents=True, exist_ok=True)
+        path = path / f"{name}.toml"
+    path.write_text(sweep_toml(name, **kw))
+    return path

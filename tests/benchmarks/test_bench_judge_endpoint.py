@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from _sweeps import write_sweep
 
 from benchmarks.loopback_server import FaultConfig, LoopbackServer
 from engine import exitcodes
@@ -76,11 +77,8 @@ def test_sweep_projection(capsys, shared_data, tmp_path, monkeypatch):
     from engine.sweep.grid import caption_cells
 
     monkeypatch.chdir(tmp_path)  # the projection's dataset work folder (.capeval/) lands here
-    sweep = tmp_path / "sweep.toml"
-    sweep.write_text('name = "p"\nprompts = ["capquiz_standard", "brief"]\nframes = ["uniform:2", "uniform:4", '
-                     '"uniform:8"]\n[[datasets]]\nname = "shapes"\nkind = "synthetic"\nn_videos = 3\n'
-                     '[[captioners]]\nname = "local"\n[[protocols]]\nname = "capquiz"\n[[judges]]\nname = "local"\n'
-                     'seeds = [0, 1]\n')
+    sweep = write_sweep(tmp_path / "sweep.toml", "p", frames=("uniform:2", "uniform:4", "uniform:8"), n_videos=3,
+                        duration_s=None, judges=[{"name": "local", "seeds": [0, 1]}])
     with LoopbackServer(FaultConfig(latency_median_s=0.005)) as server:
         rc, result, err = _bench(capsys, server.base_url, shared_data, "--requests", "20", "--warmup", "0",
                                  "--concurrency", "2,8", "--price-prompt", "1", "--sweep", str(sweep))

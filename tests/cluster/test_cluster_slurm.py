@@ -13,11 +13,11 @@ import polars as pl
 import pytest
 
 from _ray_cluster import REPO, free_ports
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 
 pytestmark = pytest.mark.slow
 
-SWEEP = capquiz_sweep("slurm-test", prompts=("brief",), frames=("uniform:2", "uniform:4"), options={"n_resamples": 50})
+SWEEP = sweep_toml("slurm-test", prompts=("brief",), frames=("uniform:2", "uniform:4"), options={"n_resamples": 50})
 
 
 def _idle_cpus() -> int | None:

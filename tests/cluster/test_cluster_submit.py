@@ -14,14 +14,14 @@ import polars as pl
 import pytest
 
 from _ray_cluster import REPO, LocalCluster
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 from engine.cli.submit import extract_payload, pack_results, stage_sweep, unpack_results
 
 pytestmark = pytest.mark.slow
 
-SWEEP = capquiz_sweep("submit-test", frames=("uniform:2", "uniform:4"),
-                      dataset={"name": "clips", "kind": "items", "path": "../data/items.jsonl"},
-                      options={"n_resamples": 50})
+SWEEP = sweep_toml("submit-test", frames=("uniform:2", "uniform:4"),
+                   dataset={"name": "clips", "kind": "items", "path": "../data/items.jsonl"},
+                   options={"n_resamples": 50})
 
 
 @pytest.fixture(scope="module")

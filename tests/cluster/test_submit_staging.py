@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 from engine.errors import UsageError
 from engine.staging import SHIPPED_LIST, StagingError, plan_staging, stage_sweep
 
@@ -48,7 +48,7 @@ def write_sweep(home: Path, text: str) -> Path:
 
 
 def items_sweep(**kw) -> str:
-    return capquiz_sweep("staging", dataset={"name": "clips", "kind": "items", "path": "../data/items.jsonl"}, **kw)
+    return sweep_toml("staging", dataset={"name": "clips", "kind": "items", "path": "../data/items.jsonl"}, **kw)
 
 
 def staged_files(folder: Path) -> set[str]:
@@ -114,8 +114,8 @@ def test_hidden_files_and_non_media_under_an_allowed_root_are_refused(home, tmp_
     rows[2]["media_path"] = "unrelated.bin"
     table.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sweep = home / "s.toml"
-    sweep.write_text(capquiz_sweep("staging", dataset={"name": "clips", "kind": "items",
-                                                      "path": "proj/data/items.jsonl"}))
+    sweep.write_text(sweep_toml("staging", dataset={"name": "clips", "kind": "items",
+                                                   "path": "proj/data/items.jsonl"}))
     with pytest.raises(StagingError) as err:
         plan_staging(sweep)
     assert "2 problems" in str(err.value) and "is hidden" in str(err.value)
@@ -130,8 +130,8 @@ def test_oversize_is_refused_before_anything_is_copied(home, tmp_path):
 
 
 def test_a_credential_value_is_refused_naming_field_and_line(home, tmp_path):
-    sweep = write_sweep(home, items_sweep(judge={"name": "openai", "params": {
-        "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-not-shipped-123"}}))
+    sweep = write_sweep(home, items_sweep(judges=[{"name": "openai", "params": {
+        "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-not-shipped-123"}}]))
     with pytest.raises(StagingError) as err:
         stage_sweep(sweep, tmp_path / "stage", ship_data=False)
     assert "judges[0].params.api_key: a credential value" in str(err.value) and "api_key_env" in str(err.value)
@@ -163,8 +163,8 @@ def test_cli_dry_run_exit_2_for_a_credential_and_lists_files_otherwise(home, tmp
                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert ok.stderr.count("[submit]   ships ") == 4 and "clips/v2.mp4" in ok.stderr
-    bad = write_sweep(home, items_sweep(judge={"name": "openai", "params": {
-        "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-not-shipped-456"}}))
+    bad = write_sweep(home, items_sweep(judges=[{"name": "openai", "params": {
+        "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-not-shipped-456"}}]))
     proc = subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(bad), "--dry-run"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
@@ -176,8 +176,8 @@ def test_a_videos_glob_ships_the_matching_media_only_and_keeps_ids(home, tmp_pat
     (clips / "notes.txt").write_text("not media")
     (clips / "sub").mkdir()
     (clips / "sub" / "w.mp4").write_bytes(b"\0" * 10)
-    sweep = write_sweep(home, capquiz_sweep("staging", dataset={"name": "v", "kind": "videos",
-                                                               "path": "../data/clips/**/*.mp4"}))
+    sweep = write_sweep(home, sweep_toml("staging", dataset={"name": "v", "kind": "videos",
+                                                            "path": "../data/clips/**/*.mp4"}))
     staged, shipped = stage_sweep(sweep, tmp_path / "stage")
     assert sorted(rel for _, rel in shipped) == sorted(
         [f"data/01_clips/v{i}.mp4" for i in range(3)] + ["data/01_clips/sub/w.mp4"])

@@ -13,37 +13,27 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _sweeps import sweep_toml
 
 REPO = Path(__file__).resolve().parents[2]
 RUN_CLI = "import sys; from engine.cli import main; sys.exit(main(sys.argv[1:]))"
 KILLED = -signal.SIGKILL
 
 
-def sweep_text(*, name: str = "faults", datasets: str, judge: str = 'name = "local"', prompts=("brief",),
-               frames=("uniform:2",), options: str = "batch_size = 1\nn_resamples = 20") -> str:
-    return "\n".join([
-        f"name = {json.dumps(name)}",
-        f"prompts = {json.dumps(list(prompts))}",
-        f"frames = {json.dumps(list(frames))}",
-        datasets,
-        "[[captioners]]\nname = \"local\"",
-        "[[protocols]]\nname = \"capquiz\"",
-        f"[[judges]]\n{judge}",
-        f"[options]\n{options}",
-        "",
-    ])
+def sweep_text(*, dataset: dict, judge: dict | None = None, prompts=("brief",), frames=("uniform:2",)) -> str:
+    """The fault suite's sweep (tests/_sweeps.py): one batch per video part, few resamples."""
+    return sweep_toml("faults", prompts=prompts, frames=frames, dataset=dataset, judges=[judge or "local"],
+                      options={"batch_size": 1, "n_resamples": 20})
 
 
-def synthetic(n_videos: int = 3, duration_s: float = 1.0, name: str = "shapes") -> str:
-    return f'[[datasets]]\nname = "{name}"\nkind = "synthetic"\nn_videos = {n_videos}\nduration_s = {duration_s}'
+def synthetic(n_videos: int = 3, duration_s: float = 1.0) -> dict:
+    return {"name": "shapes", "kind": "synthetic", "n_videos": n_videos, "duration_s": duration_s}
 
 
-def openai_judge(base_url: str, **params) -> str:
-    p = {"base_url": base_url, "model": "loopback", "api_key": "test-key", "timeout_s": 2.0, "max_attempts": 2,
-         "backoff_base_s": 0.05, "structured": "vllm",
-         **params}
-    inner = ", ".join(f"{k} = {json.dumps(v)}" for k, v in p.items())
-    return f'name = "openai"\nparams = {{ {inner} }}'
+def openai_judge(base_url: str, **params) -> dict:
+    return {"name": "openai", "params": {"base_url": base_url, "model": "loopback", "api_key": "test-key",
+                                         "timeout_s": 2.0, "max_attempts": 2, "backoff_base_s": 0.05,
+                                         "structured": "vllm", **params}}
 
 
 def cli_env(**extra: str) -> dict:

@@ -28,7 +28,7 @@ def reference(tmp_path_factory):
     d = tmp_path_factory.mktemp("reference")
     with AppServer(make_app(FaultConfig(log_attempts=False))) as server:
         path = d / "sweep.toml"
-        path.write_text(sweep_text(datasets=synthetic(N_VIDEOS), judge=openai_judge(server.base_url)))
+        path.write_text(sweep_text(dataset=synthetic(N_VIDEOS), judge=openai_judge(server.base_url)))
         run = sweep(path, d / "out")
         assert run.returncode == exitcodes.OK, run
         assert server.stats()["requests"] == N_ITEMS
@@ -37,7 +37,7 @@ def reference(tmp_path_factory):
 
 def test_judge_down_then_up_rerun_completes_the_cell(reference, tmp_path, sweep_file):
     port = free_port()
-    path = sweep_file(sweep_text(datasets=synthetic(N_VIDEOS), judge=openai_judge(f"http://127.0.0.1:{port}/v1")))
+    path = sweep_file(sweep_text(dataset=synthetic(N_VIDEOS), judge=openai_judge(f"http://127.0.0.1:{port}/v1")))
     out = tmp_path / "out"
     down = sweep(path, out)
     assert down.returncode == exitcodes.FAILURES, down
@@ -60,7 +60,7 @@ def test_judge_down_then_up_rerun_completes_the_cell(reference, tmp_path, sweep_
 
 @pytest.mark.slow
 def test_accept_failures_finishes_the_cell_and_says_so(tmp_path, sweep_file):
-    path = sweep_file(sweep_text(datasets=synthetic(N_VIDEOS),
+    path = sweep_file(sweep_text(dataset=synthetic(N_VIDEOS),
                                  judge=openai_judge(f"http://127.0.0.1:{free_port()}/v1")))
     out = tmp_path / "out"
     run = sweep(path, out, "--accept-failures", "--max-failure-share", "1")
@@ -75,7 +75,7 @@ def test_accept_failures_finishes_the_cell_and_says_so(tmp_path, sweep_file):
 def test_thirty_percent_injected_faults_lose_nothing(reference, tmp_path, sweep_file):
     cfg = FaultConfig(rate=0.3, retry_after_s=0, stall_s=3.0, max_faults_per_request=1, seed=3)
     with AppServer(make_app(cfg)) as server:
-        path = sweep_file(sweep_text(datasets=synthetic(N_VIDEOS),
+        path = sweep_file(sweep_text(dataset=synthetic(N_VIDEOS),
                                      judge=openai_judge(server.base_url, max_attempts=3, timeout_s=1.0)))
         run = sweep(path, tmp_path / "out")
         stats = server.stats()
@@ -96,7 +96,7 @@ def test_refused_authentication_stops_the_run(tmp_path, sweep_file):
     app = web.Application()
     app.router.add_post("/v1/chat/completions", refuse)
     with AppServer(app) as server:
-        path = sweep_file(sweep_text(datasets=synthetic(3), judge=openai_judge(server.base_url, max_in_flight=2)))
+        path = sweep_file(sweep_text(dataset=synthetic(3), judge=openai_judge(server.base_url, max_in_flight=2)))
         run = sweep(path, tmp_path / "out")
     assert run.returncode == exitcodes.ABORTED, run
     assert "401" in run.stderr or "auth" in run.stderr.lower()

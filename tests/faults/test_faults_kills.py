@@ -67,7 +67,7 @@ def _run(sweep_file, out, kill_at: str | None = None, judge: KillingJudge | None
 def test_kill_nine_at_five_points_then_resume(tmp_path):
     judge = KillingJudge()
     with AppServer(judge.app()) as server:
-        text = sweep_text(datasets=synthetic(N_VIDEOS), frames=("uniform:2", "uniform:3"),
+        text = sweep_text(dataset=synthetic(N_VIDEOS), frames=("uniform:2", "uniform:3"),
                           judge=openai_judge(server.base_url, max_in_flight=4))
         path = tmp_path / "sweep.toml"
         path.write_text(text)
@@ -132,7 +132,7 @@ def test_kill_nine_during_group_commits_and_compaction_then_resume(tmp_path):
 
     n_videos = 8
     path = tmp_path / "sweep.toml"
-    path.write_text(sweep_text(datasets=synthetic(n_videos, duration_s=0.5), frames=("uniform:2", "uniform:3")))
+    path.write_text(sweep_text(dataset=synthetic(n_videos, duration_s=0.5), frames=("uniform:2", "uniform:3")))
     reference = _run_env(path, tmp_path / "reference")
     assert reference.returncode == exitcodes.OK, reference
 

@@ -44,16 +44,16 @@ def media(tmp_path_factory) -> dict:
     return {"good": good, "twins": twins, "damaged": {k: broken[k] for k in DAMAGED}}
 
 
-def _dataset(tmp_path: Path, videos: dict) -> str:
+def _dataset(tmp_path: Path, videos: dict) -> dict:
     items = tmp_path / "items.jsonl"
     items.write_text("".join(json.dumps(_item(v, p)) + "\n" for v, p in videos.items()))
-    return f'[[datasets]]\nname = "clips"\nkind = "items"\npath = "{items}"'
+    return {"name": "clips", "kind": "items", "path": str(items)}
 
 
 def test_damaged_and_identical_videos_are_each_accounted_for(media, tmp_path, sweep_file):
     videos = {**media["good"], **media["twins"], **media["damaged"]}
     # uniform:5 reaches the damaged middle of corrupt_packets (2 frames would skip it and decode fine)
-    path = sweep_file(sweep_text(datasets=_dataset(tmp_path, videos), frames=("uniform:5",)))
+    path = sweep_file(sweep_text(dataset=_dataset(tmp_path, videos), frames=("uniform:5",)))
     out = tmp_path / "out"
     run = sweep(path, out)
     assert run.returncode == exitcodes.FAILURES, run
@@ -96,7 +96,7 @@ def test_full_frame_cache_is_retryable_and_the_rerun_completes(media, tmp_path, 
     if not shutil.which("unshare"):
         pytest.skip("needs unshare(1) to mount a small tmpfs")
     videos = dict(media["good"])
-    path = sweep_file(sweep_text(datasets=_dataset(tmp_path, videos)))
+    path = sweep_file(sweep_text(dataset=_dataset(tmp_path, videos)))
     out = tmp_path / "out"
     (out / "frames").mkdir(parents=True)
     mount = ["unshare", "-r", "-m", "sh", "-c", f'mount -t tmpfs -o size=4k tmpfs "{out / "frames"}" && exec "$@"',

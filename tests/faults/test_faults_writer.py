@@ -50,7 +50,7 @@ def _bound_addresses(root: psutil.Process) -> set[tuple[str, str, int]]:
 
 
 def test_running_sweep_is_loopback_only_quiet_and_holds_its_folder(tmp_path, sweep_file):
-    path = sweep_file(sweep_text(datasets=synthetic(3), frames=("uniform:2", "uniform:4")))
+    path = sweep_file(sweep_text(dataset=synthetic(3), frames=("uniform:2", "uniform:4")))
     out = tmp_path / "out"
     first = start_capeval(["sweep", path, "--out", out, "--no-progress"])
     try:
@@ -112,7 +112,7 @@ def _namespace_mount(target, options: str) -> list[str]:
 
 
 def test_read_only_output_folder_is_refused_before_any_work(tmp_path, sweep_file):
-    path = sweep_file(sweep_text(datasets=synthetic(1)))
+    path = sweep_file(sweep_text(dataset=synthetic(1)))
     out = tmp_path / "ro"
     run = sweep(path, out, prefix=_namespace_mount(out, "ro,size=64k"))
     assert run.returncode == exitcodes.USAGE, run
@@ -124,7 +124,7 @@ def test_read_only_output_folder_is_refused_before_any_work(tmp_path, sweep_file
 
 @pytest.mark.slow
 def test_full_store_stops_the_run_with_one_line_and_nothing_half_written(tmp_path, sweep_file):
-    path = sweep_file(sweep_text(datasets=synthetic(2)))
+    path = sweep_file(sweep_text(dataset=synthetic(2)))
     out = tmp_path / "out"
     verdicts = out / "verdicts"
     run = sweep(path, out, prefix=_namespace_mount(verdicts, "size=4k"))

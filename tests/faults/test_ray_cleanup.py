@@ -70,7 +70,7 @@ def test_kill_9_of_a_cli_sweep_leaves_nothing_of_its_ray(tmp_path):
     from _ray_session import REPO, clean_env
 
     sweep = tmp_path / "tiny.toml"
-    sweep.write_text(sweep_text(datasets=synthetic(n_videos=6, duration_s=2.0), prompts=("brief", "detailed")))
+    sweep.write_text(sweep_text(dataset=synthetic(n_videos=6, duration_s=2.0), prompts=("brief", "detailed")))
     cmd = [sys.executable, "-m", "engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out"), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)

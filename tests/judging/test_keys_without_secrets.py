@@ -4,29 +4,18 @@ other parameter still changes them."""
 
 from __future__ import annotations
 
+from _sweeps import write_sweep
+
 from engine.sweep.config import load_sweep
 from engine.sweep.grid import expand
 
 
 def _keys(tmp_path, api_key: str | None, timeout: float = 30.0) -> list[str]:
-    key_line = f', api_key = "{api_key}"' if api_key else ""
-    path = tmp_path / f"sweep-{api_key}-{timeout}.toml"
-    path.write_text(f'''
-name = "k"
-prompts = ["brief"]
-frames = ["uniform:2"]
-[[datasets]]
-name = "d"
-kind = "synthetic"
-n_videos = 1
-[[captioners]]
-name = "local"
-[[protocols]]
-name = "capquiz"
-[[judges]]
-name = "openai"
-params = {{ model = "m", base_url = "http://127.0.0.1:9/v1", timeout_s = {timeout}{key_line} }}
-''')
+    params = {"model": "m", "base_url": "http://127.0.0.1:9/v1", "timeout_s": timeout,
+              **({"api_key": api_key} if api_key else {})}
+    path = write_sweep(tmp_path / f"sweep-{api_key}-{timeout}.toml", "k", prompts=("brief",), frames=("uniform:2",),
+                       dataset={"name": "d", "kind": "synthetic", "n_videos": 1},
+                       judges=[{"name": "openai", "params": params}])
     config = load_sweep(path)
     return [cell.key(dataset_digest="d", captioner_revision="r", prompt_text="p", judge_revision="j")
             for cell in expand(config)]

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 from benchmarks.loopback_server import FaultConfig, LoopbackServer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -85,9 +85,9 @@ def test_sweep_report_and_submit_write_no_key(tmp_path, key):
     try:
         with LoopbackServer(FaultConfig(api_key=key)) as server:
             sweep = tmp_path / "secret_sweep.toml"
-            sweep.write_text(capquiz_sweep("secrets", n_videos=2, prompts=("brief",), frames=("uniform:2",), judge={
+            sweep.write_text(sweep_toml("secrets", n_videos=2, prompts=("brief",), frames=("uniform:2",), judges=[{
                 "name": "openai", "params": {"model": "loopback", "base_url": server.base_url, "api_key": key,
-                                             "structured": "vllm"}}, options={"n_resamples": 20}))
+                                             "structured": "vllm"}}], options={"n_resamples": 20}))
             run = _capeval(["sweep", str(sweep), "--out", str(tmp_path / "out")], tmp_path, RAY_TMPDIR=str(ray_tmp))
             assert run.returncode == 0, run.stderr[-3000:]
         report = _capeval(["report", str(tmp_path / "out")], tmp_path)

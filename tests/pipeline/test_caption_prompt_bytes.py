@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from _caption_server import RecordingServer
+from _sweeps import write_sweep
 
 from engine.sweep.config import SweepFileError, load_sweep
 from engine.sweep.runner import run_sweep
@@ -25,35 +26,13 @@ def _official(prompt_id: str) -> dict:
 
 
 def _sweep(path: Path, base_url: str) -> Path:
-    common = f'base_url = "{base_url}", api_key = "test", max_in_flight = 8'
-    path.write_text(f"""\
-name = "prompt-bytes"
-frames = ["uniform:3"]
-
-[[prompts]]
-id = "capability-official"
-pack = "{PACK}"
-video = "caption/video"
-image = "caption/image"
-
-[[datasets]]
-name = "shapes"
-kind = "synthetic"
-n_videos = 2
-duration_s = 1.0
-
-[[captioners]]
-name = "openai"
-label = "as-written"
-params = {{ model = "plain", {common} }}
-
-[[captioners]]
-name = "openai"
-label = "stamped"
-timestamps = "text"
-params = {{ model = "stamped", {common} }}
-""")
-    return path
+    common = {"base_url": base_url, "api_key": "test", "max_in_flight": 8}
+    pack_prompt = {"id": "capability-official", "pack": str(PACK), "video": "caption/video", "image": "caption/image"}
+    return write_sweep(path, "prompt-bytes", prompts=[pack_prompt], frames=("uniform:3",), n_videos=2, duration_s=1.0,
+                       captioners=[{"name": "openai", "label": "as-written", "params": {"model": "plain", **common}},
+                                   {"name": "openai", "label": "stamped", "timestamps": "text",
+                                    "params": {"model": "stamped", **common}}],
+                       protocols=(), judges=(), options={"batch_size": None, "n_resamples": None})
 
 
 @pytest.mark.skipif(not PACK.is_file(), reason="the official packs are read in place from ../shared/protocols")

@@ -6,15 +6,14 @@ from __future__ import annotations
 import json
 
 import polars as pl
+from _sweeps import write_sweep
 
 from engine.cli import main as cli_main
 
 
 def test_caption_only_sweep_via_cli_exits_0_and_writes_run_json(tmp_path, ray_local, capsys):
-    sweep = tmp_path / "caponly.toml"
-    sweep.write_text('name = "caponly"\nprompts = ["brief"]\nframes = ["uniform:2"]\n\n[[datasets]]\n'
-                     'name = "shapes"\nkind = "synthetic"\nn_videos = 2\nduration_s = 1.0\n\n'
-                     '[[captioners]]\nname = "local"\n\n[options]\nbatch_size = 2\n')
+    sweep = write_sweep(tmp_path, "caponly", prompts=("brief",), frames=("uniform:2",), n_videos=2, duration_s=1.0,
+                        protocols=(), judges=(), options={"n_resamples": None})
     out = tmp_path / "out"
     code = cli_main(["sweep", str(sweep), "--out", str(out), "--no-progress"])
     printed = capsys.readouterr()

@@ -14,13 +14,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 from engine.sweep.config import load_sweep
 from engine.sweep.runner import run_sweep
 
 
 REPO = Path(__file__).resolve().parents[2]
-SWEEP = capquiz_sweep("demo-test", frames=("uniform:2", "uniform:6"), n_videos=3)
+SWEEP = sweep_toml("demo-test", frames=("uniform:2", "uniform:6"), n_videos=3)
 N_VIDEOS, ITEMS_PER_VIDEO, N_CELLS = 3, 4, 4
 
 

@@ -14,15 +14,14 @@ import termios
 import time
 from pathlib import Path
 
+from _sweeps import write_sweep
+
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_decode_and_caption_bars_on_a_terminal(tmp_path):
-    sweep = tmp_path / "s.toml"
-    sweep.write_text('name = "bars"\nprompts = ["brief"]\nframes = ["uniform:2"]\n'
-                     '[[datasets]]\nname = "shapes"\nkind = "synthetic"\nn_videos = 3\nduration_s = 1.0\n'
-                     '[[captioners]]\nname = "local"\n[[protocols]]\nname = "capquiz"\n[[judges]]\nname = "local"\n'
-                     '[options]\nbatch_size = 1\nn_resamples = 10\n')
+    sweep = write_sweep(tmp_path / "s.toml", "bars", prompts=("brief",), frames=("uniform:2",), n_videos=3,
+                        duration_s=1.0, options={"batch_size": 1, "n_resamples": 10})
     master, slave = pty.openpty()
     # a real terminal has a size; a fresh pty reports 0 columns, and tqdm draws nothing in 0 columns
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))

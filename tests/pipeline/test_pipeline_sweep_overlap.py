@@ -9,7 +9,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 
 from engine.sweep.config import load_sweep
 from engine.sweep.runner import run_sweep
@@ -20,9 +20,10 @@ N_VIDEOS, N_CELLS = 6, 4
 def _sweep(tmp_path_factory, base_url: str, overlap: bool) -> Path:
     sweep = tmp_path_factory.mktemp("sweepfile") / "overlap.toml"
     judge = {"name": "openai", "params": {"base_url": base_url, "model": "loopback", "api_key": "test-key",
-                                          "structured": "vllm"}}
-    sweep.write_text(capquiz_sweep("overlap-test", n_videos=N_VIDEOS, captioner_params={"latency_s": 0.25},
-                                   seeds=(0, 1), judge=judge, options={"overlap": overlap, "batch_size": 1}))
+                                          "structured": "vllm"}, "seeds": [0, 1]}
+    sweep.write_text(sweep_toml("overlap-test", n_videos=N_VIDEOS, captioners=[{"name": "local",
+                                "params": {"latency_s": 0.25}}], judges=[judge],
+                                options={"overlap": overlap, "batch_size": 1}))
     return sweep
 
 
@@ -108,7 +109,7 @@ def test_overlap_falls_back_when_judge_actors_would_starve_decoding(tmp_path, ra
 
     def config(**options):
         path = tmp_path / f"s{len(options)}{sorted(options.items())}.toml".replace(" ", "")
-        path.write_text(capquiz_sweep("fits", options=options))
+        path.write_text(sweep_toml("fits", options=options))
         return load_sweep(path)
 
     assert _overlap_fits(config()) == (True, "")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 from engine.sweep.config import load_sweep
 from engine.sweep.runner import run_sweep
 
@@ -39,10 +39,8 @@ def run_folder_files(out: Path) -> dict[str, int]:
 @pytest.mark.slow
 def test_two_thousand_videos_leave_at_most_200_files_in_the_run_folder(tmp_path, ray_local):
     sweep = tmp_path / "scale.toml"
-    sweep.write_text(capquiz_sweep("scale", prompts=("brief",), frames=("uniform:1",),
-                                   dataset={"name": "shapes", "kind": "synthetic", "n_videos": N_VIDEOS,
-                                            "duration_s": 0.2},
-                                   options={"n_resamples": 20, "judge_batch_size": 256}))
+    sweep.write_text(sweep_toml("scale", prompts=("brief",), frames=("uniform:1",), n_videos=N_VIDEOS, duration_s=0.2,
+                                options={"n_resamples": 20, "judge_batch_size": 256}))
     t0 = time.perf_counter()
     result = run_sweep(load_sweep(sweep), tmp_path / "out", progress=False, log=lambda m: None)
     wall = time.perf_counter() - t0

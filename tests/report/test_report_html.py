@@ -12,14 +12,14 @@ import polars as pl
 import pytest
 
 from _browser import Browser, chromium_path
-from _sweeps import capquiz_sweep
+from _sweeps import sweep_toml
 from engine.cli import main as cli_main
 from engine.report.rundir import load_run
 from engine.sweep.config import load_sweep
 from engine.sweep.runner import run_sweep
 
 
-SWEEP = capquiz_sweep("report-test", n_videos=4, seeds=(0, 1))
+SWEEP = sweep_toml("report-test", n_videos=4, judges=[{"name": "local", "seeds": [0, 1]}])
 
 
 @pytest.fixture(scope="module")

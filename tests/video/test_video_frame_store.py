@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _sweeps import write_sweep
 
 from engine.frames import cache as frame_cache
 from engine.frames import shards
@@ -210,31 +211,16 @@ def test_sweep_file_frame_size_is_checked_and_enters_the_cell_key(tmp_path):
     from engine.sweep.config import load_sweep
     from engine.sweep.grid import expand
 
-    def sweep(extra: str) -> Path:
-        p = tmp_path / "s.toml"
-        p.write_text(textwrap.dedent(f"""
-            name = "s"
-            frames = ["uniform:2"]
-            prompts = ["brief"]
-            [[datasets]]
-            name = "d"
-            kind = "synthetic"
-            n_videos = 1
-            [[captioners]]
-            name = "local"
-            {extra}
-            [[protocols]]
-            name = "capquiz"
-            [[judges]]
-            name = "local"
-        """))
-        return p
+    def sweep(**captioner) -> Path:
+        return write_sweep(tmp_path / "s.toml", "s", prompts=("brief",), frames=("uniform:2",),
+                           dataset={"name": "d", "kind": "synthetic", "n_videos": 1},
+                           captioners=[{"name": "local", **captioner}])
 
-    base = load_sweep(sweep(""))
-    sized = load_sweep(sweep('frame_size = "px200000"'))
+    base = load_sweep(sweep())
+    sized = load_sweep(sweep(frame_size="px200000"))
     assert sized.captioners[0].frame_size == "px200000" and base.captioners[0].frame_size is None
     args = dict(dataset_digest="d", captioner_revision="r", prompt_text="p", judge_revision="j")
     assert expand(base)[0].key(**args) != expand(sized)[0].key(**args)
     with pytest.raises(Exception) as err:
-        load_sweep(sweep('frame_size = "huge"'))
+        load_sweep(sweep(frame_size="huge"))
     assert "captioners[0].frame_size" in str(err.value) and "not a frame size" in str(err.value)
