@@ -41,7 +41,7 @@ def _pct(values: list[float], q: float) -> float | None:
 def read_inputs(items_path: Path, captions_path: Path | None, protocol: str):
     """ITEMS and CAPTIONS tables: a CAPability release folder/file, or a user's JSONL/CSV/Parquet file
     (engine/inputs/tables.py). Without captions, each video gets one placeholder caption (shape-only workload)."""
-    from engine.datasets import capability
+    from engine.protocols.capability import release as capability
 
     if capability.is_release_file(items_path):
         items = capability.load_items(items_path)

@@ -23,7 +23,7 @@ N_ITEMS = 200
 def capability_rows():
     """(items, captions, request rows) for the first N_ITEMS object_color items with gpt-4o-0806's released
     captions, read in place."""
-    from engine.datasets import capability
+    from engine.protocols.capability import release as capability
     from engine.registry import lookup
 
     annotations = SHARED_DATA / "capability" / "annotations" / "object_color.jsonl"
