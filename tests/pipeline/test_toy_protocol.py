@@ -17,6 +17,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from _sweeps import write_sweep
 
 TESTS = Path(__file__).resolve().parents[1]
 ENGINE = TESTS.parent / "engine"
@@ -31,33 +32,6 @@ def _plugin_site(root: Path) -> Path:
     return root
 
 
-def _sweep_text(name: str, base_url: str) -> str:
-    return f"""name = "{name}"
-prompts = ["capquiz_standard", "brief"]
-frames = ["uniform:2"]
-
-[[datasets]]
-name = "shapes"
-kind = "synthetic"
-n_videos = 8
-duration_s = 1.0
-
-[[captioners]]
-name = "local"
-
-[[protocols]]
-name = "toy_mention"
-
-[[judges]]
-name = "openai"
-params = {{ base_url = "{base_url}", model = "loopback", api_key = "test-key", structured = "vllm" }}
-
-[options]
-batch_size = 2
-n_resamples = 100
-"""
-
-
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
     from benchmarks.loopback_server import FaultConfig, LoopbackServer
@@ -67,8 +41,10 @@ def toy_run(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")])}
     capeval = [sys.executable, "-m", "engine.cli"]
     with LoopbackServer(FaultConfig(latency_s=0.0)) as server:
-        sweep = root / "toy.toml"
-        sweep.write_text(_sweep_text("toy-protocol", server.base_url))
+        judge = {"name": "openai", "params": {"base_url": server.base_url, "model": "loopback",
+                                              "api_key": "test-key", "structured": "vllm"}}
+        sweep = write_sweep(root / "toy.toml", "toy-protocol", frames=("uniform:2",), n_videos=8, duration_s=1.0,
+                            protocols=("toy_mention",), judges=[judge])
         out = root / "run"
         done = subprocess.run([*capeval, "sweep", str(sweep), "--out", str(out)], env=env, capture_output=True,
                               text=True, timeout=600)
