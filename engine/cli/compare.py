@@ -7,12 +7,19 @@ import json
 from pathlib import Path
 
 
+#: what every row's `diff` is, said in the JSON output
+DIFF_MEANING = ("a_value - b_value: a is the --a side, else the system that sorts first over the factors the two "
+                "differ in (frame specs by frame count, other values as text); the same direction for every judge")
+
+
 def register(sub) -> None:
     p = sub.add_parser("compare", help="paired differences between captioners / prompts / frame specs of a run")
     p.add_argument("run_dir", type=Path,
                    help="a sweep's output folder (verdicts/, metrics/), or one verdict table (.parquet)")
-    p.add_argument("--a", help="systems on the left: 'captioner=X,prompt_id=Y' or a bare value (e.g. a prompt id)")
-    p.add_argument("--b", help="systems on the right, same syntax; factors neither side names are held equal")
+    p.add_argument("--a", help="systems on the left of a - b: 'captioner=X,prompt_id=Y' or a bare value (e.g. a "
+                              "prompt id); default: the system that sorts first (frame specs by frame count)")
+    p.add_argument("--b", help="systems on the right of a - b, same syntax; factors neither side names are held "
+                              "equal")
     p.add_argument("--all-pairs", action="store_true",
                    help="every pair of systems, not only those differing in one factor")
     p.add_argument("--resamples", type=int, default=2000, help="paired bootstrap resamples over videos")
@@ -41,7 +48,8 @@ def run_modes(results, overrides: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
-    from engine.report.compare import compare_run, format_comparison
+    from engine.errors import UsageError
+    from engine.report.compare import FACTORS, FIXED, compare_run, format_comparison, selector_problems
     from engine.report.rundir import load_run
 
     if args.resamples < 1:
@@ -49,6 +57,10 @@ def run(args) -> int:
     data = load_run(args.run_dir)
     if data.verdicts is None:
         raise FileNotFoundError(f"{args.run_dir}/verdicts holds no verdict segments: nothing to compare")
+    systems = data.verdicts.select([c for c in FIXED + FACTORS if c in data.verdicts.columns]).unique()
+    problems = selector_problems(systems, args.a, "--a") + selector_problems(systems, args.b, "--b")
+    if problems:  # a name the run does not have: say which names it has (exit USAGE, as for no match)
+        raise UsageError("\n".join(problems))
     frame = compare_run(data.verdicts, a=args.a, b=args.b, all_pairs=args.all_pairs,
                         modes=run_modes(data.results, args.mode), n_resamples=args.resamples, seed=args.seed,
                         confidence=args.confidence)
@@ -56,7 +68,7 @@ def run(args) -> int:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         frame.write_parquet(args.out) if args.out.suffix == ".parquet" else frame.write_csv(args.out)
     if args.json:
-        print(json.dumps({"comparisons": frame.to_dicts(), "n_resamples": args.resamples,
+        print(json.dumps({"comparisons": frame.to_dicts(), "n_resamples": args.resamples, "diff": DIFF_MEANING,
                           "multiple_comparisons": f"Holm over {int(frame['p_value'].is_not_null().sum())} tests"},
                          indent=1))
     else:

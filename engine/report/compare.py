@@ -11,7 +11,9 @@ mode used when the run names none (`compare_default_mode`) and the verdict colum
 gets one note row instead of differences.
 
 Default pairs are the one-factor contrasts: two systems of the same dataset, protocol and judge that differ in
-exactly one of captioner, prompt, frame spec. `select_pairs(a=..., b=...)` picks others.
+exactly one of captioner, prompt, frame spec. `select_pairs(a=..., b=...)` picks others. Every difference is a − b,
+a being the `a` side, else the system that sorts first (engine/report/ordering.py: frame specs by frame count):
+verdict rows come in whatever order cells finished, and taking that order made the direction differ between judges.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import polars as pl
 
 from engine.metrics.paired import PairedSpec
 from engine.registry import lookup
+from engine.report.ordering import sorted_values, system_sort_key
 from kernels.bootstrap import paired_bootstrap_diff
 
 FACTORS = ["captioner", "prompt_id", "frame_spec"]
@@ -87,33 +90,76 @@ def _named(row: dict, selector: str | None) -> set[str]:
     return named
 
 
+def _orientations(x: dict, y: dict) -> list[tuple[dict, dict]]:
+    """(x, y) and (y, x), the canonical one first: a is the system that sorts first over the factors they differ in
+    (engine/report/ordering.py: frame specs by frame count, the rest as text), whatever order the rows came in."""
+    differ = [c for c in FACTORS if x[c] != y[c]]
+    first = system_sort_key(x, differ) <= system_sort_key(y, differ)
+    return [(x, y), (y, x)] if first else [(y, x), (x, y)]
+
+
 def select_pairs(systems: pl.DataFrame, a: str | None = None, b: str | None = None,
                  all_pairs: bool = False) -> list[tuple[dict, dict, str]]:
     """(system a, system b, factors that differ) within one (dataset, protocol, judge).
 
-    Without selectors: every pair differing in exactly one factor (all_pairs: in any). With `a`/`b`: systems
-    matching `a` against systems matching `b`, the factors neither selector names held equal (all_pairs: not)."""
+    Without selectors: every pair differing in exactly one factor (all_pairs: in any), a being the system that sorts
+    first (frame specs by frame count), so the direction of a − b is the same for every judge and dataset. With
+    `a`/`b`: systems matching `a` against systems matching `b`, the factors neither selector names held equal
+    (all_pairs: not). Pairs come in a fixed order: by dataset, protocol, judge, then a's and b's sort keys."""
     rows = list(systems.iter_rows(named=True))
-    pairs, seen = [], set()
-    for i, x in enumerate(rows):
-        for j, y in enumerate(rows):
-            if i == j or any(x[c] != y[c] for c in FIXED) or not (_matches(x, a) and _matches(y, b)):
+    pairs = []
+    for i, first in enumerate(rows):
+        for second in rows[i + 1:]:
+            if any(first[c] != second[c] for c in FIXED):
                 continue
-            if frozenset((i, j)) in seen or (a and not b and _matches(y, a)) or (b and not a and _matches(x, b)):
-                continue  # one side given: the other side is everything else
-            differ = [c for c in FACTORS if x[c] != y[c]]
+            differ = [c for c in FACTORS if first[c] != second[c]]
             if not differ:
                 continue
-            if not all_pairs:
-                if a or b:
-                    free = _named(x, a) | _named(y, b)
-                    if any(c not in free for c in differ) or (not (a and b) and len(differ) != 1):
-                        continue
-                elif len(differ) != 1:
-                    continue
-            seen.add(frozenset((i, j)))
-            pairs.append((x, y, ",".join(differ)))
-    return pairs
+            for x, y in _orientations(first, second):
+                if _wanted(x, y, differ, a, b, all_pairs):
+                    pairs.append((x, y, ",".join(differ)))
+                    break
+    return sorted(pairs, key=lambda p: (system_sort_key(p[0], FIXED), p[2], system_sort_key(p[0], FACTORS),
+                                        system_sort_key(p[1], FACTORS)))
+
+
+def _wanted(x: dict, y: dict, differ: list[str], a: str | None, b: str | None, all_pairs: bool) -> bool:
+    """Whether (x as a, y as b) is a pair the selectors ask for."""
+    if not (_matches(x, a) and _matches(y, b)):
+        return False
+    if (a and not b and _matches(y, a)) or (b and not a and _matches(x, b)):
+        return False  # one side given: the other side is everything else
+    if all_pairs:
+        return True
+    if a or b:
+        free = _named(x, a) | _named(y, b)
+        return all(c in free for c in differ) and (bool(a and b) or len(differ) == 1)
+    return len(differ) == 1
+
+
+#: how the selector problems name each column (plural, for the list of valid values)
+_PLURAL = {"captioner": "captioners", "prompt_id": "prompt ids", "frame_spec": "frame specs", "dataset": "datasets",
+           "protocol": "protocols", "judge": "judges"}
+
+
+def selector_problems(systems: pl.DataFrame, selector: str | None, option: str = "--a") -> list[str]:
+    """Why `selector` can match no system, naming the valid keys or values (e.g. "no system has captioner=nobody;
+    captioners: local, qwen"); [] when every part of it names something the run has."""
+    problems = []
+    columns = [c for c in FACTORS + FIXED if c in systems.columns]
+    values = {c: sorted_values(c, [str(v) for v in systems[c].to_list()]) for c in columns}
+    for part in (selector or "").split(","):
+        key, sep, value = (s.strip() for s in part.partition("="))
+        if not key and not value:
+            continue
+        if sep and key not in values:
+            problems.append(f"{option} {part.strip()!r}: unknown key {key!r}; keys: {', '.join(columns)}")
+        elif sep and value not in values[key]:
+            problems.append(f"{option}: no system has {key}={value}; {_PLURAL[key]}: {', '.join(values[key])}")
+        elif not sep and not any(key in v for v in values.values()):
+            listed = "; ".join(f"{_PLURAL[c]}: {', '.join(values[c])}" for c in FACTORS if c in values)
+            problems.append(f"{option}: no system has a captioner, prompt id or frame spec {key!r}; {listed}")
+    return problems
 
 
 def compare_run(verdicts: pl.DataFrame, *, a: str | None = None, b: str | None = None, all_pairs: bool = False,
@@ -247,6 +293,8 @@ def format_comparison(frame: pl.DataFrame, digits: int = 1) -> str:
             lines.append(f"   {r['metric']:<12} a-b = {num(r['diff']):>7} {ci:<18} p = {p} (Holm {ph})  "
                          f"videos = {r['n_videos']}" + (f"  warning: {r['warning']}" if r["warning"] else ""))
     n = int(frame["p_value"].is_not_null().sum())
+    lines.append("a-b is a's value minus b's (a: the --a side, else the system that sorts first, frame specs by "
+                 "frame count), the same direction for every judge.")
     lines.append(f"Paired bootstrap over shared videos (same resampled videos for a and b). Holm's correction "
                  f"is over all {n} differences shown: read p_holm when you look at several; a p-value alone "
                  f"from one of {n} tests overstates the evidence.")

@@ -73,13 +73,18 @@ def _frame_html(df: pl.DataFrame, digits: int = 2, max_rows: int = 2000) -> str:
 def _comparison_html(comp: pl.DataFrame) -> str:
     if comp.is_empty():
         return "<p class='note'>No two systems of the same dataset, protocol and judge share videos.</p>"
-    shown = comp.select("protocol", "same", "a", "b", "metric", "a_value", "b_value", "diff", "ci_low", "ci_high",
-                        "p_value", "p_holm", "n_videos", "warning")
+    # the judge (and dataset) of every row: two judges' differences are not one number; diff is named a − b
+    shown = comp.select("dataset", "protocol", "judge", "same", "a", "b", "metric", "a_value", "b_value",
+                        pl.col("diff").alias("a − b"), "ci_low", "ci_high", "p_value", "p_holm", "n_videos",
+                        "warning")
+    if comp["dataset"].n_unique() == 1:
+        shown = shown.drop("dataset")
     n = int(comp["p_value"].is_not_null().sum())
-    return (_frame_html(shown, digits=3).replace("<td class='num'>", "<td class='num'>", 1)
-            + f"<p class='note'>Paired bootstrap over the videos both systems were judged on (the same resampled "
-              f"videos for a and b). p_holm applies Holm's correction over all {n} differences in this table; "
-              f"p-values resolve down to 1/resamples.</p>")
+    return (_frame_html(shown, digits=3)
+            + f"<p class='note'>Every difference is a − b: a is the system that sorts first (frame specs by frame "
+              f"count, other values alphabetically), the same direction for every judge. Paired bootstrap over the "
+              f"videos both systems were judged on (the same resampled videos for a and b). p_holm applies Holm's "
+              f"correction over all {n} differences in this table; p-values resolve down to 1/resamples.</p>")
 
 
 def _verdict_labels(protocol_name: str) -> dict[int, str]:

@@ -3,21 +3,25 @@ page inlines the offline bundle once). Every figure is built from the same table
 
 * metric vs frame count per captioner x prompt, with CI bars (one panel per headline metric);
 * per-task / per-type bars of the first headline metric, with CI bars;
-* the forest plot of paired differences (one line per pair and metric, CI bars, zero line);
+* the forest plot of paired differences a − b (one line per pair and metric, CI bars, zero line);
 * verdict distributions per system (share of each verdict code, rows without a verdict included);
 * judge agreement (percent agreement and Cohen's kappa) between judges or judge seeds on the same items.
+
+Layout rules (engine/report/plot_layout.py): one chart per judge, small multiples past MAX_SERIES series, frame
+specs ordered by frame count (engine/report/ordering.py), verdict colours in the codes' order. A series with no
+value is left out, and a chart with nothing to draw is not made (a judge whose cells all failed, a protocol without
+a breakdown): an empty chart reads as "zero", which is not what happened.
 """
 
 from __future__ import annotations
-
-import re
 
 import numpy as np
 import polars as pl
 
 from engine.report.leaderboard import Leaderboard
-
-_FRAMES = re.compile(r"^(?:uniform|frames)[:=](\d+)$")
+from engine.report.ordering import frame_count, sorted_values
+from engine.report.plot_layout import (NO_VERDICT, PALETTE, facets, ordered_labels, series_groups, series_keys,
+                                       series_name, verdict_colours)
 
 
 def _html(fig, div_id: str) -> str:
@@ -35,34 +39,91 @@ def _err(values, low, high):
     return dict(type="data", symmetric=False, array=np.nan_to_num(hi - v), arrayminus=np.nan_to_num(v - lo))
 
 
+def _joined(parts: list[str]) -> str | None:
+    return "".join(parts) or None
+
+
+def _judge_title(title: str, judge: str | None) -> str:
+    return f"{title}, judge {judge}" if judge is not None else title
+
+
+def _rows_of(frame: pl.DataFrame, columns: list[str], key: tuple) -> pl.DataFrame:
+    for c, v in zip(columns, key):
+        frame = frame.filter(pl.col(c).cast(pl.String) == v)
+    return frame
+
+
+def _has_values(values: pl.Series) -> bool:
+    """Whether a column holds anything to draw (null: no verdicts; NaN: a metric undefined there)."""
+    return bool(values.cast(pl.Float64).fill_nan(None).is_not_null().any())
+
+
+def _colour(name: str, names: dict[str, str]) -> str:
+    """The same series name gets the same colour in every panel of a chart."""
+    return names.setdefault(name, PALETTE[len(names) % len(PALETTE)])
+
+
 def frames_plot(lb: Leaderboard, div_id: str) -> str | None:
-    """Headline metrics against the frame spec (numeric frame count when every spec is uniform:N)."""
+    """Headline metrics against the frame spec, one chart per judge (numeric x when every spec has its own frame
+    count, else the specs as categories ordered by frame count)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     t = lb.table
     if "frame_spec" not in t.columns or t["frame_spec"].n_unique() < 2:
         return None
-    counts = [_FRAMES.match(str(s)) for s in t["frame_spec"].to_list()]
-    numeric = all(counts)
-    t = t.with_columns(pl.Series("_x", [int(m.group(1)) for m in counts] if numeric else t["frame_spec"].to_list()))
-    series_cols = [c for c in lb.system_columns if c != "frame_spec"]
-    fig = make_subplots(rows=1, cols=len(lb.metrics), subplot_titles=lb.metrics, horizontal_spacing=0.06)
-    palette = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
-    for k, (key, g) in enumerate(t.sort("_x").group_by(series_cols, maintain_order=True)):
-        name = " / ".join(str(x) for x in key)
-        for j, m in enumerate(lb.metrics):
-            fig.add_trace(go.Scatter(x=g["_x"].to_list(), y=g[m].to_list(), error_y=_err(g[m], g[f"{m}_low"],
-                                     g[f"{m}_high"]), mode="lines+markers", name=name, legendgroup=name,
-                                     showlegend=j == 0, line=dict(color=palette[k % len(palette)])), 1, j + 1)
-    fig.update_xaxes(title_text="frames" if numeric else "frame spec", type="linear" if numeric else "category")
-    fig.update_layout(title=f"{lb.protocol}: metrics vs frames (95% CI)", height=400)
-    return _html(fig, div_id)
+    specs = sorted_values("frame_spec", t["frame_spec"].to_list())
+    counts = [frame_count(s) for s in specs]
+    numeric = None not in counts and len(set(counts)) == len(counts)
+    position = dict(zip(specs, counts if numeric else specs))
+    t = t.with_columns(pl.col("frame_spec").replace_strict(position, return_dtype=pl.Int64 if numeric else pl.String)
+                       .alias("_x"), pl.col("frame_spec").replace_strict({s: i for i, s in enumerate(specs)})
+                       .alias("_order"))
+    series_cols = [c for c in lb.system_columns if c not in ("frame_spec", "judge")]
+    parts = []
+    for k, (judge, tj) in enumerate(facets(t) if "judge" in lb.system_columns else [(None, t)]):
+        keys = [key for key in series_keys(tj, series_cols)
+                if any(_has_values(_rows_of(tj, series_cols, key)[m]) for m in lb.metrics)]
+        if not keys:
+            continue  # every value of this judge is missing: no chart
+        groups = series_groups(keys, series_cols)
+        titles = [f"{g} · {m}" if g else m for g, _ in groups for m in lb.metrics]
+        fig = make_subplots(rows=len(groups), cols=len(lb.metrics), subplot_titles=titles, horizontal_spacing=0.06,
+                            vertical_spacing=min(0.12, 0.6 / len(groups)))
+        names: dict[str, str] = {}
+        for r, (title, members) in enumerate(groups, start=1):
+            for key in members:
+                g = _rows_of(tj, series_cols, key).sort("_order")
+                name = series_name(key, series_cols, title) if series_cols else lb.protocol
+                colour = _colour(name, names)
+                for j, m in enumerate(lb.metrics, start=1):
+                    if not _has_values(g[m]):
+                        continue
+                    fig.add_trace(go.Scatter(x=g["_x"].to_list(), y=g[m].to_list(), mode="lines+markers",
+                                             error_y=_err(g[m], g[f"{m}_low"], g[f"{m}_high"]), name=name,
+                                             legendgroup=name, line=dict(color=colour)), r, j)
+        _dedupe_legend(fig)
+        fig.update_xaxes(title_text="frames" if numeric else "frame spec", type="linear" if numeric else "category",
+                         **({} if numeric else dict(categoryorder="array", categoryarray=specs)))
+        fig.update_layout(title=_judge_title(f"{lb.protocol}: metrics vs frames (95% CI)", judge),
+                          height=max(400, 300 * len(groups)))
+        parts.append(_html(fig, f"{div_id}-j{k}"))
+    return _joined(parts)
+
+
+def _dedupe_legend(fig) -> None:
+    """One legend entry per series name (a name recurs in every metric panel and every small multiple)."""
+    seen = set()
+    for trace in fig.data:
+        trace.showlegend = trace.name not in seen
+        seen.add(trace.name)
 
 
 def task_bars(lb: Leaderboard, results: pl.DataFrame, div_id: str) -> str | None:
-    """The first headline metric per breakdown value (task / question type / dimension), one bar per system."""
+    """The first headline metric per breakdown value (task / question type / dimension), one bar per system; one
+    chart per judge, small multiples past MAX_SERIES systems."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     if not lb.breakdown_columns:
         return None
@@ -75,78 +136,109 @@ def task_bars(lb: Leaderboard, results: pl.DataFrame, div_id: str) -> str | None
     for other in lb.breakdown_columns:
         if other != col:
             df = df.filter(pl.col(other).is_not_null())
+    df = df.filter(pl.col("value").is_not_null() & pl.col("value").is_not_nan())
     if df.is_empty():
         return None
-    fig = go.Figure()
-    for key, g in df.group_by(lb.system_columns, maintain_order=True):
-        fig.add_trace(go.Bar(x=g[col].to_list(), y=g["value"].to_list(), name=" / ".join(map(str, key)),
-                             error_y=_err(g["value"], g["ci_low"], g["ci_high"])))
-    fig.update_layout(barmode="group", title=f"{lb.protocol}: {metric} by {col} (95% CI)", yaxis_title=metric,
-                      height=420)
-    return _html(fig, div_id)
+    categories = list(dict.fromkeys(df[col].cast(pl.String).to_list()))
+    series_cols = [c for c in lb.system_columns if c != "judge" and c in df.columns]
+    parts = []
+    for k, (judge, dj) in enumerate(facets(df) if "judge" in lb.system_columns else [(None, df)]):
+        if dj.is_empty():
+            continue
+        groups = series_groups(series_keys(dj, series_cols), series_cols)
+        fig = make_subplots(rows=len(groups), cols=1, subplot_titles=[g or "" for g, _ in groups],
+                            vertical_spacing=min(0.12, 0.6 / len(groups)))
+        names: dict[str, str] = {}
+        for r, (title, members) in enumerate(groups, start=1):
+            for key in members:
+                g = _rows_of(dj, series_cols, key)
+                if g.is_empty():
+                    continue
+                name = series_name(key, series_cols, title)
+                fig.add_trace(go.Bar(x=g[col].cast(pl.String).to_list(), y=g["value"].to_list(), name=name,
+                                     legendgroup=name, marker_color=_colour(name, names),
+                                     error_y=_err(g["value"], g["ci_low"], g["ci_high"])), r, 1)
+        _dedupe_legend(fig)
+        fig.update_xaxes(categoryorder="array", categoryarray=categories)
+        fig.update_yaxes(title_text=metric)
+        fig.update_layout(barmode="group", title=_judge_title(f"{lb.protocol}: {metric} by {col} (95% CI)", judge),
+                          height=max(420, 300 * len(groups)))
+        parts.append(_html(fig, f"{div_id}-j{k}"))
+    return _joined(parts)
 
 
 def forest_plot(comparison: pl.DataFrame, div_id: str) -> str | None:
-    """Paired differences a - b with their CIs; a line per (pair, metric), zero marked."""
+    """Paired differences a − b with their CIs, one chart per judge; a line per (pair, metric), zero marked."""
     import plotly.graph_objects as go
 
     if comparison.is_empty() or comparison["diff"].is_null().all():
         return None
-    c = comparison.filter(pl.col("diff").is_not_null())
-    labels = [f"{r['protocol']} {r['metric']}: {r['a']} − {r['b']} ({r['same']})" for r in c.iter_rows(named=True)]
-    sig = [(p is not None and p < 0.05) for p in c["p_holm"].to_list()]
-    fig = go.Figure(go.Scatter(
-        x=c["diff"].to_list(), y=labels, mode="markers",
-        marker=dict(color=["#d62728" if s else "#1f77b4" for s in sig], size=9),
-        error_x=_err(c["diff"], c["ci_low"], c["ci_high"]),
-        text=[f"p={p:.3g}, Holm p={h:.3g}, videos={n}" for p, h, n in
-              zip(c["p_value"].fill_null(np.nan), c["p_holm"].fill_null(np.nan), c["n_videos"])],
-        hovertemplate="%{y}<br>a−b = %{x:.2f}<br>%{text}<extra></extra>"))
-    fig.add_vline(x=0, line_dash="dash", line_color="grey")
-    fig.update_layout(title="Paired differences a − b (95% paired bootstrap CI; red: Holm p < 0.05)",
-                      xaxis_title="difference (metric units)", height=max(300, 28 * len(labels) + 120),
-                      yaxis=dict(autorange="reversed"), margin=dict(l=420))
-    return _html(fig, div_id)
+    several_datasets = comparison["dataset"].n_unique() > 1
+    parts = []
+    for k, (judge, c) in enumerate(facets(comparison.filter(pl.col("diff").is_not_null()))):
+        if c.is_empty():
+            continue
+        labels = [(f"[{r['dataset']}] " if several_datasets else "") + f"{r['protocol']} {r['metric']}: "
+                  f"{r['a']} − {r['b']} ({r['same']})" for r in c.iter_rows(named=True)]
+        sig = [(p is not None and p < 0.05) for p in c["p_holm"].to_list()]
+        fig = go.Figure(go.Scatter(
+            x=c["diff"].to_list(), y=labels, mode="markers", name=f"judge {judge}",
+            marker=dict(color=["#d62728" if s else "#1f77b4" for s in sig], size=9),
+            error_x=_err(c["diff"], c["ci_low"], c["ci_high"]),
+            text=[f"judge {judge}, a={a_} ({va:.3g}), b={b_} ({vb:.3g}), p={p:.3g}, Holm p={h:.3g}, videos={n}"
+                  for a_, b_, va, vb, p, h, n in zip(c["a"], c["b"], c["a_value"].fill_null(np.nan),
+                                                     c["b_value"].fill_null(np.nan), c["p_value"].fill_null(np.nan),
+                                                     c["p_holm"].fill_null(np.nan), c["n_videos"])],
+            hovertemplate="%{y}<br>a − b = %{x:.2f}<br>%{text}<extra></extra>"))
+        fig.add_vline(x=0, line_dash="dash", line_color="grey")
+        fig.update_layout(title=_judge_title("Paired differences a − b (95% paired bootstrap CI; red: Holm p < 0.05)",
+                                             judge),
+                          xaxis_title="a − b (metric units)", height=max(300, 28 * len(labels) + 120),
+                          yaxis=dict(autorange="reversed"), margin=dict(l=420))
+        parts.append(_html(fig, f"{div_id}-j{k}"))
+    return _joined(parts)
 
 
 def verdict_distribution(verdicts: pl.DataFrame, protocol: str, labels: dict[int, str], div_id: str) -> str | None:
-    """Share of each verdict code per system (stacked bars); rows without a verdict shown as their own code."""
+    """Share of each verdict code per system (stacked bars, in code order), one chart per judge; rows without a
+    verdict shown as their own grey part."""
     import plotly.graph_objects as go
 
     v = verdicts.filter(pl.col("protocol") == protocol)
     if v.is_empty():
         return None
-    v = v.with_columns(pl.concat_str([pl.col("captioner"), pl.col("prompt_id"), pl.col("frame_spec"),
-                                      pl.col("judge")], separator=" / ").alias("_system"),
-                       pl.col("verdict").cast(pl.Int64).replace_strict(labels, default=None,
-                                                                       return_dtype=pl.String)
-                       .fill_null(pl.col("verdict").cast(pl.String)).alias("_label"))
-    v = v.with_columns(pl.when(pl.col("verdict") < 0).then(pl.lit("no verdict")).otherwise(pl.col("_label"))
-                       .alias("_label"))
-    share = v.group_by("_system", "_label").len().with_columns(
-        (100 * pl.col("len") / pl.col("len").sum().over("_system")).alias("share")).sort("_system", "_label")
-    fig = go.Figure()
-    for label, g in share.group_by("_label", maintain_order=True):
-        fig.add_trace(go.Bar(y=g["_system"].to_list(), x=g["share"].to_list(), name=str(label[0]),
-                             orientation="h", customdata=g["len"].to_list(), marker_color=_code_colour(label[0]),
-                             hovertemplate="%{y}: %{x:.1f}% (%{customdata} rows)<extra>" + str(label[0])
-                                           + "</extra>"))
-    n_sys = share["_system"].n_unique()
-    fig.update_layout(barmode="stack", title=f"{protocol}: verdict distribution per system (% of rows)",
-                      xaxis_title="% of verdict rows", height=max(260, 40 * n_sys + 140), margin=dict(l=320))
-    return _html(fig, div_id)
-
-
-def _code_colour(label: str) -> str | None:
-    """Green for right, red for wrong, grey for no verdict, so the stacks read the same in every protocol."""
-    name = str(label).upper()
-    if name == "NO VERDICT":
-        return "#9e9e9e"
-    if name in ("CORRECT", "POSITIVE", "ENTAILMENT"):
-        return "#2ca02c"
-    if name in ("WRONG", "NEGATIVE", "INCORRECT", "CONTRADICTION"):
-        return "#d62728"
-    return None
+    order = ordered_labels(v["verdict"].to_list(), labels)
+    colours = verdict_colours(order)
+    system_cols = ["captioner", "prompt_id", "frame_spec"]
+    v = v.with_columns(pl.when(pl.col("verdict") < 0).then(pl.lit(NO_VERDICT))
+                       .otherwise(pl.col("verdict").cast(pl.Int64).replace_strict(labels, default=None,
+                                                                                  return_dtype=pl.String)
+                                  .fill_null(pl.col("verdict").cast(pl.String))).alias("_label"))
+    parts = []
+    for k, (judge, vj) in enumerate(facets(v)):
+        if vj.is_empty():
+            continue
+        systems = [" / ".join(key) for key in series_keys(vj, system_cols)]
+        vj = vj.with_columns(pl.concat_str([pl.col(c).cast(pl.String) for c in system_cols], separator=" / ")
+                             .alias("_system"))
+        share = vj.group_by("_system", "_label").len().with_columns(
+            (100 * pl.col("len") / pl.col("len").sum().over("_system")).alias("share"))
+        fig = go.Figure()
+        for label in order:
+            g = share.filter(pl.col("_label") == label)
+            if g.is_empty():
+                continue
+            g = g.sort(pl.col("_system").replace_strict({s: i for i, s in enumerate(systems)}, default=len(systems)))
+            fig.add_trace(go.Bar(y=g["_system"].to_list(), x=g["share"].to_list(), name=label, orientation="h",
+                                 customdata=g["len"].to_list(), marker_color=colours[label],
+                                 hovertemplate="%{y}: %{x:.1f}% (%{customdata} rows)<extra>" + label + "</extra>"))
+        fig.update_layout(barmode="stack", legend=dict(traceorder="normal"),
+                          title=_judge_title(f"{protocol}: verdict distribution per system (% of rows)", judge),
+                          xaxis_title="% of verdict rows", height=max(260, 40 * len(systems) + 140),
+                          yaxis=dict(categoryorder="array", categoryarray=systems, autorange="reversed"),
+                          margin=dict(l=320))
+        parts.append(_html(fig, f"{div_id}-j{k}"))
+    return _joined(parts)
 
 
 def agreement_table(verdicts: pl.DataFrame) -> pl.DataFrame:
