@@ -103,13 +103,15 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
                       components: dict | None = None, modes: dict | None = None, pack_digests: dict | None = None,
                       counts_by_status: dict | None = None, wall_s: float | None = None,
                       throughput: dict | None = None, extra: dict | None = None,
-                      started_at: float | None = None) -> Path:
+                      started_at: float | None = None, cost: dict | None = None,
+                      no_value: list | None = None) -> Path:
     """Append one run's record to `out_dir/run.json` (created if missing); returns the file's path.
 
     components: identities and revisions, e.g. {"captioners": {"local": "rev"}, "judges": {"local": "rev"}};
     modes: per protocol, e.g. {"capquiz": "strict"}; pack_digests: {pack name or protocol: digest};
     counts_by_status: e.g. {"cells": {"run": 4, "cached": 0}, "verdicts": {"ok": 90, "failed": 2}};
-    throughput: e.g. {"judge_requests_per_s": 12.5}. Values are stored as JSON (dataclasses become objects)."""
+    throughput: e.g. {"judge_requests_per_s": 12.5}; cost: tokens and USD per judge and captioner, paid in this run
+    and reused (engine/sweep/usage.py). Values are stored as JSON (dataclasses become objects)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs = read_run_records(out)
@@ -137,6 +139,10 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
     path = getattr(config, "path", None)
     if path is not None:  # absolute, so the report can find the sweep file again from anywhere
         record["sweep_file"] = str(Path(path).resolve())
+    if cost:
+        record["cost"] = to_jsonable(cost)
+    if no_value:  # metrics left null and why (engine.report.results.cells_without_value): never a number
+        record["no_value"] = to_jsonable(no_value)
     if extra:
         record["extra"] = to_jsonable(extra)
     record = redact(record)  # credentials never reach disk (engine/secrets.py): config, argv, extras alike

@@ -34,11 +34,13 @@ Every option is documented in docs/inputs.md.
     [[judges]]
     name = "local"
     seeds = [0]
+    prices = { input = 2.5, cached_input = 1.25, output = 10.0 }   # optional, USD per 1M tokens (also captioners)
 
     [options]
     caption_actors = 1      # caption actors (one per GPU on GPU nodes)
     batch_size = 4          # accepted, no effect: each caption actor streams its captioner's max_in_flight window
     n_resamples = 200       # bootstrap resamples for the metrics' confidence intervals
+    prices = "prices.toml"  # optional: prices by judge/captioner name or model (engine/sweep/prices.py)
 
 Prompts are ids or tables in the same `prompts` array (`[[prompts]]` in TOML): `{id, text}` (the user's text,
 optional `image` variant), `{id, file}`, or `{id, pack, video, image}` (texts read from a prompt pack).
@@ -89,6 +91,9 @@ class ComponentSpec:
     max_tokens: int | None = None  # captioners: caption length per request (None: the stage's default)
     timestamps: str = "none"  # captioners: "none" sends the prompt as written; "text" appends the frame times
     frame_size: str | None = None  # captioners: decode size text (engine.frames.sizes); None: family default
+    # judges, captioners: USD per million tokens {input, cached_input, output} (engine/sweep/prices.py); no effect
+    # on results, so neither on keys nor on equality
+    prices: dict | None = field(default=None, hash=False, compare=False)
 
     @property
     def display(self) -> str:
@@ -120,6 +125,7 @@ class SweepOptions:
     # true: a cell's judging starts with its first captions and grows as more are made (engine/sweep/overlap.py);
     # false: every caption first, then the judging (stage after stage; the same results, later)
     overlap: bool = True
+    prices: str | None = None  # a prices file (engine/sweep/prices.py), relative to the sweep file
 
 
 @dataclass(frozen=True)
@@ -147,14 +153,15 @@ _TOP = {"name": (str, True), "datasets": (list, True), "captioners": (list, Fals
         "captions": (list, False)}
 _DATASET_COMMON = {"name": (str, True), "kind": (str, True), "limit": (int, False)}
 _COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False)}
-_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False), "frame_size": ((int, str), False)}
+_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False), "frame_size": ((int, str), False),
+              "prices": (dict, False)}
 CAPTION_TIMESTAMPS = ("none", "text")  # engine.stages.caption_worker.TIMESTAMP_MODES
-_JUDGE = {**_COMPONENT, "seeds": (list, False)}
+_JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
              "frame_spec": (str, False)}
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
             "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
-            "judge_actors": (int, False), "overlap": (bool, False)}
+            "judge_actors": (int, False), "overlap": (bool, False), "prices": (str, False)}
 
 
 def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bool = True) -> SweepConfig:
@@ -291,7 +298,8 @@ def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[Compon
                                           f"{timestamps!r}", "timestamps")
             timestamps = "none"
         x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens, timestamps,
-                          _frame_size(c, comp, where) if "frame_size" in spec else None)
+                          _frame_size(c, comp, where) if "frame_size" in spec else None,
+                          prices=comp["prices"] if c.good(comp, "prices", spec) else None)
         ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps, x.frame_size])
         if ident in seen:  # same content key: it would give the very same results twice
             c.fail(where, f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)

@@ -23,13 +23,14 @@ class SweepResult:
     account: accounting.RunAccount = field(default_factory=accounting.RunAccount)
     exit_code: int = 0
     recovered_cells: int = 0
+    cost: dict = field(default_factory=dict)  # run.json's `cost` (engine/sweep/usage.py); {} when not computed
 
     def summary(self) -> str:
         c = self.caption_stats
         return (f"cells: {self.cells_total} total, {self.cells_cached} cached (skipped), {self.cells_run} run | "
                 f"captions: {c.get('captioned', 0)} new, {c.get('cached', 0)} cached, {c.get('failed', 0)} failed | "
                 f"judge requests: {self.judge_stats.get('sent', 0)} sent, {self.judge_stats.get('cached', 0)} "
-                f"cached | {self.wall_s:.1f}s\n{self.account.summary()}")
+                f"cached | {self.wall_s:.1f}s\n{self.account.summary()}" + cost_line(self.cost))
 
 
 def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_rev: dict, cell_keys: list[str],
@@ -37,6 +38,7 @@ def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_re
     """Append this run's record to run.json (engine.runrecord), items by status included. A record that cannot be
     written is reported, not fatal: the results are complete without it."""
     try:
+        from engine.report.results import cells_without_value
         from engine.runrecord import append_run_record, sweep_record
     except ImportError:  # pragma: no cover
         return
@@ -44,9 +46,24 @@ def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_re
         record = sweep_record(result, config, cap_rev=cap_rev, judge_rev=judge_rev, cell_keys=cell_keys)
         record["counts_by_status"]["items"] = dict(result.account.by_status)
         record["counts_by_status"]["items_without_verdict"] = result.account.without_verdict
+        record["no_value"] = cells_without_value(result.results)
+        if result.cost:
+            record["cost"] = result.cost
         append_run_record(result.out_dir, **record)
     except Exception as exc:  # noqa: BLE001
         log(f"[sweep {config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")
+
+
+def cost_line(cost: dict) -> str:
+    """One line for the terminal: what the sweep's results cost (engine/sweep/usage.py), '' when not computed."""
+    if not cost or "error" in cost:
+        return f"\ncost: {cost['error']}" if cost else ""
+    if cost.get("total_usd") is None:
+        return "\ncost: unknown (no prices for " + ", ".join(
+            [f"judge {k}" for k, v in cost.get("judges", {}).items() if v["cost_usd"] is None]
+            + [f"captioner {k}" for k, v in cost.get("captioners", {}).items() if v["cost_usd"] is None]) + ")"
+    return (f"\ncost: ${cost['total_usd']:.4f} (paid in this run ${cost['paid_in_run_usd']:.4f}, reused from caches "
+            f"${cost['reused_usd']:.4f})")
 
 
 def write_results_files(results, out: Path) -> None:

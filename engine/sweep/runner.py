@@ -32,6 +32,7 @@ from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import LoadedDataset, load_dataset
 from engine.sweep.grid import Cell, expand
 from engine.sweep.results import SweepResult, record_run, write_results_files
+from engine.sweep.usage import CostLedger
 
 __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_fingerprint"]
 
@@ -107,6 +108,7 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     t0 = time.perf_counter()
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     recovered = cellmod.recover(stores)
+    ledger = CostLedger(config, stores)  # what the caches hold before this run (engine/sweep/usage.py)
     if recovered:
         log(f"[sweep {config.name}] rolled back {len(recovered)} cell(s) interrupted between verdicts and metrics")
     datasets = {d.name: _load(d, config, out) for d in config.datasets}
@@ -134,10 +136,11 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     from engine.report import results_table
 
     results = results_table(stores.metrics, [keys[c] for c in cells])
+    results, cost = ledger.finish(results, cells, keys, datasets, cap_rev)  # tokens and USD per cell
     write_results_files(results, out)
     result = SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
                          time.perf_counter() - t0, out, account, account.exit_code(max_failure_share),
-                         len(recovered))
+                         len(recovered), cost=cost)
     record_run(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log)
     return result
 

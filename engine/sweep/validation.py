@@ -100,6 +100,9 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
             read_captions(src.path, captioner=src.captioner)
         except ValueError as exc:  # UsageError: names file, row and column
             c.fail(f"{where}.path", str(exc), "path")
+    from engine.sweep.prices import check_prices
+
+    check_prices(config, c, check_paths=check_paths)  # price tables and the prices file (engine/sweep/prices.py)
     for name, low, what in (("caption_actors", 1, "at least 1"), ("batch_size", 1, "at least 1"),
                             ("judge_batch_size", 1, "at least 1"), ("n_resamples", 0, "0 (no CIs) or more"),
                             ("max_restarts", 0, "0 or more"), ("judge_actors", 0, "0 (judge in the driver) or more"),

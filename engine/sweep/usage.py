@@ -1,0 +1,326 @@
+"""What a sweep's results cost: tokens and USD per cell, per judge and per captioner, told apart by whether this run
+paid for them or reused them from the caches an earlier run filled.
+
+Read after the judging, from what is stored, so a cell finished by an earlier run is costed like one run now:
+- judge: the answers a cell's verdict rows rest on, every attempt included (a re-ask is its own request, under
+  `engine.judging.requests.attempt_key`), each counted once per cell (rows sharing a request share one answer),
+  with the tokens the server reported when the answer was made (the judgment cache keeps them, and when: an answer
+  stored after this run started was paid by this run, an older one is reused). Server-reported cached prompt tokens
+  are priced as cached (engine/sweep/prices.py).
+- captions: the caption rows each cell was judged from (prompt tokens; completion = caption tokens + reasoning
+  tokens); a caption stored before this run started is reused. Captions read from `[[captions]]` files cost
+  nothing here (null: capeval did not make them).
+Steps whose rows carry no verdict (LVCap-Eval's extract, VidCapBench's answer: `intermediate_steps`) are named by no
+verdict row; their answers made in this run are added to their judge's totals in run.json (`untraced_requests`),
+not to a cell's columns. A caption cell's captions are shared by its protocols and judges: each of those result
+cells shows their cost, run.json's totals count each caption once.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from dataclasses import dataclass, field, fields
+
+import polars as pl
+
+from engine.sweep.grid import CELL_COLUMNS
+from engine.sweep.prices import Prices, resolve_prices
+
+#: the results table's cost columns, in order (engine/sweep/results.py documents them)
+COST_COLUMNS = ["judge_requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens",
+                "judge_cost_usd", "caption_prompt_tokens", "caption_completion_tokens", "caption_cost_usd", "cost_usd",
+                "cost_usd_cached"]
+_CHUNK = 500  # keys per SQLite lookup (below its bound-parameter limit)
+
+
+@dataclass
+class Tokens:
+    requests: int = 0
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    completion_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    def add(self, prompt, cached, completion, reasoning) -> None:
+        self.requests += 1
+        self.prompt_tokens += int(prompt or 0)
+        self.cached_prompt_tokens += int(cached or 0)
+        self.completion_tokens += int(completion or 0)
+        self.reasoning_tokens += int(reasoning or 0)
+
+    def usd(self, prices: Prices | None) -> float | None:
+        if prices is None:
+            return None
+        return prices.cost(self.prompt_tokens, self.cached_prompt_tokens, self.completion_tokens)
+
+    def record(self, prices: Prices | None) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)} | {"cost_usd": _round(self.usd(prices))}
+
+
+@dataclass
+class Split:
+    """Usage in two parts: paid by this run, reused from a cache filled earlier."""
+
+    paid: Tokens = field(default_factory=Tokens)
+    reused: Tokens = field(default_factory=Tokens)
+
+    def add(self, paid: bool, *tokens) -> None:
+        (self.paid if paid else self.reused).add(*tokens)
+
+    def total(self) -> Tokens:
+        t = Tokens()
+        for f in fields(Tokens):
+            setattr(t, f.name, getattr(self.paid, f.name) + getattr(self.reused, f.name))
+        return t
+
+    def record(self, prices: Prices | None, count_name: str = "requests") -> dict:
+        total = self.total().record(prices)
+        out = {(count_name if k == "requests" else k): v for k, v in total.items()}
+        out["paid_in_run"] = self.paid.record(prices)
+        out["reused"] = self.reused.record(prices)
+        return out
+
+
+class CostLedger:
+    """Opened when a sweep starts (what the caches hold then tells this run's work from earlier runs'), finished
+    after its results table is built: adds the cost columns and returns run.json's `cost` section."""
+
+    def __init__(self, config, stores):
+        self.config, self.stores = config, stores
+        self.started = time.time()
+        self.captions_before = _stored_caption_keys(stores)
+
+    def finish(self, results: pl.DataFrame, cells: list, keys: dict, datasets: dict, cap_rev: dict):
+        """(results with COST_COLUMNS, run.json's `cost`). A costing that fails leaves the finished results as they
+        are and says why in `cost.error`: the results are complete without it."""
+        try:
+            return self._finish(results, cells, keys, datasets, cap_rev)
+        except Exception as exc:  # noqa: BLE001
+            return results, {"error": f"cost not computed: {type(exc).__name__}: {exc}"}
+
+    def _finish(self, results: pl.DataFrame, cells: list, keys: dict, datasets: dict, cap_rev: dict):
+        prices = resolve_prices(self.config)
+        judge_keys: dict[str, dict[str, tuple]] = {}  # judge label -> request_key -> answer
+        caption_keys: dict[str, dict[str, tuple]] = {}  # captioner label -> caption_key -> (tokens, reused)
+        rows = []
+        answers = _Answers(self.stores.judge_cache)
+        inputs = None
+        try:
+            for cell in cells:
+                labels = cell.labels()
+                judged = answers.of_cell(self.stores, keys[cell], cell)
+                judge_keys.setdefault(labels["judge"], {}).update(judged)
+                cap_split, made = None, {}
+                if not cell.caption.from_file:
+                    if inputs is None:
+                        inputs = _inputs(self.stores)
+                    made = _caption_usage(cell, datasets, inputs, cap_rev, self.captions_before)
+                    caption_keys.setdefault(labels["captioner"], {}).update(made)
+                    cap_split = _split(made.values(), self.started)
+                jp = prices.get(("judge", cell.judge.display))
+                cp = prices.get(("captioner", cell.caption.captioner.display))
+                rows.append({**labels, **_cell_columns(_split(judged.values(), self.started), jp, cap_split, cp)})
+            untraced = answers.made_since(self.started, {k for d in judge_keys.values() for k in d})
+        finally:
+            answers.close()
+        if rows and results.height and all(c in results.columns for c in CELL_COLUMNS):
+            table = pl.DataFrame(rows, schema_overrides=_COLUMN_TYPES, infer_schema_length=None)
+            results = results.drop([c for c in COST_COLUMNS if c in results.columns]).join(
+                table.select(CELL_COLUMNS + COST_COLUMNS), on=CELL_COLUMNS, how="left", maintain_order="left")
+        return results, self._summary(prices, judge_keys, caption_keys, untraced, cells)
+
+    def _summary(self, prices, judge_keys, caption_keys, untraced, cells) -> dict:
+        names = {}  # judge instance name (what the cache stores) -> labels of the sweep's judges of that name
+        for label, answered in judge_keys.items():
+            for a in answered.values():
+                names.setdefault(a[0], set()).add(label)
+                break
+        judges, notes = {}, []
+        for label, answered in judge_keys.items():
+            split = _split(answered.values(), self.started)
+            extra = Tokens()
+            for name, tokens in untraced.items():
+                if names.get(name) == {label}:
+                    for t in tokens:
+                        split.paid.add(*t)
+                        extra.add(*t)
+            judges[label] = split.record(prices.get(("judge", label)))
+            judges[label]["untraced_requests"] = extra.requests
+        for name, tokens in untraced.items():
+            if len(names.get(name, ())) != 1:
+                notes.append(f"{len(tokens)} answers made in this run by judge {name!r} are named by no verdict row "
+                             f"and could not be given to one of the sweep's judges")
+        if any(j["untraced_requests"] for j in judges.values()):
+            notes.append("untraced_requests: answers of steps whose rows carry no verdict (e.g. LVCap-Eval extract, "
+                         "VidCapBench answer), made in this run; counted in their judge's totals, not in a cell's "
+                         "columns")
+        captioners = {label: _split(made.values(), self.started).record(prices.get(("captioner", label)), "captions")
+                      for label, made in caption_keys.items()}
+        parts = [*judges.values(), *captioners.values()]
+        priced = [p for p in parts if p["cost_usd"] is not None]
+        unpriced = sorted({f"judge {k}" for k, v in judges.items() if v["cost_usd"] is None}
+                          | {f"captioner {k}" for k, v in captioners.items() if v["cost_usd"] is None})
+        if unpriced:
+            notes.append(f"no prices for {', '.join(unpriced)}: their cost is unknown (set `prices` in the sweep file "
+                         f"or a prices file; docs/judges.md)")
+        if any(c.caption.from_file for c in cells):
+            notes.append("captions read from [[captions]] files were not made by capeval: no captioning cost")
+
+        def total(key):
+            if len(priced) != len(parts):
+                return None
+            return _round(sum(p[key]["cost_usd"] if key else p["cost_usd"] for p in parts))
+
+        return {"currency": "USD", "prices_per": "million tokens",
+                "prices": {kind + "s": {label: (p.as_dict() if p is not None else None)
+                                        for (k, label), p in prices.items() if k == kind}
+                           for kind in ("judge", "captioner")},
+                "judges": judges, "captioners": captioners,
+                "total_usd": total(None), "paid_in_run_usd": total("paid_in_run"), "reused_usd": total("reused"),
+                "notes": notes}
+
+
+_COLUMN_TYPES = {c: (pl.Float64 if "cost_usd" in c else pl.Int64) for c in COST_COLUMNS}
+
+
+def _cell_columns(judge: Split, jp: Prices | None, captions: Split | None, cp: Prices | None) -> dict:
+    j = judge.total()
+    out = {"judge_requests": j.requests, "prompt_tokens": j.prompt_tokens,
+           "cached_prompt_tokens": j.cached_prompt_tokens, "completion_tokens": j.completion_tokens,
+           "reasoning_tokens": j.reasoning_tokens, "judge_cost_usd": _round(j.usd(jp))}
+    judge_reused = judge.reused.usd(jp)
+    if captions is None:  # captions from a file: capeval made none
+        out |= {"caption_prompt_tokens": None, "caption_completion_tokens": None, "caption_cost_usd": None}
+        cost, reused = out["judge_cost_usd"], judge_reused
+    else:
+        c = captions.total()
+        out |= {"caption_prompt_tokens": c.prompt_tokens, "caption_completion_tokens": c.completion_tokens,
+                "caption_cost_usd": _round(c.usd(cp))}
+        both = out["judge_cost_usd"] is not None and out["caption_cost_usd"] is not None
+        cost = j.usd(jp) + c.usd(cp) if both else None
+        reused = judge_reused + captions.reused.usd(cp) if both else None
+    return out | {"cost_usd": _round(cost), "cost_usd_cached": _round(reused)}
+
+
+def _split(answers, since: float) -> Split:
+    """answers: (judge, prompt, cached, completion, reasoning, created) tuples; created None: reused."""
+    s = Split()
+    for a in answers:
+        s.add(a[5] is not None and a[5] >= since, *a[1:5])
+    return s
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 9)
+
+
+class _Answers:
+    """The judgment cache, read: the answers a cell's verdicts rest on, and the answers made since a time."""
+
+    def __init__(self, cache_dir):
+        from engine.store.judgment_cache import JudgmentCache
+
+        path = cache_dir / JudgmentCache.FILENAME
+        self.db = sqlite3.connect(path, timeout=60.0) if path.is_file() else None
+        self._policies: dict = {}
+
+    def close(self) -> None:
+        if self.db is not None:
+            self.db.close()
+
+    def of_cell(self, stores, cell_key: str, cell) -> dict[str, tuple]:
+        """request_key -> (judge, prompt, cached, completion, reasoning, created) of every attempt of every verdict
+        row of the cell; an answer missing from the cache (the cache was removed) counts with the row's own tokens,
+        as reused."""
+        from engine.sweep.cells import stored_verdicts
+
+        verdicts = stored_verdicts(stores, cell_key)
+        if verdicts is None or verdicts.num_rows == 0:
+            return {}
+        temperature = self._reask_temperature(cell)
+        from engine.judging.requests import attempt_key
+
+        cols = verdicts.select(["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens",
+                                "completion_tokens", "reasoning_tokens"]).to_pylist()
+        wanted, final = [], {}
+        for r in cols:
+            if r["attempt"] is None:  # never asked (no caption, an upstream step failed)
+                continue
+            for a in range(int(r["attempt"]) + 1):
+                wanted.append(attempt_key(r["request_key"], a, temperature))
+            if r["prompt_tokens"] is not None:
+                final[attempt_key(r["request_key"], int(r["attempt"]), temperature)] = r
+        found = self._lookup(list(dict.fromkeys(wanted)))
+        for k, r in final.items():
+            if k not in found:
+                found[k] = (r["judge"], r["prompt_tokens"], r["cached_prompt_tokens"], r["completion_tokens"],
+                            r["reasoning_tokens"], None)
+        return found
+
+    def _reask_temperature(self, cell):
+        from engine.registry import lookup
+
+        name = cell.protocol.name
+        key = (name, repr(sorted(cell.protocol.params.items())))
+        if key not in self._policies:
+            self._policies[key] = lookup("protocol", name).judging_policy(**cell.protocol.params).reask_temperature
+        return self._policies[key]
+
+    def _lookup(self, keys: list[str]) -> dict[str, tuple]:
+        out: dict[str, tuple] = {}
+        if self.db is None:
+            return out
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i : i + _CHUNK]
+            sql = ("SELECT request_key, judge, prompt_tokens, cached_prompt_tokens, completion_tokens, "
+                   f"reasoning_tokens, created FROM judgments WHERE request_key IN ({','.join('?' * len(chunk))})")
+            for row in self.db.execute(sql, chunk):
+                out[row[0]] = row[1:]
+        return out
+
+    def made_since(self, since: float, traced: set[str]) -> dict[str, list[tuple]]:
+        """judge name -> [(prompt, cached, completion, reasoning)] of answers stored since `since` that no cell's
+        verdict rows name."""
+        out: dict[str, list[tuple]] = {}
+        if self.db is None:
+            return out
+        sql = ("SELECT request_key, judge, prompt_tokens, cached_prompt_tokens, completion_tokens, reasoning_tokens "
+               "FROM judgments WHERE created >= ?")
+        for row in self.db.execute(sql, (since,)):
+            if row[0] not in traced:
+                out.setdefault(row[1], []).append(row[2:])
+        return out
+
+
+def _stored_caption_keys(stores) -> set[str]:
+    import pyarrow.compute as pc
+
+    t = stores.captions.read()
+    if t.num_rows == 0:
+        return set()
+    return set(t.filter(pc.is_null(t.column("error"))).column("caption_key").to_pylist())  # failed rows: not made
+
+
+def _inputs(stores):
+    from engine.stages.pipeline import CaptionOutcome
+    from engine.sweep.cells import load_inputs
+
+    return load_inputs(stores, CaptionOutcome())
+
+
+def _caption_usage(cell, datasets: dict, inputs, cap_rev: dict, before: set[str]) -> dict[str, tuple]:
+    """caption_key -> (captioner, prompt, 0, completion, reasoning, created-or-None) of the cell's captions."""
+    from engine.sweep.cells import cell_captions
+
+    captions, _ = cell_captions(cell, datasets[cell.caption.dataset.name], inputs, cap_rev)
+    out = {}
+    for r in captions.select(["caption_key", "captioner", "text", "prompt_tokens", "n_tokens",
+                              "reasoning_tokens"]).to_pylist():
+        if r["text"] is None:
+            continue
+        reasoning = r["reasoning_tokens"] or 0
+        made_now = None if r["caption_key"] in before else float("inf")  # made in this run: "created" after start
+        out[r["caption_key"]] = (r["captioner"], r["prompt_tokens"], 0, (r["n_tokens"] or 0) + reasoning, reasoning,
+                                 made_now)
+    return out
