@@ -8,6 +8,9 @@ backoff is exponential with full jitter (the SDK keeps 75-100% of the step; full
 together better). Garbage bodies (invalid JSON, no choices) are retried too: they are what a proxy or an overloaded
 server returns. Error texts carry the SDK's class names (RateLimitError, APITimeoutError, ...).
 
+Each retry is told as it happens to `on_retry(kind)` when set (kind: "429", "5xx", "timeout", "connection", "bad body"
+or the status), on the runner's thread: the judge loop's progress line counts them (engine/judging/live.py).
+
 HTTP 401/403 is fatal for the whole run: the first request of a runner goes alone and the others wait for its first
 answer, but at most `connect_timeout_s` (a server refuses a key at once; a longer wait means it is generating, so a
 stalled first request holds nobody); once a 401/403 came back nothing more is sent; callers raise
@@ -197,6 +200,7 @@ class ChatRunner:
         self._auth_known: asyncio.Event | None = None
         self._probing = False
         self.fatal_error: str | None = None  # set once a 401/403 came back
+        self.on_retry: Callable[[str], None] | None = None  # told of each retry as it happens (module docstring)
         self._loop = _new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="capeval-http", daemon=True)
         self._thread.start()
@@ -337,9 +341,9 @@ class ChatRunner:
             try:
                 status, headers, payload = await self._transport.post(body, policy.timeout_s)
             except TransportTimeout as exc:
-                last_error = f"APITimeoutError: {exc}"
+                last_error, kind = f"APITimeoutError: {exc}", "timeout"
             except TransportError as exc:
-                last_error = f"APIConnectionError: {exc}"[:300]
+                last_error, kind = f"APIConnectionError: {exc}"[:300], "connection"
             else:
                 if status in FATAL_STATUSES:
                     self.fatal_error = (f"HTTP {status} {error_name(status)} from {self.url}: "
@@ -355,19 +359,28 @@ class ChatRunner:
                         result.attempts = attempt + 1
                         return result
                     except Exception as exc:  # noqa: BLE001 - invalid JSON, missing fields, bad structured output
-                        last_error = f"bad response body ({type(exc).__name__}): {exc}"[:300]
+                        last_error, kind = f"bad response body ({type(exc).__name__}): {exc}"[:300], "bad body"
                 else:
                     last_error = f"HTTP {status} {error_name(status)}: {_server_message(payload)}"
+                    kind = "5xx" if status >= 500 else str(status)
                     if not should_retry(status, headers):
                         return ChatResult(None, last_error, latency_s=time.perf_counter() - t_start,
                                           attempts=attempt + 1)
                     delay = retry_after_s(headers)
             self._auth_known.set()  # answered or not, the probe's first attempt is over: the others go
             if attempt + 1 < policy.max_attempts:
+                self._report_retry(kind)
                 wait = min(policy.backoff_max_s, delay) if delay is not None else self._backoff(attempt)
                 await asyncio.sleep(wait)
         return ChatResult(None, f"failed after {policy.max_attempts} attempts: {last_error}",
                           latency_s=time.perf_counter() - t_start, attempts=policy.max_attempts)
+
+    def _report_retry(self, kind: str) -> None:
+        if self.on_retry is not None:
+            try:
+                self.on_retry(kind)
+            except Exception:  # noqa: BLE001 - a display callback never fails a request
+                pass
 
     def close(self) -> None:
         if self._loop.is_closed():

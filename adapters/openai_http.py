@@ -206,6 +206,11 @@ class _HTTPBackend:
                               connect_timeout_s=cfg.connect_timeout_s),
             prices=Prices(cfg.price_prompt_per_m, cfg.price_cached_per_m, cfg.price_completion_per_m))
 
+    def watch_retries(self, callback) -> None:
+        """`callback(kind)` is called at each retry, as it happens, on the client's thread (adapters/http_chat.py
+        `ChatRunner.on_retry`): the judge loop counts retries and rate limits on its progress line."""
+        self._runner.on_retry = callback
+
     def _raise_if_fatal(self, results: Sequence[ChatResult]) -> None:
         if any(r.fatal for r in results):
             raise BackendFatalError(self._runner.fatal_error or next(r.error for r in results if r.fatal))

@@ -31,6 +31,7 @@ from engine.schemas import utf8_text
 from engine.store.judgment_cache import CachedResponse, JudgmentCache
 
 from .cells import Cell, Row
+from .live import WARN_FAILURE_SHARE, LiveCounts
 from .window import CacheWriteError, Committer, WindowFeed, batch_stream
 
 _POLL_S = 0.2  # how often keys claimed by another process are looked up again
@@ -39,7 +40,8 @@ MAX_REPLY_CHARS = 1_000_000  # see the module docstring
 
 class JudgeLoop:
     def __init__(self, judge, cache_dir, *, max_in_flight: int = 64, batch_size: int = 64, use_cache: bool = True,
-                 progress: bool = False, claim_timeout_s: float | None = None, max_reply_chars: int | None = None):
+                 progress: bool = False, claim_timeout_s: float | None = None, max_reply_chars: int | None = None,
+                 warn_failure_share: float | None = WARN_FAILURE_SHARE):
         self.judge = judge
         limit = max_reply_chars if max_reply_chars is not None else getattr(judge, "max_reply_chars", None)
         self.max_reply_chars = int(limit) if isinstance(limit, int) and limit > 0 else MAX_REPLY_CHARS
@@ -71,6 +73,10 @@ class JudgeLoop:
             from engine.stages.progress import Bar
 
             self._bar = Bar(0, f"judge {getattr(judge, 'name', '')}", "req", True, growing=True)
+        # retries, rate limits and failures as they happen: on the bar, and a warning past warn_failure_share
+        self.live = LiveCounts(getattr(judge, "name", ""), bar=self._bar, warn_share=warn_failure_share)
+        if callable(getattr(judge, "watch_retries", None)):  # HTTP judges tell each retry (adapters/http_chat.py)
+            judge.watch_retries(self.live.retried)
 
     def add(self, cell: Cell) -> None:
         cell.loop = self
@@ -263,6 +269,7 @@ class JudgeLoop:
         s.prompt_tokens += resp.prompt_tokens or 0
         s.cached_prompt_tokens += resp.cached_prompt_tokens or 0
         s.completion_tokens += resp.completion_tokens or 0
+        self.live.answered(resp.text is None or len(resp.text) > self.max_reply_chars, resp.error)
         if resp.text is None or len(resp.text) > self.max_reply_chars:
             self._release(resp.key)  # a failed request is not ours any more: another run may ask it
             self._resolve(resp.key, resp.error or "backend returned no text" if resp.text is None else
@@ -316,5 +323,8 @@ class JudgeLoop:
             except sqlite3.Error:
                 pass
             self.cache.close()
+            self.live.close()
+            if callable(getattr(self.judge, "watch_retries", None)):
+                self.judge.watch_retries(None)  # the judge may serve another loop: its retries are not ours
             if self._bar is not None:
                 self._bar.close()

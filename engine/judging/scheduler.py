@@ -36,6 +36,7 @@ import pyarrow as pa
 from engine.protocols.base import JudgeProtocol, JudgingPolicy
 
 from .cells import Cell
+from .live import WARN_FAILURE_SHARE
 from .loop import JudgeLoop
 from .summary import JudgingSummary
 
@@ -44,10 +45,12 @@ OnComplete = Callable[[str, pa.Table, JudgingSummary], None]
 
 class JudgeScheduler:
     def __init__(self, judge, cache_dir: str | Path, *, max_in_flight: int = 64, batch_size: int = 64,
-                 use_cache: bool = True, progress: bool = False, claim_timeout_s: float | None = None):
+                 use_cache: bool = True, progress: bool = False, claim_timeout_s: float | None = None,
+                 warn_failure_share: float | None = WARN_FAILURE_SHARE):
         self.judge = judge
         self._loop = JudgeLoop(judge, cache_dir, max_in_flight=max_in_flight, batch_size=batch_size,
-                               use_cache=use_cache, progress=progress, claim_timeout_s=claim_timeout_s)
+                               use_cache=use_cache, progress=progress, claim_timeout_s=claim_timeout_s,
+                               warn_failure_share=warn_failure_share)
         self._results: dict[str, tuple[pa.Table, JudgingSummary]] = {}
         self._t0: dict[str, float] = {}
         self._cells: dict[str, Cell] = {}

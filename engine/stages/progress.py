@@ -1,9 +1,13 @@
-"""Progress for the sweep stages (decode, caption): counts, throughput, ETA and retries on stderr.
+"""Progress for the sweep stages (decode, caption, judge): counts, throughput, ETA and retries on stderr.
 
 On a terminal a tqdm bar; elsewhere (`capeval submit` logs, a redirected run) one plain line every
 `CAPEVAL_PROGRESS_EVERY_S` seconds (default 30) and a last one at the end, so logs show progress without a bar's
 carriage returns. `--no-progress` turns both off. Updated by the driver as Ray tasks and actor calls finish, so they
 move also when the work runs on actors.
+
+The judge loop adds what went wrong so far (`set_counts`: retries by kind, failed requests; engine/judging/live.py),
+possibly from the HTTP client's thread while no answer comes back: the plain line is then printed from there too, at
+the same pace, so a run that is only retrying still shows it. `warn` prints a line above a terminal bar.
 
 Rate and ETA are measured from the first finished unit on (warm-up: model load, the first request's latency and the
 first decode are not work the rest will repeat), so a slow start does not make the ETA hours long. Model loading is
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 
@@ -39,6 +44,8 @@ class Bar:
         self.total, self.desc, self.unit = int(total or 0), desc, unit
         self.stream = stream if stream is not None else sys.stderr
         self.n = self.retries = 0
+        self.counts = ""  # what went wrong so far (set_counts), shown after the retries
+        self._lock = threading.Lock()  # set_counts may come from another thread
         self.t_first: float | None = None  # when the first unit finished: rate and ETA count from here
         self.n_first = 0
         self.plain = False
@@ -83,6 +90,26 @@ class Bar:
         if self.bar is not None:
             self.bar.set_postfix_str(f"retries={self.retries}", refresh=False)
 
+    def set_counts(self, text: str) -> None:
+        """What went wrong so far (e.g. `retries 12 (429: 5, 5xx: 7), failed 3/80 (3.8%)`); any thread."""
+        if text == self.counts:
+            return
+        self.counts = text
+        if self.bar is not None:
+            self.bar.set_postfix_str(text, refresh=True)
+        elif self.plain and time.monotonic() - self._last_line >= self.every_s:
+            self._line(time.monotonic())
+
+    def warn(self, text: str) -> None:
+        """A warning line: above a terminal bar, or between the plain lines."""
+        from engine.safetext import for_terminal
+
+        if self.bar is not None:
+            self.bar.write(for_terminal(text), file=self.stream)
+        else:
+            with self._lock:
+                print(for_terminal(text), file=self.stream, flush=True)
+
     # -- figures --------------------------------------------------------------------------------------------------
     def rate(self, now: float | None = None) -> float | None:
         """Units per second since the first finished unit (None before the second)."""
@@ -105,13 +132,16 @@ class Bar:
             parts.append("warming up")
         if self.retries:
             parts.append(f"retries {self.retries}")
+        if self.counts:
+            parts.append(self.counts)
         return ", ".join(parts)
 
     def _line(self, now: float) -> None:
         from engine.safetext import for_terminal
 
-        self._last_line = now
-        print(for_terminal(self.line(now)), file=self.stream, flush=True)
+        with self._lock:
+            self._last_line = now
+            print(for_terminal(self.line(now)), file=self.stream, flush=True)
 
     def close(self) -> None:
         if self.bar is not None:

@@ -122,6 +122,8 @@ class SweepOptions:
     # 0: the judge runs in the sweep driver (local judge, HTTP judges); N: a pool of N Ray actors
     # (adapters.ray_pool.JudgePool), e.g. one vLLM engine per GPU; GPUs per actor follow tensor_parallel_size.
     judge_actors: int = 0
+    # warn (once, then each further 10 points) when this share of a judge's finished requests failed (judging/live.py)
+    warn_failure_share: float = 0.05
     # true: a cell's judging starts with its first captions and grows as more are made (engine/sweep/overlap.py);
     # false: every caption first, then the judging (stage after stage; the same results, later)
     overlap: bool = True
@@ -160,6 +162,7 @@ _JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
              "frame_spec": (str, False)}
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
+            "warn_failure_share": ((int, float), False),
             "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
             "judge_actors": (int, False), "overlap": (bool, False), "prices": (str, False)}
 
@@ -213,6 +216,9 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
                               and type_ok(v, _OPTIONS[k][0])}) if isinstance(raw.get("options"), dict) else SweepOptions()
     if isinstance(raw.get("options"), dict):
         c.table(raw["options"], _OPTIONS, "options")
+    if not 0 <= options.warn_failure_share <= 1:
+        c.fail("options.warn_failure_share",
+               f"must be a share from 0 to 1 (0.05: 5%), got {options.warn_failure_share}", "warn_failure_share")
     if not raw.get("datasets"):
         c.fail("datasets", "must not be empty", "datasets")
     if not captioners and not captions:

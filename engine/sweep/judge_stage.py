@@ -73,7 +73,7 @@ class JudgeStage:
         from engine.judging.scheduler import JudgeScheduler
 
         return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
-                              progress=self.progress)
+                              progress=self.progress, warn_failure_share=self.config.options.warn_failure_share)
 
     # -- one cell -------------------------------------------------------------------------------------------------
     def data(self, cell: Cell) -> LoadedDataset:
