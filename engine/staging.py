@@ -5,8 +5,8 @@
 - Declared path fields only: each dataset kind's path parameters (registry `Param.path`), the files its loader
   reads (an items table; from a folder, what the kind's `files_in_folder` names: CAPability's task files,
   VATEX-EVAL's score file), `[[captions]].path`, prompt `file`/`pack`, the protocol params that name prompt packs
-  (`JudgeProtocol.pack_params`), and `replies` of a replay judge or captioner. Any other string (a label, a name)
-  is never read as a path and never rewritten.
+  (`JudgeProtocol.pack_params`), `[options] prices` (a prices file), and `replies` of a replay judge or captioner.
+  Any other string (a label, a name) is never read as a path and never rewritten.
 - Media: exactly the files the dataset kind's own loader lists (`DatasetLoad.media`), never a folder wholesale.
 - Roots: every shipped file must lie (after symlinks are resolved) under an allowed root: the sweep file's folder,
   each dataset's folders (the folder of its path, its `media_root`, those its kind's `extra_roots` adds:
@@ -260,6 +260,9 @@ class _Planner:
             for key in protocol_pack_params(e.get("name")):
                 if isinstance(params.get(key), str):
                     params[key] = self.staged_value(params[key], f"protocols[{i}].params.{key}") or params[key]
+        options = raw.get("options")
+        if isinstance(options, dict) and isinstance(options.get("prices"), str):  # a prices file (sweep/prices.py)
+            options["prices"] = self.staged_value(options["prices"], "options.prices") or options["prices"]
         for section in ("judges", "captioners"):
             for i, e in enumerate(_entries(raw, section)):
                 params = e.get("params") if isinstance(e.get("params"), dict) else {}
