@@ -178,6 +178,36 @@ class JudgeProtocol:
     #: modules (importable names) that register dataset kinds this protocol brings along (engine.datasets.registry)
     dataset_kind_modules: tuple[str, ...] = ()
 
+    def dataset_problem(self, kind: str, items: pa.Table | None = None, media: dict | None = None) -> str | None:
+        """Why this protocol cannot judge a dataset of kind `kind` (None: it can), from its declarations: the kind
+        (`dataset_kinds`), then, given the dataset's items (only the rows it reads: engine.sweep.pairs), the columns
+        every item must fill (`item_columns`) and the tasks it knows (`tasks`), and, when its judge sees frames
+        (`judge_frames`) and `media` ({video_id: path}) is given, a media path for every video. Without `items`
+        only the kind is checked (a dataset not loaded yet)."""
+        if self.dataset_kinds is not None and kind not in self.dataset_kinds:
+            return f"it reads datasets of kind {' or '.join(map(repr, self.dataset_kinds))}, not {kind!r}"
+        if items is None or items.num_rows == 0:
+            return None
+        ids = items.column("item_id").to_pylist()
+        for column in self.item_columns:
+            values = items.column(column).to_pylist() if column in items.column_names else [None] * len(ids)
+            empty = [i for i, v in zip(ids, values) if v is None or (isinstance(v, (str, list)) and not v)]
+            if empty:
+                return (f"it needs `{column}` in every item; {len(empty)} of {len(ids)} items have none "
+                        f"(e.g. {empty[0]!r})")
+        if self.tasks:
+            unknown = sorted(set(items.column("task").to_pylist()) - set(self.tasks))
+            if unknown:
+                return (f"its tasks are {', '.join(self.tasks)}; the items have task(s) "
+                        f"{', '.join(map(repr, unknown[:5]))}{' ...' if len(unknown) > 5 else ''}")
+        if self.judge_frames is not None and media is not None:
+            videos = list(dict.fromkeys(items.column("video_id").to_pylist()))
+            without = [v for v in videos if not media.get(v)]
+            if without:
+                return (f"its judge sees the videos; {len(without)} of {len(videos)} videos have no media path "
+                        f"(e.g. {without[0]!r})")
+        return None
+
     def check_params(self, mode: str, params: dict) -> list[tuple[str, str]]:
         """(param, problem) for each protocol param that is wrong, found before anything is judged. Generic checks
         (pack files, judge_frames) are done by the caller; a protocol adds its own here."""

@@ -123,11 +123,10 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) ->
 
 
 def cell_items(cell, data) -> pa.Table:
-    items = data.items
-    benchmarks = set(items.column("benchmark").to_pylist())
-    if cell.protocol.name in benchmarks:
-        items = items.filter(pc.equal(items.column("benchmark"), cell.protocol.name))
-    return items
+    """The items of the cell's dataset its protocol reads (engine.sweep.pairs.protocol_items)."""
+    from engine.sweep.pairs import protocol_items
+
+    return protocol_items(data.items, cell.protocol.name)
 
 
 def commit(stores, key: str, verdicts: pa.Table, metrics: pa.Table) -> None:
@@ -172,13 +171,18 @@ def file_cell_captions(cell, data) -> tuple[pa.Table, dict[str, Failure]]:
 
 
 def judge_frames_spec(cell) -> str:
-    """The frames a frame-showing judge (VC-Inspector) sees: `judge_frames`, else the official linspace:32 in
-    official mode, else the caption cell's own frame spec (or linspace:32 for captions read from a file)."""
+    """The frames a frame-showing judge (VC-Inspector) sees: the `judge_frames` param; else the protocol's declared
+    default (JudgeProtocol.judge_frames: VC-Inspector's official linspace:32) in official mode and for captions read
+    from a file (their `frame_spec` is a label, "file" by default, not frames anyone decoded); else, strict mode's
+    rule, the frames the captioner saw (the caption cell's frame spec). The judge stage passes this spec to the
+    protocol as `judge_frames`, so its requests look up the very frames decoded here."""
+    from engine.registry import lookup
+
     params = cell.protocol.params
     if params.get("judge_frames"):
         return str(params["judge_frames"])
     if params.get("mode") == "official" or cell.caption.from_file:
-        return "linspace:32"
+        return lookup("protocol", cell.protocol.name).judge_frames
     return cell.caption.frame_spec
 
 

@@ -30,6 +30,7 @@ Every option is documented in docs/inputs.md.
     [[protocols]]           # optional: no protocol = a caption-only sweep
     name = "vcinspector"
     params = { mode = "official", prompts = "../shared/protocols/vcinspector.toml", judge_frames = "linspace:32" }
+    datasets = ["shapes"]   # optional: the datasets it judges (default: every one it can read; engine/sweep/pairs.py)
 
     [[judges]]
     name = "local"
@@ -91,6 +92,7 @@ class ComponentSpec:
     max_tokens: int | None = None  # captioners: caption length per request (None: the stage's default)
     timestamps: str = "none"  # captioners: "none" sends the prompt as written; "text" appends the frame times
     frame_size: str | None = None  # captioners: decode size text (engine.frames.sizes); None: family default
+    datasets: tuple[str, ...] | None = None  # protocols: the datasets it judges (None: every one it can read)
     # judges, captioners: USD per million tokens {input, cached_input, output} (engine/sweep/prices.py); no effect
     # on results, so neither on keys nor on equality
     prices: dict | None = field(default=None, hash=False, compare=False)
@@ -159,6 +161,7 @@ _CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, Fals
               "prices": (dict, False)}
 CAPTION_TIMESTAMPS = ("none", "text")  # engine.stages.caption_worker.TIMESTAMP_MODES
 _JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False)}
+_PROTOCOL = {**_COMPONENT, "datasets": (list, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
              "frame_spec": (str, False)}
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
@@ -205,7 +208,7 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
     datasets = [s for _, s in parsed if s]
     c.positions["datasets"] = [i for i, s in parsed if s]
     captioners = _components(c, raw, "captioners", _CAPTIONER)
-    protocols = _components(c, raw, "protocols", _COMPONENT)
+    protocols = _components(c, raw, "protocols", _PROTOCOL)
     judges = _components(c, raw, "judges", _JUDGE)
     prompt_ids, prompt_defs = read_prompts(c, raw.get("prompts") or [], base)
     frames = []
@@ -305,6 +308,7 @@ def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[Compon
             timestamps = "none"
         x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens, timestamps,
                           _frame_size(c, comp, where) if "frame_size" in spec else None,
+                          _dataset_names(c, comp, where) if "datasets" in spec else None,
                           prices=comp["prices"] if c.good(comp, "prices", spec) else None)
         ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps, x.frame_size])
         if ident in seen:  # same content key: it would give the very same results twice
@@ -315,6 +319,18 @@ def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[Compon
     if len(set(labels)) != len(labels):
         c.fail(key, f"two entries show as the same name ({labels}); give one a distinct `label`", key)
     return out
+
+
+def _dataset_names(c: SweepChecker, comp: dict, where: str) -> tuple[str, ...] | None:
+    """A protocol's `datasets` (names, each once); None when it names none (it judges every dataset it can read).
+    Whether each name exists and suits the protocol is checked with the datasets (engine/sweep/pairs.py)."""
+    names = comp.get("datasets")
+    if not isinstance(names, list):
+        return None
+    if not all(isinstance(n, str) for n in names):
+        c.fail(f"{where}.datasets", f"expected a list of dataset names, got {names!r}", "datasets")
+        return None
+    return tuple(dict.fromkeys(names))
 
 
 def _frame_size(c: SweepChecker, comp: dict, where: str) -> str | None:

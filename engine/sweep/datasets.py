@@ -69,6 +69,12 @@ def judge_sees_frames(protocol: str) -> bool:
 
 
 def media_required(config, spec: DatasetSpec) -> bool:
-    """Whether `spec`'s media files must exist for `config`: some captioner captions it, or a protocol shows frames
-    to its judge. A dataset judged only from `[[captions]]` files by text-only protocols needs no media."""
-    return bool(config.captioners) or any(judge_sees_frames(p.name) for p in config.protocols)
+    """Whether `spec`'s media files must exist for `config`: some captioner captions it, or a protocol that judges
+    it (engine/sweep/pairs.py) shows frames to its judge. A dataset judged only from `[[captions]]` files by
+    text-only protocols needs no media."""
+    if config.captioners:
+        return True
+    from engine.sweep.pairs import plan_pairs
+
+    plan = plan_pairs(config)
+    return any(plan.judges(i, spec.name) and judge_sees_frames(p.name) for i, p in enumerate(config.protocols))

@@ -1,5 +1,7 @@
 """Grid expansion: a sweep is datasets x captioners x prompts x frame specs (caption cells), each crossed with
-protocols x judges (result cells). A caption cell is captioned once and shared by every protocol and judge.
+the protocols that judge its dataset (`[[protocols]] datasets`, or every dataset the protocol can read:
+engine/sweep/pairs.py) x judges (result cells). A caption cell is captioned once and shared by every protocol and
+judge.
 
 `[[captions]]` files add caption cells that are read, not captioned (`CaptionCell.source`); a sweep without
 protocols is caption-only: `caption_cells` is its work and `expand` is empty."""
@@ -105,6 +107,31 @@ def file_captions(cell: CaptionCell):
                          frame_spec=cell.source.frame_spec)
 
 
-def expand(config: SweepConfig) -> list[Cell]:
-    """All result cells, in a stable order (dataset, captioner, prompt, frames, protocol, judge)."""
-    return [Cell(cc, p, j) for cc in caption_cells(config) for p in config.protocols for j in config.judges]
+def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> list[Cell]:
+    """All result cells, in a stable order (dataset, captioner, prompt, frames, protocol, judge): each protocol
+    crossed with the datasets it judges only (engine/sweep/pairs.py), decided from `datasets` (name ->
+    LoadedDataset: the run's) where given, else from the tables `--check` reads and the datasets' kinds. A pair
+    that cannot work raises SweepFileError (file, line, field); `note(text)` hears of each dataset a protocol
+    skips (default: printed to stderr)."""
+    if not config.protocols:
+        return []
+    from engine.sweep.pairs import plan_pairs
+
+    plan = plan_pairs(config, datasets)
+    if plan.problems:
+        from engine.sweep.checker import SweepChecker
+        from engine.sweep.pairs import report_problems
+
+        checker = SweepChecker(config.path, config.path.read_text(encoding="utf-8") if config.path.is_file() else "")
+        report_problems(plan, checker)
+        checker.raise_problems()
+    for text in plan.notes:
+        (note or _note)(text)
+    return [Cell(cc, p, j) for cc in caption_cells(config) for i, p in enumerate(config.protocols)
+            if plan.judges(i, cc.dataset.name) for j in config.judges]
+
+
+def _note(text: str) -> None:
+    import sys
+
+    print(f"note: {text}", file=sys.stderr, flush=True)

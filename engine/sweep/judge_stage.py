@@ -91,6 +91,8 @@ class JudgeStage:
         if requests and judge_sees_frames(cell.protocol.name):  # the judge sees frames: decode them at its spec
             frames, frame_failures = cellmod.judge_frames(cell, data, self.stores, inputs, progress=self.progress)
             extra["frames"] = frames
+            if "judge_frames" not in cell.protocol.params:  # the spec they were decoded at (a file's "file" is none)
+                extra["judge_frames"] = cellmod.judge_frames_spec(cell)
             video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
         prep = Prepared(cell, self.keys[cell], protocol, items, captions, video_failures)
         if not requests:

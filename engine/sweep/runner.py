@@ -117,7 +117,7 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     if not config.protocols:  # caption-only sweep
         return run_caption_only(config, out, datasets, cap_rev, stores, progress=progress, log=log, verbose=verbose,
                                 t0=t0, exit_once_marker=exit_once_marker, max_failure_share=max_failure_share)
-    cells = expand(config)
+    cells = expand(config, datasets, note=lambda text: log(f"[sweep {config.name}] note: {text}"))
     keys = {cell: _cell_key(cell, datasets, cap_rev, judge_rev) for cell in cells}
     states = cellmod.cell_states(stores)
     pending = [c for c in cells if states.get(keys[c]) not in accounting.FINISHED_STATUSES]

@@ -89,6 +89,10 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
     for i, p in enumerate(config.protocols):
         for msg_key, msg in protocol_param_problems(p.params, base, protocol=p.name):
             c.fail(f"{c.where('protocols', i)}.params.{msg_key}", msg, msg_key)
+    if check_registry and config.protocols:  # which protocol judges which dataset (engine/sweep/pairs.py)
+        from engine.sweep.pairs import plan_pairs, report_problems
+
+        report_problems(plan_pairs(config, read_tables=check_paths), c)
     for i, src in enumerate(config.captions if check_paths else ()):
         where = c.where("captions", i)
         if not Path(src.path).is_file():
@@ -118,13 +122,10 @@ def dataset_table_problem(spec, base: Path) -> str | None:
     (`DatasetKind.reads_only` false: synthetic generates videos). --check and every run do this before any work, so
     a table the run would refuse is reported with the sweep file's line. Media files are not looked for here: a
     sweep may be checked on a machine that holds only the tables (the run says which media are missing)."""
-    from engine.datasets.registry import get_kind, load
-
-    if not get_kind(spec.kind).reads_only:
-        return None
+    from engine.sweep.pairs import read_view
 
     try:
-        load(spec.kind, spec.kind_params(), base_dir=base, out_dir=base / ".capeval-check-unused", name=spec.name)
+        read_view(spec, base)  # kept for the pair checks below and the grid
     except (ValueError, OSError, KeyError) as exc:  # UsageError is a ValueError
         return str(exc) or type(exc).__name__
     return None

@@ -23,6 +23,8 @@ class CapabilityProtocol(_JudgeProtocol):
     headline = ("f1", "precision", "recall", "hit_rate")
     tasks = TASKS  # noqa: F405 -- from .codes
     breakdowns = ("task",)
+    dataset_kinds = ("capability", "items")  # the release layout, or a table of its annotations
+    item_columns = ("annotation",)
     compare_average_over = "task"
     compare_default_mode = "official"
     dataset_kind_modules = ("engine.protocols.capability.dataset_kind",)

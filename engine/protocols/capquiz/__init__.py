@@ -18,6 +18,9 @@ class CapQuizProtocol(_JudgeProtocol):
     codes = (_CapQuizVerdict,)
     headline = ("CapF1", "CapP", "CapR")
     breakdowns = ("task",)
+    # multiple-choice items: the question, its options and the correct one (generated or from a table)
+    dataset_kinds = ("synthetic", "items")
+    item_columns = ("annotation", "options", "answer")
 
     def check_params(self, mode, params):
         try:

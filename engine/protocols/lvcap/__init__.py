@@ -29,6 +29,10 @@ class LVCapProtocol(_JudgeProtocol):
     headline = ("S_e", "S_s", "event_precision", "event_recall")
     pack_params = ("prompts", "event_prompts")  # event_prompts: the AutoDQ pack
     breakdowns = ("bucket",)  # duration buckets (metrics.py)
+    # scene questions (yes/no) and clips' reference events (DREAM-1K's clips, or a table of such items)
+    dataset_kinds = ("dream1k", "items")
+    item_columns = ("annotation",)
+    tasks = ("scene", "events")
 
     def check_params(self, mode, params):
         if "event_scoring" not in params:

@@ -16,6 +16,9 @@ class VCInspectorProtocol(_JudgeProtocol):
     headline = ("mean_score",)
     judge_frames = _prompts.OFFICIAL_FRAMES  # the judge sees frames; this spec unless params.judge_frames says
     plot_kinds = ("bar", "hist")
+    # reference-free: any kind (a folder of videos, VATEX-EVAL, ...) whose videos have media paths, which
+    # JudgeProtocol.dataset_problem requires because judge_frames is set
+    dataset_kinds = None
 
     def paired_spec(self, mode):
         from .paired import paired_spec

@@ -20,6 +20,8 @@ class VidCapBenchProtocol(_JudgeProtocol):
     codes = (_VidCapBenchVerdict,)
     headline = ("Acc", "Pre", "Cov", "Con")
     breakdowns = ("dimension",)
+    dataset_kinds = ("vidcapbench", "items")  # the QA file, or a table of QA items
+    item_columns = ("annotation", "answer")  # the question and its reference answer
     dataset_kind_modules = ("engine.protocols.vidcapbench.dataset_kind",)
 
     def paired_spec(self, mode):
