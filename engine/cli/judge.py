@@ -237,6 +237,9 @@ def run(args) -> int:
     caps = None if protocol.name == "capability" else pl.from_arrow(captions)
     metrics = protocol.compute_metrics(pl.from_arrow(verdicts), items=pl.from_arrow(items), captions=caps,
                                        n_resamples=args.resamples, seed=0, **_for_metrics(args.protocol, params))
+    from engine.metrics.reasons import explain_nulls
+
+    metrics = explain_nulls(metrics, verdicts, captions=captions)  # no verdicts: null and why, never a number
     if args.metrics:
         metrics.write_csv(args.metrics)
         print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)

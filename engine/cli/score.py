@@ -36,15 +36,18 @@ def register(sub) -> None:
 
 
 def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0, **options):
-    """compute_metrics of `protocol` (importable API behind the command); options it does not take are left out
+    """compute_metrics of `protocol` (importable API behind the command), with a `reason` for every null value (a
+    group without a single verdict: "no verdicts: <first error> (xN)"); options it does not take are left out
     (a sweep's protocol params include build-only ones such as `prompts`)."""
     from engine.cli.judge import accepted
+    from engine.metrics.reasons import explain_nulls
 
     if protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     module = importlib.import_module(f"engine.protocols.{protocol}.metrics")
-    return module.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
-                                  **accepted(module.compute_metrics, options))
+    frame = module.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
+                                   **accepted(module.compute_metrics, options))
+    return explain_nulls(frame, verdicts, captions=captions)
 
 
 def _items(path: Path | None, protocol: str):

@@ -205,7 +205,8 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
                     tallies: Mapping[str, np.ndarray], *, n_resamples: int = 1000, seed: int = 0,
                     confidence: float = 0.95, scale: float | Mapping[str, float] = 100.0, strata=None,
                     average_over: str | None = None, average_label: str | None = None,
-                    average_skips_nan: bool = True, nan_as_null: bool = False) -> pl.DataFrame:
+                    average_skips_nan: bool = True, nan_as_null: bool = False,
+                    verdict_rows: np.ndarray | None = None) -> pl.DataFrame:
     """The one mechanism: long-format metrics with percentile CIs from one cluster bootstrap over all groups.
 
     sums: (n_clusters, n_groups, n_stats) per-cluster sums; keys: one row per group (its group columns, or no
@@ -216,6 +217,9 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
     multiplies value and CI. With `average_over`, extra rows (labelled `average_label`, "avg" by default, after
     the group rows) give each metric's unweighted mean over that group column, the tallies summed, with CIs from
     the same replicates; groups where the metric is nan are left out (`average_skips_nan`) or make it nan.
+    `verdict_rows` (per group: rows with a verdict) marks groups without a single verdict: their metrics are null,
+    whatever the formula would make of rows that all failed (a strict recall of 0/N is a failure, not a score),
+    and an average over them treats them as undefined.
     """
     if not metrics:
         raise ValueError("metrics is empty")
@@ -227,6 +231,9 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
         _average_layout(keys, average_over, average_label or "avg")  # still reject a wrong column name
     elif average_over is not None:
         members, avg_rows = _average_layout(keys, average_over, average_label or "avg")
+    unjudged = None
+    if verdict_rows is not None and n_groups and not np.all(np.asarray(verdict_rows) > 0):
+        unjudged = np.asarray(verdict_rows).reshape(n_groups) == 0
 
     def evaluate(s: np.ndarray) -> np.ndarray:
         """sums (..., G, S) -> (..., n_metrics, G [+ A]) float64."""
@@ -237,6 +244,8 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
             if v.shape != s.shape[:-1]:
                 raise ValueError(f"metric {name!r} returned shape {v.shape} for sums {s.shape}; "
                                  f"it must reduce only the last (statistic) axis")
+            if unjudged is not None:
+                v = np.where(unjudged, np.nan, v)
             if members is not None:
                 v = np.concatenate([v, _average(v, members, average_skips_nan)], axis=-1)
             out.append(v)
@@ -269,6 +278,11 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
         frame = pl.concat([keys[row_index], frame], how="horizontal")
     if nan_as_null:
         frame = frame.with_columns(pl.col(c).fill_nan(None) for c in ("value", "ci_low", "ci_high"))
+    if unjudged is not None:  # null, not nan, whatever nan_as_null says: there is nothing to compute on
+        empty = unjudged if members is None else np.concatenate([unjudged, [unjudged[i].all() for i in members]])
+        mask = pl.Series(empty[row_index])
+        frame = frame.with_columns(pl.when(mask).then(None).otherwise(pl.col(c)).alias(c)
+                                   for c in ("value", "ci_low", "ci_high"))
     return frame
 
 
@@ -276,7 +290,8 @@ def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resam
                   confidence: float = 0.95, scale: float | Mapping[str, float] = 100.0,
                   average_label: str | None = None, average_over: str | None = None, resample: str = "joint",
                   nan_as_null: bool = False) -> pl.DataFrame:
-    """`bootstrap_frame` of a CountTable, with n (rows with a verdict) and n_no_verdict per group.
+    """`bootstrap_frame` of a CountTable, with n (rows with a verdict) and n_no_verdict per group; a group with
+    n = 0 has null metrics (no verdict to compute them on).
 
     resample="joint": one bootstrap over all clusters of the table, shared by all groups (paired groups; needed
     for `average_over`). resample="per_group": each group resamples only the clusters it has rows in, with the
@@ -287,7 +302,7 @@ def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resam
     if resample == "joint" or table.n_groups == 0:
         tallies = {"n": rows[..., 0].sum(0), "n_no_verdict": rows[..., 1].sum(0)}
         return bootstrap_frame(table.counts, keys, metrics, tallies, strata=table.strata, average_over=average_over,
-                               average_label=average_label, **options)
+                               average_label=average_label, verdict_rows=tallies["n"], **options)
     if resample != "per_group":
         raise ValueError(f"resample must be 'joint' or 'per_group', got {resample!r}")
     if average_over is not None:
@@ -299,5 +314,5 @@ def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resam
         tallies = {"n": rows[idx, g, 0].sum(keepdims=True), "n_no_verdict": rows[idx, g, 1].sum(keepdims=True)}
         strata = None if table.strata is None else table.strata[idx]
         frames.append(bootstrap_frame(table.counts[idx, g][:, None], keys[g:g + 1], metrics, tallies,
-                                      strata=strata, **options))
+                                      strata=strata, verdict_rows=tallies["n"], **options))
     return pl.concat(frames, how="vertical")

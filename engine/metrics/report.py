@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import polars as pl
 
-VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict"]
+VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason"]
 
 
 def metric_markers() -> dict[str, str]:
@@ -59,16 +59,22 @@ def format_table(frame: pl.DataFrame, digits: int = 2, protocol: str | None = No
 
 
 def format_rows(frame: pl.DataFrame, digits: int = 2) -> str:
-    """A plain-text table: group columns, metric, value [ci_low, ci_high], n, n_no_verdict."""
+    """A plain-text table: group columns, metric, value [ci_low, ci_high], n, n_no_verdict, and the reason of each
+    null value (last, unpadded: it names the first error) when there is one."""
     groups = [c for c in frame.columns if c not in VALUE_COLUMNS]
+    reasons = "reason" in frame.columns and frame["reason"].is_not_null().any()
 
     def num(x) -> str:
         return "-" if x is None or (isinstance(x, float) and np.isnan(x)) else f"{x:.{digits}f}"
 
-    header = groups + ["metric", "value", "95% CI", "n", "no verdict"]
+    header = groups + ["metric", "value", "95% CI", "n", "no verdict"] + (["reason"] if reasons else [])
     body = [[str(r[c]) for c in groups] + [r["metric"], num(r["value"]), f"[{num(r['ci_low'])}, {num(r['ci_high'])}]",
-                                           str(r["n"]), str(r["n_no_verdict"])] for r in frame.iter_rows(named=True)]
+                                           str(r["n"]), str(r["n_no_verdict"])]
+            + ([r["reason"] if r["value"] is None and r["reason"] else ""] if reasons else [])
+            for r in frame.iter_rows(named=True)]
     widths = [max(len(h), *(len(row[i]) for row in body)) if body else len(h) for i, h in enumerate(header)]
+    if reasons:  # the last column runs on: no padding to the longest reason
+        widths[-1] = len("reason")
     lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)) for row in body]
     return "\n".join(lines)

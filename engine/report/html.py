@@ -44,6 +44,9 @@ def _leaderboard_html(lb: Leaderboard) -> str:
         cells = "".join(f"<td>{_e(r[c])}</td>" for c in lb.system_columns)
         for m in lb.metrics:
             star = "*" if r["note"] and m in r["note"] else ""
+            if r[m] is None and r.get(f"{m}_reason"):  # a failure is never a number, nor a bare dash: say why
+                cells += f"<td class='reason' style='color:#8a4b00'>{_e(r[f'{m}_reason'])}{star}</td>"
+                continue
             ci = ("" if r[f"{m}_low"] is None else
                   f" <span class='ci'>[{_num(r[f'{m}_low'])}, {_num(r[f'{m}_high'])}]</span>")
             cells += f"<td class='num'>{_num(r[m])}{star}{ci}</td>"

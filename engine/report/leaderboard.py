@@ -9,7 +9,9 @@ Two things the long table does not say by itself, said here:
   F1 is, as in the official script) is replaced by the mean of the DEFINED tasks, with a note naming the tasks
   left out and no CI (the bootstrap replicates of that mean are not in the table);
 * intervals that rest on fewer than MIN_VIDEOS videos, and degenerate intervals (low == high, e.g. [100, 100]
-  from a handful of videos that all agree), get a warning.
+  from a handful of videos that all agree), get a warning;
+* a null value says why (`<m>_reason`, from the results' `reason` column): "no verdicts: <first error> (xN)" for a
+  system without a single verdict, never a number and never a bare dash.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
+from engine.metrics.reasons import is_no_verdicts
 from engine.registry import lookup
 
 #: labels that mark an overall row in a breakdown column ("avg" rows are averages over that column)
@@ -25,7 +28,7 @@ OVERALL_LABELS = ("all", "avg", "overall", "-")
 #: what tells systems apart; a column is shown when it varies (judge seeds: one row per seed, as the results table)
 SYSTEM_COLUMNS = ["dataset", "captioner", "prompt_id", "prompt_set", "frame_spec", "judge", "seed"]
 ALWAYS_SHOWN = ("captioner", "prompt_id", "frame_spec")
-VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict"]
+VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason"]
 #: below this many videos a bootstrap interval is rough: say so
 MIN_VIDEOS = 20
 
@@ -35,7 +38,8 @@ class Leaderboard:
     protocol: str
     system_columns: list[str]
     metrics: list[str]
-    table: pl.DataFrame  # one row per system: system columns, <m>, <m>_low, <m>_high per metric, n, n_videos, note
+    table: pl.DataFrame  # one row per system: system columns, <m>, <m>_low, <m>_high per metric, n, n_videos, note,
+    #                      <m>_reason per metric (why <m> is null; null when it has a value)
     breakdown: pl.DataFrame  # system columns + breakdown columns + one "<m>" column per metric (value [low, high])
     breakdown_columns: list[str]
     warnings: list[str] = field(default_factory=list)
@@ -138,16 +142,20 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
         label = " ".join(f"{sys_row[c]}" for c in systems)
         for m in names:
             r = sel.filter(pl.col("metric") == m)
-            v = lo = hi = None
+            v = lo = hi = reason = None
             if r.height:
                 v, lo, hi = r["value"][0], r["ci_low"][0], r["ci_high"][0]
+                reason = r["reason"][0] if "reason" in r.columns and v is None else None
                 row.setdefault("n", r["n"][0])
                 row.setdefault("n_no_verdict", r["n_no_verdict"][0])
-            if v is None and breakdown:
+            row[f"{m}_reason"] = reason
+            if v is None and breakdown and not is_no_verdicts(reason):
                 v, note = _defined_average(df, sys_row, systems, breakdown, m, overall_row=r)
                 if note:
                     notes.append(note)
                     lo = hi = None
+                    if v is not None:
+                        row[f"{m}_reason"] = None
             row[m], row[f"{m}_low"], row[f"{m}_high"] = v, lo, hi
             if lo is not None and hi is not None and lo == hi:
                 warnings.append(f"{protocol} {label}: {m} has a degenerate interval [{lo:.1f}, {hi:.1f}] "
@@ -171,7 +179,7 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
         table = table.with_columns(pl.lit(None, dtype=pl.Int64).alias("n_videos"))
     cols = systems + [c for m in names for c in (m, f"{m}_low", f"{m}_high")] + ["n", "n_no_verdict",
                                                                                    "n_videos", "note"]
-    table = table.select(cols)
+    table = table.select(cols + [pl.col(f"{m}_reason").cast(pl.String) for m in names])
     return Leaderboard(protocol, systems, names, table, _breakdown(df, systems, breakdown, names), breakdown,
                        warnings)
 
@@ -228,8 +236,8 @@ def format_leaderboard(lb: Leaderboard, digits: int = 1, breakdown_rows: int = 4
     body = []
     for r in t.iter_rows(named=True):
         cells = [str(r[c]) for c in lb.system_columns]
-        cells += [_fmt(r[m], r[f"{m}_low"], r[f"{m}_high"], digits) + ("*" if r["note"] and m in r["note"] else "")
-                  for m in lb.metrics]
+        cells += [(null_label(r[f"{m}_reason"]) if r[m] is None else _fmt(r[m], r[f"{m}_low"], r[f"{m}_high"], digits))
+                  + ("*" if r["note"] and m in r["note"] else "") for m in lb.metrics]
         cells += [str(r["n"]) + (f" (+{r['n_no_verdict']} no verdict)" if r["n_no_verdict"] else ""),
                   "-" if r["n_videos"] is None else str(r["n_videos"])]
         body.append(cells)
@@ -237,6 +245,7 @@ def format_leaderboard(lb: Leaderboard, digits: int = 1, breakdown_rows: int = 4
     lines += _grid(header, body)
     for r in t.filter(pl.col("note").is_not_null()).iter_rows(named=True):
         lines.append("  * " + " ".join(str(r[c]) for c in lb.system_columns) + ": " + r["note"])
+    lines += [f"  ! {label}: {reason}" for label, reason in null_reasons(lb)]
     lines += [f"  warning: {w}" for w in lb.warnings]
     if lb.breakdown.height:
         lines.append(f"-- by {', '.join(lb.breakdown_columns)} --")
@@ -245,6 +254,25 @@ def format_leaderboard(lb: Leaderboard, digits: int = 1, breakdown_rows: int = 4
         if lb.breakdown.height > breakdown_rows:
             lines.append(f"  ... {lb.breakdown.height - breakdown_rows} more rows (see the HTML report)")
     return "\n".join(lines)
+
+
+def null_label(reason: str | None) -> str:
+    """What a leaderboard cell without a value shows: "no verdicts!" or "undefined!" (the reason follows the
+    table, after "!"), "-" when nothing says why."""
+    if not reason:
+        return "-"
+    return "no verdicts!" if is_no_verdicts(reason) else "undefined!"
+
+
+def null_reasons(lb: Leaderboard) -> list[tuple[str, str]]:
+    """(system and metrics, reason) for every null headline value with a reason, one per system and reason."""
+    out: dict[tuple[str, str], list[str]] = {}
+    for r in lb.table.iter_rows(named=True):
+        system = " ".join(str(r[c]) for c in lb.system_columns)
+        for m in lb.metrics:
+            if r[m] is None and r[f"{m}_reason"]:
+                out.setdefault((system, r[f"{m}_reason"]), []).append(m)
+    return [(f"{system} {', '.join(ms)}", reason) for (system, reason), ms in out.items()]
 
 
 def _grid(header: list[str], body: list[list[str]]) -> list[str]:

@@ -108,6 +108,8 @@ class JudgeStage:
         """Account for every item, compute the metrics and commit the cell."""
         import polars as pl
 
+        from engine.metrics.reasons import explain_nulls
+
         cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
         status = accounting.cell_status(verdicts, self.accept_failures)
@@ -116,6 +118,7 @@ class JudgeStage:
             pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])), items=pl.from_arrow(prep.items),
             captions=pl.from_arrow(prep.captions), n_resamples=self.config.options.n_resamples, seed=0,
             **_metric_params(cell.protocol.params))
+        metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
         metrics = cellmod.label_metrics(metrics, cell, key, status)
         cellmod.commit(self.stores, key, verdicts, metrics.to_arrow())
         self.stats["sent"] += summary.sent

@@ -37,7 +37,7 @@ def test_autodq_video_average_by_hand():
     assert get(out, "S_e")["n_no_verdict"] == 1 and get(out, "S_e")["n"] == 8
     assert get(out, "S_s")["value"] == pytest.approx(100 / 3)
     assert get(out, "S_e", "<2min")["value"] == pytest.approx(50.0)
-    assert get(out, "S_s", "6-10min")["value"] == pytest.approx(0.0)
+    assert get(out, "S_s", "6-10min")["value"] is None  # b's one scene question has no verdict: no score (issue 16)
 
 
 def test_pooled_and_paper_modes():
@@ -70,7 +70,7 @@ def test_duration_buckets_default_to_the_papers():
 def test_duration_bucket_edges_are_a_param():
     out = compute_metrics(table(SPEC), items=ITEMS, n_resamples=0, duration_buckets="0,1,10")
     assert get(out, "S_e", "0-1min")["value"] == pytest.approx(50.0)  # a: 30 s
-    assert get(out, "S_s", "2-10min")["value"] == pytest.approx(0.0)  # b: 400 s, in (1, 10]
+    assert get(out, "S_e", "2-10min")["value"] == pytest.approx(0.0)  # b: 400 s, in (1, 10]; P = 1, R = 0
     with pytest.raises(ValueError, match="duration_buckets"):
         compute_metrics(table(SPEC), items=ITEMS, n_resamples=0, duration_buckets="5,2")
 

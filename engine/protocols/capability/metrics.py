@@ -191,7 +191,8 @@ def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: 
                             schema={c: pl.String for c in (*GROUP_COLUMNS, "task")})
         frame = bootstrap_frame(counts, keys, metrics, tallies, n_resamples=n_resamples, seed=seed,
                                 confidence=confidence, scale=100.0, average_over="task" if average_label else None,
-                                average_label=average_label, average_skips_nan=False, nan_as_null=True)
+                                average_label=average_label, average_skips_nan=False, nan_as_null=True,
+                                verdict_rows=total[:, :_NV].sum(-1))  # strict: all-failed is no score, not 0
         frames.append(_with_notes(frame.with_columns(pl.lit(mode).alias("mode"))))
     if frames:
         return pl.concat(frames, how="vertical")

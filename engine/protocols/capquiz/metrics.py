@@ -11,7 +11,7 @@ determined" option. Each answer is one of
 
     CapP  = TP / (TP + FP)        (factuality: of what the caption states, how much is right)
     CapR  = TP / N                (coverage: N = all questions, TP + FP + FN)
-    CapF1 = 2 * CapP * CapR / (CapP + CapR)
+    CapF1 = 2 * CapP * CapR / (CapP + CapR)   (0 when CapP = CapR = 0: the paper leaves 0/0 open)
 
 Rows without a verdict (code −1: parse failure, backend error, missing judgment) are never dropped: they are
 counted in `n_no_verdict` next to every metric. By default (`paper_compatible=False`, `mode="strict"`) they stay
@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import CountTable, count_table, metrics_frame, safe_ratio
+from engine.metrics.core import CountTable, count_table, f1, metrics_frame, safe_ratio
 
 from .codes import N_CODES, CapQuizVerdict
 from .types import GROUPS, group_lookup, load_type_map, normalize_type  # noqa: F401 (normalize_type re-exported)
@@ -76,9 +76,11 @@ def cap_recall(counts: np.ndarray, *, include_no_verdict: bool = True) -> np.nda
 
 
 def cap_f1(counts: np.ndarray, *, include_no_verdict: bool = True) -> np.ndarray:
+    """2PR/(P+R); 0 when P = R = 0 (judged questions, none right: the paper leaves 0/0 open, capeval scores it 0,
+    as its per-video F1 2TP/(N+TP+FP) does), nan when P or R is undefined."""
     p = cap_precision(counts)
     r = cap_recall(counts, include_no_verdict=include_no_verdict)
-    return safe_ratio(2.0 * p * r, p + r)  # nan when P or R is undefined or both are 0
+    return f1(p, r)
 
 
 def metric_functions(paper_compatible: bool = False) -> dict:
