@@ -18,7 +18,8 @@ _REGISTRIES: dict[str, dict[str, object]] = {"protocol": {}, "judge": {}, "capti
 # Modules imported on first lookup so that registration does not depend on import order elsewhere.
 _BUILTIN_MODULES = {
     "protocol": [f"engine.protocols.{p}" for p in ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")],
-    "judge": ["adapters.local_judge", "adapters.vllm_engine", "adapters.openai_http", "adapters.replay"],
+    "judge": ["adapters.local_judge", "adapters.vllm_engine", "adapters.openai_http", "adapters.replay",
+              "adapters.openai_batch", "adapters.vllm_batch"],
     "captioner": ["adapters.vllm_captioner", "adapters.openai_http", "adapters.local_captioner"],
     "benchmark": [],
 }

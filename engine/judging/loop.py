@@ -23,6 +23,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections import deque
+from pathlib import Path
 
 from adapters.base import BackendFatalError, JudgeResponse
 from engine.errors import AbortedError
@@ -49,6 +50,13 @@ class JudgeLoop:
         # so other tags re-parse cached replies without asking again
         self.reasoning_tags = tags_of(judge)
         self.max_in_flight = max(1, int(max_in_flight))
+        # A batch judge (adapters/batch_rounds.py) answers whole rounds: the window is a round, gathered whole while
+        # a source still adds cells (`_gathering`), and its batches' state lives beside the judgment cache.
+        rounds = getattr(judge, "round_requests", None)
+        self.round_requests = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds > 0 else 0
+        self.max_in_flight = max(self.max_in_flight, self.round_requests)
+        if callable(getattr(judge, "use_state_dir", None)):
+            judge.use_state_dir(Path(cache_dir) / "batches")
         self.batch_size = max(1, int(batch_size))
         self.use_cache = use_cache
         self.cells: list[Cell] = []
@@ -93,7 +101,7 @@ class JudgeLoop:
         try:
             while True:
                 self._top_up()
-                if self.feed.ready:
+                if self.feed.ready and not self._gathering():
                     self._session()
                     continue
                 if self._held:
@@ -124,6 +132,11 @@ class JudgeLoop:
             raise AbortedError(f"{exc}; the run stopped, every earlier answer is kept") from None
         finally:
             self.close()
+
+    def _gathering(self) -> bool:
+        """A batch judge's round waits until it fills the window or no more cells can come (captions being made)."""
+        return bool(self.round_requests and self.source is not None and self.source.open
+                    and self.feed.ready < self.max_in_flight)
 
     def _session(self) -> None:
         """Stream until the feed closes (nothing ready, nothing in flight)."""
