@@ -2,7 +2,7 @@
 
 Exit codes (engine/exitcodes.py): 0 every item has a verdict (or the share without one is within
 --max-failure-share); 3 completed with failures; 2 invalid sweep file or options; 4 aborted (another run holds
---out, the judge refused authentication, disk full)."""
+--out, the judge refused authentication, disk full); 75 batches pending (--no-wait: run it again to collect)."""
 
 from __future__ import annotations
 
@@ -65,6 +65,9 @@ def register(subparsers) -> None:
     p.add_argument("--limit", type=_positive, metavar="N",
                    help="use only the items of the first N videos (by video id) of each dataset: a quick trial run "
                         "(its cells are keyed apart from the full run's)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="batch judges (openai-batch, vllm-batch): submit the round's batches and exit with code 75 "
+                        "(pending) instead of waiting for them; the same command run later collects (docs/batch.md)")
     add_run_options(p)
     p.set_defaults(func=main)
 
@@ -122,6 +125,10 @@ def main(args) -> int:
         from engine.errors import UsageError
 
         raise UsageError(f"output folder {problem}")
+    if getattr(args, "no_wait", False):
+        from adapters.batch_state import set_no_wait
+
+        set_no_wait(True)
     if args.check:
         cells = expand(config)
         print(f"{args.file}: valid; {len(cells)} cells")

@@ -18,7 +18,8 @@ Where a backend's prices come from, first match wins: its own `prices` table; th
 its label, its model (`params.model`) or its registry name; the price params of an OpenAI-compatible backend
 (`price_prompt_per_m`, `price_cached_per_m`, `price_completion_per_m`). Without any, its cost is unknown (null),
 never 0. Cost = (prompt - cached) x input + cached x cached_input + completion x output, per million; reasoning
-tokens are part of the completion tokens servers report and are priced as output.
+tokens are part of the completion tokens servers report and are priced as output. A batch judge's prices are these
+times (1 - its `batch_discount`) (`batch_prices`).
 """
 
 from __future__ import annotations
@@ -151,8 +152,30 @@ def resolve_prices(config) -> dict[tuple[str, str], Prices | None]:
     out: dict[tuple[str, str], Prices | None] = {}
     for kind, comps in (("judge", config.judges), ("captioner", config.captioners)):
         for comp in comps:
-            out[(kind, comp.display)] = component_prices(comp, book)
+            prices = component_prices(comp, book)
+            out[(kind, comp.display)] = batch_prices(comp, prices) if kind == "judge" else prices
     return out
+
+
+def batch_prices(comp, prices: Prices | None) -> Prices | None:
+    """A batch judge (adapters/batch_rounds.py: openai-batch, vllm-batch) pays its prices x (1 - batch_discount):
+    its `batch_discount` param, else the backend's default (OpenAI's Batch API: 0.5). Prices that are batch prices
+    already go with batch_discount = 0 (docs/batch.md)."""
+    from engine.registry import lookup
+
+    try:
+        default = getattr(lookup("judge", comp.name), "default_batch_discount", None)
+    except KeyError:
+        return prices
+    if prices is None or default is None:
+        return prices
+    discount = comp.params.get("batch_discount", default)
+    if isinstance(discount, bool) or not isinstance(discount, (int, float)) or not 0 <= discount <= 1:
+        return prices  # the judge itself refuses the value, naming it
+    keep = 1.0 - float(discount)
+    return Prices(prices.input * keep, prices.output * keep,
+                  None if prices.cached_input is None else prices.cached_input * keep,
+                  f"{prices.source}, batch discount {discount:g}")
 
 
 def component_prices(comp, book: dict[str, Prices]) -> Prices | None:
