@@ -14,8 +14,8 @@ import sys
 from engine import exitcodes
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
-_COMMAND_MODULES = ("demo", "capability", "capquiz", "score", "judge", "align", "sweep", "compare", "report", "submit",
-                    "list", "bench")
+_COMMAND_MODULES = ("demo", "capability", "capquiz", "score", "judge", "validate", "align", "sweep", "compare",
+                    "report", "submit", "list", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,10 +67,12 @@ def terminal_text(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.cli.validate import merge_subcommand
     from engine.errors import CapevalError
 
     parser = build_parser()
-    args = parser.parse_args(argv)  # bad command lines: argparse prints usage and exits USAGE (2)
+    # `capeval judge validate ...`: one subcommand named "judge validate" (engine/cli/validate.py says why)
+    args = parser.parse_args(merge_subcommand(sys.argv[1:] if argv is None else argv))  # bad: exit USAGE (2)
     if not getattr(args, "func", None):
         parser.print_help()
         return exitcodes.USAGE

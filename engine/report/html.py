@@ -22,6 +22,7 @@ from engine.report.compare import compare_run
 from engine.report.cost import cost_html
 from engine.report.leaderboard import Leaderboard, leaderboards
 from engine.report.rundir import RunData, load_items, load_run
+from engine.report.validation import validation_html
 
 #: rows embedded in the per-sample browser; failures always, the rest in order up to this many
 MAX_SAMPLES = 5000
@@ -232,7 +233,8 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 </head><body>
 <header><h1>capeval report: {_e(run.path.name)}</h1><p>{_e(run.path.resolve())} · generated {now}</p></header>
 <nav><a href="#leaderboards">Leaderboards</a><a href="#plots">Plots</a><a href="#comparisons">Comparisons</a>
-<a href="#samples">Samples</a><a href="#failures">Failures</a><a href="#cost">Cost</a><a href="#run">Run record</a></nav>
+<a href="#samples">Samples</a><a href="#failures">Failures</a><a href="#cost">Cost</a><a href="#validation">Judge validation</a>
+<a href="#run">Run record</a></nav>
 <main>
 <section id="leaderboards"><h2>Leaderboards</h2>
 <p class="note">Headline metrics with 95% percentile intervals from a bootstrap that resamples videos.</p>
@@ -250,6 +252,7 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 </section>
 <section id="failures"><h2>Failures</h2>{_failures_html(failures, run.captions)}</section>
 <section id="cost"><h2>Cost</h2>{cost_html(run.records, run.results)}</section>
+<section id="validation"><h2>Judge validation</h2>{validation_html(run.records)}</section>
 <section id="run"><h2>Run record</h2>{_record_html(run)}</section>
 </main>
 <script type="application/json" id="samples-data">{data_json}</script>
