@@ -104,7 +104,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
                       counts_by_status: dict | None = None, wall_s: float | None = None,
                       throughput: dict | None = None, extra: dict | None = None,
                       started_at: float | None = None, cost: dict | None = None,
-                      no_value: list | None = None) -> Path:
+                      no_value: list | None = None, judge_validation: dict | None = None) -> Path:
     """Append one run's record to `out_dir/run.json` (created if missing); returns the file's path.
 
     components: identities and revisions, e.g. {"captioners": {"local": "rev"}, "judges": {"local": "rev"}};
@@ -143,6 +143,8 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["cost"] = to_jsonable(cost)
     if no_value:  # metrics left null and why (engine.report.results.cells_without_value): never a number
         record["no_value"] = to_jsonable(no_value)
+    if judge_validation:  # per judge: its validation file's summary, or unvalidated (engine/metrics/validation.py)
+        record["judge_validation"] = to_jsonable(judge_validation)
     if extra:
         record["extra"] = to_jsonable(extra)
     record = redact(record)  # credentials never reach disk (engine/secrets.py): config, argv, extras alike
@@ -216,9 +218,12 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
     if status:
         counts["verdicts"] = dict(status)
     started = time.time() - result.wall_s
+    from engine.metrics.validation import judge_validation_record
+
     return {
         "command": "sweep", "config": config, "started_at": started, "modes": modes, "pack_digests": packs,
         "components": {"captioners": cap_rev or {}, "judges": judge_rev or {}},
+        "judge_validation": judge_validation_record(getattr(config, "judges", ()), judge_rev),
         "counts_by_status": counts, "wall_s": result.wall_s,
         "throughput": {"cells_per_s": result.cells_run / wall,
                        "captions_per_s": cs.get("captioned", 0) / wall,

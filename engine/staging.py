@@ -260,6 +260,9 @@ class _Planner:
             for key in protocol_pack_params(e.get("name")):
                 if isinstance(params.get(key), str):
                     params[key] = self.staged_value(params[key], f"protocols[{i}].params.{key}") or params[key]
+        for i, e in enumerate(_entries(raw, "judges")):  # a judge's validation file (capeval judge validate --out)
+            if isinstance(e.get("validated"), str):
+                e["validated"] = self.staged_value(e["validated"], f"judges[{i}].validated") or e["validated"]
         options = raw.get("options")
         if isinstance(options, dict) and isinstance(options.get("prices"), str):  # a prices file (sweep/prices.py)
             options["prices"] = self.staged_value(options["prices"], "options.prices") or options["prices"]

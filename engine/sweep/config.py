@@ -36,6 +36,7 @@ Every option is documented in docs/inputs.md.
     name = "local"
     seeds = [0]
     prices = { input = 2.5, cached_input = 1.25, output = 10.0 }   # optional, USD per 1M tokens (also captioners)
+    validated = "local-vs-gpt4t.json"   # optional: `capeval judge validate --out` file, shown in run.json and report
 
     [options]
     caption_actors = 1      # caption actors (one per GPU on GPU nodes)
@@ -96,6 +97,8 @@ class ComponentSpec:
     # judges, captioners: USD per million tokens {input, cached_input, output} (engine/sweep/prices.py); no effect
     # on results, so neither on keys nor on equality
     prices: dict | None = field(default=None, hash=False, compare=False)
+    # judges: a `capeval judge validate --out` file (absolute), shown in run.json and the report; not in any key
+    validated: str | None = field(default=None, hash=False, compare=False)
 
     @property
     def display(self) -> str:
@@ -160,7 +163,7 @@ _COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False
 _CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False), "frame_size": ((int, str), False),
               "prices": (dict, False)}
 CAPTION_TIMESTAMPS = ("none", "text")  # engine.stages.caption_worker.TIMESTAMP_MODES
-_JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False)}
+_JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False), "validated": (str, False)}
 _PROTOCOL = {**_COMPONENT, "datasets": (list, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
              "frame_spec": (str, False)}
@@ -210,6 +213,9 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
     captioners = _components(c, raw, "captioners", _CAPTIONER)
     protocols = _components(c, raw, "protocols", _PROTOCOL)
     judges = _components(c, raw, "judges", _JUDGE)
+    for i, j in enumerate(judges if check_paths else ()):  # judges[].validated names a file that must exist
+        if j.validated and not Path(j.validated).is_file():
+            c.fail(f"{c.where('judges', i)}.validated", f"file not found: {j.validated}", "validated")
     prompt_ids, prompt_defs = read_prompts(c, raw.get("prompts") or [], base)
     frames = []
     for i, f in enumerate(raw.get("frames") or []):
@@ -309,7 +315,9 @@ def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[Compon
         x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens, timestamps,
                           _frame_size(c, comp, where) if "frame_size" in spec else None,
                           _dataset_names(c, comp, where) if "datasets" in spec else None,
-                          prices=comp["prices"] if c.good(comp, "prices", spec) else None)
+                          prices=comp["prices"] if c.good(comp, "prices", spec) else None,
+                          validated=str((c.path.parent / Path(comp["validated"]).expanduser()).resolve())
+                          if "validated" in spec and c.good(comp, "validated", spec) else None)
         ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps, x.frame_size])
         if ident in seen:  # same content key: it would give the very same results twice
             c.fail(where, f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)

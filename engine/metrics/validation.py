@@ -1,0 +1,290 @@
+"""Judge validation: how far a judge's verdicts are from a recorded reference judge's on the very same (item, caption)
+pairs (`capeval judge validate`, docs/validation.md).
+
+Rows of the two verdict tables are matched by (task, item_id, sub_index, step); only reference rows that carry a
+verdict take part (the pairs the reference actually judged). For each block -- `overall` and every task -- it reports
+
+  * `agreement` (the share of rows where both judges gave the same code), Cohen's `kappa` and Gwet's `ac1`
+    (kernels/agreement.py) over the rows where the judge gave a verdict too, and the `confusion` matrix
+    (reference code x judge code, labels from the protocol's `verdict_labels()`, plus a `no verdict` column for
+    rows the judge failed). kappa is None (JSON null) where it is undefined: both judges used one single code,
+    so chance agreement is 1 (a task where every item is a hit).
+  * for each headline metric of the protocol's paired statistic (`paired_spec(mode)`): the judge's value, the
+    reference's, `bias = metric(judge) - metric(reference)` and its paired bootstrap interval, resampling videos
+    (both judges' rows of a video move together: kernels.bootstrap.paired_bootstrap_diff), and
+    `outside_tolerance`: the interval leaves [-T, T] (None without a tolerance). Metrics are on the protocol's
+    own scale (percent for most). Rows the judge failed count as the protocol's metrics count them in `mode`.
+    `overall` averages the per-task values when the protocol averages over tasks (`compare_average_over`,
+    mean of the tasks where the metric is defined, as `capeval compare`), else pools every row.
+
+The protocol is found through the registry only (docs/architecture.md), so any protocol with a paired statistic can
+be validated; one without gets agreement and confusion but no metrics (a note says so).
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from engine.registry import lookup
+from engine.schemas import NO_VERDICT
+from kernels.agreement import cohen_kappa, gwet_ac1
+from kernels.bootstrap import paired_bootstrap_diff
+
+#: how rows of the two tables are matched (sub_index null = 0, step null = ""; see aligned_rows)
+ROW_KEY = ("task", "item_id", "sub_index", "step")
+NO_VERDICT_LABEL = "no verdict"
+
+
+class ValidationInputError(ValueError):
+    """The two verdict tables cannot be compared (duplicate rows, nothing in common): the caller's inputs."""
+
+
+def _comparable(verdicts: pl.DataFrame, intermediate_steps) -> pl.DataFrame:
+    """Final-step rows with the key columns normalised: sub_index null -> 0 (a one-row item), step null -> ""."""
+    v = verdicts
+    step = pl.col("step").cast(pl.String) if "step" in v.columns else pl.lit(None, pl.String)
+    v = v.with_columns(step.fill_null("").alias("step"))
+    if intermediate_steps:
+        v = v.filter(~pl.col("step").is_in(list(intermediate_steps)))
+    sub = pl.col("sub_index") if "sub_index" in v.columns else pl.lit(None, pl.Int32)
+    return v.select(pl.col("task").cast(pl.String), pl.col("item_id").cast(pl.String),
+                    pl.col("video_id").cast(pl.String), sub.cast(pl.Int32).fill_null(0).alias("sub_index"), "step",
+                    pl.col("verdict").cast(pl.Int64))
+
+
+def _duplicates(rows: pl.DataFrame, key: list[str], side: str) -> None:
+    dup = rows.group_by(key).len().filter(pl.col("len") > 1)
+    if dup.height:
+        ex = dup.row(0, named=True)
+        raise ValidationInputError(
+            f"the {side} verdicts have {dup.height} rows judged more than once (e.g. task {ex['task']!r}, item "
+            f"{ex['item_id']!r}, sub_index {ex['sub_index']}): validation compares one verdict per row; give one "
+            f"caption set and one trial (seed) per item")
+
+
+def aligned_rows(reference: pl.DataFrame, judged: pl.DataFrame, intermediate_steps=()) -> tuple[pl.DataFrame, dict]:
+    """(rows, counts): one row per reference row that has a verdict, with `reference` and `judge` codes (judge =
+    NO_VERDICT when the judge gave none or has no such row), `task`, `video_id`, `step`. counts: reference rows
+    without a verdict (left out), judged rows that are not in the reference (ignored)."""
+    ref, jud = _comparable(reference, intermediate_steps), _comparable(judged, intermediate_steps)
+    if (ref["step"] == "").all() or (jud["step"] == "").all():  # a release without step names: match on the rest
+        ref, jud = ref.with_columns(pl.lit("").alias("step")), jud.with_columns(pl.lit("").alias("step"))
+    key = list(ROW_KEY)
+    _duplicates(ref, key, "reference")
+    _duplicates(jud, key, "judged")
+    with_verdict = ref.filter(pl.col("verdict") >= 0)
+    rows = with_verdict.rename({"verdict": "reference"}).join(
+        jud.select(*key, pl.col("verdict").alias("judge")), on=key, how="left")
+    rows = rows.with_columns(pl.col("judge").fill_null(NO_VERDICT))
+    counts = {"reference_rows": ref.height, "reference_rows_without_verdict": ref.height - with_verdict.height,
+              "judged_rows_not_in_reference": jud.join(ref, on=key, how="anti").height}
+    if rows.height == 0:
+        raise ValidationInputError("the reference has no row with a verdict" if ref.height else
+                                   "the reference has no verdict rows")
+    return rows, counts
+
+
+def _labels(protocol, codes) -> dict[int, str]:
+    """code -> name from the protocol (verdict_labels()), else the codes seen, named by their number."""
+    labels = dict(sorted(protocol.verdict_labels().items())) if protocol is not None else {}
+    for c in sorted(set(int(c) for c in codes if c >= 0) - set(labels)):
+        labels[c] = str(c)
+    return labels
+
+
+def _finite(x) -> float | None:
+    x = float(x)
+    return None if np.isnan(x) else x
+
+
+def agreement_block(reference: np.ndarray, judge: np.ndarray, labels: dict[int, str]) -> dict:
+    """agreement, kappa, ac1 over rows where both judges gave a verdict; the confusion matrix over every row."""
+    ref, jud = np.asarray(reference, np.int64), np.asarray(judge, np.int64)
+    both = (ref >= 0) & (jud >= 0)
+    n = int(both.sum())
+    q = max(labels) + 1 if labels else 0
+    position = np.full(q + 1, len(labels), dtype=np.int64)  # code -> matrix index; NO_VERDICT -> the last column
+    position[list(labels)] = np.arange(len(labels))
+    counts = np.zeros((len(labels), len(labels) + 1), dtype=np.int64)
+    np.add.at(counts, (position[ref], position[np.where(jud >= 0, jud, q)]), 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        kappa = cohen_kappa(ref[both], jud[both], n_categories=q) if n else float("nan")
+        ac1 = gwet_ac1(np.stack([ref[both], jud[both]], axis=1), n_categories=q) if n else float("nan")
+    return {"n": int(ref.size), "n_compared": n, "n_judge_no_verdict": int((jud < 0).sum()),
+            "agreement": float((ref[both] == jud[both]).mean()) if n else None,
+            "kappa": _finite(kappa), "ac1": _finite(ac1),
+            "confusion": {"reference": list(labels.values()), "judge": [*labels.values(), NO_VERDICT_LABEL],
+                          "counts": counts.tolist()}}
+
+
+def _per_video(rows: pl.DataFrame, spec, group: pl.Expr, videos: list[str], groups: list[str]) -> np.ndarray:
+    """(V, G, S) sums of the spec's per-row statistics per (video, group)."""
+    stats = spec.stats(rows.with_columns(group.alias("_task")), {})
+    cols = [f"_s{k}" for k in range(spec.n_stats)]
+    agg = stats.group_by(["video_id", "_task"]).agg(pl.col(cols).sum())
+    v_idx = agg["video_id"].replace_strict(videos, list(range(len(videos))), default=-1).to_numpy()
+    g_idx = agg["_task"].replace_strict(groups, list(range(len(groups))), default=-1).to_numpy()
+    keep = (v_idx >= 0) & (g_idx >= 0)
+    out = np.zeros((len(videos), len(groups), spec.n_stats))
+    np.add.at(out, (v_idx[keep], g_idx[keep]), agg.select(cols).to_numpy()[keep])
+    return out
+
+
+def metric_bias(rows: pl.DataFrame, spec, average_over: str | None, tasks: list[str], *, n_resamples: int,
+                seed: int, confidence: float, tolerance: float | None) -> dict[str, dict]:
+    """{block ("overall" or a task): {metric: {judge, reference, bias, ci_low, ci_high, outside_tolerance}}}."""
+    videos = sorted(set(rows["video_id"].to_list()))
+    overall_by = pl.col(average_over).cast(pl.String) if average_over else pl.lit("all")
+    overall_groups = sorted(set(rows.select(overall_by.alias("g"))["g"].to_list()))
+    names = list(spec.metrics)
+    sides = {}
+    for side in ("judge", "reference"):
+        r = rows.with_columns(pl.col(side).alias("verdict"))
+        sides[side] = np.concatenate([_per_video(r, spec, pl.col("task"), videos, tasks),
+                                      _per_video(r, spec, overall_by, videos, overall_groups)], axis=1)
+    n_tasks = len(tasks)
+
+    def statistic(sums: np.ndarray) -> np.ndarray:  # (..., T + G, S) -> (..., T + 1, M)
+        with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # 0/0 and all-nan means: the metric is undefined
+            vals = np.stack([np.asarray(spec.metrics[m](sums), dtype=np.float64) for m in names], axis=-1)
+            overall = np.nanmean(vals[..., n_tasks:, :], axis=-2) if average_over else vals[..., n_tasks, :]
+            return np.concatenate([vals[..., :n_tasks, :], overall[..., None, :]], axis=-2) * spec.scale
+
+    res = paired_bootstrap_diff(sides["judge"], sides["reference"], statistic, n_resamples=n_resamples, seed=seed,
+                                confidence=confidence)
+    value = {s: statistic(c.sum(axis=0)[None])[0] for s, c in sides.items()}
+    out = {}
+    for b, block in enumerate([*tasks, "overall"]):
+        out[block] = {}
+        for k, m in enumerate(names):
+            lo, hi = _finite(res.ci_low[b, k]), _finite(res.ci_high[b, k])
+            outside = None
+            if tolerance is not None and lo is not None and hi is not None:
+                outside = bool(lo < -tolerance or hi > tolerance)
+            out[block][m] = {"judge": _finite(value["judge"][b, k]), "reference": _finite(value["reference"][b, k]),
+                             "bias": _finite(res.estimate[b, k]), "ci_low": lo, "ci_high": hi,
+                             "outside_tolerance": outside}
+    return out
+
+
+def validate(reference: pl.DataFrame, judged: pl.DataFrame, *, protocol: str, mode: str = "strict",
+             tolerance: float | None = None, n_resamples: int = 2000, seed: int = 0,
+             confidence: float = 0.95) -> dict:
+    """The validation report (a JSON-ready dict): counts, `overall` and `tasks.<task>` blocks (module docstring)."""
+    if tolerance is not None and not tolerance >= 0:
+        raise ValueError(f"tolerance must be >= 0, got {tolerance}")
+    proto = lookup("protocol", protocol)
+    rows, counts = aligned_rows(reference, judged, getattr(proto, "intermediate_steps", ()))
+    labels = _labels(proto, [*rows["reference"].to_list(), *rows["judge"].to_list()])
+    tasks = sorted(set(rows["task"].to_list()))
+    ordered = [t for t in getattr(proto, "tasks", ()) if t in tasks] + [t for t in tasks if t not in proto.tasks]
+    spec = proto.paired_spec(mode)
+    notes = []
+    bias = {}
+    if spec is None:
+        notes.append(f"protocol {protocol!r} declares no paired statistic (paired_spec): no metric bias")
+    elif n_resamples < 1:
+        raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
+    else:
+        bias = metric_bias(rows, spec, proto.compare_average_over, ordered, n_resamples=n_resamples, seed=seed,
+                           confidence=confidence, tolerance=tolerance)
+
+    def block(sel: pl.DataFrame, name: str) -> dict:
+        out = agreement_block(sel["reference"].to_numpy(), sel["judge"].to_numpy(), labels)
+        out["n_videos"] = sel["video_id"].n_unique()
+        out["metrics"] = bias.get(name, {})
+        return out
+
+    report = {"protocol": protocol, "mode": mode, "tolerance": tolerance, "n_resamples": n_resamples,
+              "confidence": confidence, "seed": seed, "counts": counts,
+              "overall_average": "mean over tasks" if proto.compare_average_over == "task" else "pooled rows",
+              "overall": block(rows, "overall"),
+              "tasks": {t: block(rows.filter(pl.col("task") == t), t) for t in ordered}}
+    if notes:
+        report["notes"] = notes
+    return report
+
+
+def outside_tolerance(report: dict) -> list[str]:
+    """"block.metric" for each metric whose bias interval leaves the tolerance (overall first, then tasks)."""
+    blocks = [("overall", report.get("overall") or {})] + list((report.get("tasks") or {}).items())
+    return [f"{name}.{m}" for name, b in blocks for m, v in (b.get("metrics") or {}).items()
+            if v.get("outside_tolerance")]
+
+
+def validation_summary(path: str | Path, judge_revision: str | None = None) -> dict:
+    """What a run record shows for a judge's `validated = FILE`: the file, the validated judge and reference,
+    overall agreement and kappa and the metrics outside tolerance; `revision_matches` says whether the file
+    validated the judge revision this run used (False: the judge changed since). An unreadable file is reported
+    with its error, never fatal (the run's results do not depend on it)."""
+    path = Path(path)
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        overall = report["overall"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return {"status": "unreadable", "file": str(path), "error": f"{type(exc).__name__}: {exc}"}
+    judge = report.get("judge") or {}
+    out = {"status": "validated", "file": str(path), "judge": judge.get("name"),
+           "judge_revision": judge.get("revision"), "reference": (report.get("reference") or {}).get("label"),
+           "protocol": report.get("protocol"), "mode": report.get("mode"), "n": overall.get("n"),
+           "agreement": overall.get("agreement"), "kappa": overall.get("kappa"), "ac1": overall.get("ac1"),
+           "tolerance": report.get("tolerance"), "outside_tolerance": outside_tolerance(report)}
+    if judge_revision and judge.get("revision"):  # a judge class that states no revision up front: not compared
+        out["revision_matches"] = judge.get("revision") == judge_revision
+    return out
+
+
+def judge_validation_record(judges, revisions: dict | None = None) -> dict:
+    """{judge label: validation_summary(...) or {"status": "unvalidated"}} for a sweep's judges."""
+    revisions = revisions or {}
+    out = {}
+    for j in judges:
+        label = getattr(j, "display", None) or j.name
+        file = getattr(j, "validated", None)
+        out[label] = validation_summary(file, revisions.get(label)) if file else {"status": "unvalidated"}
+    return out
+
+
+def format_report(report: dict, digits: int = 1) -> str:
+    """Plain text for the terminal: one block per line (overall first), its metrics' bias, the overall confusion."""
+
+    def num(v, d=3, sign=False):
+        return "-" if v is None else f"{v:+.{d}f}" if sign else f"{v:.{d}f}"
+
+    judge, ref = report.get("judge") or {}, report.get("reference") or {}
+    tol = report.get("tolerance")
+    lines = [f"judge validation: {report['protocol']} ({report['mode']} mode): judge {judge.get('name', '?')} vs "
+             f"reference {ref.get('label', '?')}", ""]
+    c = report.get("counts") or {}
+    if c.get("reference_rows_without_verdict"):
+        lines.append(f"{c['reference_rows_without_verdict']} reference rows have no verdict: left out")
+    for name, b in [("overall", report["overall"])] + list(report["tasks"].items()):
+        lines.append(f"{name:<24} rows {b['n']:>5}  videos {b['n_videos']:>5}  judge failed {b['n_judge_no_verdict']:>4}"
+                     f"  agreement {num(b['agreement'])}  kappa {num(b['kappa'])}  ac1 {num(b['ac1'])}")
+        for m, v in (b.get("metrics") or {}).items():
+            flag = "  OUTSIDE tolerance" if v["outside_tolerance"] else ""
+            lines.append(f"    {m:<12} judge {num(v['judge'], digits):>6}  reference {num(v['reference'], digits):>6}"
+                         f"  bias {num(v['bias'], digits, True):>6} [{num(v['ci_low'], digits, True)}, "
+                         f"{num(v['ci_high'], digits, True)}]{flag}")
+    conf = report["overall"]["confusion"]
+    corner = "reference \\ judge"
+    first = max(len(x) for x in conf["reference"] + [corner]) + 1
+    width = max(len(x) for x in conf["judge"]) + 2
+    lines += ["", "confusion (rows: reference, columns: judge):",
+              f"{corner:<{first}}" + "".join(f"{x:>{width}}" for x in conf["judge"])]
+    lines += [f"{r:<{first}}" + "".join(f"{n:>{width}}" for n in row)
+              for r, row in zip(conf["reference"], conf["counts"])]
+    pct = int(round(report["confidence"] * 100))
+    lines.append(f"\nbias = metric(judge) - metric(reference) on the same rows; [{pct}% paired bootstrap interval over "
+                 f"videos, {report['n_resamples']} resamples]"
+                 + (f"; tolerance ±{tol:g}: an interval leaving it is flagged" if tol is not None else
+                    "; no --tolerance given: nothing flagged")
+                 + ". kappa '-' = undefined (both judges used one single code).")
+    return "\n".join(lines)
