@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 
 #: OpenAI's documented limits of one batch input file
 OPENAI_MAX_REQUESTS = 50_000
-OPENAI_MAX_BYTES = 200 * 1024 * 1024
+OPENAI_MAX_BYTES = 200 * 1000 * 1000  # "200 MB": counted in decimal megabytes, the smaller reading
 
 
 @dataclass
