@@ -7,7 +7,8 @@ judgment cache (nothing is answered from it, nothing is written to it), at each 
 gets its own slice of the requests (a server's prefix cache would otherwise answer a repeated level from the previous
 one) and a short unmeasured warm-up. Reported per level: requests/s, prompt and completion tokens/s, latency
 p50/p95/p99, the share of prompt tokens the server served from its prefix cache, error share and cost.
-`--sweep FILE` projects a sweep's judge request count, wall time and cost from the measured rates.
+`--sweep FILE` projects a sweep's judge requests and cost, each judge priced with its own prices, and the measured
+judge's wall time at each level's rate.
 """
 
 from __future__ import annotations
@@ -136,48 +137,65 @@ def _round(v: float | None) -> float | None:
     return None if v is None else round(v, 4)
 
 
-def project_sweep(sweep_path: Path, levels: list[dict], requests_per_item: dict[str, float] | None = None) -> dict:
-    """The sweep's first-step judge requests (items x caption cells x protocols x judge seeds, counted by building
-    each protocol's requests over placeholder captions) and, per measured level, the wall time and cost on this
-    judge at that level's requests/s and cost per request."""
+def project_sweep(sweep_path: Path, levels: list[dict], *, backend: str | None = None, model: str | None = None,
+                  prices: Prices | None = None) -> dict:
+    """The sweep's judge work, each judge on its own terms: its first-step requests and prompt tokens as
+    `capeval plan` builds them (engine/sweep/plan.py: every cell's requests, identical ones once per judge), priced
+    with that judge's own prices (the sweep's `prices` tables or prices file, its price params). The measured judge
+    (the sweep judge of backend `backend` and model `model`) also gets, per level, its wall time at the level's
+    requests/s, the level's prefix-cache share, and the --price-* flags when the sweep gives it no prices; a judge
+    that was not measured has no wall time here, and one without prices no cost (null, never another judge's)."""
     from engine.sweep.config import load_sweep
-    from engine.sweep.datasets import load_dataset
-    from engine.sweep.grid import caption_cells
+    from engine.sweep.plan import plan_sweep
 
     config = load_sweep(sweep_path, check_paths=False)
-    datasets = {}
-    work = Path(".capeval") / "bench-sweep-projection"
-    for d in config.datasets:
-        datasets[d.name] = load_dataset(d, out_dir=work, sweep_dir=config.path.parent, require_media=False).items
-    per_protocol: dict[str, int] = {}
-    cells = caption_cells(config)
-
-    class _Named:
-        def __init__(self, name):
-            self.name, self.revision = name, name
-
-    for protocol in config.protocols:
-        n_protocol = 0
-        for cell in cells:
-            items = datasets[cell.dataset.name]
-            _, captions, _ = _placeholder_captions(items)
-            for judge in config.judges:
-                reqs = build_requests(protocol.name, items, captions, _Named(judge.name), dict(protocol.params),
-                                      seeds=judge.seeds)
-                n_protocol += len(reqs)
-        per_protocol[protocol.display] = n_protocol
-    total = sum(per_protocol.values())
+    plan = plan_sweep(config, sample=0)  # first steps only: later steps and re-asks are not projected here
+    own = {j.display: _sweep_prices(plan["judges"].get(j.display, {}).get("prices")) for j in config.judges}
+    measured = {j.display for j in config.judges if j.name == backend and j.params.get("model") == model}
+    by_protocol: dict[str, int] = {}
+    for step in plan["steps"]:
+        if step["kind"].startswith("first"):
+            by_protocol[step["protocol"]] = by_protocol.get(step["protocol"], 0) + step["requests"]
+    by_judge = {}
+    for label, j in plan["judges"].items():
+        p = own.get(label) or (prices if label in measured else None)
+        by_judge[label] = {"requests": j["requests"], "prompt_tokens": j["prompt_tokens"],
+                           "completion_tokens_typical": j["completion_tokens_typical"], "measured": label in measured,
+                           "prices": None if p is None else {"input": p.prompt_per_m, "cached_input": p.cached_per_m,
+                                                             "output": p.completion_per_m},
+                           "prices_from": ("sweep" if own.get(label) else "--price-* flags" if p else None)}
     projections = []
     for level in levels:
-        rate, per_req = level.get("requests_per_s"), level["cost_per_1k_requests_usd"] / 1000
+        rate, share = level.get("requests_per_s"), level.get("cached_prompt_share", 0.0)
+        per = {}
+        for label, j in by_judge.items():
+            p = own.get(label) or (prices if label in measured else None)
+            cached = round(j["prompt_tokens"] * share) if label in measured else 0
+            per[label] = {"cost_usd": None if p is None else round(
+                              p.cost(j["prompt_tokens"], cached, j["completion_tokens_typical"]), 4),
+                          "wall_s": round(j["requests"] / rate, 3) if rate and label in measured else None}
+        walls = [v["wall_s"] for v in per.values() if v["wall_s"] is not None]
+        costs = [v["cost_usd"] for v in per.values()]
         projections.append({"concurrency": level["concurrency"],
-                            "wall_s": round(total / rate, 3) if rate else None,
-                            "wall_h": round(total / rate / 3600, 4) if rate else None,
-                            "cost_usd": round(total * per_req, 4)})
-    return {"sweep": str(sweep_path), "caption_cells": len(cells), "judges": len(config.judges),
-            "first_step_requests": total, "by_protocol": per_protocol, "projection": projections,
-            "note": "first-step requests only: multi-step protocols (VidCapBench answer->score, LVCap events) and "
-                    "re-asks add more; rates and cost per request are this run's, on this protocol's prompts"}
+                            "wall_s": round(sum(walls), 3) if walls else None,
+                            "wall_h": round(sum(walls) / 3600, 4) if walls else None,
+                            "cost_usd": None if None in costs else round(sum(costs), 4), "by_judge": per})
+    return {"sweep": str(sweep_path), "caption_cells": _caption_cells(config), "judges": len(config.judges),
+            "first_step_requests": sum(by_protocol.values()), "by_protocol": by_protocol, "by_judge": by_judge,
+            "projection": projections,
+            "note": "first-step requests only (capeval plan FILE estimates later steps and re-asks too); each judge "
+                    "priced with its own prices (null without any); wall time for the measured judge only, at its "
+                    "measured rate; prompt tokens counted as characters / 4 unless the judge's tokenizer is on disk"}
+
+
+def _sweep_prices(p: dict | None) -> Prices | None:
+    return None if p is None else Prices(p["input"], p["cached_input"], p["output"])
+
+
+def _caption_cells(config) -> int:
+    from engine.sweep.grid import caption_cells
+
+    return len(caption_cells(config))
 
 
 def _placeholder_captions(items):
@@ -317,7 +335,8 @@ def run(args, levels: list[int]) -> dict:
         "cost_note": "from --price-* flags" if prices else "from the backend's price options (0 when none given)",
     }
     if args.sweep:
-        result["sweep"] = project_sweep(args.sweep, measured)
+        result["sweep"] = project_sweep(args.sweep, measured, backend=args.judge, model=args.judge_model,
+                                        prices=prices)
     return result
 
 
@@ -337,4 +356,7 @@ def _print_table(result: dict) -> None:
         s = result["sweep"]
         print(f"sweep {s['sweep']}: {s['first_step_requests']} first-step judge requests {s['by_protocol']}")
         for pj in s["projection"]:
-            print(f"  at {pj['concurrency']} in flight: {pj['wall_s']} s ({pj['wall_h']} h), ${pj['cost_usd']}")
+            each = ", ".join(f"{k} ${v['cost_usd']}" + (f" {v['wall_s']} s" if v["wall_s"] is not None else "")
+                             for k, v in pj["by_judge"].items())
+            print(f"  at {pj['concurrency']} in flight (measured judge): {pj['wall_s']} s; cost ${pj['cost_usd']} "
+                  f"({each})")

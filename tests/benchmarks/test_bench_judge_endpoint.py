@@ -71,28 +71,49 @@ def test_errors_are_counted_and_auth_failure_aborts(capsys, shared_data):
     assert len(error_lines) == 1 and "HTTP 401" in error_lines[0] and "Traceback" not in err
 
 
-def test_sweep_projection(capsys, shared_data, tmp_path, monkeypatch):
+def test_sweep_projection_prices_each_judge_with_its_own_prices(capsys, shared_data, tmp_path, monkeypatch):
+    """Two judges in the sweep: the measured one (the loopback endpoint, priced by the --price-* flags) and another
+    with its own prices in the sweep file. Each judge's requests are priced with its own prices (they were all put
+    on the measured judge's price before), and only the measured judge gets a wall time at the measured rate."""
     from engine.sweep.config import load_sweep
     from engine.sweep.datasets import load_dataset
     from engine.sweep.grid import caption_cells
+    from engine.sweep.prices import Prices
 
-    monkeypatch.chdir(tmp_path)  # the projection's dataset work folder (.capeval/) lands here
-    sweep = write_sweep(tmp_path / "sweep.toml", "p", frames=("uniform:2", "uniform:4", "uniform:8"), n_videos=3,
-                        duration_s=None, judges=[{"name": "local", "seeds": [0, 1]}])
+    monkeypatch.chdir(tmp_path)
     with LoopbackServer(FaultConfig(latency_median_s=0.005)) as server:
+        measured = {"name": "openai", "seeds": [0, 1], "params": {"base_url": server.base_url, "model": "loopback",
+                                                                  "api_key": "test-key", "structured": "vllm"}}
+        other = {"name": "local", "prices": {"input": 3.0, "output": 6.0}}
+        sweep = write_sweep(tmp_path / "sweep.toml", "p", frames=("uniform:2", "uniform:4", "uniform:8"),
+                            n_videos=3, duration_s=None, judges=[measured, other])
         rc, result, err = _bench(capsys, server.base_url, shared_data, "--requests", "20", "--warmup", "0",
-                                 "--concurrency", "2,8", "--price-prompt", "1", "--sweep", str(sweep))
+                                 "--concurrency", "2,8", "--price-prompt", "1", "--price-completion", "2",
+                                 "--sweep", str(sweep))
     assert rc == 0, err
     config = load_sweep(sweep)
     n_items = load_dataset(config.datasets[0], out_dir=tmp_path / "w", sweep_dir=tmp_path,
                            require_media=False).items.num_rows
     s = result["sweep"]
     assert s["caption_cells"] == len(caption_cells(config)) == 6
-    assert s["first_step_requests"] == s["by_protocol"]["capquiz"] == 6 * n_items * 2  # cells x items x seeds
+    openai, local = s["by_judge"]["openai"], s["by_judge"]["local"]
+    assert openai["requests"] == 6 * n_items * 2 and local["requests"] == 6 * n_items  # cells x items x seeds
+    assert s["first_step_requests"] == s["by_protocol"]["capquiz"] == openai["requests"] + local["requests"]
+    assert openai["measured"] and not local["measured"]
+    assert openai["prices_from"] == "--price-* flags" and local["prices_from"] == "sweep"
+    # the same prompts per request (the seed is not in the text)
+    assert openai["prompt_tokens"] / openai["requests"] == pytest.approx(local["prompt_tokens"] / local["requests"])
     for pj, lv in zip(s["projection"], result["levels"]):
-        assert pj["wall_s"] == pytest.approx(s["first_step_requests"] / lv["requests_per_s"], rel=0.01, abs=0.002)
-        assert pj["cost_usd"] == pytest.approx(s["first_step_requests"] * lv["cost_per_1k_requests_usd"] / 1000,
-                                               rel=0.01, abs=1e-4)
+        o, x = pj["by_judge"]["openai"], pj["by_judge"]["local"]
+        assert o["wall_s"] == pytest.approx(openai["requests"] / lv["requests_per_s"], rel=0.01, abs=0.002)
+        assert x["wall_s"] is None and pj["wall_s"] == o["wall_s"]  # the other judge was not measured
+        cached = round(openai["prompt_tokens"] * lv["cached_prompt_share"])
+        assert o["cost_usd"] == pytest.approx(Prices(1.0, 2.0).cost(openai["prompt_tokens"], cached,
+                                                                      openai["completion_tokens_typical"]), abs=1e-4)
+        assert x["cost_usd"] == pytest.approx((3.0 * local["prompt_tokens"]
+                                               + 6.0 * local["completion_tokens_typical"]) / 1e6, abs=1e-4)
+        assert x["cost_usd"] > 2 * Prices(1.0, 2.0).cost(local["prompt_tokens"], 0, local["completion_tokens_typical"])
+        assert pj["cost_usd"] == pytest.approx(o["cost_usd"] + x["cost_usd"], abs=2e-4)
 
 
 @pytest.mark.vllm
