@@ -15,7 +15,7 @@ from engine import exitcodes
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
 _COMMAND_MODULES = ("demo", "capability", "capquiz", "score", "judge", "validate", "align", "sweep", "plan",
-                    "compare", "report", "submit", "list", "bench")
+                    "compare", "show", "report", "submit", "list", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -216,6 +216,9 @@ def run(args) -> int:
     try:
         requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                            seeds=seeds, frames=frames, **params)
+    from engine.store.transcripts import TranscriptSpool, beside
+
+    spool = TranscriptSpool(args.out.parent, beside(args.out).stem)  # what the judge was sent: capeval show
         n_uncaptioned = getattr(protocol, "uncaptioned_items", 0)
         print(f"[judge] {protocol.name}: {requests.num_rows} first-step requests from {items.num_rows} items x "
               f"{captions.num_rows} captions" + (f" ({n_uncaptioned} items have no caption)" if n_uncaptioned else ""),
@@ -224,13 +227,17 @@ def run(args) -> int:
         verdicts, summary = run_judging(requests, judge, cache_dir=args.cache, protocol=protocol,
                                         batch_size=args.batch_size, max_reasks=args.max_reasks,
                                         progress=not args.no_progress, keep_intermediate=args.keep_intermediate,
-                                        return_summary=True, **extra)
+                                        return_summary=True, transcripts=spool, **extra)
+    except BaseException:
+        spool.discard()
+        raise
     finally:
         judge.close()
     write_parquet_atomic(verdicts, args.out)
     print(f"[judge] {summary}")
     print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}")
     from engine.metrics.report import format_table
+    spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist())))
 
     # CAPability's metrics take their groups from the verdicts; given CAPTIONS they fail on the missing verdict
     # column (engine/protocols/capability/metrics.py _with_groups), and they need nothing from them here.

@@ -27,8 +27,10 @@ from engine.reasoning import DEFAULT_TAGS, empty_answer_reason, reasoning_tokens
 from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
 
 from .requests import attempt_key, to_judge_request
-from .rounds import RetryRounds, group_of
+from .rounds import RetryRounds, apply_drops, group_of
 from .summary import JudgingSummary
+from .transcribe import Transcriber
+from .transcribe import attempt as attempt_record
 
 _SLICE = 2048
 _CHUNK = 8192
@@ -51,7 +53,8 @@ _LATER_ORDER = [("_depth", "ascending")] + _REQUEST_ORDER + [("_order", "ascendi
 
 
 class Row:
-    __slots__ = ("cell", "req", "ctx", "depth", "order", "unit", "attempt", "key", "outcome", "final")
+    __slots__ = ("cell", "req", "ctx", "depth", "order", "unit", "attempt", "key", "outcome", "final", "attempts",
+                 "n_images")
 
     def __init__(self, cell: "Cell", req: dict, depth: int, order: int):
         self.cell, self.req, self.depth, self.order = cell, req, depth, order
@@ -61,10 +64,14 @@ class Row:
         self.key = req["request_key"]
         self.outcome: dict | None = None  # verdict fields of the latest answer (unit rounds: until the unit decides)
         self.final = False
+        self.attempts: list | None = None  # transcript records of its asks (when the cell keeps transcripts)
+        self.n_images: int | None = None  # images its request showed, once built
 
     def judge_request(self):
-        return to_judge_request(self.req, attempt=self.attempt, ctx=self.ctx,
-                                reask_temperature=self.cell.policy.reask_temperature)
+        request = to_judge_request(self.req, attempt=self.attempt, ctx=self.ctx,
+                                   reask_temperature=self.cell.policy.reask_temperature)
+        self.n_images = len(request.images)
+        return request
 
 
 class Unit:
@@ -80,12 +87,14 @@ class Cell:
     def __init__(self, requests: pa.Table, protocol: JudgeProtocol, policy: JudgingPolicy, *, judge_name: str,
                  judge_revision: str, keep_intermediate: bool = False, max_steps: int = 8, summary=None,
                  on_complete: Callable[["Cell", pa.Table], None] | None = None, name: str = "",
-                 sealed: bool = True, part_order: str = "request"):
+                 sealed: bool = True, part_order: str = "request", transcripts=None):
         self.protocol, self.policy, self.name = protocol, policy, name
         self.judge_name, self.judge_revision = judge_name, judge_revision
         self.keep_intermediate, self.max_steps = keep_intermediate, max_steps
         self.summary = summary if summary is not None else JudgingSummary()
         self.on_complete = on_complete
+        # `transcripts`: a sink (engine/store/transcripts.py) receiving one transcript row per request row
+        self.transcriber = Transcriber(transcripts, judge_name) if transcripts is not None else None
         self.intermediate = frozenset(getattr(protocol, "intermediate_steps", ()) or ())
         self.multi_step = type(protocol).next_requests is not JudgeProtocol.next_requests
         self.unit_rounds = policy.stop_when_failed_at_most is not None
@@ -243,9 +252,9 @@ class Cell:
                                  "attempt": None})
 
     # -- answers --------------------------------------------------------------------------------------------------
-    def answer(self, row: Row, answer) -> list[Row]:
+    def answer(self, row: Row, answer, source: str = "sent") -> list[Row]:
         """An answer (CachedResponse) or a backend error (str) for the row's current attempt; returns rows to ask
-        (re-asks, next steps)."""
+        (re-asks, next steps). `source`: where the answer came from (engine/store/transcripts.py)."""
         if isinstance(answer, str):
             outcome = {"verdict": NO_VERDICT, "parse_status": int(ParseStatus.ERROR), "error": utf8_text(answer)}
             retry = self.retry_errors
@@ -272,6 +281,9 @@ class Cell:
                                                             getattr(answer, "reasoning_tokens", None))}
             retry = failed
         outcome["attempt"] = row.attempt
+        if self.transcriber is not None:
+            rec = attempt_record(row, answer, source, outcome, self.policy.reask_temperature)
+            row.attempts = [*(row.attempts or ()), rec]
         if self.unit_rounds:
             row.outcome = outcome
             row.unit.open -= 1
@@ -324,6 +336,8 @@ class Cell:
         s.missing += status == ParseStatus.MISSING
         self.open -= 1
         row.final = True
+        if self.transcriber is not None:
+            self.transcriber.add(row, fields)
         if self.keep_intermediate or req["step"] not in self.intermediate:
             # one tuple per row, in _SINK_SCHEMA order; columns are made by transposing a chunk at once
             g = fields.get
@@ -381,8 +395,11 @@ class Cell:
         self._flush_chunk()
         t = pa.concat_tables(self._chunks) if self._chunks else _SINK_SCHEMA.empty_table()
         self._chunks = []
-        if self.rounds is not None:
-            t = _apply_drops(t, self.rounds.dropped())
+        dropped = self.rounds.dropped() if self.rounds is not None else None
+        if dropped:
+            t = apply_drops(t, dropped)
+        if self.transcriber is not None:  # the same corrections in the transcripts' final outcome
+            self.transcriber.finish((lambda tx: apply_drops(tx, dropped)) if dropped else None)
         # Copies only what is out of order (a million-row run finishes nearly in order): at most one copy.
         depth = t["_depth"].to_numpy()
         if self.multi_part and t.num_rows:
@@ -404,21 +421,3 @@ class Cell:
             t = pa.concat_tables([first, later.take(pc.sort_indices(later, _LATER_ORDER))])
         return conform(t.select(VERDICTS.names), VERDICTS)
 
-
-def _apply_drops(t: pa.Table, dropped: dict) -> pa.Table:
-    if not dropped or not t.num_rows:
-        return t
-    ids = t["_depth"].to_numpy().astype(np.int64) * (1 << 40) + t["_order"].to_numpy()
-    wanted = {d * (1 << 40) + o: msg for (d, o), msg in dropped.items()}
-    mask_np = np.isin(ids, np.fromiter(wanted, np.int64, len(wanted)))
-    mask = pa.array(mask_np)
-    errors = [wanted.get(int(i)) if m else None for i, m in zip(ids, mask_np)]
-    t = t.set_column(t.schema.get_field_index("verdict"), "verdict",
-                     pc.if_else(mask, pa.scalar(NO_VERDICT, pa.int8()), t["verdict"]))
-    t = t.set_column(t.schema.get_field_index("parse_status"), "parse_status",
-                     pc.if_else(mask, pa.scalar(int(ParseStatus.FAILED), pa.int8()), t["parse_status"]))
-    t = t.set_column(t.schema.get_field_index("detail"), "detail",
-                     pc.if_else(mask, pa.scalar(None, pa.string()), t["detail"]))
-    t = t.set_column(t.schema.get_field_index("error"), "error",
-                     pc.if_else(mask, pa.array(errors, pa.string()), t["error"]))
-    return t

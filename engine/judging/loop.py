@@ -225,7 +225,7 @@ class JudgeLoop:
                 (fresh if row.key in self._fresh else new).append(row.key)
         for k in fresh:  # answered in this run, maybe not committed yet: never ask again
             self._waiters[k][0].cell.summary.cached += 1
-            self._resolve(k, self._fresh[k])
+            self._resolve(k, self._fresh[k], "shared")
         if not new:
             return
         if not self.use_cache:
@@ -241,7 +241,7 @@ class JudgeLoop:
         for k, cached in res.found.items():
             rows_ = self._waiters[k]
             rows_[0].cell.summary.cached += 1
-            self._resolve(k, cached)
+            self._resolve(k, cached, "cache")
 
     def _claim(self, keys):
         try:
@@ -256,7 +256,7 @@ class JudgeLoop:
             request = row.judge_request()
         except Exception as exc:  # noqa: BLE001 - e.g. unreadable frames: this request fails, the run goes on
             self._release(key)
-            self._resolve(key, f"{type(exc).__name__}: {exc}")
+            self._resolve(key, f"{type(exc).__name__}: {exc}", "not sent")
             return
         self.feed.put(request)
 
@@ -270,7 +270,7 @@ class JudgeLoop:
         for k, cached in res.found.items():
             del self._held[k]
             self._waiters[k][0].cell.summary.cached += 1
-            self._resolve(k, cached)
+            self._resolve(k, cached, "cache")
 
     # -- answers ----------------------------------------------------------------------------------------------------
     def _on_response(self, resp: JudgeResponse) -> None:
@@ -304,11 +304,11 @@ class JudgeLoop:
         if self.use_cache:
             self.committer.release(key)
 
-    def _resolve(self, key: str, answer) -> None:
+    def _resolve(self, key: str, answer, source: str = "sent") -> None:
         rows = self._waiters.pop(key)
         follow: list[Row] = []
-        for row in rows:
-            follow += row.cell.answer(row, answer)
+        for i, row in enumerate(rows):  # rows sharing a key: one request sent, the others reuse its answer
+            follow += row.cell.answer(row, answer, "shared" if i and source == "sent" else source)
         if self._bar is not None:
             self._bar.update(len(rows))
         if follow:

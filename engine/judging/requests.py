@@ -44,12 +44,7 @@ def to_judge_request(row: dict, *, attempt: int = 0, ctx: dict | None = None,
     re-ask at temperature 0 would repeat the same malformed answer). `ctx`: the row's parsed context, if at hand."""
     ctx = parse_context(row) if ctx is None else ctx
     images = load_jpegs(ctx["frames_path"]) if ctx.get("frames_path") else ()
-    temperature = ctx.get("temperature", 0.0)  # None: send no temperature (the backend's default)
-    temperature = None if temperature is None else float(temperature)
-    key = attempt_key(row["request_key"], attempt, reask_temperature)
-    seed = int(row["seed"] or 0)
-    if attempt and reask_temperature is not None:
-        seed, temperature = reask_seed(seed, attempt), float(reask_temperature)
+    key, temperature, seed = attempt_sampling(row, attempt, ctx, reask_temperature)
     return JudgeRequest(
         key=key, user=row["user"], system=row.get("system"),
         choices=tuple(row["choices"]) if row.get("choices") else None, json_schema=row.get("json_schema"),
@@ -59,6 +54,18 @@ def to_judge_request(row: dict, *, attempt: int = 0, ctx: dict | None = None,
         meta={"item_id": row.get("item_id"), "step": row.get("step"), "sub_index": int(row.get("sub_index") or 0),
               "seed": int(row["seed"] or 0), "trial": int(row.get("trial") or 0), "attempt": int(attempt)},
     )
+
+
+def attempt_sampling(row: dict, attempt: int, ctx: dict,
+                     reask_temperature: float | None = REASK_TEMPERATURE) -> tuple[str, float | None, int]:
+    """(cache key, temperature, seed) of the row's `attempt`-th ask, as `to_judge_request` sends it; temperature
+    None: none sent (the backend's default). Transcripts record the same values without building the request."""
+    temperature = ctx.get("temperature", 0.0)  # None: send no temperature (the backend's default)
+    temperature = None if temperature is None else float(temperature)
+    seed = int(row["seed"] or 0)
+    if attempt and reask_temperature is not None:
+        seed, temperature = reask_seed(seed, attempt), float(reask_temperature)
+    return attempt_key(row["request_key"], attempt, reask_temperature), temperature, seed
 
 
 def reask_key(request_key: str, attempt: int) -> str:

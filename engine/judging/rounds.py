@@ -15,7 +15,11 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from engine.schemas import NOT_ASKED_MARK
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
 
 DROPPED = ("dropped by the official retry rule: accepted at attempt {attempt}, but only {rounds} re-ask round(s) "
            "would have run ({failed} item(s) still failed after round {last}, at most {k} allowed)")
@@ -83,3 +87,24 @@ class RetryRounds:
                     for rid in row_ids:
                         out[rid] = msg
         return out
+
+
+def apply_drops(t: pa.Table, dropped: dict) -> pa.Table:
+    """`t` (verdict rows, or transcript rows: with _depth/_order) with the rows `dropped` names (RetryRounds.dropped)
+    turned into rows without a verdict whose error says why."""
+    if not dropped or not t.num_rows:
+        return t
+    ids = t["_depth"].to_numpy().astype(np.int64) * (1 << 40) + t["_order"].to_numpy()
+    wanted = {d * (1 << 40) + o: msg for (d, o), msg in dropped.items()}
+    mask_np = np.isin(ids, np.fromiter(wanted, np.int64, len(wanted)))
+    mask = pa.array(mask_np)
+    errors = [wanted.get(int(i)) if m else None for i, m in zip(ids, mask_np)]
+    t = t.set_column(t.schema.get_field_index("verdict"), "verdict",
+                     pc.if_else(mask, pa.scalar(NO_VERDICT, pa.int8()), t["verdict"]))
+    t = t.set_column(t.schema.get_field_index("parse_status"), "parse_status",
+                     pc.if_else(mask, pa.scalar(int(ParseStatus.FAILED), pa.int8()), t["parse_status"]))
+    t = t.set_column(t.schema.get_field_index("detail"), "detail",
+                     pc.if_else(mask, pa.scalar(None, pa.string()), t["detail"]))
+    t = t.set_column(t.schema.get_field_index("error"), "error",
+                     pc.if_else(mask, pa.array(errors, pa.string()), t["error"]))
+    return t

@@ -30,7 +30,7 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
                 batch_size: int = 64, max_reasks: int | None = None, progress: bool = True, max_steps: int = 8,
                 keep_intermediate: bool = False, return_summary: bool = False, max_in_flight: int = 64,
                 policy: JudgingPolicy | None = None, protocol_params: dict | None = None, use_cache: bool = True,
-                claim_timeout_s: float | None = None):
+                claim_timeout_s: float | None = None, transcripts=None):
     """Judge `requests` (from protocol.build_requests) with `judge` (adapters.base.Judge); returns VERDICTS (one row
     per request of every step, with the attempt that produced its answer), or (verdicts, JudgingSummary) with
     return_summary=True. The summary is also in the table's schema metadata under b"capeval.judging_summary".
@@ -50,7 +50,10 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
     `requests` may also be an iterable of tables or record batches (e.g. `pyarrow.parquet.ParquetFile.iter_batches`
     over a request file): they are read as the window needs them, so a run of millions of requests never holds them
     all. Each part must hold whole items (every row of an (item, caption) in one part); the verdict rows come in the
-    parts' order."""
+    parts' order.
+
+    `transcripts`: a sink (engine.store.transcripts.MemoryTranscripts, TranscriptSpool) that receives one transcript
+    row per request row (what was sent, every attempt, what came back); finished when this returns."""
     from engine.registry import lookup
 
     t0 = time.perf_counter()
@@ -77,7 +80,7 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
     summary = JudgingSummary()
     cell = Cell(requests, protocol, policy, judge_name=judge.name, judge_revision=judge.revision,
                 keep_intermediate=keep_intermediate, max_steps=max_steps, summary=summary, name=protocol.name,
-                sealed=parts is None, part_order="input")
+                sealed=parts is None, part_order="input", transcripts=transcripts)
     loop = JudgeLoop(judge, cache_dir, max_in_flight=max_in_flight, batch_size=batch_size, use_cache=use_cache,
                      progress=progress, claim_timeout_s=claim_timeout_s)
     loop.add(cell)

@@ -58,9 +58,10 @@ class JudgeScheduler:
     def add(self, requests: pa.Table, protocol: JudgeProtocol | str, *, name: str,
             policy: JudgingPolicy | None = None, protocol_params: dict | None = None, max_reasks: int | None = None,
             on_complete: OnComplete | None = None, keep_intermediate: bool = False, max_steps: int = 8,
-            sealed: bool = True) -> None:
+            sealed: bool = True, transcripts=None) -> None:
         """Queue one cell. `policy` defaults to protocol.judging_policy(**protocol_params) (as run_judging).
-        sealed=False: more of its requests will come (`extend`), until `seal`."""
+        sealed=False: more of its requests will come (`extend`), until `seal`. `transcripts`: a sink
+        (engine/store/transcripts.py) that gets the cell's transcript rows, finished before `on_complete`."""
         from engine.registry import lookup
 
         if name in self._cells:
@@ -86,7 +87,7 @@ class JudgeScheduler:
 
         cell = Cell(requests, protocol, policy, judge_name=self.judge.name, judge_revision=self.judge.revision,
                     keep_intermediate=keep_intermediate, max_steps=max_steps, on_complete=done, name=name,
-                    sealed=sealed)
+                    sealed=sealed, transcripts=transcripts)
         self._cells[name] = cell
         self._loop.add(cell)
 

@@ -2,7 +2,8 @@
 
 The JavaScript is the per-sample browser: it reads the rows from the JSON block `#samples-data`, fills one
 <select> per filter column, and shows the matching rows a page at a time; a click on a row opens its caption,
-captioning prompt, raw judge output and parsed detail. `window.capevalReport` exposes `applyFilters()` and
+captioning prompt, the judge's system prompt and prompt, its raw reply, its attempts and the parsed detail. Texts
+most rows share are sent once (`data.lookups[column]`, the rows holding an index into it). `window.capevalReport` exposes `applyFilters()` and
 `visibleCount()` so a browser test can drive it."""
 
 CSS = """
@@ -38,7 +39,7 @@ JS = r"""
 (function () {
   "use strict";
   var data = JSON.parse(document.getElementById("samples-data").textContent);
-  var cols = data.columns, rows = data.rows, filterCols = data.filters;
+  var cols = data.columns, rows = data.rows, filterCols = data.filters, lookups = data.lookups || {};
   var idx = {}; cols.forEach(function (c, i) { idx[c] = i; });
   var pageSize = 50, page = 0, matched = [];
   var box = document.getElementById("sample-filters");
@@ -102,9 +103,12 @@ JS = r"""
     var d = document.createElement("tr"); d.className = "detail";
     var td = document.createElement("td"); td.colSpan = data.shown.length;
     data.details.forEach(function (c) {
-      var v = r[idx[c]]; if (v === null || v === undefined || v === "") { return; }
+      var v = r[idx[c]];
+      if (lookups[c] && v !== null && v !== undefined) { v = lookups[c][v]; }
+      if (v === null || v === undefined || v === "") { return; }
       var h = document.createElement("strong"); h.textContent = c; td.appendChild(h);
-      var pre = document.createElement("pre"); pre.textContent = text(v); td.appendChild(pre);
+      var pre = document.createElement("pre"); pre.className = "detail-" + c; pre.textContent = text(v);
+      td.appendChild(pre);
     });
     d.appendChild(td); tr.parentNode.insertBefore(d, tr.nextSibling);
   }

@@ -23,6 +23,7 @@ from engine.report.cost import cost_html
 from engine.report.leaderboard import Leaderboard, leaderboards
 from engine.report.rundir import RunData, load_items, load_run
 from engine.report.validation import validation_html
+from engine.report.transcripts import with_transcripts
 
 #: rows embedded in the per-sample browser; failures always, the rest in order up to this many
 MAX_SAMPLES = 5000
@@ -145,13 +146,15 @@ def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
                        .alias("caption_prompt"))
     failures = v.filter(pl.col("parse_status") >= 2)
     ordered = pl.concat([failures, v.filter(pl.col("parse_status") < 2)], how="vertical")
-    embedded = ordered.head(max_samples)
+    # what the judge was sent (and the caption it judged, for captions read from files too): its transcripts
+    embedded = with_transcripts(run.transcripts_at, ordered.head(max_samples))
     shown = ["protocol", "captioner", "prompt_id", "frame_spec", "judge", "task", "item_id", "video_id", "step",
              "verdict_label", "status"]
-    details = ["question", "options", "answer", "caption", "caption_prompt", "raw_output", "detail", "error",
-               "caption_error"]
+    details = ["question", "options", "answer", "caption", "caption_prompt", "judge_system", "judge_prompt",
+               "raw_output", "attempts", "detail", "error", "caption_error"]
     cols = [c for c in dict.fromkeys(shown + details) if c in embedded.columns]
-    data = {"columns": cols, "rows": embedded.select(cols).rows(),
+    rows, lookups = _shared_texts(embedded.select(cols), ("judge_system", "caption_prompt"))
+    data = {"columns": cols, "rows": rows, "lookups": lookups,
             "filters": [c for c in ("protocol", "captioner", "prompt_id", "frame_spec", "judge", "task",
                                     "verdict_label", "status") if c in cols],
             "shown": [c for c in shown if c in cols], "details": [c for c in details if c in cols],
@@ -160,6 +163,19 @@ def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
 
 
 def _failures_html(failures: pl.DataFrame, captions: pl.DataFrame | None) -> str:
+def _shared_texts(df: pl.DataFrame, columns) -> tuple[list, dict]:
+    """Rows with the long texts most rows share (a system prompt, a captioning prompt) replaced by an index into
+    `lookups[column]`, so the page holds each such text once (assets.JS resolves them)."""
+    lookups = {}
+    for c in columns:
+        if c in df.columns:
+            values = df[c].unique(maintain_order=True).drop_nulls().to_list()
+            lookups[c] = values
+            df = df.with_columns(pl.col(c).replace_strict(values, list(range(len(values))), default=None,
+                                                          return_dtype=pl.Int64))
+    return df.rows(), lookups
+
+
     parts = []
     if failures.height:
         cols = [c for c in ("protocol", "captioner", "prompt_id", "frame_spec", "judge", "task", "item_id", "status",
@@ -244,7 +260,8 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 <section id="comparisons"><h2>Paired comparisons</h2>{_comparison_html(comp)}</section>
 <section id="agreement"><h2>Judge agreement</h2>{agreement_html}</section>
 <section id="samples"><h2>Samples</h2>
-<p class="note">Every judged row: filter, then click a row for its caption, captioning prompt and raw judge output.</p>
+<p class="note">Every judged row: filter, then click a row for its caption, captioning prompt, the judge's prompt,
+its reply, every attempt and the parse.</p>
 <div class="filters" id="sample-filters"></div>
 <div class="pager"><button id="samples-prev">&larr; previous</button><button id="samples-next">next &rarr;</button>
 <span id="samples-count"></span></div>

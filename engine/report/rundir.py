@@ -33,6 +33,12 @@ class RunData:
     verdicts: pl.DataFrame | None = None
     captions: pl.DataFrame | None = None
     records: list[dict] = field(default_factory=list)
+    source: Path | None = None  # the verdict table itself, when the run was read from one (capeval judge --out)
+
+    @property
+    def transcripts_at(self) -> Path:
+        """Where its judge transcripts are looked up (engine.report.transcripts.load_transcripts)."""
+        return self.source or self.path
 
     @property
     def protocols(self) -> list[str]:
@@ -58,7 +64,7 @@ def load_run(run_dir: str | Path) -> RunData:
         if "verdict" not in verdicts.columns or "video_id" not in verdicts.columns:
             raise ValueError(f"{path}: not a verdict table (needs verdict and video_id columns)")
         return RunData(path.parent, pl.DataFrame(), _label_verdicts(verdicts, None, None),
-                       None, read_run_records(path.parent))
+                       None, read_run_records(path.parent), source=path)
     if not path.is_dir():
         raise FileNotFoundError(f"run folder not found: {path}")
     results_path = path / "results.parquet"
@@ -82,11 +88,7 @@ def _label_verdicts(verdicts: pl.DataFrame, metrics: pl.DataFrame | None, result
     """Verdict rows of the results' cells, with the cell labels; a cell appended twice keeps its first copy."""
     v = verdicts
     if "cell_key" in v.columns and metrics is not None and "cell_key" in metrics.columns:
-        labels = metrics.select([c for c in CELL_COLUMNS if c in metrics.columns] + ["cell_key"]).unique(
-            subset=["cell_key"], keep="last", maintain_order=True)
-        if results is not None and results.height:
-            shown = results.select([c for c in CELL_COLUMNS if c in results.columns]).unique()
-            labels = labels.join(shown, on=shown.columns, how="semi", nulls_equal=True)
+        labels = _cell_labels(metrics, results)
         if "protocol" in v.columns:  # the label may be a sweep-file `label`; metrics need the protocol's name
             v = v.with_columns(pl.col("protocol").alias("protocol_name"))
         v = v.drop([c for c in CELL_COLUMNS if c in v.columns and c in labels.columns and c != "cell_key"])
@@ -99,6 +101,24 @@ def _label_verdicts(verdicts: pl.DataFrame, metrics: pl.DataFrame | None, result
     v = v.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in CELL_COLUMNS)
     key = [c for c in ["cell_key", "request_key", *ITEM_KEY, "video_id", "seed"] if c in v.columns]
     return v.unique(subset=key, keep="first", maintain_order=True)
+
+
+def _cell_labels(metrics: pl.DataFrame, results: pl.DataFrame | None) -> pl.DataFrame:
+    labels = metrics.select([c for c in CELL_COLUMNS if c in metrics.columns] + ["cell_key"]).unique(
+        subset=["cell_key"], keep="last", maintain_order=True)
+    if results is not None and results.height:
+        shown = results.select([c for c in CELL_COLUMNS if c in results.columns]).unique()
+        labels = labels.join(shown, on=shown.columns, how="semi", nulls_equal=True)
+    return labels
+
+
+def cell_labels(run_dir: str | Path) -> pl.DataFrame | None:
+    """cell_key + the labels (CELL_COLUMNS) of every committed cell of the run folder, as the results table names
+    them; None without metrics segments."""
+    metrics = _segments(Path(run_dir) / "metrics")
+    if metrics is None or "cell_key" not in metrics.columns:
+        return None
+    return _cell_labels(metrics, None)
 
 
 def load_items(run: RunData) -> pl.DataFrame | None:

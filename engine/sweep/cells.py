@@ -6,13 +6,14 @@ A video without a usable caption gets a caption row without text whose error say
 so its items become verdict rows without a verdict instead of vanishing.
 
 Commit protocol (one writer holds the output folder's lock; engine.store.lock):
+  0. transcripts/<cell_key>.parquet what the judge was sent and answered (engine/store/transcripts.py)
   1. verdicts/<cell_key>.parquet   the cell's verdict rows (+ cell_key, item_status, retryable)
   2. metrics/<cell_key>.parquet    the cell's metrics (+ cell columns, cell_key, cell_status)  <- the commit point
-Both are named segments (SegmentStore.put): redoing a cell replaces them, never adds a copy. A kill between 1 and 2
-leaves a verdicts segment with no metrics; `recover` (run at the start of every sweep, under the lock) removes it, so
-at rest each cell is in both stores exactly once or in neither. A cell is finished when its metrics segment says
-`complete` or `failures_accepted`; an `incomplete` cell (retryable failures) is redone by the next run, which
-re-sends only what is not in the caches.
+All are written whole under the cell's name: redoing a cell replaces them, never adds a copy. A kill between 0 and 2
+leaves transcripts or a verdicts segment with no metrics; `recover` (run at the start of every sweep, under the
+lock) removes them, so at rest each cell is in every store exactly once or in none. A cell is finished when its
+metrics segment says `complete` or `failures_accepted`; an `incomplete` cell (retryable failures) is redone by the
+next run, which re-sends only what is not in the caches.
 """
 
 from __future__ import annotations
@@ -37,10 +38,18 @@ def recover(stores) -> list[str]:
     for name in orphans:
         stores.verdicts.remove(name)
     out = stores.metrics.root.parent
+    for p in transcripts_folder(stores).glob("*.parquet"):  # written just before the verdicts (judge_stage.py)
+        if _is_cell_name(p.stem) and p.stem not in committed:
+            p.unlink()
     for folder in [out] + [d for d in out.iterdir() if d.is_dir() and d.name != "frames"]:
         for stray in folder.glob(".*.tmp"):
             stray.unlink(missing_ok=True)
     return orphans
+
+
+def transcripts_folder(stores):
+    """transcripts/<cell_key>.parquet: each cell's judge transcripts (engine/store/transcripts.py)."""
+    return stores.metrics.root.parent / "transcripts"
 
 
 def _is_cell_name(stem: str) -> bool:

@@ -5,6 +5,9 @@ Two ways to get there (`[options] overlap`):
 - `judge_after_captions`: every caption exists already; each cell's whole request table is added at once.
 - `judge_while_captioning`: the caption stage runs on a background thread (engine/sweep/overlap.py); each cell starts
   empty and grows part by part as its videos' captions are made, then is sealed. Same verdicts, same metrics.
+
+Each cell's judge transcripts (engine/store/transcripts.py) are spooled while it is judged and committed as
+`transcripts/<cell_key>.parquet` just before its verdicts (engine/sweep/cells.py rolls them back together).
 """
 
 from __future__ import annotations
@@ -42,13 +45,24 @@ class JudgeStage:
             stores, cap_rev, progress, accept_failures, log)
         self.judges: dict = {}
         self.stats = {"sent": 0, "cached": 0}
+        self.spools: dict = {}  # cell key -> TranscriptSpool of a cell being judged
         self.done = 0
 
     def close(self) -> None:
         for j in self.judges.values():
+        for spool in self.spools.values():  # cells not finished: their transcripts are redone with them
+            spool.discard()
+        self.spools.clear()
             j.close()
 
     def by_judge(self) -> list[list[Cell]]:
+    def transcripts(self, key: str):
+        """The sink of the cell's judge transcripts (spooled under the run folder's transcripts/)."""
+        from engine.store.transcripts import TranscriptSpool
+
+        self.spools[key] = TranscriptSpool(cellmod.transcripts_folder(self.stores), key)
+        return self.spools[key]
+
         groups: dict[str, list[Cell]] = {}
         for cell in self.pending:
             groups.setdefault(cell.judge.display, []).append(cell)
@@ -128,6 +142,11 @@ class JudgeStage:
                  + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
 
 
+        spool = self.spools.pop(key, None)
+        if spool is not None:  # before the verdicts: a committed cell always has its transcripts
+            captions = prep.captions
+            spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(),
+                                           captions.column("text").to_pylist())), cell_key=key)
 def judge_after_captions(stage: JudgeStage, inputs) -> None:
     """Every caption exists: per judge, each cell's whole request table into one scheduler."""
     for cells in stage.by_judge():
@@ -144,6 +163,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
     """Captions are being made on another thread (`watch` hears of them): per judge, each cell starts empty and
     grows by the requests of its videos as they are captioned (engine/sweep/overlap.CellFeed)."""
     from engine.registry import lookup
+                      transcripts=stage.transcripts(prep.key),
     from engine.sweep.overlap import CellFeed
 
     for cells in stage.by_judge():
@@ -159,7 +179,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
             protocol = lookup("protocol", cell.protocol.name)
             key = stage.keys[cell]
             sched.add(REQUESTS_WITH_CONTEXT.empty_table(), protocol, name=key,
-                      protocol_params=dict(cell.protocol.params), sealed=False,
+                      protocol_params=dict(cell.protocol.params), sealed=False, transcripts=stage.transcripts(key),
                       on_complete=lambda name, verdicts, summary: stage.finish(preps[name], verdicts, summary))
 
         def part(cell: Cell, videos: list[str]) -> None:

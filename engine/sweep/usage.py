@@ -296,7 +296,7 @@ class _Answers:
 def _stored_caption_keys(stores) -> set[str]:
     import pyarrow.compute as pc
 
-    t = stores.captions.read()
+    t = stores.captions.read(["caption_key", "error"])
     if t.num_rows == 0:
         return set()
     return set(t.filter(pc.is_null(t.column("error"))).column("caption_key").to_pylist())  # failed rows: not made

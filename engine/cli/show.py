@@ -1,0 +1,93 @@
+"""`capeval show DIR`: what the judge was sent and answered, per request (engine/store/transcripts.py).
+
+For a sweep's run folder (its `transcripts/`, labelled as the results table names the systems) or a verdict table
+written by `capeval judge --out V.parquet` (`V.transcripts.parquet` beside it). Per request: the cell, the item,
+the messages (system, user; images as frames path, digest and count), the sampling, every attempt (where its
+answer came from, the raw reply, what parsing made of it or what went wrong, tokens, latency, cost) and the final
+verdict. Untrusted text is escaped for the terminal; `--json` prints the same content as JSON."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+USAGE = """examples:
+  capeval show runs/demo --item shapes-001/action
+  capeval show runs/demo --system "captioner=local,prompt_id=brief" --protocol capquiz --limit 5
+  capeval show verdicts.parquet --json --limit 0        (capeval judge --out verdicts.parquet)
+"""
+
+
+def register(sub) -> None:
+    import argparse
+
+    p = sub.add_parser("show", help="show the judge's transcripts: prompts sent, replies, parsing, verdicts",
+                       epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("run_dir", type=Path, help="a sweep's output folder, or a verdict table written by capeval judge")
+    p.add_argument("--item", metavar="ID", help="only this item id")
+    p.add_argument("--system", metavar="SELECTOR",
+                   help="only these systems: 'captioner=X,prompt_id=Y' (dataset, captioner, prompt_id, frame_spec, "
+                        "protocol, judge) or a bare value of any of them")
+    p.add_argument("--protocol", metavar="P", help="only this protocol (its label in the sweep, or its name)")
+    p.add_argument("--failed", action="store_true", help="only requests that ended without a verdict")
+    p.add_argument("--limit", type=int, default=20, metavar="N", help="show at most N requests (0: all; default 20)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    import polars as pl
+
+    from engine.errors import UsageError
+    from engine.report.transcripts import format_request, load_transcripts, request_records, select
+
+    if args.limit < 0:
+        raise UsageError(f"--limit must be >= 0, got {args.limit}")
+    if not args.run_dir.exists():
+        raise FileNotFoundError(f"{args.run_dir}: no such run folder or verdict table")
+    t = load_transcripts(args.run_dir)
+    if t is None:
+        where = (f"{args.run_dir}/transcripts/" if args.run_dir.is_dir() else
+                 f"{args.run_dir.with_name(args.run_dir.stem + '.transcripts.parquet')}")
+        print(f"no judge transcripts in {where} (runs before transcripts existed keep none; rerunning the judge "
+              "from its cache writes them)", file=sys.stderr)
+        return 1
+    try:
+        rows = select(t, item=args.item, system=args.system, protocol=args.protocol)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if args.failed:
+        rows = rows.filter(pl.col("verdict") < 0)
+    total = rows.height
+    if not total and (args.item or args.system or args.protocol):
+        raise UsageError("no request matches " + " ".join(
+            f"--{k} {v!r}" for k, v in (("item", args.item), ("system", args.system), ("protocol", args.protocol))
+            if v) + "; " + _choices(t))
+    shown = rows if args.limit == 0 else rows.head(args.limit)
+    records = request_records(shown)
+    if args.json:
+        print(json.dumps({"requests": records, "matched": total, "shown": len(records)}, ensure_ascii=False,
+                         default=str, indent=1))
+    else:
+        for i, rec in enumerate(records, 1):
+            print(format_request(rec, i, total))
+            print()
+        more = f"; {total - len(records)} more not shown (--limit 0 shows all)" if total > len(records) else ""
+        print(f"{total} request(s) matched{more}")
+    return 0
+
+
+def _choices(t, shown: int = 8) -> str:
+    """What the run holds, for a selector that matched nothing."""
+    from engine.report.rundir import CELL_COLUMNS
+
+    parts = []
+    for c in ("protocol", *[c for c in CELL_COLUMNS if c != "protocol"]):
+        values = sorted(set(t[c].to_list()))
+        if len(values) > 1 or c == "protocol":
+            parts.append(f"{c}: {', '.join(values[:shown])}" + (" ..." if len(values) > shown else ""))
+    items = sorted(set(t["item_id"].to_list()))
+    parts.append(f"{len(items)} item ids, e.g. {', '.join(items[:3])}")
+    return "the run holds " + "; ".join(parts)

@@ -1,0 +1,101 @@
+"""Transcript capture inside the judge loop (the table and its sinks: engine/store/transcripts.py).
+
+`Cell.answer` calls `attempt` for every answer a row's current ask gets (a reply or a backend error, with where it
+came from: sent, cache, shared); `Cell._final` calls `Transcriber.add` once per row; chunks of CHUNK rows go to the
+cell's sink as Arrow tables. What a row sent is recomputed from the request row exactly as
+`requests.to_judge_request` builds it (`attempt_sampling`), so nothing is kept per request in flight but the
+attempts themselves."""
+
+from __future__ import annotations
+
+import operator
+
+import pyarrow as pa
+
+from engine.keys import content_key
+from engine.store.transcripts import CAPTURE
+
+from .requests import attempt_sampling
+
+CHUNK = 8192
+_ID_NAMES = ("request_key", "protocol", "task", "item_id", "video_id", "caption_key", "captioner", "prompt_id",
+             "frame_spec", "step", "sub_index", "seed", "trial")
+_IDS = operator.itemgetter(*_ID_NAMES)
+
+
+def attempt(row, answer, source: str, outcome: dict, reask_temperature) -> dict:
+    """One ATTEMPT struct: the row's current ask and what came of it. `answer`: a CachedResponse, or the backend's
+    error text; `outcome`: the verdict fields `Cell.answer` parsed from it."""
+    key, temperature, seed = attempt_sampling(row.req, row.attempt, row.ctx, reask_temperature)
+    rec = {"attempt": row.attempt, "key": key if row.attempt else None, "source": source, "temperature": temperature, "seed": seed,
+           "verdict": outcome.get("verdict"), "parse_status": outcome.get("parse_status"),
+           "detail": outcome.get("detail"), "error": outcome.get("error")}
+    if not isinstance(answer, str):
+        cost = getattr(answer, "cost_usd", None)
+        rec.update(reply=answer.text, prompt_tokens=answer.prompt_tokens,
+                   cached_prompt_tokens=answer.cached_prompt_tokens, completion_tokens=answer.completion_tokens,
+                   reasoning_tokens=outcome.get("reasoning_tokens"), latency_s=answer.latency_s,
+                   cost_usd=cost if cost else None)
+    return rec
+
+
+def _schema_ref(text: str | None) -> tuple[str | None, str | None]:
+    if not text:
+        return None, None
+    import json
+
+    try:
+        title = json.loads(text).get("title")
+    except (ValueError, AttributeError):
+        title = None
+    return (title if isinstance(title, str) else None), content_key("json_schema", text)
+
+
+class Transcriber:
+    """Collects a cell's transcript rows and hands them to `sink` (append(table) / finish(fix)) in chunks."""
+
+    def __init__(self, sink, judge_name: str):
+        self.sink, self.judge_name = sink, judge_name
+        self._records: list[dict] = []
+        self._schemas: dict = {}
+
+    def add(self, row, fields: dict) -> None:
+        req, ctx = row.req, row.ctx
+        ids = dict(zip(_ID_NAMES, _IDS(req)))
+        schema = req.get("json_schema")
+        if schema not in self._schemas:
+            self._schemas[schema] = _schema_ref(schema)
+        name, digest = self._schemas[schema]
+        frames = ctx.get("frames_path")
+        temperature = ctx.get("temperature", 0.0)
+        self._records.append({
+            **ids, "judge": self.judge_name, "system": req.get("system"), "user": req.get("user"),
+            "frames_path": frames, "images_digest": ctx.get("images_digest"),
+            "n_images": row.n_images if row.n_images is not None else (_count_images(frames) if frames else 0),
+            "max_tokens": req.get("max_tokens"), "temperature": None if temperature is None else float(temperature),
+            "choices": req.get("choices"), "json_schema_name": name, "json_schema_digest": digest,
+            "verdict": fields.get("verdict"), "parse_status": fields.get("parse_status"),
+            "detail": fields.get("detail"), "error": fields.get("error"), "attempts": row.attempts or [],
+            "_depth": row.depth, "_order": row.order})
+        row.attempts = None
+        if len(self._records) >= CHUNK:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._records:
+            self.sink.append(pa.Table.from_pylist(self._records, schema=CAPTURE))
+            self._records = []
+
+    def finish(self, fix=None) -> None:
+        self.flush()
+        self.sink.finish(fix)
+
+
+def _count_images(frames_path: str) -> int | None:
+    """Frames a request shows, for rows whose request this run did not build (answered from the cache)."""
+    from .requests import load_jpegs
+
+    try:
+        return len(load_jpegs(frames_path))
+    except Exception:  # noqa: BLE001 - frames gone since: the count is unknown, the transcript still stands
+        return None

@@ -1,0 +1,258 @@
+"""Judge transcripts: for every judge request row of a run, what was sent and what came back, per attempt.
+
+One row per request row (every step, intermediate steps included), joined to the verdict rows by `request_key`
+and the identity columns they share (TRANSCRIPT_KEY; a request text asked for two identical items is one key, two
+rows). A row holds the messages (system, user; images as a reference: the frames path, their digest and count,
+never bytes), the sampling (max_tokens, temperature, structured-output choices, the JSON schema's name and digest,
+seed), the final parse outcome (after official retry rounds, as in the verdict rows) and `attempts`: the first ask
+and each re-ask with its own sampling, where its answer came from, the raw reply, what parsing made of it (or the
+backend's error), tokens (prompt, cached, completion, reasoning), latency and cost (null when unknown).
+
+`source` of an attempt:
+  sent      this run asked the judge (exactly one per request the server received, errors included)
+  cache     answered from the judgment cache (an earlier run, or another process sharing the cache)
+  shared    the same request (same key) was asked once in this run for another row; this row reuses its answer
+  not sent  the request could not be built (e.g. unreadable frames); `error` says why
+Tokens, latency and cost of a `cache` or `shared` attempt are those of the original ask, not spent again.
+
+Storage: a sweep writes `transcripts/<cell_key>.parquet` next to `verdicts/` (committed before them, rolled back
+with them: engine/sweep/cells.py), zstd-compressed with dictionary encoding. Rendered prompts are not stored
+verbatim once per row on disk: identical texts (system prompts, a schema digest, a caption judged by many
+questions) are dictionary entries stored once per row group, and the template text every prompt repeats is what
+zstd removes (the rows are in caption order, so a caption's prompts sit side by side). tests/store/
+test_transcripts_compact.py measures it.
+
+Rows are captured while judging (engine/judging/transcribe.py) into a sink: `MemoryTranscripts` (a table in
+memory; `run_judging(transcripts=...)`) or `TranscriptSpool` (chunks spooled to a temp file beside the final one,
+so a million-row cell never holds its prompts in memory; rewritten and renamed into place at `commit`). Captured
+chunks carry two hidden columns (`_depth`, `_order`: which row of the cell) until `finish` applies the cell's last
+corrections (official retry rounds) and drops them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+#: one ask of a request row (first ask = attempt 0)
+ATTEMPT = pa.struct([
+    pa.field("attempt", pa.int8()),
+    pa.field("key", pa.string()),  # the cache key of a re-ask (null for attempt 0: the row's request_key)
+    pa.field("source", pa.string()),  # sent | cache | shared | not sent (see the module docstring)
+    pa.field("temperature", pa.float64()),  # null: none sent (the backend's default)
+    pa.field("seed", pa.int64()),
+    pa.field("reply", pa.string()),  # the raw reply (reasoning included), null when the backend failed
+    pa.field("verdict", pa.int8()),
+    pa.field("parse_status", pa.int8()),  # engine.schemas.ParseStatus of this reply
+    pa.field("detail", pa.string()),
+    pa.field("error", pa.string()),  # what went wrong: the backend's error or why the reply was rejected
+    pa.field("prompt_tokens", pa.int32()),
+    pa.field("cached_prompt_tokens", pa.int32()),
+    pa.field("completion_tokens", pa.int32()),
+    pa.field("reasoning_tokens", pa.int32()),
+    pa.field("latency_s", pa.float32()),
+    pa.field("cost_usd", pa.float64()),  # null when the backend reported none (no prices set)
+])
+
+#: identity columns shared with the verdict rows (engine.schemas.VERDICTS): the join key
+TRANSCRIPT_KEY = ["request_key", "protocol", "task", "item_id", "video_id", "step", "sub_index", "trial"]
+
+TRANSCRIPTS = pa.schema([
+    pa.field("request_key", pa.string(), nullable=False),
+    pa.field("protocol", pa.string()),
+    pa.field("task", pa.string()),
+    pa.field("item_id", pa.string()),
+    pa.field("video_id", pa.string()),
+    pa.field("caption_key", pa.string()),
+    pa.field("captioner", pa.string()),
+    pa.field("prompt_id", pa.string()),
+    pa.field("frame_spec", pa.string()),
+    pa.field("step", pa.string()),
+    pa.field("sub_index", pa.int32()),
+    pa.field("seed", pa.int64()),
+    pa.field("trial", pa.int16()),
+    pa.field("judge", pa.string()),
+    pa.field("system", pa.string()),
+    pa.field("user", pa.string()),
+    pa.field("frames_path", pa.string()),  # images: where the frames are, never their bytes
+    pa.field("images_digest", pa.string()),
+    pa.field("n_images", pa.int32()),
+    pa.field("max_tokens", pa.int32()),
+    pa.field("temperature", pa.float64()),  # of the first ask; null: none sent
+    pa.field("choices", pa.list_(pa.string())),
+    pa.field("json_schema_name", pa.string()),  # the schema's "title", when it has one
+    pa.field("json_schema_digest", pa.string()),
+    pa.field("verdict", pa.int8()),  # final outcome, as the verdict row has it
+    pa.field("parse_status", pa.int8()),
+    pa.field("detail", pa.string()),
+    pa.field("error", pa.string()),
+    pa.field("attempts", pa.list_(ATTEMPT)),
+    pa.field("caption", pa.string()),  # the caption judged (sweeps fill it from the cell's captions)
+    pa.field("cell_key", pa.string()),  # sweeps: the cell (the segment's name)
+])
+HIDDEN = [pa.field("_depth", pa.int16()), pa.field("_order", pa.int64())]
+#: what the judging loop captures: everything but what the sweep adds at commit, plus the hidden columns
+CAPTURE = pa.schema([f for f in TRANSCRIPTS if f.name not in ("caption", "cell_key")] + HIDDEN)
+
+SUFFIX = ".parquet"
+#: writer settings of the committed files (measured in tests/store/test_transcripts_compact.py)
+WRITE_OPTIONS = {"compression": "zstd", "compression_level": 6, "use_dictionary": True,
+                 "data_page_size": 4 << 20}
+
+Fix = Callable[[pa.Table], pa.Table]
+
+
+def _finalize(t: pa.Table, fix: Fix | None, captions: dict | None = None, cell_key: str | None = None) -> pa.Table:
+    if fix is not None:
+        t = fix(t)
+    t = t.drop_columns([f.name for f in HIDDEN if f.name in t.column_names])
+    if "caption" not in t.column_names:
+        keys = t.column("caption_key").to_pylist()
+        t = t.append_column("caption", pa.array([captions.get(k) for k in keys] if captions else [None] * len(keys),
+                                                pa.string()))
+    if "cell_key" not in t.column_names:
+        t = t.append_column("cell_key", pa.array([cell_key] * t.num_rows, pa.string()))
+    return t.select(TRANSCRIPTS.names).cast(TRANSCRIPTS)
+
+
+class MemoryTranscripts:
+    """A sink that keeps the transcript table in memory (`table()` once the cell is finished)."""
+
+    def __init__(self):
+        self._chunks: list[pa.Table] = []
+        self._fix: Fix | None = None
+        self._done = False
+
+    def append(self, chunk: pa.Table) -> None:
+        self._chunks.append(chunk)
+
+    def finish(self, fix: Fix | None = None) -> None:
+        self._fix, self._done = fix, True
+
+    def table(self) -> pa.Table:
+        if not self._done:
+            raise RuntimeError("transcripts: the cell is not finished")
+        t = pa.concat_tables(self._chunks) if self._chunks else CAPTURE.empty_table()
+        return _finalize(t, self._fix)
+
+
+class TranscriptSpool:
+    """A sink that spools chunks to `<folder>/.<name>.<random>.tmp` (a kill leaves only that temp file, which the
+    next run removes) and at `commit` writes `<folder>/<name>.parquet` from it, atomically."""
+
+    def __init__(self, folder: str | Path, name: str):
+        self.folder = Path(folder)
+        self.name = name
+        self.path = self.folder / f"{name}{SUFFIX}"
+        self._spool = self.folder / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        self._writer: pq.ParquetWriter | None = None
+        self._fix: Fix | None = None
+        self._done = False
+
+    def append(self, chunk: pa.Table) -> None:
+        if self._writer is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # fast settings for the spool: it is read once, at commit
+            self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
+        self._writer.write_table(chunk.cast(CAPTURE))
+
+    def finish(self, fix: Fix | None = None) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._fix, self._done = fix, True
+
+    def commit(self, *, captions: dict | None = None, cell_key: str | None = None) -> Path:
+        """Write the committed file (row group by row group: memory stays one chunk) and rename it into place;
+        `captions`: caption_key -> the caption text judged."""
+        if not self._done:
+            raise RuntimeError(f"transcripts {self.name}: commit before the cell finished")
+        from engine.store.segments import _fsync_dir, storage_error
+
+        tmp = self.folder / f".{self.name}.{uuid.uuid4().hex[:8]}.tmp"
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "wb") as f:
+                writer = pq.ParquetWriter(f, TRANSCRIPTS, **WRITE_OPTIONS)
+                try:
+                    for chunk in self._chunks():
+                        writer.write_table(_finalize(chunk, self._fix, captions, cell_key), row_group_size=1 << 16)
+                finally:
+                    writer.close()
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+            _fsync_dir(self.folder)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise storage_error(exc, self.path, "the cell's judge transcripts") from exc
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        self.discard()
+        return self.path
+
+    def _chunks(self):
+        if not self._spool.exists():
+            yield CAPTURE.empty_table()
+            return
+        pf = pq.ParquetFile(self._spool)
+        for i in range(pf.num_row_groups):
+            yield pf.read_row_group(i)
+
+    def discard(self) -> None:
+        """Drop the spool (a cell that is not committed)."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self._spool.unlink(missing_ok=True)
+
+
+def transcript_files(run_dir: str | Path) -> list[Path]:
+    folder = Path(run_dir) / "transcripts"
+    return sorted(folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
+
+
+def read_transcripts(paths, *, request_keys=None, columns: list[str] | None = None) -> pa.Table:
+    """The rows of these transcript files (optionally only those of `request_keys`)."""
+    parts = []
+    for p in paths:
+        t = pq.read_table(p, columns=columns)
+        if request_keys is not None:
+            t = t.filter(pc.is_in(t.column("request_key"), pa.array(list(request_keys), pa.string())))
+        parts.append(t)
+    if not parts:
+        return TRANSCRIPTS.empty_table() if columns is None else TRANSCRIPTS.empty_table().select(columns)
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def beside(verdicts_path: str | Path) -> Path:
+    """Where `capeval judge --out V.parquet` puts the transcripts of V: `V.transcripts.parquet`."""
+    p = Path(verdicts_path)
+    return p.with_name(f"{p.stem}.transcripts{SUFFIX}")
+
+
+def write_table(table: pa.Table, path: str | Path) -> Path:
+    """A whole transcript table (MemoryTranscripts.table()) to `path`, atomically, with the committed settings."""
+    from engine.store.segments import _fsync_dir, storage_error
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            pq.write_table(table.cast(TRANSCRIPTS), f, row_group_size=1 << 16, **WRITE_OPTIONS)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise storage_error(exc, path, "judge transcripts") from exc
+    return path
