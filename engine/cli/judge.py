@@ -213,12 +213,12 @@ def run(args) -> int:
         frames = judge_frames(items, params, protocol.judge_frames, args.cache / "frames", args.frame_size)
     check_pairs(items, captions, args.captions or args.items)
     judge = build_judge(args.judge, args.judge_model, args.base_url, args.judge_option)
-    try:
-        requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
-                                           seeds=seeds, frames=frames, **params)
     from engine.store.transcripts import TranscriptSpool, beside
 
     spool = TranscriptSpool(args.out.parent, beside(args.out).stem)  # what the judge was sent: capeval show
+    try:
+        requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
+                                           seeds=seeds, frames=frames, **params)
         n_uncaptioned = getattr(protocol, "uncaptioned_items", 0)
         print(f"[judge] {protocol.name}: {requests.num_rows} first-step requests from {items.num_rows} items x "
               f"{captions.num_rows} captions" + (f" ({n_uncaptioned} items have no caption)" if n_uncaptioned else ""),
@@ -234,10 +234,10 @@ def run(args) -> int:
     finally:
         judge.close()
     write_parquet_atomic(verdicts, args.out)
+    spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist())))
     print(f"[judge] {summary}")
     print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}")
     from engine.metrics.report import format_table
-    spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist())))
 
     # CAPability's metrics take their groups from the verdicts; given CAPTIONS they fail on the missing verdict
     # column (engine/protocols/capability/metrics.py _with_groups), and they need nothing from them here.

@@ -22,8 +22,8 @@ from engine.report.compare import compare_run
 from engine.report.cost import cost_html
 from engine.report.leaderboard import Leaderboard, leaderboards
 from engine.report.rundir import RunData, load_items, load_run
-from engine.report.validation import validation_html
 from engine.report.transcripts import with_transcripts
+from engine.report.validation import validation_html
 
 #: rows embedded in the per-sample browser; failures always, the rest in order up to this many
 MAX_SAMPLES = 5000
@@ -162,7 +162,6 @@ def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
     return data, failures
 
 
-def _failures_html(failures: pl.DataFrame, captions: pl.DataFrame | None) -> str:
 def _shared_texts(df: pl.DataFrame, columns) -> tuple[list, dict]:
     """Rows with the long texts most rows share (a system prompt, a captioning prompt) replaced by an index into
     `lookups[column]`, so the page holds each such text once (assets.JS resolves them)."""
@@ -176,6 +175,7 @@ def _shared_texts(df: pl.DataFrame, columns) -> tuple[list, dict]:
     return df.rows(), lookups
 
 
+def _failures_html(failures: pl.DataFrame, captions: pl.DataFrame | None) -> str:
     parts = []
     if failures.height:
         cols = [c for c in ("protocol", "captioner", "prompt_id", "frame_spec", "judge", "task", "item_id", "status",

@@ -44,18 +44,17 @@ class JudgeStage:
         self.stores, self.cap_rev, self.progress, self.accept_failures, self.log = (
             stores, cap_rev, progress, accept_failures, log)
         self.judges: dict = {}
-        self.stats = {"sent": 0, "cached": 0}
         self.spools: dict = {}  # cell key -> TranscriptSpool of a cell being judged
+        self.stats = {"sent": 0, "cached": 0}
         self.done = 0
 
     def close(self) -> None:
-        for j in self.judges.values():
         for spool in self.spools.values():  # cells not finished: their transcripts are redone with them
             spool.discard()
         self.spools.clear()
+        for j in self.judges.values():
             j.close()
 
-    def by_judge(self) -> list[list[Cell]]:
     def transcripts(self, key: str):
         """The sink of the cell's judge transcripts (spooled under the run folder's transcripts/)."""
         from engine.store.transcripts import TranscriptSpool
@@ -63,6 +62,7 @@ class JudgeStage:
         self.spools[key] = TranscriptSpool(cellmod.transcripts_folder(self.stores), key)
         return self.spools[key]
 
+    def by_judge(self) -> list[list[Cell]]:
         groups: dict[str, list[Cell]] = {}
         for cell in self.pending:
             groups.setdefault(cell.judge.display, []).append(cell)
@@ -134,6 +134,11 @@ class JudgeStage:
             **_metric_params(cell.protocol.params))
         metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
         metrics = cellmod.label_metrics(metrics, cell, key, status)
+        spool = self.spools.pop(key, None)
+        if spool is not None:  # before the verdicts: a committed cell always has its transcripts
+            captions = prep.captions
+            spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(),
+                                           captions.column("text").to_pylist())), cell_key=key)
         cellmod.commit(self.stores, key, verdicts, metrics.to_arrow())
         self.stats["sent"] += summary.sent
         self.stats["cached"] += summary.cached
@@ -142,11 +147,6 @@ class JudgeStage:
                  + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
 
 
-        spool = self.spools.pop(key, None)
-        if spool is not None:  # before the verdicts: a committed cell always has its transcripts
-            captions = prep.captions
-            spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(),
-                                           captions.column("text").to_pylist())), cell_key=key)
 def judge_after_captions(stage: JudgeStage, inputs) -> None:
     """Every caption exists: per judge, each cell's whole request table into one scheduler."""
     for cells in stage.by_judge():
@@ -155,6 +155,7 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
         for cell in cells:
             prep, requests = stage.prepare(cell, judge, inputs)
             sched.add(requests, prep.protocol, name=prep.key, protocol_params=dict(cell.protocol.params),
+                      transcripts=stage.transcripts(prep.key),
                       on_complete=lambda name, verdicts, summary, prep=prep: stage.finish(prep, verdicts, summary))
         sched.run()
 
@@ -163,7 +164,6 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
     """Captions are being made on another thread (`watch` hears of them): per judge, each cell starts empty and
     grows by the requests of its videos as they are captioned (engine/sweep/overlap.CellFeed)."""
     from engine.registry import lookup
-                      transcripts=stage.transcripts(prep.key),
     from engine.sweep.overlap import CellFeed
 
     for cells in stage.by_judge():
