@@ -74,6 +74,9 @@ def register(subparsers) -> None:
     p.add_argument("--reference-label", help="name of the reference judge in the report (default: the table's "
                    "judge column and captioner)")
     p.add_argument("--limit", type=int, metavar="N", help="judge only the items of the first N videos (file order)")
+    p.add_argument("--per-task", type=int, metavar="N", help="judge a seeded random sample of N of the reference's "
+                   "judged items per task (all of a task with fewer); cheaper for a paid judge")
+    p.add_argument("--sample-seed", type=int, default=0, help="seed of the --per-task sample (default 0)")
     p.add_argument("--tolerance", type=float, metavar="T", help="flag a metric whose bias interval leaves ±T (the "
                    "metric's own units: percentage points for percent metrics)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples for the bias intervals")
@@ -137,6 +140,23 @@ def _select_reference(ref, items, captioner: str | None, path: Path):
         keys, on=["task", "item_id"], how="semi")
 
 
+def sample_per_task(keys, n: int, seed: int):
+    """`n` (task, item_id) keys per task, drawn without replacement by a seeded generator from the sorted keys, so
+    the same reference, n and seed give the same sample on any machine."""
+    import numpy as np
+    import polars as pl
+
+    if n < 1:
+        raise UsageError(f"--per-task must be at least 1, got {n}")
+    rng = np.random.default_rng(seed)
+    parts = []
+    for task in sorted(set(keys["task"].to_list())):
+        ids = sorted(keys.filter(pl.col("task") == task)["item_id"].to_list())
+        pick = sorted(rng.choice(len(ids), size=min(n, len(ids)), replace=False).tolist())
+        parts.append(pl.DataFrame({"task": [task] * len(pick), "item_id": [ids[i] for i in pick]}))
+    return pl.concat(parts)
+
+
 def _reference_label(ref, path: Path, given: str | None) -> str:
     if given:
         return given
@@ -182,6 +202,9 @@ def run(args) -> int:
     reference = _select_reference(read_reference(args.reference, args.protocol, items), items, args.captioner,
                                   args.reference)
     judged_keys = reference.filter(pl.col("verdict") >= 0).select("task", "item_id").unique()
+    if args.per_task is not None:
+        judged_keys = sample_per_task(judged_keys, args.per_task, args.sample_seed)
+        reference = reference.join(judged_keys, on=["task", "item_id"], how="semi")
     if judged_keys.height == 0:
         raise UsageError(f"--reference {args.reference}: no verdict for any of the {items.num_rows} items of --items")
     wanted = pc.is_in(pc.binary_join_element_wise(items.column("task"), items.column("item_id"), "\x1f"),

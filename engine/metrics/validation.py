@@ -269,7 +269,10 @@ def format_report(report: dict, digits: int = 1) -> str:
         lines.append(f"{name:<24} rows {b['n']:>5}  videos {b['n_videos']:>5}  judge failed {b['n_judge_no_verdict']:>4}"
                      f"  agreement {num(b['agreement'])}  kappa {num(b['kappa'])}  ac1 {num(b['ac1'])}")
         for m, v in (b.get("metrics") or {}).items():
-            flag = "  OUTSIDE tolerance" if v["outside_tolerance"] else ""
+            flag = ""
+            if v["outside_tolerance"]:  # biased (0 outside the interval), or too few rows to show it is within ±T
+                flag = f"  OUTSIDE ±{tol:g}: " + ("biased" if v["ci_low"] > 0 or v["ci_high"] < 0 else
+                                                  "too few rows to tell")
             lines.append(f"    {m:<12} judge {num(v['judge'], digits):>6}  reference {num(v['reference'], digits):>6}"
                          f"  bias {num(v['bias'], digits, True):>6} [{num(v['ci_low'], digits, True)}, "
                          f"{num(v['ci_high'], digits, True)}]{flag}")
@@ -287,4 +290,7 @@ def format_report(report: dict, digits: int = 1) -> str:
                  + (f"; tolerance ±{tol:g}: an interval leaving it is flagged" if tol is not None else
                     "; no --tolerance given: nothing flagged")
                  + ". kappa '-' = undefined (both judges used one single code).")
+    if tol is not None:
+        lines.append("biased: the interval excludes 0; too few rows to tell: it holds 0 but is wider than the "
+                     "tolerance, so more rows (or a larger --per-task) are needed to show the bias is within it.")
     return "\n".join(lines)

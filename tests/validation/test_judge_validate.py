@@ -149,3 +149,14 @@ def test_changed_share_gives_exact_agreement_and_bias(release):
         checked += 1
     assert checked == (len(TASKS) + 1) * len(protocol.headline)
     assert any(v["outside_tolerance"] for v in report["overall"]["metrics"].values())
+
+
+def test_per_task_sample_is_seeded_and_capped_by_the_task_size():
+    from engine.cli.validate import sample_per_task
+
+    keys = pl.DataFrame({"task": ["a"] * 10 + ["b"] * 3, "item_id": [f"a{i}" for i in range(10)] + ["b0", "b1", "b2"]})
+    first = sample_per_task(keys, 4, seed=7)
+    assert first.group_by("task").len().sort("task")["len"].to_list() == [4, 3]
+    assert first.equals(sample_per_task(keys.reverse(), 4, seed=7))  # the same sample whatever the row order
+    assert not first.equals(sample_per_task(keys, 4, seed=8))
+    assert first.join(keys, on=["task", "item_id"], how="anti").is_empty()
