@@ -13,6 +13,7 @@ import inspect
 import sys
 from pathlib import Path
 
+from engine.cli.breakdowns import add_breakdowns, add_by_option, check_by, metrics_of
 from engine.cli.judge_checks import build_judge, check_pairs, key_values
 from engine.errors import UsageError
 from engine.safetext import clip
@@ -64,6 +65,7 @@ def register(subparsers) -> None:
     p.add_argument("--max-failure-share", type=float, default=0.0, metavar="X",
                    help="exit 0 only when at most this share of verdict rows has no verdict (default 0); else the run "
                         "completes with exit code 3 and a rerun asks only the failed requests again")
+    add_by_option(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
@@ -205,6 +207,7 @@ def run(args) -> int:
         raise UsageError(str(exc.args[0])) from None
     items, bundled = load_dataset(args.items, args.dataset, args.media_root, args.protocol)
     items = limit_items(items, args.limit)
+    check_by(args.by, items)  # an unknown --by column fails here, before any judging
     if args.captions is None and bundled is None:
         raise UsageError("--captions is required (this dataset brings no captions of its own)")
     captions = load_captions(args.captions, items) if args.captions is not None else bundled
@@ -247,6 +250,8 @@ def run(args) -> int:
     from engine.metrics.reasons import explain_nulls
 
     metrics = explain_nulls(metrics, verdicts, captions=captions)  # no verdicts: null and why, never a number
+    metrics = add_breakdowns(metrics, metrics_of(protocol, args.resamples, _for_metrics(args.protocol, params)),
+                             verdicts, args.by, protocol=protocol.name, items=items, captions=caps, params=params)
     if args.metrics:
         metrics.write_csv(args.metrics)
         print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)

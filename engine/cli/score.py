@@ -2,7 +2,9 @@
 
 Dispatches to engine/protocols/<protocol>/metrics.py:compute_metrics by module name, so a new protocol needs no
 change here. The verdict table is checked first (engine/inputs/verdicts.py): duplicate verdict rows and verdict
-codes that are not integers are errors naming the rows, never narrower CIs or a traceback."""
+codes that are not integers are errors naming the rows, never narrower CIs or a traceback. `--by COLUMN[,COLUMN]`
+adds the metrics per level of item attributes (engine/metrics/breakdowns.py, docs/breakdowns.md);
+engine/cli/breakdowns.py gives `capeval judge` the same flag."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ PROTOCOLS = ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")
 
 
 def register(sub) -> None:
+    from engine.cli.breakdowns import add_by_option
     from engine.cli.judge import add_protocol_options
 
     p = sub.add_parser("score", help="compute a protocol's metrics (with CIs) from a verdict table")
@@ -30,6 +33,7 @@ def register(sub) -> None:
     p.add_argument("--paper-compatible", action="store_true",
                    help="leave rows without a verdict out of denominators, as the official scripts do")
     add_protocol_options(p)
+    add_by_option(p)
     p.add_argument("--quiet", action="store_true", help="do not print the table")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
@@ -72,6 +76,7 @@ def _captions(path: Path | None):
 
 def run(args) -> int:
     from engine.cli import terminal_text
+    from engine.cli.breakdowns import add_breakdowns, check_by
     from engine.cli.judge import check_out, protocol_params
     from engine.inputs import read_verdicts
     from engine.metrics.report import format_table
@@ -83,8 +88,16 @@ def run(args) -> int:
     if args.paper_compatible:
         options["paper_compatible"] = True
     verdicts = read_verdicts(args.verdicts)
-    frame = score(args.protocol, verdicts, items=_items(args.items, args.protocol), captions=_captions(args.captions),
-                  n_resamples=args.resamples, seed=args.seed, **options)
+    items, captions = _items(args.items, args.protocol), _captions(args.captions)
+    check_by(args.by, items, verdicts)
+
+    def compute(v, items=None, captions=None):  # the unsplit run, and each --by level alike
+        return score(args.protocol, v, items=items, captions=captions, n_resamples=args.resamples, seed=args.seed,
+                     **options)
+
+    frame = compute(verdicts, items=items, captions=captions)
+    frame = add_breakdowns(frame, compute, verdicts, args.by, protocol=args.protocol, items=items, captions=captions,
+                           params=options, show=not args.quiet)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.write_csv(args.out)
     if not args.quiet:

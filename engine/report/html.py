@@ -18,6 +18,7 @@ import polars as pl
 from engine.registry import lookup
 from engine.report import plots
 from engine.report.assets import CSS, JS
+from engine.report.breakdowns import breakdowns_html, section_tables
 from engine.report.compare import compare_run
 from engine.report.cost import cost_html
 from engine.report.leaderboard import Leaderboard, leaderboards
@@ -215,7 +216,8 @@ def script_json(value) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MAX_SAMPLES) -> str:
+def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MAX_SAMPLES,
+                 breakdowns: pl.DataFrame | None = None) -> str:
     """The page's HTML text."""
     from plotly.offline import get_plotlyjs
 
@@ -248,7 +250,7 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 <script type="text/javascript">{get_plotlyjs()}</script>
 </head><body>
 <header><h1>capeval report: {_e(run.path.name)}</h1><p>{_e(run.path.resolve())} · generated {now}</p></header>
-<nav><a href="#leaderboards">Leaderboards</a><a href="#plots">Plots</a><a href="#comparisons">Comparisons</a>
+<nav><a href="#leaderboards">Leaderboards</a><a href="#breakdowns">Breakdowns</a><a href="#plots">Plots</a><a href="#comparisons">Comparisons</a>
 <a href="#samples">Samples</a><a href="#failures">Failures</a><a href="#cost">Cost</a><a href="#validation">Judge validation</a>
 <a href="#run">Run record</a></nav>
 <main>
@@ -256,6 +258,7 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 <p class="note">Headline metrics with 95% percentile intervals from a bootstrap that resamples videos.</p>
 {''.join(_leaderboard_html(lb) for lb in lbs) or "<p class='note'>No results table in this folder.</p>"}
 </section>
+<section id="breakdowns"><h2>Breakdowns</h2>{breakdowns_html(section_tables(run, breakdowns))}</section>
 <section id="plots"><h2>Plots</h2>{''.join(f for f in figures if f)}</section>
 <section id="comparisons"><h2>Paired comparisons</h2>{_comparison_html(comp)}</section>
 <section id="agreement"><h2>Judge agreement</h2>{agreement_html}</section>

@@ -127,9 +127,15 @@ def task_bars(lb: Leaderboard, results: pl.DataFrame, div_id: str) -> str | None
 
     if not lb.breakdown_columns:
         return None
-    col = lb.breakdown_columns[-1]  # the finest level (question_type under family)
     metric = lb.metrics[0]
     df = results.filter(pl.col("metric") == metric)
+    added = {"by", *df["by"].drop_nulls().to_list()} if "by" in df.columns else set()
+    if added:  # the unsplit run's rows only: `--by` levels have their own tables (report/breakdowns.py)
+        df = df.filter(pl.col("by").is_null() | (pl.col("by") == "all"))
+    shown = [c for c in lb.breakdown_columns if c not in added]
+    if not shown:
+        return None
+    col = shown[-1]  # the finest level (question_type under family)
     if "protocol" in df.columns:
         df = df.filter(pl.col("protocol") == lb.protocol)
     df = df.filter(~pl.col(col).is_in(["all", "avg", "overall", "-"]) & pl.col(col).is_not_null())

@@ -43,6 +43,7 @@ Every option is documented in docs/inputs.md.
     batch_size = 4          # accepted, no effect: each caption actor streams its captioner's max_in_flight window
     n_resamples = 200       # bootstrap resamples for the metrics' confidence intervals
     prices = "prices.toml"  # optional: prices by judge/captioner name or model (engine/sweep/prices.py)
+    breakdowns = ["task"]   # optional: metrics per level of item attributes too (docs/breakdowns.md)
 
 Prompts are ids or tables in the same `prompts` array (`[[prompts]]` in TOML): `{id, text}` (the user's text,
 optional `image` variant), `{id, file}`, or `{id, pack, video, image}` (texts read from a prompt pack).
@@ -51,7 +52,7 @@ optional `image` variant), `{id, file}`, or `{id, pack, video, image}` (texts re
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,8 @@ class SweepOptions:
     # false: every caption first, then the judging (stage after stage; the same results, later)
     overlap: bool = True
     prices: str | None = None  # a prices file (engine/sweep/prices.py), relative to the sweep file
+    # item attributes each cell's metrics are also broken down by (engine/metrics/breakdowns.py; docs/breakdowns.md)
+    breakdowns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,8 @@ _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, Fa
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
             "warn_failure_share": ((int, float), False),
             "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
-            "judge_actors": (int, False), "overlap": (bool, False), "prices": (str, False)}
+            "judge_actors": (int, False), "overlap": (bool, False), "prices": (str, False),
+            "breakdowns": (list, False)}
 
 
 def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bool = True) -> SweepConfig:
@@ -225,6 +229,12 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
                               and type_ok(v, _OPTIONS[k][0])}) if isinstance(raw.get("options"), dict) else SweepOptions()
     if isinstance(raw.get("options"), dict):
         c.table(raw["options"], _OPTIONS, "options")
+    if options.breakdowns:  # a list of attribute names, kept as a tuple (the options are hashed)
+        bad = [b for b in options.breakdowns if not isinstance(b, str) or not b.strip()]
+        if bad:
+            c.fail("options.breakdowns", f"expected item attribute names (strings), got {bad!r}", "breakdowns")
+        options = replace(options, breakdowns=tuple(dict.fromkeys(b.strip() for b in options.breakdowns
+                                                                  if isinstance(b, str) and b.strip())))
     if not 0 <= options.warn_failure_share <= 1:
         c.fail("options.warn_failure_share",
                f"must be a share from 0 to 1 (0.05: 5%), got {options.warn_failure_share}", "warn_failure_share")

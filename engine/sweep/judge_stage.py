@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from engine.sweep import accounting
 from engine.sweep import cells as cellmod
+from engine.sweep.breakdowns import cell_breakdowns
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import LoadedDataset, judge_sees_frames
 from engine.sweep.grid import Cell
@@ -133,6 +134,13 @@ class JudgeStage:
             captions=pl.from_arrow(prep.captions), n_resamples=self.config.options.n_resamples, seed=0,
             **_metric_params(cell.protocol.params))
         metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
+        if self.config.options.breakdowns:  # per level of item attributes too (engine/sweep/breakdowns.py)
+            options = self.config.options
+            metrics = cell_breakdowns(metrics, prep.protocol, verdicts, options.breakdowns, items=prep.items,
+                                      captions=prep.captions, n_resamples=options.n_resamples,
+                                      metric_params=_metric_params(cell.protocol.params),
+                                      duration_buckets=cell.protocol.params.get("duration_buckets"),
+                                      log=self.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
         metrics = cellmod.label_metrics(metrics, cell, key, status)
         spool = self.spools.pop(key, None)
         if spool is not None:  # before the verdicts: a committed cell always has its transcripts
