@@ -27,6 +27,7 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
+from engine.metrics.trials import TrialCounts, trial_counts, trial_metrics_frame
 from kernels.aggregate import count_codes_by_cluster
 from kernels.bootstrap import cluster_bootstrap, percentile_ci
 
@@ -76,6 +77,7 @@ class CountTable:
     strata: np.ndarray | None = None  # int32 (n_clusters,) stratum id of each cluster, or None
     row_counts: np.ndarray | None = None  # int64 (n_clusters, n_groups, 2): rows with / without a verdict;
     #                                       None: read off the code counts
+    trials: TrialCounts | None = None  # per (video, judge trial) counts when groups pool trials (metrics/trials.py)
 
     @property
     def totals(self) -> np.ndarray:
@@ -147,7 +149,9 @@ def count_table(verdicts: pl.DataFrame | pa.Table, group_columns: list[str], n_c
     strata = _factorize(clusters, strata_columns)[0] if strata_columns else None
     n_groups = groups.height if group_columns else (1 if frame.height else 0)
     counts = count_codes_by_cluster(cluster_ids, group_ids, codes.to_numpy(), clusters.height, n_groups, n_codes)
-    return CountTable(list(group_columns), _string_keys(groups), counts, n_codes, clusters, strata)
+    trials = trial_counts(frame, group_columns, [*strata_columns, cluster_column], cluster_ids, group_ids,
+                          codes.to_numpy(), n_groups, n_codes)  # None: one judge trial per (video, item, group)
+    return CountTable(list(group_columns), _string_keys(groups), counts, n_codes, clusters, strata, trials=trials)
 
 
 def sum_table(units: pl.DataFrame | pa.Table, group_columns: list[str], stat_columns: list[str], *,
@@ -206,7 +210,7 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
                     confidence: float = 0.95, scale: float | Mapping[str, float] = 100.0, strata=None,
                     average_over: str | None = None, average_label: str | None = None,
                     average_skips_nan: bool = True, nan_as_null: bool = False,
-                    verdict_rows: np.ndarray | None = None) -> pl.DataFrame:
+                    verdict_rows: np.ndarray | None = None, replicates=None) -> pl.DataFrame:
     """The one mechanism: long-format metrics with percentile CIs from one cluster bootstrap over all groups.
 
     sums: (n_clusters, n_groups, n_stats) per-cluster sums; keys: one row per group (its group columns, or no
@@ -220,6 +224,8 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
     `verdict_rows` (per group: rows with a verdict) marks groups without a single verdict: their metrics are null,
     whatever the formula would make of rows that all failed (a strict recall of 0/N is a failure, not a score),
     and an average over them treats them as undefined.
+    `replicates(evaluate, value)`, if given, draws the (n_resamples, n_metrics, rows) replicate values instead of
+    the cluster bootstrap.
     """
     if not metrics:
         raise ValueError("metrics is empty")
@@ -255,7 +261,9 @@ def bootstrap_frame(sums: np.ndarray, keys: pl.DataFrame, metrics: Mapping[str, 
     totals = np.ascontiguousarray(np.moveaxis(sums, 0, -1)).sum(-1)
     value = evaluate(totals.astype(np.float64))  # (n_metrics, G [+ A])
     if n_resamples > 0 and n_clusters > 0 and n_groups > 0:
-        low, high = percentile_ci(cluster_bootstrap(sums, evaluate, n_resamples, seed, strata), confidence)
+        samples = (cluster_bootstrap(sums, evaluate, n_resamples, seed, strata) if replicates is None
+                   else replicates(evaluate, value))  # engine/metrics/trials.py: the two-stage bootstrap
+        low, high = percentile_ci(samples, confidence)
     else:
         low = high = np.full_like(value, np.nan)
     counts = {name: np.asarray(t, dtype=np.int64) for name, t in tallies.items()}
@@ -296,6 +304,10 @@ def metrics_frame(table: CountTable, metrics: Mapping[str, MetricFn], *, n_resam
     resample="joint": one bootstrap over all clusters of the table, shared by all groups (paired groups; needed
     for `average_over`). resample="per_group": each group resamples only the clusters it has rows in, with the
     same seed for every group (groups over the same videos then get the same replicates)."""
+    if table.trials is not None:  # groups pool judge trials: two-stage intervals, ci_kind, judge_noise_share
+        return trial_metrics_frame(table, metrics, bootstrap_frame, n_resamples=n_resamples, seed=seed,
+                                   confidence=confidence, scale=scale, average_label=average_label,
+                                   average_over=average_over, resample=resample, nan_as_null=nan_as_null)
     rows = table.rows
     keys = table.groups.select(table.group_columns) if table.group_columns else pl.DataFrame()
     options = dict(n_resamples=n_resamples, seed=seed, confidence=confidence, scale=scale, nan_as_null=nan_as_null)
