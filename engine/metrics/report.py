@@ -11,7 +11,9 @@ import functools
 import numpy as np
 import polars as pl
 
-VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason"]
+from engine.schemas import METRIC_VALUE_NAMES
+
+VALUE_COLUMNS = METRIC_VALUE_NAMES
 
 
 def metric_markers() -> dict[str, str]:

@@ -22,13 +22,14 @@ import polars as pl
 
 from engine.metrics.reasons import is_no_verdicts
 from engine.registry import lookup
+from engine.schemas import METRIC_VALUE_NAMES
 
 #: labels that mark an overall row in a breakdown column ("avg" rows are averages over that column)
 OVERALL_LABELS = ("all", "avg", "overall", "-")
 #: what tells systems apart; a column is shown when it varies (judge seeds: one row per seed, as the results table)
 SYSTEM_COLUMNS = ["dataset", "captioner", "prompt_id", "prompt_set", "frame_spec", "judge", "seed"]
 ALWAYS_SHOWN = ("captioner", "prompt_id", "frame_spec")
-VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason"]
+VALUE_COLUMNS = METRIC_VALUE_NAMES
 #: below this many videos a bootstrap interval is rough: say so
 MIN_VIDEOS = 20
 

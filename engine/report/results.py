@@ -13,9 +13,11 @@ from pathlib import Path
 
 import polars as pl
 
+from engine.schemas import METRIC_VALUE_NAMES
+
 from engine.sweep.grid import CELL_COLUMNS
 
-VALUE_COLUMNS = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason"]
+VALUE_COLUMNS = METRIC_VALUE_NAMES
 
 
 def results_table(metrics_store, cell_keys: list[str]) -> pl.DataFrame:
