@@ -14,8 +14,8 @@ import sys
 from engine import exitcodes
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
-_COMMAND_MODULES = ("demo", "capability", "capquiz", "score", "judge", "validate", "align", "sweep", "plan",
-                    "compare", "show", "report", "submit", "list", "bench")
+_COMMAND_MODULES = ("demo", "capability", "capquiz", "construct", "score", "judge", "validate", "align", "sweep",
+                    "plan", "compare", "show", "report", "submit", "list", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

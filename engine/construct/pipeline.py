@@ -1,0 +1,47 @@
+"""What a construction pipeline provides to `capeval construct` (engine/cli/construct.py), and what it hands back."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from engine.packs import PromptPack
+
+from .base import ConstructContext, RecordLog
+
+
+@dataclass
+class PipelineResult:
+    """The items built (ITEMS rows, the format `capeval judge` and sweeps read), the per-item record, and any other
+    tables the pipeline writes (name -> table, written as <name>.parquet beside the items)."""
+
+    items: pa.Table
+    record: RecordLog
+    tables: dict[str, pa.Table] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # printed at the end and kept in construct.json
+
+
+class ConstructionPipeline:
+    """Subclasses set `name`, `summary` (one line for `--list`), `steps` (the step names, in order: each may get its
+    own judge with `--step-judge STEP=...`) and implement `add_arguments`, `pack` and `run`."""
+
+    name: str = ""
+    summary: str = ""
+    steps: tuple[str, ...] = ()
+    #: steps that need no judge (embedding dedup, balancing): listed for the docs and --list, never given a judge
+    local_steps: tuple[str, ...] = ()
+    epilog: str = ""
+
+    def add_arguments(self, parser) -> None:
+        """The pipeline's own options (inputs, thresholds), added to `capeval construct NAME`."""
+
+    def pack(self, mode: str, prompts: str | None) -> PromptPack:
+        """The pack its prompts come from: the benchmark's (official mode, given by path) or capeval's own."""
+        raise NotImplementedError
+
+    def check(self, args) -> None:
+        """Raise engine.errors.UsageError for option mistakes, before any judge starts."""
+
+    def run(self, args, ctx: ConstructContext) -> PipelineResult:
+        raise NotImplementedError
