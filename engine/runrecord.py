@@ -203,13 +203,7 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
     for p in getattr(config, "protocols", []):
         params = dict(getattr(p, "params", {}) or {})
         modes[p.display] = params.get("mode", "strict")
-        if params.get("prompts"):
-            try:
-                from engine.packs import load_pack
-
-                packs[p.display] = load_pack(params["prompts"]).digest
-            except Exception as exc:  # a record must not fail a finished run; say why instead
-                packs[p.display] = f"unreadable: {exc}"
+        packs[p.display] = _pack_digests(p.name, params)
     cs = result.caption_stats or {}
     js = result.judge_stats or {}
     wall = max(result.wall_s, 1e-9)
@@ -229,3 +223,15 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
                        "captions_per_s": cs.get("captioned", 0) / wall,
                        "judge_requests_per_s": js.get("sent", 0) / wall},
     }
+
+
+def _pack_digests(protocol: str, params: dict) -> dict:
+    """{pack param: {path, digest}} for every pack the protocol's run used (JudgeProtocol.packs_used), so the record
+    names the judge prompts behind every number. Never fails a finished run: an unreadable pack says why."""
+    from engine.registry import lookup
+
+    try:
+        packs = lookup("protocol", protocol).packs_used(params.get("mode") or "strict", params)
+    except Exception as exc:  # noqa: BLE001 -- a record must not fail a finished run; say why instead
+        return {"error": f"packs unreadable: {exc}"}
+    return {key: {"path": str(pack.path), "digest": pack.digest} for key, pack in packs.items()}

@@ -16,6 +16,7 @@ USAGE = """examples:
   capeval show runs/demo --item shapes-001/action
   capeval show runs/demo --system "captioner=local,prompt_id=brief" --protocol capquiz --limit 5
   capeval show verdicts.parquet --json --limit 0        (capeval judge --out verdicts.parquet)
+  capeval show runs/demo --provenance --system prompt_id=brief   (what a published number depends on)
 """
 
 
@@ -32,6 +33,10 @@ def register(sub) -> None:
     p.add_argument("--protocol", metavar="P", help="only this protocol (its label in the sweep, or its name)")
     p.add_argument("--failed", action="store_true", help="only requests that ended without a verdict")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="show at most N requests (0: all; default 20)")
+    p.add_argument("--provenance", action="store_true",
+                   help="instead of requests: per system of the results, everything its numbers depend on (dataset, "
+                        "captioner and its revision, caption prompt digest, frame options, protocol version, mode and "
+                        "pack digests, judge and its revision and validation, capeval's git revision)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)
@@ -47,6 +52,8 @@ def run(args) -> int:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
     if not args.run_dir.exists():
         raise FileNotFoundError(f"{args.run_dir}: no such run folder or verdict table")
+    if args.provenance:
+        return _provenance(args)
     t = load_transcripts(args.run_dir)
     if t is None:
         where = (f"{args.run_dir}/transcripts/" if args.run_dir.is_dir() else
@@ -76,6 +83,18 @@ def run(args) -> int:
             print()
         more = f"; {total - len(records)} more not shown (--limit 0 shows all)" if total > len(records) else ""
         print(f"{total} request(s) matched{more}")
+    return 0
+
+
+def _provenance(args) -> int:
+    from engine.report.provenance import format_provenance, provenance
+
+    records = provenance(args.run_dir)
+    if args.system:
+        from engine.report.compare import _matches
+
+        records = [r for r in records if _matches(r["system"], args.system)]
+    print(json.dumps(records, ensure_ascii=False, default=str, indent=1) if args.json else format_provenance(records))
     return 0
 
 

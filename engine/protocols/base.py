@@ -213,6 +213,20 @@ class JudgeProtocol:
         (pack files, judge_frames) are done by the caller; a protocol adds its own here."""
         return []
 
+    def packs_used(self, mode: str, params: dict) -> dict:
+        """{pack param: PromptPack} of the packs a run with these params renders from: the files its `pack_params`
+        name, else (for `prompts`) the pack the mode resolves to (capeval's own in strict mode). Run records name
+        these behind every number; a protocol whose default pack lives elsewhere overrides this."""
+        from engine.packs import load_pack, resolve_pack
+
+        out = {}
+        for key in self.pack_params:
+            if params.get(key):
+                out[key] = load_pack(params[key])
+            elif key == "prompts":
+                out[key] = resolve_pack(self.name, None, mode=mode or "strict")
+        return out
+
     def paired_spec(self, mode: str):
         """How `capeval compare` pairs two systems' verdicts: an engine.metrics.paired.PairedSpec, or None when
         the protocol has no paired statistic (compare then skips it, saying so)."""

@@ -95,3 +95,27 @@ def test_report_shows_the_toy_headline(toy_run):
     assert r.returncode == 0, r.stderr[-3000:]
     text = html.read_text()
     assert "toy_mention" in text and "mention_rate" in text
+
+
+def test_provenance_names_everything_behind_each_number(toy_run):
+    """`capeval show --provenance`: per system, the protocol's version and mode, the judge prompt pack's digest (the
+    toy's own pack, declared by the protocol), the caption prompt, frame spec, judge revision and capeval's revision."""
+    from engine.packs import load_pack
+
+    r = subprocess.run([*toy_run["capeval"], "show", str(toy_run["out"]), "--provenance", "--json"],
+                       env=toy_run["env"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = json.loads(r.stdout)
+    assert sorted(rec["system"]["prompt_id"] for rec in records) == ["brief", "capquiz_standard"]
+    toy_pack = load_pack(TESTS / "toy_protocol" / "pack.toml")
+    for rec in records:
+        assert rec["protocol"]["name"] == "toy_mention" and rec["protocol"]["version"] == "1"
+        assert rec["protocol"]["mode"] == "strict"
+        assert rec["protocol"]["pack_digests"] == {"prompts": {"path": str(toy_pack.path), "digest": toy_pack.digest}}
+        assert rec["frames"]["spec"] == "uniform:2" and rec["caption_prompt"]["digest"]
+        assert rec["judge"]["model"] == "loopback" and rec["judge"]["validation"] == {"status": "unvalidated"}
+        assert "test-key" not in json.dumps(rec)  # the credential the sweep file holds is never shown
+        assert rec["capeval"]["git_revision"]
+    text = subprocess.run([*toy_run["capeval"], "show", str(toy_run["out"]), "--provenance", "--system",
+                           "prompt_id=brief"], env=toy_run["env"], capture_output=True, text=True, timeout=300)
+    assert text.returncode == 0 and "prompt_id=brief" in text.stdout and "capquiz_standard" not in text.stdout

@@ -57,6 +57,9 @@ class MentionProtocol(JudgeProtocol):
             return int(MentionVerdict.NO), ParseStatus.OK, None
         return NO_VERDICT, ParseStatus.FAILED, f"expected yes or no, got {answer[:40]!r}"
 
+    def packs_used(self, mode, params):
+        return {"prompts": load_pack(params.get("prompts") or PACK)}
+
     def paired_spec(self, mode):
         from engine.metrics.paired import PairedSpec, code_stats
 
