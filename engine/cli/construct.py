@@ -72,7 +72,7 @@ def _list_or_help(args) -> int:
     return 2
 
 
-def judge_roles(args, steps: tuple[str, ...], local_steps: tuple[str, ...] = ()) -> tuple[dict, dict]:
+def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[dict, dict]:
     """(role -> [label], label -> (backend name, options)) from --judge / --step-judge / --judge-option."""
     from engine.cli.capquiz import _judge_options
     from engine.errors import UsageError
@@ -102,10 +102,9 @@ def judge_roles(args, steps: tuple[str, ...], local_steps: tuple[str, ...] = ())
         if not sep:
             raise UsageError(f"--step-judge {pair!r}: expected STEP=NAME[@LABEL][,...]")
         if step not in steps:
-            raise UsageError(f"--step-judge {pair!r}: no step {step!r}; the steps that ask a judge are "
-                             f"{', '.join(s for s in steps if s not in local_steps)}")
+            raise UsageError(f"--step-judge {pair!r}: no step {step!r}; the steps are {', '.join(steps)}")
         roles[step] = parse(text, f"--step-judge {pair}")
-    missing = [s for s in steps if s not in local_steps and s not in roles and "*" not in roles]
+    missing = [s for s in judged if s not in roles and "*" not in roles]
     if missing:
         raise UsageError(f"no judge for step(s) {', '.join(missing)}: give --judge NAME (every step) or "
                          f"--step-judge STEP=NAME")
@@ -133,7 +132,7 @@ def run(args) -> int:
     if args.max_in_flight < 1:
         raise UsageError(f"--max-in-flight must be at least 1, got {args.max_in_flight}")
     pipeline.check(args)
-    roles, specs = judge_roles(args, pipeline.steps, pipeline.local_steps)
+    roles, specs = judge_roles(args, pipeline.steps, pipeline.judged_steps(args))
     pack = pipeline.pack(args.mode, args.prompts)
 
     def factory(label: str):
@@ -154,7 +153,7 @@ def run(args) -> int:
         ctx.close()
     for note in result.notes:
         ctx.log(note)
-    kept = sum(result.record.table().column("kept").to_pylist())
+    kept = sum(k is True for k in result.record.table().column("kept").to_pylist())
     ctx.log(f"{result.items.num_rows} items -> {paths['items']} (record: {paths['record']}, {kept} of "
             f"{result.record.table().num_rows} record rows kept)")
     print(paths["items"])

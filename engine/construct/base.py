@@ -89,6 +89,8 @@ class GenerationStep:
     name: str = "generate"
     protocol: str = "construct"
     version: str = "1"
+    #: the pack this step renders from when not the run's (e.g. a capeval prompt the official pack lacks)
+    pack: PromptPack | None = None
 
     def parse(self, context: dict, text: str) -> Any:
         """The generated payload (JSON-serialisable) from the reply `text`; raise ParseFailure(why) when unusable."""
@@ -186,7 +188,8 @@ def render_asks(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, ju
     """The step's request rows (REQUESTS_WITH_CONTEXT), keyed by content: judge, pack digest, mode, step version and
     the rendered text enter every key."""
     seen: set[tuple] = set()
-    revision = (f"{judge.revision}|construct:{ctx.pipeline}/{step.name}@{step.version}|pack:{ctx.pack.digest}|"
+    pack = step.pack or ctx.pack
+    revision = (f"{judge.revision}|construct:{ctx.pipeline}/{step.name}@{step.version}|pack:{pack.digest}|"
                 f"mode:{ctx.mode}")
     rows = []
     for ask in asks:
@@ -195,7 +198,7 @@ def render_asks(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, ju
             raise ValueError(f"step {step.name}: two asks for item {ask.item_id!r} sub_index {ask.sub_index} "
                              f"trial {ask.trial}")
         seen.add(ident)
-        system, user = ctx.pack.render(ask.prompt_id, **ask.fields)
+        system, user = pack.render(ask.prompt_id, **ask.fields)
         if ask.appendix:
             user = f"{user}\n\n{ask.appendix}"
         r = Rendered(task=ask.task, step=step.name, user=user, system=system, sub_index=ask.sub_index,
@@ -249,18 +252,20 @@ RECORD = pa.schema([
 
 
 class RecordLog:
-    """Per-item record of a run: one row per (step, item[, trial]): what was generated, kept or filtered, and why."""
+    """Per-item record of a run: one row per (step, item[, trial]): what was generated, kept or filtered, and why.
+    `kept` is null on evidence rows that decide nothing by themselves (one blind trial of one judge)."""
 
     def __init__(self, pipeline: str):
         self.pipeline = pipeline
         self.rows: list[dict] = []
 
-    def add(self, step: str, item_id: str, video_id: str, *, kept: bool, reason: str, request_key: str | None = None,
+    def add(self, step: str, item_id: str, video_id: str, *, kept: bool | None, reason: str, request_key: str | None = None,
             trial: int | None = None, output: Any = None) -> None:
         if output is not None and not isinstance(output, str):
             output = json.dumps(output, ensure_ascii=False)
         self.rows.append({"pipeline": self.pipeline, "step": step, "item_id": item_id, "video_id": video_id,
-                          "request_key": request_key, "trial": trial, "output": output, "kept": bool(kept),
+                          "request_key": request_key, "trial": trial, "output": output,
+                          "kept": None if kept is None else bool(kept),
                           "reason": reason})
 
     def generated(self, step: str, g: Generated, *, kept: bool | None = None, reason: str | None = None,

@@ -40,6 +40,10 @@ class ConstructionPipeline:
         """The pack its prompts come from: the benchmark's (official mode, given by path) or capeval's own."""
         raise NotImplementedError
 
+    def judged_steps(self, args) -> tuple[str, ...]:
+        """The steps that will ask a judge with these options (each needs --judge or --step-judge STEP=...)."""
+        return tuple(s for s in self.steps if s not in self.local_steps)
+
     def check(self, args) -> None:
         """Raise engine.errors.UsageError for option mistakes, before any judge starts."""
 
