@@ -10,13 +10,22 @@ engine/datasets/synthetic_videos.py draws) its captions are even mostly right, w
 The prompt only changes verbosity: prompts that ask for something short ("brief", "concise", "one sentence",
 "short") get colours and counts only; every other prompt gets shapes, positions and motion as well. With `context`
 (LVCap segmental mode) the caption says it continues the previous segments.
+
+Questions (CAPability-QA: a request with `question`, adapters.base.CaptionRequest) are answered from the same
+description (`answer_question`): a multiple-choice question gets the letter of the option its caption supports, an
+open one the part of the caption about the quoted subject. With `answers=FILE` (JSONL lines {"task", "item_id",
+"sub_index" (optional), "text"}) it answers from that script instead, so tests know every answer in advance; a
+question the script lacks fails, naming it.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -155,23 +164,77 @@ def describe(frames: np.ndarray, prompt: str = "", context: str | None = None) -
     return f"{head[0].upper()}{head[1:]} across {frames.shape[0]} sampled frames: {body}."
 
 
+_YES = ("yes",)
+
+
+def answer_question(frames: np.ndarray, question: Mapping[str, str]) -> str:
+    """A plumbing answer from the caption of `frames`: for a choice question, "A" (yes) when the quoted subject of
+    the question is in the caption and "B" otherwise for yes/no options, else the first option the caption names
+    (a count: the number of caption parts naming the subject); for an open question, the caption parts naming the
+    subject, or the whole caption."""
+    caption = describe(frames)
+    low = caption.lower()
+    quoted = re.findall(r'"([^"]+)"', question.get("question", ""))
+    subject = quoted[0].lower() if quoted else ""
+    parts = [p for p in re.split(r"[;:]", caption) if subject and subject in p.lower()]
+    if question.get("kind") != "choice":
+        return "; ".join(p.strip() for p in parts) or caption
+    options = [str(o) for o in json.loads(question.get("options") or "[]")]
+    letters = "ABCDEFGH"[:len(options)]
+    if options and options[0].lower() in _YES:
+        return letters[0] if subject and subject in low else letters[1]
+    count = str(len(parts))
+    for letter, option in zip(letters, options):
+        if option == count or re.search(rf"\b{re.escape(option.lower())}\b", low):
+            return letter
+    return letters[0] if letters else ""
+
+
+def _read_answers(path: str | Path) -> dict[tuple, str]:
+    out: dict[tuple, str] = {}
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        if not isinstance(rec, dict) or not isinstance(rec.get("text"), str) or "item_id" not in rec:
+            raise ValueError(f"{path}:{n}: expected {{\"task\", \"item_id\", \"sub_index\"?, \"text\"}}")
+        sub = rec.get("sub_index")
+        out[(str(rec.get("task") or ""), str(rec["item_id"]), "" if sub is None else str(int(sub)))] = rec["text"]
+    return out
+
+
 @register_captioner("local")
 class LocalCaptioner:
     """Pixel-statistics captioner (plumbing check; no model). Same API as the model-backed captioners."""
 
     revision = "pixelstats-1"
 
-    def __init__(self, name: str = "local", latency_s: float = 0.0, max_in_flight: int = 8, **_: object):
+    def __init__(self, name: str = "local", latency_s: float = 0.0, max_in_flight: int = 8,
+                 answers: str | None = None, **_: object):
         """latency_s: seconds each caption takes on top of the pixel statistics (a stand-in for a model's generation
         time, for benchmarks and tests of stage overlap). max_in_flight: captions one caption actor works on at
-        once (adapters.base.StreamingCaptioner; the latency waits overlap, the pixel statistics share the GIL)."""
+        once (adapters.base.StreamingCaptioner; the latency waits overlap, the pixel statistics share the GIL).
+        answers: a JSONL script of answers to questions (see the module docstring)."""
         self.name = name
         self.latency_s = float(latency_s)
         self.max_in_flight = max(1, int(max_in_flight))
+        self.answers = _read_answers(answers) if answers else None
+
+    def _answer(self, r: CaptionRequest) -> str:
+        q = r.question or {}
+        if self.answers is None:
+            return answer_question(np.asarray(r.frames), q)
+        for key in ((q.get("task", ""), q.get("item_id", ""), q.get("sub_index", "")),
+                    ("", q.get("item_id", ""), q.get("sub_index", "")), (q.get("task", ""), q.get("item_id", ""), "")):
+            if key in self.answers:
+                return self.answers[key]
+        raise KeyError(f"no scripted answer for task {q.get('task')!r} item {q.get('item_id')!r} "
+                       f"sub_index {q.get('sub_index') or None}")
 
     def _describe(self, r: CaptionRequest, t0: float) -> CaptionResponse:
         try:
-            text = describe(np.asarray(r.frames), r.prompt, r.context)
+            text = (self._answer(r) if getattr(r, "question", None) is not None
+                    else describe(np.asarray(r.frames), r.prompt, r.context))
         except Exception as exc:  # per-request failure, never the batch
             return CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}")
         return CaptionResponse(r.key, text, prompt_tokens=len(r.prompt.split()) + len((r.context or "").split()),

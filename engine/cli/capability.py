@@ -1,4 +1,5 @@
-"""`capeval capability score`: CAPability metrics of one model's released (or our own) judgment files."""
+"""`capeval capability score`: CAPability metrics of one model's released (or our own) judgment files.
+`capeval capability kt`: KT beside QA accuracy and F1 from CAPability-QA verdicts (capeval construct capability-qa)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,47 @@ def register(subparsers) -> None:
                        help="a judgment for a file_id not annotated for its task: fail, or skip and count it")
     score.add_argument("--debug", action="store_true", help="show tracebacks")
     score.set_defaults(func=run_score)
+    kt = sub.add_parser("kt", help="KT (know but cannot tell) beside QA accuracy and F1, per task and averaged, from "
+                                   "QA verdicts (capeval construct capability-qa) and the same model's caption "
+                                   "verdicts")
+    kt.add_argument("--qa-verdicts", required=True, type=Path, help="qa_verdicts.parquet of capeval construct "
+                    "capability-qa")
+    kt.add_argument("--caption-verdicts", required=True, type=Path, help="CAPability caption verdicts: a run folder, "
+                    "a verdicts Parquet or the release's judgments/<model>/")
+    kt.add_argument("--annotations", type=Path, help="annotations/ (needed with released judgments)")
+    kt.add_argument("--mode", choices=("official", "strict"), default="official",
+                    help="caption metrics' mode for F1 and KT (official: items without a caption verdict are left out)")
+    kt.add_argument("--out", type=Path, help="CSV to write (one row per caption group and task)")
+    kt.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of videos (0: no CIs)")
+    kt.add_argument("--seed", type=int, default=0)
+    kt.add_argument("--debug", action="store_true", help="show tracebacks")
+    kt.set_defaults(func=run_kt)
     cap.set_defaults(func=lambda args: (cap.print_help(), 2)[1])
+
+
+def run_kt(args) -> int:
+    import polars as pl
+
+    from engine.construct.capability_qa import load_caption_verdicts
+    from engine.errors import UsageError
+    from engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide
+
+    if not args.qa_verdicts.is_file():
+        raise UsageError(f"--qa-verdicts {args.qa_verdicts}: not found")
+    if not args.caption_verdicts.exists():
+        raise UsageError(f"--caption-verdicts {args.caption_verdicts}: not found")
+    qa = pl.read_parquet(args.qa_verdicts)
+    caption = load_caption_verdicts(args.caption_verdicts, args.annotations)
+    try:
+        table = kt_wide(kt_table(qa, caption, mode=args.mode, n_resamples=args.resamples, seed=args.seed))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    print(format_kt_table(table, mode=args.mode))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.write_csv(args.out)
+        print(f"wrote {args.out}")
+    return 0
 
 
 def score_table(annotations: Path, judgments: Path, *, mode: str = "official", resamples: int = 1000,

@@ -21,6 +21,7 @@ from engine.report.assets import CSS, JS
 from engine.report.breakdowns import breakdowns_html, section_tables
 from engine.report.compare import compare_run
 from engine.report.cost import cost_html
+from engine.report.kt import kt_html
 from engine.report.leaderboard import Leaderboard, leaderboards
 from engine.report.rundir import RunData, load_items, load_run
 from engine.report.transcripts import with_transcripts
@@ -258,6 +259,7 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 <p class="note">Headline metrics with 95% percentile intervals from a bootstrap that resamples videos.</p>
 {''.join(_leaderboard_html(lb) for lb in lbs) or "<p class='note'>No results table in this folder.</p>"}
 </section>
+{kt_html(run.path)}
 <section id="breakdowns"><h2>Breakdowns</h2>{breakdowns_html(section_tables(run, breakdowns))}</section>
 <section id="plots"><h2>Plots</h2>{''.join(f for f in figures if f)}</section>
 <section id="comparisons"><h2>Paired comparisons</h2>{_comparison_html(comp)}</section>

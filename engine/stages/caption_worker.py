@@ -21,6 +21,7 @@ keeps the whole reply in `raw_text` and counts `reasoning_tokens`.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ class CaptionTask:
     media_type: str = "video"  # "image": the frames are one still image, sent as an image
     timestamps_mode: str = "none"  # "text": the frame timestamps are appended to the video prompt
     system: str | None = None  # the prompt's system message (packs), sent as it is
+    question: str | None = None  # CAPability-QA: the question's fields as JSON text (adapters.base.CaptionRequest)
 
 
 def prompt_with_timestamps(prompt: str, timestamps, mode: str) -> str:
@@ -189,7 +191,7 @@ class CaptionWorker:
         text = task.prompt_text if image else prompt_with_timestamps(task.prompt_text, ts, task.timestamps_mode)
         return CaptionRequest(key or task.caption_key, text, frames, ts, max_tokens=task.max_tokens,
                               context=context, media_type=task.media_type, encoded_frames=encoded,
-                              system=task.system)
+                              system=task.system, question=json.loads(task.question) if task.question else None)
 
     async def _caption(self, task: CaptionTask, frames, encoded, sync: bool) -> dict:
         if task.segments:
