@@ -175,3 +175,26 @@ def test_second_run_asks_nothing_again(first_run, release):
     steps = json.loads((first_run / "construct.json").read_text())["steps"]
     assert steps["answer"]["sent"] == 0 and steps["answer"]["cached"] == steps["answer"]["asks"] == 10
     assert steps["grade"]["sent"] == 0 and steps["grade"]["cached"] == 3
+
+
+def test_a_task_answered_all_wrong_has_no_kt_and_no_average(release):
+    """No S_qa(Correct): Eq. 4 is 0/0 for that task; its row says so and the average over tasks is undefined too."""
+    from engine.protocols.capability.kt import kt_table
+    from engine.protocols.capability.kt_grading import choice_row, qa_verdicts
+
+    root, anno, *_ = release
+    items = load_items(anno, media_root=root)
+    rows = []
+    for q in build_questions(items):
+        if q.kind != "choice":
+            continue
+        right = q.task == "scene"  # every scene question right, every count question wrong
+        text = q.answer if right else next(letter for letter in "ABCD" if letter != q.answer)
+        rows.append(choice_row(q, {"caption_key": q.qa_id, "text": text, "frame_spec": "uniform:2"}, "toy"))
+    caption = load_judgments(root / "judgments" / "toy", items).verdicts
+    long = kt_table(qa_verdicts(rows), caption, n_resamples=0)
+    kt = {r["task"]: r for r in long.filter(pl.col("metric") == "kt").iter_rows(named=True)}
+    told_wrong = {f for f, s in SCENE_SCORES.items() if s in (0, -1)}
+    assert kt["scene"]["value"] == pytest.approx(100 * len(set(SCENES) & told_wrong) / len(SCENES))
+    assert kt["dynamic_object_number"]["value"] is None and "0/0" in kt["dynamic_object_number"]["note"]
+    assert kt["avg"]["value"] is None and kt["avg"]["note"].startswith("undefined")

@@ -23,6 +23,9 @@ from .groups import GROUP_COLUMNS, with_groups
 from .metrics import _task_frame, compute_metrics, know_but_cannot_tell
 
 METRICS = ("f1", "qa_accuracy", "kt")
+_NO_CORRECT = "undefined (0/0): no question of this task was answered correctly"
+_AVG_UNDEFINED = "undefined: KT is undefined for at least one task (see its row)"
+_KEEP = ("task", "metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "note")
 CELL_EXTRA = ("dataset", "judge")  # run-folder verdicts carry these labels; each value is a caption group of its own
 _POS, _NEG = 1, 2
 
@@ -59,6 +62,23 @@ def _match_captioners(qa: pl.DataFrame, cap: pl.DataFrame) -> tuple[pl.DataFrame
                      f"pass the caption verdicts of the model that answered (or its label)")
 
 
+def _undefined_tasks(kt: pl.DataFrame, tasks: list[str]) -> pl.DataFrame:
+    """A task whose questions were all answered wrongly has no KT row from the library (no S_qa(Correct) to count):
+    give it a null row saying why, and make the average null, like every average over an undefined task."""
+    kt = kt.select(_KEEP)
+    missing = [t for t in tasks if t not in set(kt["task"].to_list())]
+    if not missing:
+        return kt
+    avg = pl.col("task") == "avg"
+    n_avg = kt.filter(avg)["n"].sum() if kt.height else 0
+    defined = kt.filter(~avg)
+    null_rows = pl.DataFrame({"task": [*missing, "avg"], "metric": "kt", "value": None, "ci_low": None,
+                              "ci_high": None, "n": [0] * len(missing) + [n_avg], "n_no_verdict": 0,
+                              "note": [_NO_CORRECT] * len(missing) + [_AVG_UNDEFINED]},
+                             schema={c: kt.schema[c] for c in _KEEP})
+    return pl.concat([defined, null_rows], how="vertical_relaxed")
+
+
 def kt_table(qa_verdicts, caption_verdicts, *, mode: str = "official", n_resamples: int = 1000, seed: int = 0,
              confidence: float = 0.95) -> pl.DataFrame:
     """Long rows (metric in f1 / qa_accuracy / kt) per caption group (dataset, judge when present; captioner,
@@ -74,7 +94,7 @@ def kt_table(qa_verdicts, caption_verdicts, *, mode: str = "official", n_resampl
     qa_frames = ", ".join(sorted(set(qa["frame_spec"].to_list()) - {""}))
     extra = [c for c in CELL_EXTRA if c in cap.columns]
     accuracy = qa_accuracy(qa, n_resamples=n_resamples, seed=seed, confidence=confidence)
-    keep = ["task", "metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "note"]
+    keep = list(_KEEP)
     parts = []
     for key, group in cap.group_by([*extra, *GROUP_COLUMNS], maintain_order=True):
         labels = dict(zip([*extra, *GROUP_COLUMNS], key))
@@ -83,8 +103,8 @@ def kt_table(qa_verdicts, caption_verdicts, *, mode: str = "official", n_resampl
         if answers.height == 0:
             continue
         caption = group.drop([c for c in extra if c in group.columns])
-        kt = know_but_cannot_tell(answers, caption, n_resamples=n_resamples, seed=seed, mode=mode,
-                                  confidence=confidence)
+        kt = _undefined_tasks(know_but_cannot_tell(answers, caption, n_resamples=n_resamples, seed=seed, mode=mode,
+                                                   confidence=confidence), answers["task"].unique().to_list())
         f1 = compute_metrics(caption, n_resamples=n_resamples, seed=seed, mode=mode, confidence=confidence)
         acc = accuracy.filter(pl.col("captioner") == labels["captioner"])
         rows = pl.concat([f1.filter(pl.col("metric") == "f1").select(keep), acc.select(keep), kt.select(keep)],

@@ -3,9 +3,10 @@
 Neither the paper nor the official code says how the open answers (object_color, OCR, character_identification)
 were graded, and the official pack holds no prompt for it, so the grading prompt is capeval's own (kt_pack.toml,
 `qa/grade_open`): the judge sees the question, the reference answer and the model's answer (each fenced as data,
-engine/replies/fences.py) and replies "yes" (the same information) or "no". `OpenAnswerGrading` is that step as a JudgeProtocol, run on the ordinary
-judging path (content-keyed cache, re-asks of unreadable replies: strict mode's rule). The replay judge answers it
-from a recording ({"item_id", "task", "step": "grade", "sub_index", "text"}).
+engine/replies/fences.py) and replies "yes" (the same information) or "no". `OpenAnswerGrading` is that step as a
+JudgeProtocol, run on the ordinary judging path (content-keyed cache, re-asks of unreadable replies: strict mode's
+rule). The replay judge answers it from a recording ({"item_id", "task", "step": "grade", "sub_index", "text"}).
+Identical (question, reference, answer) triples are one request: the same judge gives them the same grade.
 
 `qa_verdicts` puts both kinds into one VERDICTS-shaped table (protocol "capability-qa", codes CapabilityQAVerdict):
 a reply that names no option or cannot be graded is NO_VERDICT with its reason, never a guess; a question the
