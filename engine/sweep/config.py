@@ -136,6 +136,8 @@ class SweepOptions:
     prices: str | None = None  # a prices file (engine/sweep/prices.py), relative to the sweep file
     # item attributes each cell's metrics are also broken down by (engine/metrics/breakdowns.py; docs/breakdowns.md)
     breakdowns: tuple[str, ...] = ()
+    # comparisons decided with fewer judge calls: videos judged in rounds (engine/sweep/decide.py; docs/statistics.md)
+    decide: Any = None  # a decide.DecideSpec
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,7 @@ _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_pe
             "warn_failure_share": ((int, float), False),
             "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
             "judge_actors": (int, False), "overlap": (bool, False), "prices": (str, False),
-            "breakdowns": (list, False)}
+            "breakdowns": (list, False), "decide": (dict, False)}
 
 
 def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bool = True) -> SweepConfig:
@@ -235,6 +237,10 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
             c.fail("options.breakdowns", f"expected item attribute names (strings), got {bad!r}", "breakdowns")
         options = replace(options, breakdowns=tuple(dict.fromkeys(b.strip() for b in options.breakdowns
                                                                   if isinstance(b, str) and b.strip())))
+    if options.decide is not None:  # a table, kept as a frozen DecideSpec (the options are hashed)
+        from engine.sweep.decide import parse_decide
+
+        options = replace(options, decide=parse_decide(c, options.decide))
     if not 0 <= options.warn_failure_share <= 1:
         c.fail("options.warn_failure_share",
                f"must be a share from 0 to 1 (0.05: 5%), got {options.warn_failure_share}", "warn_failure_share")

@@ -21,6 +21,7 @@ from engine.sweep import cells as cellmod
 from engine.sweep.breakdowns import cell_breakdowns
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import LoadedDataset, judge_sees_frames
+from engine.sweep.decide import PENDING
 from engine.sweep.grid import Cell
 
 
@@ -40,8 +41,9 @@ class JudgeStage:
     """State shared by the cells of one sweep run: stores, datasets, judges (opened once each), counts."""
 
     def __init__(self, pending: list[Cell], keys: dict, datasets: dict[str, LoadedDataset], config: SweepConfig,
-                 stores, cap_rev: dict, *, progress: bool, accept_failures: bool, log):
+                 stores, cap_rev: dict, *, progress: bool, accept_failures: bool, log, partial=frozenset()):
         self.pending, self.keys, self.datasets, self.config = pending, keys, datasets, config
+        self.partial = partial  # keys of cells judged on part of their videos (engine/sweep/decide_rounds.py)
         self.stores, self.cap_rev, self.progress, self.accept_failures, self.log = (
             stores, cap_rev, progress, accept_failures, log)
         self.judges: dict = {}
@@ -128,6 +130,8 @@ class JudgeStage:
         cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
         status = accounting.cell_status(verdicts, self.accept_failures)
+        if key in self.partial and status in accounting.FINISHED_STATUSES:
+            status = PENDING  # an adaptive sweep stopped judging it early: not finished (a rerun can finish it)
         verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
         metrics = prep.protocol.compute_metrics(
             pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])), items=pl.from_arrow(prep.items),

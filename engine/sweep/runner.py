@@ -128,9 +128,18 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     judge_stats: dict = {"sent": 0, "cached": 0}
     if pending:
         init_ray(verbose=verbose)
-        caption_stats, stats = _caption_and_judge(pending, keys, datasets, config, stores, cap_rev,
-                                                  progress=progress, exit_once_marker=exit_once_marker,
-                                                  accept_failures=accept_failures, log=log)
+
+        def judge(run, data, partial=frozenset()):
+            return _caption_and_judge(run, keys, data, config, stores, cap_rev, progress=progress,
+                                      exit_once_marker=exit_once_marker, accept_failures=accept_failures, log=log,
+                                      partial=partial)
+
+        if config.options.decide is not None:  # adaptive: videos in rounds until each pair is decided
+            from engine.sweep.decide_rounds import run_adaptive
+
+            caption_stats, stats = run_adaptive(config, cells, pending, keys, datasets, stores, judge, log)
+        else:
+            caption_stats, stats = judge(pending, datasets)
         judge_stats.update(stats)
     account = _account(stores, [keys[c] for c in cells])
     from engine.report import results_table
@@ -192,16 +201,17 @@ def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
 
 def _caption_and_judge(pending: list[Cell], keys: dict, datasets: dict, config: SweepConfig, stores: _Stores,
                        cap_rev: dict, *, progress: bool, exit_once_marker, accept_failures: bool,
-                       log) -> tuple[dict, dict]:
+                       log, partial: frozenset = frozenset()) -> tuple[dict, dict]:
     """Caption what the pending cells need and judge them (engine/sweep/judge_stage.py): overlapped (default; the
     captions are made on a background thread while the judge works on the cells' captioned videos) or stage after
-    stage. Returns the caption stage's and the judge stage's counts."""
+    stage. Returns the caption stage's and the judge stage's counts. `partial`: keys of cells judged on part of
+    their videos (an adaptive sweep's round), committed as pending."""
     from engine.stages.pipeline import CaptionOutcome, caption_cells_for
     from engine.sweep import cells as cellmod
     from engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
 
     stage = JudgeStage(pending, keys, datasets, config, stores, cap_rev, progress=progress,
-                       accept_failures=accept_failures, log=log)
+                       accept_failures=accept_failures, log=log, partial=partial)
 
     def caption(watch=None):
         return caption_cells_for(pending, datasets, config, stores, cap_rev, progress=progress,
