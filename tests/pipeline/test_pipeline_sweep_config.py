@@ -186,7 +186,7 @@ def test_every_problem_reported_at_once_with_lines(tmp_path):
         r"line 3: frames\[0\]: not a frame spec: 'uniform:0'", r"frames\[1\]: not a frame spec: 'fps:0'",
         r"frames\[2\]: not a frame spec: 'bogus:3'.*unknown kind", r"frames\[3\]: .*'2.5' is not an integer",
         r"frames\[4\]: not a frame spec: 'fps:1,max=0'", r"line 8: datasets\[0\]\.duration_s: must be a positive",
-        r"line 12: captioners\[0\]\.params: captioner 'local' does not accept 'temperature' \(valid: latency_s, max_in_flight, name\)",
+        r"line 12: captioners\[0\]\.params: captioner 'local' does not accept 'temperature' \(valid: answers, latency_s, max_in_flight, name\)",
         r"line 13: captioners\[0\]\.max_tokens: must be at least 1",
         r"line 17: protocols\[0\]\.params\.mode: expected one of", r"protocols\[0\]\.params\.judge_frames",
         r"judges\[0\]\.params: judge 'replay' needs 'replies'",
