@@ -47,6 +47,8 @@ class CaptionTask:
     timestamps_mode: str = "none"  # "text": the frame timestamps are appended to the video prompt
     system: str | None = None  # the prompt's system message (packs), sent as it is
     question: str | None = None  # CAPability-QA: the question's fields as JSON text (adapters.base.CaptionRequest)
+    # segmental mode: the video's own scene cuts (seconds, from its items' extra): segments split there
+    boundaries: tuple[float, ...] = ()
 
 
 def prompt_with_timestamps(prompt: str, timestamps, mode: str) -> str:
@@ -56,18 +58,26 @@ def prompt_with_timestamps(prompt: str, timestamps, mode: str) -> str:
     return f"{prompt}\n(Frame timestamps in seconds: {', '.join(f'{t:.2f}' for t in timestamps)})"
 
 
-def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=()) -> list[list[int]]:
-    """Frame indices of each captioning segment: the frame spec's own segments when it is a `segments:` spec (by
-    each frame's timestamp against the segment edges; `per` consecutive frames when timestamps are unknown), else
-    `n_segments` equal parts."""
+def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=(), boundaries=()) -> list[list[int]]:
+    """Frame indices of each captioning segment: with `boundaries` (the video's own scene cuts, seconds) the frames
+    of each scene, by timestamp (a scene no frame falls in has no segment; `len(boundaries) + 1` equal parts when
+    timestamps are unknown); else the frame spec's own segments when it is a `segments:` spec (by each frame's
+    timestamp against the segment edges; `per` consecutive frames when timestamps are unknown); else `n_segments`
+    equal parts."""
     import numpy as np
 
     from engine.frames.sampling import KeyframeSnap, Segments, parse_frame_spec
 
+    idx = np.arange(n_frames)
+    if len(boundaries):
+        if len(timestamps) == n_frames and n_frames:
+            seg = np.searchsorted(np.asarray(boundaries, dtype=float), np.asarray(timestamps, dtype=float),
+                                  side="right")
+            return [idx[seg == s].tolist() for s in np.unique(seg)]
+        return [part.tolist() for part in np.array_split(idx, max(1, min(len(boundaries) + 1, n_frames)))]
     spec = parse_frame_spec(frame_spec)
     if isinstance(spec, KeyframeSnap):
         spec = spec.spec
-    idx = np.arange(n_frames)
     if isinstance(spec, Segments):
         if len(timestamps) == n_frames and n_frames:
             ts = np.asarray(timestamps, dtype=float)
@@ -237,7 +247,8 @@ class CaptionWorker:
         """Each segment's caption is conditioned on the previous segments' captions, which the request carries once,
         in `CaptionRequest.context` (the backends put it before the prompt). Segments follow the frame spec when it
         has them (`segments:length=60,...` or scene cuts `segments:at=12.5|40,...`: `per` frames each); any other
-        spec is split into `task.segments` equal parts."""
+        spec is split into `task.segments` equal parts. A task with `boundaries` (the video's own scene cuts) is
+        split at them instead, whatever the spec."""
         import numpy as np
 
         texts: list[str] = []
@@ -245,7 +256,8 @@ class CaptionWorker:
         n_tokens = prompt_tokens = 0
         n_reasoning: int | None = None
         latency, truncated = 0.0, False
-        for i, idx in enumerate(segment_chunks(task.frame_spec, len(frames), task.segments, task.timestamps)):
+        for i, idx in enumerate(segment_chunks(task.frame_spec, len(frames), task.segments, task.timestamps,
+                                                task.boundaries)):
             context = None
             if texts:
                 context = "Captions of the previous segments of this video:\n" + "\n".join(

@@ -63,11 +63,15 @@ def _timestamps(captioner) -> str:
     return getattr(captioner, "timestamps", None) or "none"
 
 
-def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> str:
-    """The caption's key: frames, captioner identity, the exact text sent (per media type) and the settings."""
+def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None,
+         boundaries=()) -> str:
+    """The caption's key: frames, captioner identity, the exact text sent (per media type) and the settings (a
+    segmental prompt's per-video scene boundaries among them, when the video has some)."""
     prompt = get_prompt(prompt_id)
     params = {"params": without_secrets(captioner.params), "max_tokens": _max_tokens(captioner),
               "segments": SEGMENTS_PER_VIDEO if prompt.segmental else 0, "timestamps": _timestamps(captioner)}
+    if prompt.segmental and boundaries:  # absent otherwise: keys of videos without boundaries stay as they were
+        params["boundaries"] = [float(b) for b in boundaries]
     if getattr(prompt, "system", None) is not None:  # sent with the prompt (packs): it changes the caption
         params["system"] = prompt.system
     text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
@@ -76,20 +80,23 @@ def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | 
     return caption_key(frames, captioner.name, cap_rev[captioner.display], text, params)
 
 
-def caption_key_for(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> str:
-    """Caption key of a frames-index row under a cell's captioner and prompt."""
-    return _key(row, captioner, cap_rev, prompt_id, media_type)
+def caption_key_for(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None,
+                    boundaries=()) -> str:
+    """Caption key of a frames-index row under a cell's captioner and prompt (`boundaries`: the video's scene cuts,
+    scene_boundaries(data))."""
+    return _key(row, captioner, cap_rev, prompt_id, media_type, boundaries)
 
 
-def _task(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None) -> CaptionTask:
+def _task(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | None = None,
+          boundaries=()) -> CaptionTask:
     prompt = get_prompt(prompt_id)
     text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
     return CaptionTask(
-        caption_key=_key(row, captioner, cap_rev, prompt_id, media_type), video_id=row["video_id"],
+        caption_key=_key(row, captioner, cap_rev, prompt_id, media_type, boundaries), video_id=row["video_id"],
         frames_path=row["path"], timestamps=tuple(row["timestamps"] or ()), frame_spec=row["frame_spec"],
         prompt_id=prompt_id, prompt_text=text, segments=SEGMENTS_PER_VIDEO if prompt.segmental else 0,
         max_tokens=_max_tokens(captioner), media_type=media_type or "video", timestamps_mode=_timestamps(captioner),
-        system=getattr(prompt, "system", None),
+        system=getattr(prompt, "system", None), boundaries=tuple(boundaries) if prompt.segmental else (),
     )
 
 
@@ -97,12 +104,18 @@ def _media_types(data) -> dict:
     return getattr(data, "media_types", None) or {}
 
 
+def scene_boundaries(data) -> dict[str, tuple[float, ...]]:
+    """{video_id: scene cuts} that a dataset's items give (LoadedDataset.scene_boundaries): segmental prompts caption
+    those videos scene by scene; other videos keep the equal parts / the frame spec's segments."""
+    return getattr(data, "scene_boundaries", None) or {}
+
+
 def cell_caption_keys(cell, data, stores, cap_rev: dict) -> list[str]:
     """Caption keys of one cell (videos of its dataset at its frame spec and prompt), from the frames index."""
     index = frames_index(stores)
     cc = getattr(cell, "caption", cell)
-    media = _media_types(data)
-    return [_key(index[(vid, cc.frame_spec)], cc.captioner, cap_rev, cc.prompt_id, media.get(vid))
+    media, scenes = _media_types(data), scene_boundaries(data)
+    return [_key(index[(vid, cc.frame_spec)], cc.captioner, cap_rev, cc.prompt_id, media.get(vid), scenes.get(vid, ()))
             for vid in data.videos if (vid, cc.frame_spec) in index]
 
 
@@ -130,11 +143,12 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
         data, captioner = datasets[dname], g["captioner"]
         prompts, specs = sorted(g["prompts"]), sorted(g["specs"])
         index, done = frames_index(stores), finished_keys(stores.captions)
-        media = _media_types(data)
+        media, scenes = _media_types(data), scene_boundaries(data)
         todo = []
         for vid, path in data.videos.items():
             rows = [index.get((vid, s)) for s in specs]
-            if all(rows) and all(_key(r, captioner, cap_rev, p, media.get(vid)) in done for r in rows for p in prompts):
+            if all(rows) and all(_key(r, captioner, cap_rev, p, media.get(vid), scenes.get(vid, ())) in done
+                                 for r in rows for p in prompts):
                 totals["cached"] += len(rows) * len(prompts)
                 continue
             todo.append((vid, path))
@@ -142,7 +156,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
             continue
 
         def tasks(todo=todo, prompts=prompts, specs=specs, captioner=captioner, index=index,
-                  media=media) -> Iterator[CaptionTask]:
+                  media=media, scenes=scenes) -> Iterator[CaptionTask]:
             for rows in decode_stream(todo, specs, cache_dir=str(stores.frames), progress=progress,
                                       desc=f"decode [{dname}]", size=frame_size_for(captioner)):
                 if watch is not None and watch.stopped:
@@ -159,7 +173,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
                     if watch is not None:
                         watch.frames(r)
                     for p in prompts:
-                        yield _task(r, captioner, cap_rev, p, media.get(r["video_id"]))
+                        yield _task(r, captioner, cap_rev, p, media.get(r["video_id"]), scenes.get(r["video_id"], ()))
 
         opts = config.options
         stats = run_caption_stage(

@@ -103,7 +103,7 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) ->
     cc = cell.caption
     if cc.from_file:
         return file_cell_captions(cell, data)
-    media = getattr(data, "media_types", None) or {}
+    media, scenes = getattr(data, "media_types", None) or {}, getattr(data, "scene_boundaries", None) or {}
     rows, failures = [], {}
     wanted = None if videos is None else set(videos)
     for vid in data.videos:
@@ -113,7 +113,7 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) ->
         failure = inputs.frame_failures.get((vid, cc.frame_spec))
         cap = None
         if frames is not None:
-            key = caption_key_for(frames, cc.captioner, cap_rev, cc.prompt_id, media.get(vid))
+            key = caption_key_for(frames, cc.captioner, cap_rev, cc.prompt_id, media.get(vid), scenes.get(vid, ()))
             cap = inputs.captions.get(key)
             if cap is None and failure is None:
                 error = inputs.caption_failures.get(key, "no caption stored for these frames")

@@ -10,6 +10,7 @@ reusing stale results. Media are required only for what the sweep captions: a da
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,6 +32,17 @@ class LoadedDataset:
         """video_id -> "image" | "video" (the caption prompt is chosen per media type)."""
         return dict(zip(self.items.column("video_id").to_pylist(),
                         (m or "video" for m in self.items.column("media_type").to_pylist())))
+
+    @cached_property
+    def scene_boundaries(self) -> dict[str, tuple[float, ...]]:
+        """video_id -> scene cuts (seconds) its items give (extra.scene_boundaries / shot_boundaries): segmental
+        prompts caption those videos scene by scene (engine/frames/scenes.py)."""
+        from engine.frames.scenes import video_boundaries
+
+        try:
+            return video_boundaries(self.items)
+        except ValueError as exc:
+            raise UsageError(f"dataset {self.spec.name!r}: {exc}") from None
 
 
 def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_media: bool = True) -> LoadedDataset:

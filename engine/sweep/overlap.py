@@ -140,8 +140,10 @@ class CellFeed:
         if frames is None:
             self._by_frames.setdefault((vid, spec), []).append(cell)
             return
-        media = getattr(self.datasets[cell.caption.dataset.name], "media_types", None) or {}
-        key = caption_key_for(frames, cell.caption.captioner, self.cap_rev, cell.caption.prompt_id, media.get(vid))
+        data = self.datasets[cell.caption.dataset.name]
+        media, scenes = getattr(data, "media_types", None) or {}, getattr(data, "scene_boundaries", None) or {}
+        key = caption_key_for(frames, cell.caption.captioner, self.cap_rev, cell.caption.prompt_id, media.get(vid),
+                              scenes.get(vid, ()))
         if key in self.inputs.captions or key in self.inputs.caption_failures:
             return self._settle(cell, vid)
         self._by_caption.setdefault(key, []).append((cell, vid))
