@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from adapters import local_judge_lvcap
+from adapters import local_judge_lvcap, local_judge_lvcap_gt
 from adapters.base import JudgeRequest, JudgeResponse
 from adapters.local_judge_text import overlap, sentences, stem, words
 from engine.registry import register_judge
@@ -223,6 +223,8 @@ class LocalJudge:
         return out
 
     def _answer(self, r: JudgeRequest, emb: _Embeddings) -> str:
+        if r.task.startswith("lvcap/gt/"):  # `capeval construct lvcap`: ground-truth steps
+            return local_judge_lvcap_gt.answer(r)
         if r.task.startswith("lvcap/"):  # LVCap-Eval / AutoDQ steps have their own answerer
             return local_judge_lvcap.answer(r, emb)
         protocol, task, step = (r.task.split("/") + ["", "", ""])[:3]

@@ -17,6 +17,7 @@ _PIPELINES: dict[str, ConstructionPipeline] = {}
 #: name -> module that registers it (imported on first lookup)
 _BUILTIN_MODULES = {
     "capquiz": "engine.construct.capquiz",
+    "lvcap": "engine.construct.lvcap",
     "capability-qa": "engine.construct.capability_qa",
 }
 
