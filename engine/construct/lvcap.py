@@ -96,6 +96,11 @@ class LVCapPipeline(ConstructionPipeline):
         return pack
 
     def check(self, args) -> None:
+        import importlib.util
+
+        if importlib.util.find_spec("scenedetect") is None:
+            raise UsageError("construct lvcap needs PySceneDetect: pip install --no-deps 'scenedetect>=0.6' (its "
+                             "cv2 comes from the opencv-python-headless already installed)")
         if not args.videos and args.input is None:
             raise UsageError("construct lvcap: give --videos PATH (file or folder) or --input FILE")
         for name, value, low in (("--limit", args.limit, 1), ("--shot-frames", args.shot_frames, 1),
