@@ -1,5 +1,8 @@
 """`capeval compare RUN_DIR [--a X --b Y] [--json]`: paired differences of headline metrics between systems
-judged on the same videos, with paired bootstrap CIs, p-values and Holm's correction."""
+judged on the same videos, with paired bootstrap CIs, p-values and Holm's correction.
+
+`capeval compare RUN_DIR --across protocols|judges [--json]`: the protocols (or judges) that scored the same systems
+held against each other: rank agreement (Kendall tau_b) and length sensitivity (engine/metrics/across.py)."""
 
 from __future__ import annotations
 
@@ -27,6 +30,12 @@ def register(sub) -> None:
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--mode", action="append", default=[], metavar="PROTOCOL=MODE",
                    help="metric mode per protocol (capquiz=paper, capability=strict, ...); default: the run's")
+    p.add_argument("--across", choices=["protocols", "judges"],
+                   help="instead of pairs of systems: rank agreement of the systems between protocols (or judges) "
+                        "that scored the same ones, and each one's length sensitivity with length-controlled scores")
+    p.add_argument("--reference-words", type=float, metavar="N",
+                   help="with --across: the caption length (words) of the length-controlled scores; default: the "
+                        "median word count of the run's judged captions")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of text")
     p.add_argument("--out", type=Path, help="also write the table (.csv or .parquet)")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
@@ -55,6 +64,8 @@ def run(args) -> int:
     if args.resamples < 1:
         raise ValueError(f"--resamples must be >= 1, got {args.resamples}")
     data = load_run(args.run_dir)
+    if args.across or args.reference_words is not None:
+        return run_across(args, data)
     if data.verdicts is None:
         raise FileNotFoundError(f"{args.run_dir}/verdicts holds no verdict segments: nothing to compare")
     systems = data.verdicts.select([c for c in FIXED + FACTORS if c in data.verdicts.columns]).unique()
@@ -76,3 +87,22 @@ def run(args) -> int:
     if frame.is_empty() and (args.a or args.b):
         return 2  # the selectors matched no pair: a usage problem worth a non-zero exit
     return 0
+
+
+def run_across(args, data) -> int:
+    """--across: text or JSON of engine.report.across; exit 2 when no two protocols (judges) share a system."""
+    from engine.errors import UsageError
+    from engine.report.across import across_for_run, across_json, format_across
+
+    if not args.across:
+        raise UsageError("--reference-words goes with --across protocols|judges")
+    given = [o for o, v in (("--a", args.a), ("--b", args.b), ("--all-pairs", args.all_pairs), ("--out", args.out))
+             if v]
+    if given:
+        raise UsageError(f"--across holds protocols or judges against each other over every system; "
+                         f"{', '.join(given)} select pairs of systems and do not apply (use --json for the tables)")
+    modes = run_modes(data.results, args.mode)
+    result = across_for_run(data, args.across, modes=modes, reference_words=args.reference_words,
+                            n_resamples=args.resamples, seed=args.seed, confidence=args.confidence)
+    print(json.dumps(across_json(result, args.resamples), indent=1) if args.json else format_across(result))
+    return 0 if result.agreement.height else 2  # nothing held against anything: the run has one protocol (judge)

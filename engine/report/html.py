@@ -17,6 +17,7 @@ import polars as pl
 
 from engine.registry import lookup
 from engine.report import plots
+from engine.report.across import across_html
 from engine.report.assets import CSS, JS
 from engine.report.breakdowns import breakdowns_html, section_tables
 from engine.report.compare import compare_run
@@ -263,6 +264,7 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 <section id="breakdowns"><h2>Breakdowns</h2>{breakdowns_html(section_tables(run, breakdowns))}</section>
 <section id="plots"><h2>Plots</h2>{''.join(f for f in figures if f)}</section>
 <section id="comparisons"><h2>Paired comparisons</h2>{_comparison_html(comp)}</section>
+{across_html(run, n_resamples=n_resamples)}
 <section id="agreement"><h2>Judge agreement</h2>{agreement_html}</section>
 <section id="samples"><h2>Samples</h2>
 <p class="note">Every judged row: filter, then click a row for its caption, captioning prompt, the judge's prompt,
