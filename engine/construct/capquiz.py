@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from engine.errors import UsageError
 from engine.packs import load_pack, resolve_pack
+from engine.protocols.capquiz.codes import CapQuizVerdict
 from engine.protocols.capquiz.types import builtin_types, normalize_type
 from engine.schemas import ITEMS
 
@@ -280,12 +281,12 @@ def _filter(cands, ctx, log, args, official) -> tuple[list[dict], dict]:
             stats.wall_s += summary.wall_s
             right[label] = blind_counts(verdicts)
             for v in verdicts.to_pylist():
-                right_answer = v["verdict"] == 1
+                outcome = {CapQuizVerdict.CORRECT: "right", CapQuizVerdict.WRONG: "wrong"}.get(
+                    v["verdict"], f"no answer ({v['error'] or v['detail']})")
                 stats.failed += v["verdict"] < 0
                 log.add("blind", v["item_id"], v["video_id"], kept=None, request_key=v["request_key"],
                         trial=v["trial"], output={"judge": label, "reply": v["raw_output"], "parsed": v["detail"]},
-                        reason=f"{label} trial {v['trial']}: " + ("right" if right_answer else "wrong" if
-                                                                  v["verdict"] == 0 else f"no answer ({v['error']})"))
+                        reason=f"{label} trial {v['trial']}: {outcome}")
     mode = _dedup_mode(args)
     settings = FilterSettings(trials=max(args.trials, 1), min_correct=args.min_correct, dedup=mode == "embeddings",
                               question_threshold=args.dedup_threshold, answer_threshold=args.dedup_threshold)

@@ -72,6 +72,10 @@ def test_strict_run_builds_filtered_balanced_items(inputs, tmp_path, capsys):
             continue  # both blindly solvable: nothing left to de-duplicate
         assert len(dup) == 1 and json.loads(dup[0]["output"])["duplicate_of"] in pair
     assert {r["item_id"] for r in rows} == {i for i, r in decided.items() if r["kept"]}
+    trials = [r for r in record if r["step"] == "blind" and r["trial"] is not None]
+    assert len(trials) == 3 * len(by_question) and all(r["kept"] is None for r in trials)
+    assert all(r["reason"].endswith((": right", ": wrong")) for r in trials)  # the local judge always answers
+    assert any(r["reason"].endswith(": wrong") for r in trials)
     # the generator's labels stand where they name one of the ten types; "Counting" names none: classified
     classified = {r["item_id"] for r in record if r["step"] == "classify"}
     assert classified == {i for i, q in by_question.items() if q["category"] == "Counting"}

@@ -1,0 +1,64 @@
+"""`capeval construct capquiz` with a real chat model: SmolLM2-135M-Instruct (adapters/smollm2.py) on vLLM's CPU
+engine answers the taxonomy, type classification (every candidate) and blind-solvability steps from capeval's
+strict prompts; the generation is replayed. Its answers are whatever a 135M model says, so the test checks what the
+pipeline does with them: every reply is one of the offered names or letters (structured choices), each lands in
+the record with the request key it was cached under, and the items still load and balance."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from _capquiz_inputs import generation_replies, make_videos
+from _fixtures_vllm import small_kv_cache
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~1-2 min on 2 cores)
+smollm2 = pytest.importorskip("adapters.smollm2")
+_CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
+TEN = {"Entity", "Attribute", "Action", "Event", "Setting", "Relational Reasoning", "Causal Reasoning",
+       "Interpretive Reasoning", "Intent & Emotion Reasoning", "Grounding Reasoning"}
+
+
+def test_smollm2_answers_three_steps(tmp_path):
+    from engine.cli import main
+    from engine.inputs import read_items
+
+    try:
+        smollm2.find_gguf()
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    model = smollm2.build_smollm2(_CACHE / "smollm2-135m-instruct")
+    videos, truths = make_videos(tmp_path / "videos", 2)
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text("".join(json.dumps(r) + "\n" for r in generation_replies(truths)))
+    out = tmp_path / "quiz"
+    with small_kv_cache() as kv:
+        code = main(["construct", "capquiz", "--input", str(videos), "--out", str(out), "--judge", "vllm@smol",
+                     "--judge-option", f"smol:model={model}", "--judge-option", "smol:max_model_len=2048",
+                     "--judge-option", f"smol:kv_cache_memory_bytes={kv['kv_cache_memory_bytes']}",
+                     "--step-judge", "generate=replay", "--judge-option", f"replay:replies={replies}",
+                     "--classify", "all", "--trials", "2", "--min-correct", "2", "--no-progress"])
+    assert code == 0
+    record = pq.read_table(out / "record.parquet").to_pylist()
+    summary = json.loads((out / "construct.json").read_text())
+    assert summary["judges"]["smol"]["name"] == "smollm2-135m-instruct"
+    n_cands = sum(1 for r in record if r["step"] == "classify")
+    assert n_cands == 2 * 7  # seven well-formed questions per video, every one classified by the model
+    for r in record:
+        if r["step"] == "classify":
+            assert r["kept"] and json.loads(r["output"])["type"] in TEN and r["request_key"]
+        if r["step"] == "taxonomy":
+            assert r["reason"].startswith("domain ")  # a name from the list (or Others), never a failure
+        if r["step"] == "blind" and r["trial"] is not None:
+            reply = json.loads(r["output"])["reply"]
+            assert reply in "ABCDE" and len(reply) == 1 and r["reason"].endswith(("right", "wrong"))
+    assert sum(1 for r in record if r["step"] == "blind" and r["trial"] is not None) == n_cands * 2
+    assert summary["steps"]["classify"]["failed"] == 0 and summary["steps"]["blind"]["failed"] == 0
+    items = read_items(out / "items.jsonl", benchmark="capquiz").to_pylist()
+    kept = {r["item_id"] for r in record if r["step"] in ("blind", "dedup") and r["trial"] is None and r["kept"]}
+    assert {i["item_id"] for i in items} == kept
+    assert all(i["category"] in TEN for i in items)
