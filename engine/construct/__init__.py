@@ -19,6 +19,7 @@ _BUILTIN_MODULES = {
     "capquiz": "engine.construct.capquiz",
     "lvcap": "engine.construct.lvcap",
     "capability-qa": "engine.construct.capability_qa",
+    "vcinspector": "engine.construct.vcinspector",
 }
 
 
