@@ -62,6 +62,8 @@ class CapQuizPipeline(ConstructionPipeline):
         p.add_argument("--per-type", type=int, default=2, help="questions asked for per type and video (strict "
                        "prompt; the paper's asks for ten)")
         p.add_argument("--n-options", type=int, default=5, help="options per question (default 5, as the paper)")
+        p.add_argument("--max-tokens", type=int, default=None, help="reply budget of a generation request (default: "
+                       "strict 4096; official 16384, its prompt asks for ten questions per type)")
         p.add_argument("--frames", default=None, metavar="SPEC", help="also show frames decoded from media_path to "
                        "the taxonomy and generation steps (multimodal judges), e.g. uniform:8")
         p.add_argument("--frame-size", type=int, default=448, help="longer side of those frames")
@@ -100,6 +102,8 @@ class CapQuizPipeline(ConstructionPipeline):
             raise UsageError(f"--limit must be at least 1, got {args.limit}")
         if not 2 <= args.n_options <= 9:
             raise UsageError(f"--n-options {args.n_options}: between 2 and 9 (the judge adds 'Cannot be determined')")
+        if args.max_tokens is not None and args.max_tokens < 1:
+            raise UsageError(f"--max-tokens must be at least 1, got {args.max_tokens}")
         if args.per_type < 1:
             raise UsageError(f"--per-type must be at least 1, got {args.per_type}")
         if args.trials < 0 or (args.trials and not 1 <= args.min_correct <= args.trials):
@@ -116,7 +120,9 @@ class CapQuizPipeline(ConstructionPipeline):
         frames = _frames(videos, args, ctx) if args.frames else {}
         log = RecordLog(self.name)
         domains = {} if args.no_taxonomy else _taxonomy(videos, frames, ctx, log, own, official)
-        cands = _generate(videos, frames, ctx, log, GenerateStep(types, args.n_options, args.per_type), official)
+        budget = args.max_tokens or (16384 if official else 4096)
+        cands = _generate(videos, frames, ctx, log, GenerateStep(types, args.n_options, args.per_type, budget),
+                          official)
         cands = _classify(cands, ctx, log, ClassifyStep(types, pack=own if official else None), _classify_mode(args))
         kept, record = _filter(cands, ctx, log, args, official)
         items = _balance(kept, args, log)
