@@ -7,8 +7,8 @@ An attribute is
   (items tables put unknown columns there: `sub_category` in an items file is `extra.sub_category`);
 * derived, per video: `duration_bucket` (extra.duration in seconds, else the media's duration when the caller can
   probe it; edges in minutes, default the LVCap-Eval paper's 2, 5, 10, 15, 20 -> "<2min", "2-5min", "6-10min",
-  "11-15min", "16-20min", ">20min", "unknown") and `n_scenes` (extra.n_scenes, else len(extra.scenes), else the
-  number of distinct extra.scene values among the video's items).
+  "11-15min", "16-20min", ">20min", "unknown": engine/metrics/buckets.py, as the lvcap protocol) and `n_scenes`
+  (extra.n_scenes, else len(extra.scenes), else the number of distinct extra.scene values among the video's items).
 
 Item attributes join the verdict rows by (task, item_id), per-video ones by video_id (rows of a per-video request
 carry one item's id). For each level the protocol's own metrics are computed on that level's verdict rows and items
@@ -30,16 +30,14 @@ from pathlib import Path
 
 import polars as pl
 
+from engine.metrics.buckets import UNKNOWN, duration_bucket, duration_edges
 from engine.schemas import ITEMS
 
 ALL = "all"
-UNKNOWN = "unknown"
 BY_COLUMN = "by"
 VIDEOS_COLUMN = "level_videos"
 #: derived attributes, one value per video
 DERIVED = ("duration_bucket", "n_scenes")
-#: LVCap-Eval (Table 3): 2-5, 6-10, 11-15, 16-20 minutes
-PAPER_DURATION_EDGES = (2.0, 5.0, 10.0, 15.0, 20.0)
 #: ITEMS columns that are no attribute to split by (the JSON itself, option lists)
 NOT_ATTRIBUTES = ("extra", "options")
 #: more levels than this is a typo or an id column: each level is a whole bootstrap
@@ -150,35 +148,6 @@ _NEEDS = {"duration_bucket": "extra.duration (seconds) or media paths to probe",
           "n_scenes": "extra.n_scenes, extra.scenes or extra.scene in the items"}
 
 
-def duration_edges(value) -> tuple[float, ...]:
-    """Bucket edges in minutes from a param (numbers, or text like "2,5,10,15,20"); None: the paper's."""
-    if value is None:
-        return PAPER_DURATION_EDGES
-    parts = value.split(",") if isinstance(value, str) else list(value)
-    try:
-        edges = tuple(float(x) for x in parts)
-    except (TypeError, ValueError):
-        raise ValueError(f"duration buckets: expected edges in minutes such as 2,5,10,15,20; got {value!r}") from None
-    if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError(f"duration buckets: need at least 2 increasing edges (minutes); got {value!r}")
-    return edges
-
-
-def duration_bucket(seconds: float | None, edges=PAPER_DURATION_EDGES) -> str:
-    """[e0, e1], (e1, e2], ... minutes, labelled as LVCap-Eval labels whole minutes ("2-5min", "6-10min"); the same
-    labels as engine/protocols/lvcap/metrics.py (which the generic engine may not import)."""
-    if seconds is None or not math.isfinite(seconds):
-        return UNKNOWN
-    minutes = seconds / 60.0
-    if minutes < edges[0]:
-        return f"<{edges[0]:g}min"
-    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
-        if minutes <= b:
-            low = a if i == 0 or not float(a).is_integer() else a + 1
-            return f"{low:g}-{b:g}min"
-    return f">{edges[-1]:g}min"
-
-
 def _video_levels(name: str, items: pl.DataFrame, edges, media_duration) -> dict[str, str]:
     """video_id -> level of a derived (per-video) attribute."""
     rows = items.select([c for c in ("video_id", "media_path", "extra") if c in items.columns]).to_dicts()
@@ -222,7 +191,8 @@ def attach(verdicts: pl.DataFrame, items: pl.DataFrame | None, name: str, *, dur
     kind, key = resolve(name, items, verdicts, media_duration=media_duration)
     level = pl.col("_level").cast(pl.String).fill_null(UNKNOWN)
     if kind == "derived":
-        by_video = _video_levels(key, items, duration_edges(duration_buckets), media_duration)
+        by_video = _video_levels(key, items, duration_edges(duration_buckets, what="duration buckets"),
+                                 media_duration)
         mapped = pl.col("video_id").replace_strict(by_video, default=UNKNOWN, return_dtype=pl.String)
         return verdicts.with_columns(mapped.alias("_level")), items.with_columns(mapped.alias("_level"))
     if items is None:  # an attribute of the verdict rows themselves

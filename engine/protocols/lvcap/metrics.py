@@ -39,13 +39,13 @@ import json
 import numpy as np
 import polars as pl
 
+from engine.metrics.buckets import duration_bucket, duration_edges
 from engine.metrics.core import metrics_frame, safe_ratio, sum_table
 
 from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
 
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
 ENTAIL_STEPS = ("entail_p", "entail_r")
-PAPER_DURATION_BUCKETS = (2.0, 5.0, 10.0, 15.0, 20.0)  # minutes: 2-5, 6-10, 11-15, 16-20 (LVCap-Eval Table 3)
 ALL = "all"
 
 
@@ -63,38 +63,6 @@ EVENT_STATS = {
     "S_e": lambda s: f1(safe_ratio(s[..., 0], s[..., 1]), safe_ratio(s[..., 2], s[..., 3])),
 }
 SCENE_STATS = {"S_s": lambda s: safe_ratio(s[..., 0], s[..., 1])}  # [correct, counted questions]
-
-
-def duration_edges(value) -> tuple[float, ...]:
-    """Bucket edges in minutes from a param: a sequence of numbers or text like "2,5,10,15,20"."""
-    if value is None:
-        return PAPER_DURATION_BUCKETS
-    items = value.split(",") if isinstance(value, str) else list(value)
-    try:
-        edges = tuple(float(x) for x in items)
-    except (TypeError, ValueError):
-        raise ValueError(f"duration_buckets: expected edges in minutes such as 2,5,10,15,20; got {value!r}") from None
-    if len(edges) < 2 or any(b <= a for a, b in zip(edges, edges[1:])):
-        raise ValueError(f"duration_buckets: need at least 2 increasing edges (minutes); got {value!r}")
-    return edges
-
-
-def _fmt(x: float) -> str:
-    return f"{x:g}"
-
-
-def duration_bucket(seconds: float | None, edges=PAPER_DURATION_BUCKETS) -> str:
-    """[e0, e1], (e1, e2], ... in minutes, labelled as the paper does for whole minutes ("2-5min", "6-10min")."""
-    if seconds is None or not np.isfinite(seconds):
-        return "unknown"
-    minutes = seconds / 60.0
-    if minutes < edges[0]:
-        return f"<{_fmt(edges[0])}min"
-    for i, (a, b) in enumerate(zip(edges[:-1], edges[1:])):
-        if minutes <= b:
-            low = a if i == 0 or not float(a).is_integer() else a + 1
-            return f"{_fmt(low)}-{_fmt(b)}min"
-    return f">{_fmt(edges[-1])}min"
 
 
 def _buckets(items: pl.DataFrame | None, edges) -> pl.DataFrame | None:
