@@ -182,8 +182,6 @@ def run(args) -> int:
     import polars as pl
 
     from engine.judging.runner import run_judging
-    from engine.registry import lookup
-    from engine.schemas import FRAMES
     from engine.store.segments import write_parquet_atomic
 
     import time
@@ -200,20 +198,10 @@ def run(args) -> int:
     for flag, path in (("--out", args.out), ("--metrics", args.metrics)):
         if path is not None:
             check_out(path, flag)
-    params = protocol_params(args)
-    try:
-        protocol = lookup("protocol", args.protocol)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
-    items, bundled = load_dataset(args.items, args.dataset, args.media_root, args.protocol)
-    items = limit_items(items, args.limit)
+    params, protocol, items, bundled = protocol_and_items(args)
     check_by(args.by, items)  # an unknown --by column fails here, before any judging
-    if args.captions is None and bundled is None:
-        raise UsageError("--captions is required (this dataset brings no captions of its own)")
-    captions = load_captions(args.captions, items) if args.captions is not None else bundled
-    frames = _read_frames(args.frames, FRAMES) if args.frames else None
-    if frames is None and protocol.judge_frames is not None:  # the protocol's judge sees frames
-        frames = judge_frames(items, params, protocol.judge_frames, args.cache / "frames", args.frame_size)
+    captions = given_captions(args, items, bundled)
+    frames = frames_for_judge(args, protocol, params, items)
     check_pairs(items, captions, args.captions or args.items)
     judge = build_judge(args.judge, args.judge_model, args.base_url, args.judge_option)
     from engine.store.transcripts import TranscriptSpool, beside
@@ -311,6 +299,37 @@ def _exit_code(verdicts, max_failure_share: float, intermediate_steps=()) -> int
               f"a rerun of the same command asks again what the backend failed to answer", file=sys.stderr)
         return exitcodes.FAILURES
     return exitcodes.OK
+
+
+def protocol_and_items(args):
+    """(params, protocol, items, captions the dataset brings or None) from the options `capeval judge` and
+    `capeval judge validate` share: --param/--mode/--prompts, --protocol, --items/--dataset/--media-root, --limit."""
+    from engine.registry import lookup
+
+    params = protocol_params(args)
+    try:
+        protocol = lookup("protocol", args.protocol)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    items, bundled = load_dataset(args.items, args.dataset, args.media_root, args.protocol)
+    return params, protocol, limit_items(items, args.limit), bundled
+
+
+def given_captions(args, items, bundled):
+    """--captions read for these items, else the captions the dataset brought (a UsageError when neither)."""
+    if args.captions is None and bundled is None:
+        raise UsageError("--captions is required (this dataset brings no captions of its own)")
+    return load_captions(args.captions, items) if args.captions is not None else bundled
+
+
+def frames_for_judge(args, protocol, params: dict, items):
+    """FRAMES from --frames, else decoded for a protocol whose judge sees frames, else None."""
+    from engine.schemas import FRAMES
+
+    frames = _read_frames(args.frames, FRAMES) if args.frames else None
+    if frames is None and protocol.judge_frames is not None:
+        frames = judge_frames(items, params, protocol.judge_frames, args.cache / "frames", args.frame_size)
+    return frames
 
 
 def judge_frames(items, params: dict, default_spec: str, cache_dir: Path, size: int):

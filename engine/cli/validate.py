@@ -174,13 +174,10 @@ def run(args) -> int:
     import pyarrow.compute as pc
 
     from engine.cli import terminal_text
-    from engine.cli.judge import (check_out, judge_frames, limit_items, load_captions, load_dataset,
-                                  protocol_params, _read_frames)
+    from engine.cli.judge import check_out, frames_for_judge, given_captions, protocol_and_items
     from engine.cli.judge_checks import build_judge, check_pairs
     from engine.judging.runner import run_judging
     from engine.metrics.validation import ValidationInputError, format_report, validate
-    from engine.registry import lookup
-    from engine.schemas import FRAMES
 
     started = time.time()
     if args.tolerance is not None and not args.tolerance >= 0:
@@ -192,13 +189,7 @@ def run(args) -> int:
     for flag, path in (("--out", args.out), ("--verdicts", args.verdicts)):
         if path is not None:
             check_out(path, flag)
-    params = protocol_params(args)
-    try:
-        protocol = lookup("protocol", args.protocol)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
-    items, bundled = load_dataset(args.items, args.dataset, args.media_root, args.protocol)
-    items = limit_items(items, args.limit)
+    params, protocol, items, bundled = protocol_and_items(args)
     reference = _select_reference(read_reference(args.reference, args.protocol, items), items, args.captioner,
                                   args.reference)
     judged_keys = reference.filter(pl.col("verdict") >= 0).select("task", "item_id").unique()
@@ -210,13 +201,9 @@ def run(args) -> int:
     wanted = pc.is_in(pc.binary_join_element_wise(items.column("task"), items.column("item_id"), "\x1f"),
                       value_set=pa.array([f"{t}\x1f{i}" for t, i in judged_keys.iter_rows()], pa.string()))
     items = items.filter(wanted)  # exactly the reference's judged pairs
-    if args.captions is None and bundled is None:
-        raise UsageError("--captions is required (this dataset brings no captions of its own)")
-    captions = load_captions(args.captions, items) if args.captions is not None else bundled
+    captions = given_captions(args, items, bundled)
     check_pairs(items, captions, args.captions or args.items)
-    frames = _read_frames(args.frames, FRAMES) if args.frames else None
-    if frames is None and protocol.judge_frames is not None:
-        frames = judge_frames(items, params, protocol.judge_frames, args.cache / "frames", args.frame_size)
+    frames = frames_for_judge(args, protocol, params, items)
     judge = build_judge(args.judge, args.judge_model, args.base_url, args.judge_option)
     try:
         requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
