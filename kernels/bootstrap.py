@@ -38,20 +38,34 @@ def _mix(z):
     return z ^ (z >> _S31)
 
 
+@njit(cache=True, inline="always")
+def _stream_start(seed, replicate):
+    """The counter a replicate's random stream starts from: a function of (seed, replicate) alone, so results do
+    not depend on chunking or threads. Kernels drawing more than one stream per replicate derive them from it."""
+    return np.uint64(seed) * _GOLDEN + np.uint64(replicate) + np.uint64(1)
+
+
+@njit(cache=True, inline="always")
+def _draw(state, size):
+    """(next state, an index in [0, size)) from a SplitMix64 stream: Lemire's bounded draw on the output's high 32
+    bits, bias < 2**-32 * size."""
+    state = state + _GOLDEN
+    x = _mix(state)
+    return state, np.int64(((x >> _S32) * size) >> _S32)
+
+
 @njit(cache=True, parallel=True)
 def _fill_weights(weights, members, offsets, seed, first):
     """weights[r, v] = times cluster v is drawn in replicate first + r (rows must be zeroed). Replicates run in
     parallel; each owns its row and its random stream, so results do not depend on the thread count."""
     n_strata = offsets.shape[0] - 1
     for r in prange(weights.shape[0]):
-        state = _mix(np.uint64(seed) * _GOLDEN + np.uint64(first + r) + np.uint64(1))
+        state = _mix(_stream_start(seed, first + r))
         for s in range(n_strata):
             lo = offsets[s]
             size = np.uint64(offsets[s + 1] - lo)
             for _ in range(offsets[s + 1] - lo):
-                state = state + _GOLDEN
-                x = _mix(state)
-                j = np.int64(((x >> _S32) * size) >> _S32)  # Lemire's bounded draw, bias < 2**-32 * size
+                state, j = _draw(state, size)
                 weights[r, members[lo + j]] += 1.0
 
 
@@ -60,15 +74,13 @@ def _fill_indices(indices, members, offsets, seed, first):
     """indices[r, k] = the k-th cluster drawn in replicate first + r (same stream as _fill_weights)."""
     n_strata = offsets.shape[0] - 1
     for r in range(indices.shape[0]):
-        state = _mix(np.uint64(seed) * _GOLDEN + np.uint64(first + r) + np.uint64(1))
+        state = _mix(_stream_start(seed, first + r))
         k = 0
         for s in range(n_strata):
             lo = offsets[s]
             size = np.uint64(offsets[s + 1] - lo)
             for _ in range(offsets[s + 1] - lo):
-                state = state + _GOLDEN
-                x = _mix(state)
-                j = np.int64(((x >> _S32) * size) >> _S32)
+                state, j = _draw(state, size)
                 indices[r, k] = members[lo + j]
                 k += 1
 

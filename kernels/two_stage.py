@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from kernels._numba import njit, prange
-from kernels.bootstrap import _GOLDEN, _S32, DEFAULT_CHUNK, _check_seed, _mix, _strata_layout
+from kernels.bootstrap import _GOLDEN, _S32, DEFAULT_CHUNK, _check_seed, _draw, _mix, _stream_start, _strata_layout
 
 #: xor-ed into a replicate's video-stream start so that its trial stream is another, independent sequence
 _TRIAL_STREAM = np.uint64(0xD1B54A32D192ED03)
@@ -48,7 +48,7 @@ def _fill_two_stage(video_w, trial_w, members, offsets, unit_start, n_trials, se
     zeroed; replicates run in parallel, each owning its rows and streams."""
     n_strata = offsets.shape[0] - 1
     for r in prange(video_w.shape[0]):
-        start = np.uint64(seed) * _GOLDEN + np.uint64(first + r) + np.uint64(1)
+        start = _stream_start(seed, first + r)
         state = _mix(start)
         trial_state = _mix(start ^ _TRIAL_STREAM)
         low, spare = np.uint64(0), False
@@ -56,9 +56,8 @@ def _fill_two_stage(video_w, trial_w, members, offsets, unit_start, n_trials, se
             lo = offsets[s]
             size = np.uint64(offsets[s + 1] - lo)
             for _ in range(offsets[s + 1] - lo):
-                state = state + _GOLDEN
-                x = _mix(state)
-                v = members[lo + np.int64(((x >> _S32) * size) >> _S32)]  # Lemire's bounded draw
+                state, j = _draw(state, size)
+                v = members[lo + j]
                 video_w[r, v] += 1.0
                 k = n_trials[v]
                 if k > 1:
