@@ -141,7 +141,9 @@ def gwet_ac1(ratings, categories=None) -> float:
     return (pa - pe) / (1.0 - pe)
 
 
-def _match_case(template: str, word: str) -> str:
+def match_case(template: str, word: str) -> str:
+    """`word` in the case of the text it replaces: all capitals when `template` is (beyond one letter), else the
+    first letter's case (the rest of `word` as given)."""
     if template.isupper() and len(template) > 1:
         return word.upper()
     if template[:1].isupper():
@@ -171,7 +173,7 @@ def swap_caption(caption: str, swaps: dict[str, str], seed: int, n_swaps: int | 
     pieces, last = [], 0
     for i in chosen:
         m = matches[i]
-        pieces += [caption[last:m.start()], _match_case(m.group(0), lower[m.group(0).lower()])]
+        pieces += [caption[last:m.start()], match_case(m.group(0), lower[m.group(0).lower()])]
         last = m.end()
     pieces.append(caption[last:])
     return "".join(pieces)

@@ -30,6 +30,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from engine.metrics.alignment import match_case
+
 MIN_LABEL, MAX_LABEL = 1, 5
 #: the official generator's three variants (src/gen_data/augmentation.py): objects only, actions only, both;
 #: the paper's §4.1 describes "obj_act"
@@ -97,14 +99,6 @@ def draw_sample(n_objects: int, n_actions: int, variant: str, rng: np.random.Gen
     return Sample(variant, objects, actions)
 
 
-def _match_case(template: str, word: str) -> str:
-    if template.isupper() and len(template) > 1:
-        return word.upper()
-    if template[:1].isupper():
-        return word[:1].upper() + word[1:]
-    return word
-
-
 def replace_literal(caption: str, old: str, new: str) -> str | None:
     """`caption` with every whole-word occurrence of `old` (case-insensitive) replaced by `new`, the first letter's
     case kept; None when `old` does not occur as a whole word (the substitution then needs the LLM)."""
@@ -117,7 +111,7 @@ def replace_literal(caption: str, old: str, new: str) -> str | None:
     pattern = re.compile(left + re.escape(old) + right, re.IGNORECASE)
     if not pattern.search(caption):
         return None
-    return pattern.sub(lambda m: _match_case(m.group(0), new.strip()), caption)
+    return pattern.sub(lambda m: match_case(m.group(0), new.strip()), caption)
 
 
 def parse_list_literal(text: str | None) -> list[str]:
