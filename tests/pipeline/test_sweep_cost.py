@@ -62,10 +62,15 @@ def _capquiz_sweep(root, base_url: str):
     (root / "captions.jsonl").write_text("".join(
         json.dumps({"video_id": f"v{v}", "caption": f"Clip {v}: " + caption * (v + 1)}) + "\n" for v in range(5)))
     (root / "prices.toml").write_text('["loopback"]\n' + "".join(f"{k} = {v}\n" for k, v in PRICES.items()))
-    sweep = root / "cost.toml"
-    sweep.write_text(f'''name = "cost"
+    return _sweep_file(root / "cost.toml", "capquiz", base_url, options='prices = "prices.toml"\n')
+
+
+def _sweep_file(path, protocol: str, base_url: str, *, judge: str = "", options: str = ""):
+    """A sweep of items.jsonl x captions.jsonl beside `path`, judged by `protocol` with the OpenAI-compatible judge
+    on the loopback server; `judge` and `options` are extra lines of those tables."""
+    path.write_text(f'''name = "{path.stem}"
 [[datasets]]
-name = "quiz"
+name = "data"
 kind = "items"
 path = "items.jsonl"
 
@@ -74,17 +79,16 @@ path = "captions.jsonl"
 captioner = "mine"
 
 [[protocols]]
-name = "capquiz"
+name = "{protocol}"
 
 [[judges]]
 name = "openai"
 params = {{ base_url = "{base_url}", model = "loopback", api_key = "test-key", structured = "vllm" }}
-
+{judge}
 [options]
 n_resamples = 20
-prices = "prices.toml"
-''')
-    return sweep
+{options}''')
+    return path
 
 
 def _cell_costs(out) -> pl.DataFrame:
@@ -164,24 +168,8 @@ def test_answers_without_verdict_rows_count_in_their_judges_total(tmp_path, ray_
         json.dumps({"video_id": f"v{v}", "caption": f"A man opens door {v} and pours coffee."}) + "\n"
         for v in range(3)))
     prices = {"input": 1.0, "cached_input": 0.5, "output": 4.0}
-    sweep = tmp_path / "lvcap.toml"
-    sweep.write_text(f'''name = "lvcap-cost"
-[[datasets]]
-name = "ev"
-kind = "items"
-path = "items.jsonl"
-[[captions]]
-path = "captions.jsonl"
-captioner = "mine"
-[[protocols]]
-name = "lvcap"
-[[judges]]
-name = "openai"
-params = {{ base_url = "{server.base_url}", model = "loopback", api_key = "test-key", structured = "vllm" }}
-prices = {{ input = 1.0, cached_input = 0.5, output = 4.0 }}
-[options]
-n_resamples = 20
-''')
+    sweep = _sweep_file(tmp_path / "lvcap-cost.toml", "lvcap", server.base_url,
+                        judge="prices = { input = 1.0, cached_input = 0.5, output = 4.0 }\n")
     out = tmp_path / "out"
     run_sweep(load_sweep(sweep), out, progress=False, log=lambda m: None)
     expected = _usd(server.usage, prices)
