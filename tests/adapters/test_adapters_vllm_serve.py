@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from _feeds import FixedFeed
+
 pytestmark = pytest.mark.vllm
 
 
@@ -44,22 +46,10 @@ def test_openai_judge_streams_and_reads_cached_tokens(vllm_server):
     reqs = [JudgeRequest(key=f"q{i}", system="Answer yes or no.", user=f"{caption}\nQuestion {i}: is there a dog?",
                          choices=("yes", "no"), max_tokens=4, seed=i) for i in range(6)]
 
-    class Feed:
-        def __init__(self, items):
-            self.items = list(items)
-
-        def take(self, n):
-            out, self.items = self.items[:n], self.items[n:]
-            return out
-
-        @property
-        def closed(self):
-            return not self.items
-
     with OpenAIJudge(model=vllm_server.model, base_url=vllm_server.base_url, structured="vllm", max_in_flight=4,
                      timeout_s=120) as judge:
         assert judge.judge(first)[0].error is None  # puts the shared prefix into the server's cache
-        out = list(judge.stream(Feed(reqs), 3))
+        out = list(judge.stream(FixedFeed(reqs), 3))
     assert sorted(o.key for o in out) == sorted(r.key for r in reqs)
     assert all(o.error is None and o.text in ("yes", "no") for o in out), [o.error for o in out]
     cached = sum(o.cached_prompt_tokens for o in out)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from _batch_data import requests_for
+from _feeds import FixedFeed
 from adapters.base import JudgeRequest
 from adapters.batch_state import BatchesPending
 from adapters.openai_batch import OpenAIBatchJudge
@@ -73,7 +74,7 @@ def test_out_of_order_batches_answer_every_request_once(batch_server, tmp_path):
     batch_server.behaviour.order = "reverse"  # a batch completes only after every later one did
     reqs = _requests(10)
     with _judge(batch_server, tmp_path, max_file_requests=3) as judge:
-        got = list(judge.stream(_Feed(reqs)))
+        got = list(judge.stream(FixedFeed(reqs)))
         expected = {r.key: _expected(judge, r) for r in reqs}
     stats = batch_server.stats()
     assert [len(b["keys"]) for b in stats["batches"]] == [3, 3, 3, 1]
@@ -223,7 +224,7 @@ def _refuse(body):
 
 _KILLED_CLIENT = textwrap.dedent("""
     import sys
-    sys.path[:0] = [{repo!r}, {tests!r}]
+    sys.path[:0] = [{repo!r}, {tests!r}, {shared!r}]
     from test_batch_judge import _judge, _requests
     class Server: base_url = {url!r}
     _judge(Server, {state!r}, poll_s=5.0).judge(_requests(4))
@@ -238,8 +239,8 @@ def test_kill_9_of_the_client_sends_nothing_twice(batch_server, tmp_path, when):
     batch_server.behaviour.order = "hold"
     batch_server.behaviour.create_delay_s = 30.0 if when.startswith("before") else 0.0
     state = tmp_path / "state"
-    code = _KILLED_CLIENT.format(repo=str(REPO), tests=str(Path(__file__).parent), url=batch_server.base_url,
-                                 state=str(state))
+    code = _KILLED_CLIENT.format(repo=str(REPO), tests=str(Path(__file__).parent),
+                                 shared=str(Path(__file__).parents[1]), url=batch_server.base_url, state=str(state))
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
@@ -258,16 +259,3 @@ def test_kill_9_of_the_client_sends_nothing_twice(batch_server, tmp_path, when):
     assert [g.text for g in got] == expected
     stats = batch_server.stats()
     assert len(stats["batches"]) == 1 and stats["uploads"] == 1 and stats["seen"] == {f"q{i}": 1 for i in range(4)}
-
-
-class _Feed:
-    def __init__(self, requests):
-        self.items = list(requests)
-
-    def take(self, n):
-        out, self.items = self.items[:n], self.items[n:]
-        return out
-
-    @property
-    def closed(self):
-        return not self.items
