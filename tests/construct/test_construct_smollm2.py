@@ -7,18 +7,15 @@ the record with the request key it was cached under, and the items still load an
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
 from _capquiz_inputs import generation_replies, make_videos
-from _fixtures_vllm import small_kv_cache
+from _smollm2 import smollm2_judge_options
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~1-2 min on 2 cores)
-smollm2 = pytest.importorskip("adapters.smollm2")
-_CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
+pytest.importorskip("adapters.smollm2")
 TEN = {"Entity", "Attribute", "Action", "Event", "Setting", "Relational Reasoning", "Causal Reasoning",
        "Interpretive Reasoning", "Intent & Emotion Reasoning", "Grounding Reasoning"}
 
@@ -27,20 +24,13 @@ def test_smollm2_answers_three_steps(tmp_path):
     from engine.cli import main
     from engine.inputs import read_items
 
-    try:
-        smollm2.find_gguf()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
-    model = smollm2.build_smollm2(_CACHE / "smollm2-135m-instruct")
     videos, truths = make_videos(tmp_path / "videos", 2)
     replies = tmp_path / "replies.jsonl"
     replies.write_text("".join(json.dumps(r) + "\n" for r in generation_replies(truths)))
     out = tmp_path / "quiz"
-    with small_kv_cache() as kv:
+    with smollm2_judge_options("smol") as smol:
         code = main(["construct", "capquiz", "--input", str(videos), "--out", str(out), "--judge", "vllm@smol",
-                     "--judge-option", f"smol:model={model}", "--judge-option", "smol:max_model_len=2048",
-                     "--judge-option", f"smol:kv_cache_memory_bytes={kv['kv_cache_memory_bytes']}",
-                     "--step-judge", "generate=replay", "--judge-option", f"replay:replies={replies}",
+                     *smol, "--step-judge", "generate=replay", "--judge-option", f"replay:replies={replies}",
                      "--classify", "all", "--trials", "2", "--min-correct", "2", "--no-progress"])
     assert code == 0
     record = pq.read_table(out / "record.parquet").to_pylist()

@@ -7,38 +7,27 @@ request key it was cached under, and the video's events item holding the scenes'
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from _fixtures_vllm import small_kv_cache
 from _scene_videos import make_cut_video
+from _smollm2 import smollm2_judge_options
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~1-2 min on 2 cores)
-smollm2 = pytest.importorskip("adapters.smollm2")
-_CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
+pytest.importorskip("adapters.smollm2")
 
 
 def test_smollm2_extracts_the_events_of_every_scene(tmp_path):
     from engine.cli import main
 
-    try:
-        smollm2.find_gguf()
-    except FileNotFoundError as exc:
-        pytest.skip(str(exc))
-    model = smollm2.build_smollm2(_CACHE / "smollm2-135m-instruct")
     root = tmp_path / "videos"
     root.mkdir()
     make_cut_video(root / "clip.mp4", [("red", 30), ("blue", 30)], fps=24)
     out = tmp_path / "gt"
-    with small_kv_cache() as kv:
+    with smollm2_judge_options("smol") as smol:
         args = ["construct", "lvcap", "--videos", str(root), "--out", str(out), "--judge", "local",
-                "--step-judge", "events=vllm@smol", "--judge-option", f"smol:model={model}",
-                "--judge-option", "smol:max_model_len=2048",
-                "--judge-option", f"smol:kv_cache_memory_bytes={kv['kv_cache_memory_bytes']}",
-                "--questions", "4", "--no-progress"]
+                "--step-judge", "events=vllm@smol", *smol, "--questions", "4", "--no-progress"]
         assert main(args) == 0
     summary = json.loads((out / "construct.json").read_text())
     assert summary["judges"]["smol"]["name"] == "smollm2-135m-instruct" and summary["roles"]["events"] == ["smol"]
