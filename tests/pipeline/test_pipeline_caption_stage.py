@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from _caption_worker import RecordingCaptioner, worker_around
 from adapters.local_captioner import describe
 from engine.prompts_library import get_prompt
 from engine.schemas import CAPTIONS
@@ -120,19 +121,7 @@ def test_segment_chunks_follow_the_frame_spec_segments():
 def test_segmental_requests_carry_the_previous_captions_once():
     """Each segment's request: the prompt text as written, the earlier captions only in `context` (which the
     OpenAI-compatible and vLLM captioners put before the prompt once)."""
-    from adapters.base import CaptionResponse
-    from engine.stages.caption import CaptionTask, CaptionWorker
-
-    class Recorder:
-        def __init__(self):
-            self.requests = []
-
-        def caption(self, requests):
-            self.requests += list(requests)
-            return [CaptionResponse(r.key, f"part {len(self.requests)}") for r in requests]
-
-    worker = CaptionWorker.__new__(CaptionWorker)
-    worker.name, worker.model, worker.exit_once_marker = "rec", Recorder(), None
+    worker = worker_around(RecordingCaptioner())
     p = get_prompt("lvcap_segment")
     frames = np.zeros((6, 8, 8, 3), np.uint8)
     task = CaptionTask("k", "v", "unused.npy", (15.0, 45.0, 75.0, 105.0, 130.0, 140.0),
@@ -148,15 +137,13 @@ def test_segmental_requests_carry_the_previous_captions_once():
 def test_truncation_and_frame_caps_are_recorded_in_the_caption_row(tmp_path):
     """A caption cut at max_tokens and a backend that received fewer frames than the spec say so in their row."""
     from adapters.base import CaptionResponse
-    from engine.stages.caption import CaptionWorker
 
     class Capped:
         def caption(self, requests):
             return [CaptionResponse(r.key, "a cut capt", n_tokens=r.max_tokens, truncated=True,
                                     frames_sent=min(2, len(r.frames))) for r in requests]
 
-    worker = CaptionWorker.__new__(CaptionWorker)
-    worker.name, worker.model, worker.exit_once_marker = "capped", Capped(), None
+    worker = worker_around(Capped(), "capped")
     path = tmp_path / "f.npy"
     np.save(path, np.zeros((6, 8, 8, 3), np.uint8))
     p = get_prompt("brief")

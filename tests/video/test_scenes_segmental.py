@@ -8,9 +8,10 @@ import json
 import numpy as np
 import pyarrow as pa
 
+from _caption_worker import RecordingCaptioner, worker_around
 from engine.prompts_library import get_prompt
 from engine.schemas import ITEMS, conform
-from engine.stages.caption import CaptionTask, CaptionWorker, segment_chunks
+from engine.stages.caption import CaptionTask, segment_chunks
 
 TIMES = (0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75)  # 8 frames of a 4 s video
 
@@ -29,20 +30,8 @@ def test_chunks_split_at_the_video_boundaries_by_timestamp():
         [[0, 1], [2, 3], [4, 5], [6, 7]]
 
 
-class Recorder:
-    def __init__(self):
-        self.requests = []
-
-    def caption(self, requests):
-        from adapters.base import CaptionResponse
-
-        self.requests += list(requests)
-        return [CaptionResponse(r.key, f"part {len(self.requests)}") for r in requests]
-
-
 def _segmental(boundaries=()):
-    worker = CaptionWorker.__new__(CaptionWorker)
-    worker.name, worker.model, worker.exit_once_marker = "rec", Recorder(), None
+    worker = worker_around(RecordingCaptioner())
     p = get_prompt("lvcap_segment")
     task = CaptionTask("k", "v", "unused.npy", TIMES, "uniform:8", p.id, p.text, segments=4, boundaries=boundaries)
     row = worker._segmental(task, np.zeros((8, 8, 8, 3), np.uint8))
