@@ -169,8 +169,6 @@ class JudgeProtocol:
     tasks: tuple[str, ...] = ()
     #: item or verdict columns its metrics break down by (report tables, --by)
     breakdowns: tuple[str, ...] = ()
-    #: report plot kinds that make sense for its headline metrics ("bar", "line", "hist")
-    plot_kinds: tuple[str, ...] = ("bar", "line")
     #: `capeval compare`: the verdict column the headline is averaged over (per-task metrics, then their mean)
     compare_average_over: str | None = None
     #: `capeval compare`: the metrics mode used when the run does not say

@@ -15,7 +15,6 @@ class VCInspectorProtocol(_JudgeProtocol):
     codes = (_VCInspectorVerdict,)
     headline = ("mean_score",)
     judge_frames = _prompts.OFFICIAL_FRAMES  # the judge sees frames; this spec unless params.judge_frames says
-    plot_kinds = ("bar", "hist")
     # reference-free: any kind (a folder of videos, VATEX-EVAL, ...) whose videos have media paths, which
     # JudgeProtocol.dataset_problem requires because judge_frames is set
     dataset_kinds = None
