@@ -217,7 +217,8 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
     return {
         "command": "sweep", "config": config, "started_at": started, "modes": modes, "pack_digests": packs,
         "components": {"captioners": cap_rev or {}, "judges": judge_rev or {}},
-        "judge_validation": judge_validation_record(getattr(config, "judges", ()), judge_rev),
+        "judge_validation": judge_validation_record(getattr(config, "judges", ()), judge_rev,
+                                                    [p.name for p in getattr(config, "protocols", ())]),
         "counts_by_status": counts, "wall_s": result.wall_s,
         "throughput": {"cells_per_s": result.cells_run / wall,
                        "captions_per_s": cs.get("captioned", 0) / wall,

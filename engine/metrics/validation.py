@@ -241,14 +241,20 @@ def validation_summary(path: str | Path, judge_revision: str | None = None) -> d
     return out
 
 
-def judge_validation_record(judges, revisions: dict | None = None) -> dict:
-    """{judge label: validation_summary(...) or {"status": "unvalidated"}} for a sweep's judges."""
+def judge_validation_record(judges, revisions: dict | None = None, protocols=()) -> dict:
+    """{judge label: validation_summary(...) or {"status": "unvalidated"}} for a sweep's judges. A validation holds
+    for the protocol it was made on: the sweep's other protocols (`protocols`: their names) are listed in
+    `not_validated_for`, so a judge validated on CAPability does not pass as validated on CapQuiz."""
     revisions = revisions or {}
     out = {}
     for j in judges:
         label = getattr(j, "display", None) or j.name
         file = getattr(j, "validated", None)
         out[label] = validation_summary(file, revisions.get(label)) if file else {"status": "unvalidated"}
+        if out[label].get("status") == "validated":
+            uncovered = sorted(set(protocols) - {out[label].get("protocol")})
+            if uncovered:
+                out[label]["not_validated_for"] = uncovered
     return out
 
 

@@ -25,6 +25,8 @@ def _row(label: str, v: dict) -> list[str]:
     outside = v.get("outside_tolerance") or []
     tol = "no tolerance given" if v.get("tolerance") is None else (
         f"±{v['tolerance']:g}: " + (", ".join(outside) if outside else "all within"))
+    if v.get("not_validated_for"):
+        tol += f"<br><b>not validated for {_e(', '.join(v['not_validated_for']))}</b>"
     revision = {True: "same as this run", False: "<b>differs from this run's judge</b>"}.get(
         v.get("revision_matches"), _e(v.get("judge_revision")))
     return [_e(label), "validated", _e(v.get("judge")), _e(v.get("reference")),

@@ -58,6 +58,7 @@ def test_run_json_and_report_show_validated_and_unvalidated_judges(tmp_path, ray
     assert local["revision_matches"] is True  # the local judge's revision is the one the file validated
     flagged = [f"overall.{m}" for m, v in report["overall"]["metrics"].items() if v["outside_tolerance"]]
     assert flagged and local["outside_tolerance"][:len(flagged)] == flagged
+    assert "not_validated_for" not in local  # validated on capquiz, the sweep's only protocol
 
     assert main(["report", str(out)]) == 0
     page = (out / "report.html").read_text()
@@ -76,3 +77,20 @@ def test_submit_ships_the_validation_file(tmp_path):
     (source, rel), = [(s, r) for s, r in shipped if s.endswith("local.json")]
     assert (tmp_path / "stage" / rel).read_bytes() == (tmp_path / "local.json").read_bytes()
     assert f"validated: {rel}" in staged.read_text()
+
+
+def test_a_validation_holds_only_for_its_protocol(tmp_path):
+    """A judge validated on one protocol is listed as not validated for the sweep's other protocols (record and
+    report), instead of passing as validated for all of them."""
+    from types import SimpleNamespace
+
+    from engine.metrics.validation import judge_validation_record
+    from engine.report.validation import validation_html
+
+    _validation_file(tmp_path / "local.json")  # made on capquiz
+    judge = SimpleNamespace(name="local", display="local", validated=str(tmp_path / "local.json"))
+    record = judge_validation_record([judge], {}, ["capquiz", "vidcapbench", "capability"])
+    assert record["local"]["status"] == "validated"
+    assert record["local"]["not_validated_for"] == ["capability", "vidcapbench"]
+    assert "not validated for capability, vidcapbench" in validation_html([{"judge_validation": record}])
+    assert "not_validated_for" not in judge_validation_record([judge], {}, ["capquiz"])["local"]
