@@ -104,7 +104,8 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
                       counts_by_status: dict | None = None, wall_s: float | None = None,
                       throughput: dict | None = None, extra: dict | None = None,
                       started_at: float | None = None, cost: dict | None = None,
-                      no_value: list | None = None, judge_validation: dict | None = None) -> Path:
+                      no_value: list | None = None, judge_validation: dict | None = None,
+                      decide: dict | None = None) -> Path:
     """Append one run's record to `out_dir/run.json` (created if missing); returns the file's path.
 
     components: identities and revisions, e.g. {"captioners": {"local": "rev"}, "judges": {"local": "rev"}};
@@ -145,6 +146,8 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["no_value"] = to_jsonable(no_value)
     if judge_validation:  # per judge: its validation file's summary, or unvalidated (engine/metrics/validation.py)
         record["judge_validation"] = to_jsonable(judge_validation)
+    if decide:  # an adaptive run's decisions in brief (decide.json beside it holds every pair)
+        record["decide"] = to_jsonable(decide)
     if extra:
         record["extra"] = to_jsonable(extra)
     record = redact(record)  # credentials never reach disk (engine/secrets.py): config, argv, extras alike
@@ -214,7 +217,12 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
     started = time.time() - result.wall_s
     from engine.metrics.validation import judge_validation_record
 
+    extra = {}
+    options = getattr(config, "options", None)
+    if getattr(options, "decide", None) is not None and result.out_dir is not None:
+        extra["decide"] = _decide_summary(Path(result.out_dir) / "decide.json")
     return {
+        **extra,
         "command": "sweep", "config": config, "started_at": started, "modes": modes, "pack_digests": packs,
         "components": {"captioners": cap_rev or {}, "judges": judge_rev or {}},
         "judge_validation": judge_validation_record(getattr(config, "judges", ()), judge_rev,
@@ -236,3 +244,20 @@ def _pack_digests(protocol: str, params: dict) -> dict:
     except Exception as exc:  # noqa: BLE001 -- a record must not fail a finished run; say why instead
         return {"error": f"packs unreadable: {exc}"}
     return {key: {"path": str(pack.path), "digest": pack.digest} for key, pack in packs.items()}
+
+
+def _decide_summary(path: Path) -> dict:
+    """What run.json says of an adaptive run (`[options] decide`): the rule, how many pairs were decided, found
+    equivalent or left open (early ones counted), the first-step requests saved and the pending cells; the pairs
+    themselves stay in decide.json beside it."""
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # a record must not fail a finished run; say why instead
+        return {"file": str(path), "error": f"{type(exc).__name__}: {exc}"}
+    pairs = d.get("pairs") or []
+    statuses = {}
+    for pair in pairs:
+        statuses[pair.get("status")] = statuses.get(pair.get("status"), 0) + 1
+    return {"file": str(path), **{k: d.get(k) for k in ("metric", "baseline", "delta", "alpha")},
+            "pairs": statuses, "early": sum(bool(pair.get("early")) for pair in pairs),
+            "requests": d.get("requests"), "pending_cells": len(d.get("pending_cells") or [])}

@@ -204,6 +204,8 @@ def _record_html(run: RunData) -> str:
             ("components", json.dumps(last.get("components"))), ("modes", json.dumps(last.get("modes"))),
             ("prompt packs", json.dumps(last.get("pack_digests"))),
             ("counts", json.dumps(last.get("counts_by_status"))), ("throughput", json.dumps(last.get("throughput")))]
+    if last.get("decide"):  # an adaptive run: its decisions are in decide.json, the summary here
+        rows.append(("adaptive decisions ([options] decide)", json.dumps(last["decide"])))
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f"<table>{body}</table>"
 

@@ -139,6 +139,28 @@ def test_stopped_systems_are_pending_with_only_the_videos_judged(runs):
     assert first.judge_stats["sent"] + first.judge_stats["cached"] > 0
 
 
+def test_run_json_and_report_summarise_the_decisions(runs):
+    """run.json's sweep record of the adaptive run summarises decide.json (counts, early ones, requests saved,
+    pending cells); the run without `decide` records none; the report's run record shows the last one's."""
+    from engine.report.html import write_report
+    from engine.runrecord import read_run_records
+
+    sweeps = [r for r in read_run_records(runs["out"]) if r["command"] == "sweep"]
+    first, last = sweeps[0], sweeps[-1]
+    record = runs["record"]
+    assert first["decide"]["metric"] == record["metric"] and first["decide"]["requests"] == record["requests"]
+    assert first["decide"]["pairs"] == {"decided": 1, "equivalent": 1}
+    assert first["decide"]["early"] == 2 and first["decide"]["pending_cells"] == 3
+    assert "decide" not in last  # the run without decide
+    assert "adaptive decisions" not in write_report(runs["out"]).read_text()  # the last run's record: none
+    from types import SimpleNamespace
+
+    from engine.report.html import _record_html
+
+    shown = _record_html(SimpleNamespace(records=[first]))  # the report of the adaptive run itself
+    assert "adaptive decisions" in shown and "first_step_judged" in shown
+
+
 def test_a_rerun_with_decide_replays_the_decisions_from_the_caches(runs):
     again = runs["again"]
     assert again.judge_stats["sent"] == 0
