@@ -21,7 +21,7 @@ import polars as pl
 
 from engine.metrics.breakdowns import (ALL, BY_COLUMN, VIDEOS_COLUMN, UnknownColumnError, level_order, parse_by,
                                        with_breakdowns)
-from engine.report.leaderboard import MIN_VIDEOS, leaderboard, null_label, to_long
+from engine.report.leaderboard import MIN_VIDEOS, leaderboard, null_label, text_grid, to_long
 from engine.report.rundir import CELL_COLUMNS, RunData, load_items
 
 
@@ -95,10 +95,7 @@ def _table(df: pl.DataFrame, protocol: str, column: str, attributes: list[str], 
 
 
 def _grid(df: pl.DataFrame) -> list[str]:
-    body = [["-" if x is None else str(x) for x in row] for row in df.iter_rows()]
-    widths = [max([len(h)] + [len(row[i]) for row in body]) for i, h in enumerate(df.columns)]
-    return (["  ".join(h.ljust(w) for h, w in zip(df.columns, widths)), "  ".join("-" * w for w in widths)]
-            + ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body])
+    return text_grid(df.columns, [["-" if x is None else str(x) for x in row] for row in df.iter_rows()])
 
 
 def format_breakdowns(tables: list[BreakdownTable]) -> str:

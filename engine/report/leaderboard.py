@@ -243,7 +243,7 @@ def format_leaderboard(lb: Leaderboard, digits: int = 1, breakdown_rows: int = 4
                   "-" if r["n_videos"] is None else str(r["n_videos"])]
         body.append(cells)
     lines = [f"== {lb.protocol} leaderboard (95% CI, bootstrap over videos) =="]
-    lines += _grid(header, body)
+    lines += text_grid(header, body)
     for r in t.filter(pl.col("note").is_not_null()).iter_rows(named=True):
         lines.append("  * " + " ".join(str(r[c]) for c in lb.system_columns) + ": " + r["note"])
     lines += [f"  ! {label}: {reason}" for label, reason in null_reasons(lb)]
@@ -251,7 +251,7 @@ def format_leaderboard(lb: Leaderboard, digits: int = 1, breakdown_rows: int = 4
     if lb.breakdown.height:
         lines.append(f"-- by {', '.join(lb.breakdown_columns)} --")
         shown = lb.breakdown.head(breakdown_rows)
-        lines += _grid(shown.columns, [[str(x) for x in row] for row in shown.iter_rows()])
+        lines += text_grid(shown.columns, [[str(x) for x in row] for row in shown.iter_rows()])
         if lb.breakdown.height > breakdown_rows:
             lines.append(f"  ... {lb.breakdown.height - breakdown_rows} more rows (see the HTML report)")
     return "\n".join(lines)
@@ -276,7 +276,8 @@ def null_reasons(lb: Leaderboard) -> list[tuple[str, str]]:
     return [(f"{system} {', '.join(ms)}", reason) for (system, reason), ms in out.items()]
 
 
-def _grid(header: list[str], body: list[list[str]]) -> list[str]:
+def text_grid(header: list[str], body: list[list[str]]) -> list[str]:
+    """A plain-text table: the header, a rule, then the rows, each column padded to its widest cell."""
     widths = [max([len(h)] + [len(row[i]) for row in body]) for i, h in enumerate(header)]
     return (["  ".join(h.ljust(w) for h, w in zip(header, widths)), "  ".join("-" * w for w in widths)]
             + ["  ".join(c.ljust(w) for c, w in zip(row, widths)) for row in body])
