@@ -255,6 +255,8 @@ class _Planner:
             for key in PROMPT_FILE_KEYS:
                 if isinstance(e.get(key), str):
                     e[key] = self.staged_value(e[key], f"prompts[{i}].{key}") or e[key]
+        from engine.sweep.validation import protocol_pack_params
+
         for i, e in enumerate(_entries(raw, "protocols")):
             params = e.get("params") if isinstance(e.get("params"), dict) else {}
             for key in protocol_pack_params(e.get("name")):
@@ -292,17 +294,6 @@ def _glob_root(pattern: Path) -> Path:
             break
         parts.append(part)
     return Path(*parts)
-
-
-def protocol_pack_params(name) -> tuple[str, ...]:
-    """The params of protocol `name` that name a prompt pack (its `pack_params`); for a name no protocol has
-    (load_sweep reports it), those of every registered protocol."""
-    from engine.registry import lookup, names
-
-    try:
-        return tuple(lookup("protocol", name).pack_params)
-    except (KeyError, TypeError):
-        return tuple(dict.fromkeys(k for n in names("protocol") for k in lookup("protocol", n).pack_params))
 
 
 def read_raw(path: Path) -> tuple[dict, str]:

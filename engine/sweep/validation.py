@@ -232,14 +232,21 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
     return out
 
 
-def _protocol_or_none(name: str | None):
-    """The registered protocol called `name`; None without a name or for an unknown one (reported elsewhere)."""
+def _protocol_or_none(name):
+    """The registered protocol called `name`; None without a name or for an unknown one (reported elsewhere; a raw
+    sweep file's name may be of any type)."""
     from engine.registry import lookup
 
     try:
         return lookup("protocol", name) if name is not None else None
-    except KeyError:
+    except (KeyError, TypeError):
         return None
+
+
+def protocol_pack_params(name) -> tuple[str, ...]:
+    """The params of protocol `name` that name a prompt pack (its `pack_params`); without a name, or for a name no
+    protocol has, those of every registered protocol (engine/staging.py ships them all)."""
+    return _pack_params(_protocol_or_none(name))
 
 
 def _pack_params(protocol) -> tuple[str, ...]:
