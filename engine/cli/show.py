@@ -47,6 +47,7 @@ def run(args) -> int:
 
     from engine.errors import UsageError
     from engine.report.transcripts import format_request, load_transcripts, request_records, select
+    from engine.store.transcripts import beside
 
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
@@ -56,8 +57,7 @@ def run(args) -> int:
         return _provenance(args)
     t = load_transcripts(args.run_dir)
     if t is None:
-        where = (f"{args.run_dir}/transcripts/" if args.run_dir.is_dir() else
-                 f"{args.run_dir.with_name(args.run_dir.stem + '.transcripts.parquet')}")
+        where = f"{args.run_dir}/transcripts/" if args.run_dir.is_dir() else f"{beside(args.run_dir)}"
         print(f"no judge transcripts in {where} (runs before transcripts existed keep none; rerunning the judge "
               "from its cache writes them)", file=sys.stderr)
         return 1
