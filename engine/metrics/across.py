@@ -41,14 +41,13 @@ controlled score removes the linear association, it does not say which part is t
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
 import polars as pl
 
-from engine.metrics.paired import PairedSpec
+from engine.metrics.paired import PairedSpec, task_mean_values
 from engine.registry import lookup
 from kernels.bootstrap import cluster_bootstrap, percentile_ci
 from kernels.correlation import kendall_tau_b, spearman_rho
@@ -219,11 +218,7 @@ def per_video_stats(rows: pl.DataFrame, rater: Rater, systems: list[tuple], vide
 def metric_values(rater: Rater, sums: np.ndarray, metrics=None) -> np.ndarray:
     """(..., T, S) sums -> (..., M) values of `metrics` (default all the rater's), the mean over tasks where
     defined, on the protocol's scale; nan where undefined (a 0/0)."""
-    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # nanmean of all-nan: the metric is undefined there
-        vals = np.stack([np.asarray(rater.spec.metrics[m](sums), dtype=np.float64)
-                         for m in (metrics or rater.metrics)], axis=-1)
-        return np.nanmean(vals, axis=-2) * rater.spec.scale
+    return task_mean_values(rater.spec, sums, metrics or rater.metrics)
 
 
 def _systems(rows: pl.DataFrame) -> list[tuple]:

@@ -8,6 +8,7 @@ columns `_s0.._s{n_stats-1}` are added up, and each metric is a vectorised funct
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -37,3 +38,26 @@ def code_stats(n_codes: int, steps_out: tuple[str, ...] = ()):
         return v.with_columns([(code == k).cast(pl.Float64).alias(f"_s{k}") for k in range(n_codes + 1)])
 
     return stats
+
+
+def per_video_stats(rows: pl.DataFrame, spec: PairedSpec, videos: list[str], tasks: list[str]) -> np.ndarray:
+    """(V, T, S) float64 sums of the spec's statistics per (video, `_task` column of `rows`), in the given orders;
+    rows of other videos or tasks are left out."""
+    stats = spec.stats(rows, {})
+    cols = [f"_s{k}" for k in range(spec.n_stats)]
+    agg = stats.group_by(["video_id", "_task"]).agg(pl.col(cols).sum())
+    v_idx = agg["video_id"].replace_strict(videos, list(range(len(videos))), default=-1).to_numpy()
+    t_idx = agg["_task"].replace_strict(tasks, list(range(len(tasks))), default=-1).to_numpy()
+    keep = (v_idx >= 0) & (t_idx >= 0)
+    out = np.zeros((len(videos), len(tasks), spec.n_stats))
+    np.add.at(out, (v_idx[keep], t_idx[keep]), agg.select(cols).to_numpy()[keep])
+    return out
+
+
+def task_mean_values(spec: PairedSpec, sums: np.ndarray, metrics) -> np.ndarray:
+    """(..., T, S) sums -> (..., M) values of `metrics` (names in spec.metrics): the mean over the tasks where the
+    metric is defined, on the spec's scale; nan where it is undefined in every task (a 0/0)."""
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # nanmean of all-nan: the metric is undefined there
+        vals = np.stack([np.asarray(spec.metrics[m](sums), dtype=np.float64) for m in metrics], axis=-1)
+        return np.nanmean(vals, axis=-2) * spec.scale

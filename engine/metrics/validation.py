@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from engine.metrics.paired import per_video_stats
 from engine.registry import lookup
 from engine.schemas import NO_VERDICT
 from kernels.agreement import cohen_kappa, gwet_ac1
@@ -125,15 +126,7 @@ def agreement_block(reference: np.ndarray, judge: np.ndarray, labels: dict[int, 
 
 def _per_video(rows: pl.DataFrame, spec, group: pl.Expr, videos: list[str], groups: list[str]) -> np.ndarray:
     """(V, G, S) sums of the spec's per-row statistics per (video, group)."""
-    stats = spec.stats(rows.with_columns(group.alias("_task")), {})
-    cols = [f"_s{k}" for k in range(spec.n_stats)]
-    agg = stats.group_by(["video_id", "_task"]).agg(pl.col(cols).sum())
-    v_idx = agg["video_id"].replace_strict(videos, list(range(len(videos))), default=-1).to_numpy()
-    g_idx = agg["_task"].replace_strict(groups, list(range(len(groups))), default=-1).to_numpy()
-    keep = (v_idx >= 0) & (g_idx >= 0)
-    out = np.zeros((len(videos), len(groups), spec.n_stats))
-    np.add.at(out, (v_idx[keep], g_idx[keep]), agg.select(cols).to_numpy()[keep])
-    return out
+    return per_video_stats(rows.with_columns(group.alias("_task")), spec, videos, groups)
 
 
 def metric_bias(rows: pl.DataFrame, spec, average_over: str | None, tasks: list[str], *, n_resamples: int,

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.paired import PairedSpec
+from engine.metrics.paired import PairedSpec, per_video_stats, task_mean_values
 from engine.registry import lookup
 from engine.report.ordering import sorted_values, system_sort_key
 from kernels.bootstrap import paired_bootstrap_diff
@@ -34,19 +34,6 @@ RESULT_SCHEMA = {"dataset": pl.String, "protocol": pl.String, "judge": pl.String
                  "same": pl.String, "a": pl.String, "b": pl.String, "metric": pl.String, "a_value": pl.Float64,
                  "b_value": pl.Float64, "diff": pl.Float64, "ci_low": pl.Float64, "ci_high": pl.Float64,
                  "p_value": pl.Float64, "p_holm": pl.Float64, "n_videos": pl.Int64, "warning": pl.String}
-
-
-def per_video_stats(rows: pl.DataFrame, spec: PairedSpec, videos: list[str], tasks: list[str]) -> np.ndarray:
-    """(V, T, S) float64 sums of the spec's statistics per (video, task), in the given orders."""
-    stats = spec.stats(rows, {})
-    cols = [f"_s{k}" for k in range(spec.n_stats)]
-    agg = stats.group_by(["video_id", "_task"]).agg(pl.col(cols).sum())
-    v_idx = agg["video_id"].replace_strict(videos, list(range(len(videos))), default=-1).to_numpy()
-    t_idx = agg["_task"].replace_strict(tasks, list(range(len(tasks))), default=-1).to_numpy()
-    keep = (v_idx >= 0) & (t_idx >= 0)
-    out = np.zeros((len(videos), len(tasks), spec.n_stats))
-    np.add.at(out, (v_idx[keep], t_idx[keep]), agg.select(cols).to_numpy()[keep])
-    return out
 
 
 def holm(p_values: np.ndarray) -> np.ndarray:
@@ -228,13 +215,10 @@ def _compare_pair(verdicts, x, y, differ, spec: PairedSpec, average_over, n_resa
     names = list(spec.metrics)
 
     def statistic(sums: np.ndarray) -> np.ndarray:  # (..., T, S) -> (..., M): metrics averaged over tasks
-        with np.errstate(divide="ignore", invalid="ignore"), _quiet():  # 0/0 -> nan: metric undefined there
-            vals = np.stack([np.asarray(spec.metrics[m](sums), dtype=np.float64) for m in names], axis=-1)
-            return np.nanmean(vals, axis=-2) * spec.scale
+        return task_mean_values(spec, sums, names)
 
     res = paired_bootstrap_diff(ca, cb, statistic, n_resamples=n_resamples, seed=seed, confidence=confidence)
-    with _quiet():
-        va, vb = statistic(ca.sum(0)[None])[0], statistic(cb.sum(0)[None])[0]
+    va, vb = statistic(ca.sum(0)[None])[0], statistic(cb.sum(0)[None])[0]
     rows = []
     for k, m in enumerate(names):
         lo, hi, p = float(res.ci_low[k]), float(res.ci_high[k]), float(res.p_value[k])
@@ -255,20 +239,6 @@ def _compare_pair(verdicts, x, y, differ, spec: PairedSpec, average_over, n_resa
 def _f(x) -> float | None:
     x = float(x)
     return None if np.isnan(x) else x
-
-
-class _quiet:
-    """nanmean over all-nan slices warns; a nan there is the answer (metric undefined in that replicate)."""
-
-    def __enter__(self):
-        import warnings
-
-        self._w = warnings.catch_warnings()
-        self._w.__enter__()
-        warnings.simplefilter("ignore", RuntimeWarning)
-
-    def __exit__(self, *exc):
-        return self._w.__exit__(*exc)
 
 
 def format_comparison(frame: pl.DataFrame, digits: int = 1) -> str:
