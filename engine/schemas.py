@@ -151,8 +151,7 @@ METRIC_VALUE_COLUMNS = [
 #: The value columns of a metrics or results row (everything else is a group or system column): the metric and its
 #: interval, counts, why a value is null (engine/metrics/reasons.py) and, for cells with several judge trials, the
 #: interval's kind and the judge-noise share of its variance (engine/metrics/trials.py).
-METRIC_VALUE_NAMES = ["metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason", "ci_kind",
-                      "judge_noise_share"]
+METRIC_VALUE_NAMES = [name for name, _ in METRIC_VALUE_COLUMNS] + ["reason", "ci_kind", "judge_noise_share"]
 
 
 def metrics_schema(group_columns: list[str]) -> pa.Schema:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
+from engine.schemas import ParseStatus
+
 #: the prefix of every reason for a group without a single verdict (leaderboards and reports look for it)
 NO_VERDICTS = "no verdicts"
 #: labels of overall rows: such a value in a metric row stands for every value of that column
@@ -25,8 +27,8 @@ OVERALL_LABELS = ("all", "avg", "overall", "-")
 NOT_GROUPS = frozenset({"metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason", "note", "mode",
                         "cell_key", "cell_status", "protocol"})
 #: what a row without a verdict and without an error text failed at (engine.schemas.ParseStatus)
-STATUS_TEXT = {2: "the judge's answer could not be parsed", 3: "the judge backend failed",
-               4: "no judgment for the item"}
+STATUS_TEXT = {int(ParseStatus.FAILED): "the judge's answer could not be parsed",
+               int(ParseStatus.ERROR): "the judge backend failed", int(ParseStatus.MISSING): "no judgment for the item"}
 NO_CAPTION_STATUS = "no_caption"
 
 
@@ -113,7 +115,7 @@ def _no_verdict_rows(metrics: pl.DataFrame, verdicts: pl.DataFrame, captioned: b
                         (pl.col("parse_status").cast(pl.Int64) if "parse_status" in verdicts.columns
                          else pl.lit(None, dtype=pl.Int64)).alias("_status")).with_row_index("_row")
     # rows of intermediate steps (parsed, no verdict code by design: e.g. event extraction) are not failures
-    v = v.filter(pl.col("_ok") | pl.col("_status").is_null() | (pl.col("_status") >= 2))
+    v = v.filter(pl.col("_ok") | pl.col("_status").is_null() | (pl.col("_status") >= int(ParseStatus.FAILED)))
     if not common:  # one group: every metric row stands for the whole table
         v, metrics, common = v.with_columns(pl.lit("*").alias("_all")), metrics.with_columns(
             pl.lit("*").alias("_all")), ["_all"]
