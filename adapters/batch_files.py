@@ -42,11 +42,6 @@ def batch_line(key: str, body: bytes, unwrap: str | None) -> BatchLine:
     return BatchLine(key, body_digest(body), unwrap, line)
 
 
-def line_body(line: bytes) -> dict:
-    """The request body of one input line (tests and the fake server read it back)."""
-    return json.loads(line)["body"]
-
-
 def split(lines: list[BatchLine], max_requests: int, max_bytes: int) -> tuple[list[list[BatchLine]], list[BatchLine]]:
     """Chunks in input order, each at most `max_requests` lines and `max_bytes` bytes (newlines counted), and the
     lines that alone exceed `max_bytes` (they cannot be sent in any file)."""

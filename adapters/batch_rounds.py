@@ -70,23 +70,14 @@ def check_options(opts: BatchOptions) -> None:
         raise ValueError(f"state_dir: expected a folder path, got {opts.state_dir!r}")
 
 
-def split_params(params: dict, *extra: type) -> tuple[dict, list[dict]]:
-    """Params into HTTPConfig fields and each of the `extra` dataclasses' fields; unknown names raise ValueError."""
-    groups: list[dict] = [{} for _ in extra]
-    http: dict = {}
-    names = [{f.name for f in fields(cls)} for cls in extra]
+def http_params(params: dict) -> dict:
+    """The HTTPConfig options among a batch judge's other params; an unknown name raises ValueError."""
     http_names = {f.name for f in fields(HTTPConfig)}
-    for key, value in params.items():
-        for group, known in zip(groups, names):
-            if key in known:
-                group[key] = value
-                break
-        else:
-            if key not in http_names:
-                valid = sorted(http_names.union(*names, {f.name for f in fields(BatchOptions)}))
-                raise ValueError(f"unknown option {key!r}; valid: {valid}")
-            http[key] = value
-    return http, groups
+    for key in params:
+        if key not in http_names:
+            valid = sorted(http_names | {f.name for f in fields(BatchOptions)})
+            raise ValueError(f"unknown option {key!r}; valid: {valid}")
+    return dict(params)
 
 
 @dataclass

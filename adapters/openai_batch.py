@@ -23,7 +23,7 @@ import time
 
 from adapters.base import BackendFatalError
 from adapters.batch_files import CHAT_URL, BatchLine, file_bytes, file_digest
-from adapters.batch_rounds import BatchJudge, BatchOptions, split_params
+from adapters.batch_rounds import BatchJudge, BatchOptions, http_params
 from adapters.batch_state import TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
 from adapters.openai_http import HTTPConfig
 from engine.registry import register_judge
@@ -55,7 +55,7 @@ class OpenAIBatchJudge(BatchJudge):
         window = completion_window
         if not isinstance(window, str) or not window:
             raise ValueError(f"completion_window: expected a window such as '24h', got {window!r}")
-        http, _ = split_params(overrides)
+        http = http_params(overrides)
         base = config or HTTPConfig()
         cfg = HTTPConfig(**{**base.__dict__, **http})
         super().__init__(cfg, BatchOptions(state_dir=state_dir, round_requests=round_requests,

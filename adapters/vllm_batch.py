@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from adapters.batch_files import BatchLine, file_bytes, file_digest
-from adapters.batch_rounds import BatchJudge, BatchOptions, split_params
+from adapters.batch_rounds import BatchJudge, BatchOptions, http_params
 from adapters.batch_state import TERMINAL, BatchState, abandoned, owner
 from adapters.openai_http import HTTPConfig
 from engine.registry import register_judge
@@ -93,7 +93,7 @@ class VLLMBatchJudge(BatchJudge):
             raise ValueError(f"engine_args: expected a table of vLLM engine options, got {engine_args!r}")
         opts = VLLMBatchOptions(engine_args=engine_args, served_model_name=served_model_name, python=python,
                                 run_timeout_s=run_timeout_s)
-        http, _ = split_params({"structured": "vllm", **overrides})
+        http = http_params({"structured": "vllm", **overrides})
         served = served_model_name or (Path(model).name if Path(model).is_dir() else model)
         if http.get("revision") is None:
             from adapters.vllm_engine import model_revision  # the in-process vllm judge's identity of the weights
