@@ -23,15 +23,15 @@ def _row(label: str, v: dict) -> list[str]:
     if status != "validated":
         return [_e(label), f"<b>{_e(status)}</b>"] + ["–"] * 7 + [f"{_e(v.get('file'))}: {_e(v.get('error'))}"]
     outside = v.get("outside_tolerance") or []
-    tol = "no tolerance given" if v.get("tolerance") is None else (
-        f"±{v['tolerance']:g}: " + (", ".join(outside) if outside else "all within"))
-    if v.get("not_validated_for"):
+    tol = _e("no tolerance given" if v.get("tolerance") is None else (
+        f"±{v['tolerance']:g}: " + (", ".join(outside) if outside else "all within")))
+    if v.get("not_validated_for"):  # markup around escaped text: the cell is not escaped again
         tol += f"<br><b>not validated for {_e(', '.join(v['not_validated_for']))}</b>"
     revision = {True: "same as this run", False: "<b>differs from this run's judge</b>"}.get(
         v.get("revision_matches"), _e(v.get("judge_revision")))
     return [_e(label), "validated", _e(v.get("judge")), _e(v.get("reference")),
             f"{_e(v.get('protocol'))} ({_e(v.get('mode'))})", _e(v.get("n")), _num(v.get("agreement")),
-            f"{_num(v.get('kappa'))} / {_num(v.get('ac1'))}", _e(tol), f"{revision}<br>{_e(v.get('file'))}"]
+            f"{_num(v.get('kappa'))} / {_num(v.get('ac1'))}", tol, f"{revision}<br>{_e(v.get('file'))}"]
 
 
 def validation_html(records: list[dict]) -> str:
