@@ -45,17 +45,10 @@ class CaptionerSpec:
     max_tokens: int = MAX_TOKENS
 
     def revision(self) -> str:
-        """The captioner's weights identity without loading it (as sweeps key captions): static_revision(params)
-        when the class has it, else its `revision` text."""
-        from engine.registry import lookup
+        """The captioner's weights identity without loading it, exactly as sweeps key captions."""
+        from engine.sweep.runner import component_revision
 
-        if self.name == "vllm":
-            import adapters.vllm_captioner  # noqa: F401 (registers "vllm"; not among the registry's builtins)
-        cls = lookup("captioner", self.name)
-        if hasattr(cls, "static_revision"):
-            return str(cls.static_revision(self.params))
-        rev = getattr(cls, "revision", "")
-        return rev if isinstance(rev, str) else ""
+        return component_revision("captioner", self)
 
     def build(self):
         from engine.registry import lookup
