@@ -18,7 +18,8 @@ from .base import ConstructContext
 from .pipeline import PipelineResult
 
 
-def _replace(path: Path, text: str) -> None:
+def replace_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically: a killed writer leaves the previous file or none, never half of one."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -39,7 +40,7 @@ def write_outputs(out_dir: Path, result: PipelineResult, ctx: ConstructContext, 
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"items": out_dir / "items.jsonl", "record": out_dir / "record.parquet"}
-    _replace(paths["items"], items_jsonl(result.items))
+    replace_text(paths["items"], items_jsonl(result.items))
     write_parquet_atomic(result.record.table(), paths["record"])
     for name, table in result.tables.items():
         paths[name] = out_dir / f"{name}.parquet"
@@ -55,5 +56,5 @@ def write_outputs(out_dir: Path, result: PipelineResult, ctx: ConstructContext, 
         "outputs": {k: str(p) for k, p in paths.items()},
     }
     paths["summary"] = out_dir / "construct.json"
-    _replace(paths["summary"], json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
+    replace_text(paths["summary"], json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
     return paths

@@ -22,7 +22,6 @@ what is not in it.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +30,7 @@ import pyarrow as pa
 from engine import schemas
 from engine.construct import register_pipeline
 from engine.construct.base import ConstructContext, RecordLog, run_step
+from engine.construct.outputs import replace_text
 from engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from engine.construct.vcinspector_steps import (EXTRACT, REPLACE, STEPS, SUBSTITUTE, AugmentStep, extract_ask,
                                                 replace_ask, substitute_ask)
@@ -92,12 +92,6 @@ def read_sources(path: Path, limit: int | None) -> list[Source]:
     if not out:
         raise UsageError(f"{path}: no captions")
     return out
-
-
-def _write_jsonl(path: Path, rows: list[dict]) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)
 
 
 class VCInspectorPipeline(ConstructionPipeline):
@@ -305,7 +299,7 @@ class VCInspectorPipeline(ConstructionPipeline):
                     output={"item_id": item_id, "caption": c.caption, "label": label, "quality": float(quality),
                             "explanation": explanation})
         out_dir.mkdir(parents=True, exist_ok=True)
-        _write_jsonl(out_dir / "finetune.jsonl", records)
+        replace_text(out_dir / "finetune.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
         table = pa.Table.from_pylist(items) if items else schemas.ITEMS.empty_table()
         notes = [f"{len(kept)} pseudo captions from {len(sources)} ground-truth captions; labels "
                  + ", ".join(f"{v}: {sum(r['label'] == v for r in labels)}" for v in range(5, 0, -1)),
