@@ -15,7 +15,6 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.registry import lookup
 from engine.report import plots
 from engine.report.across import across_html
 from engine.report.assets import CSS, JS
@@ -25,6 +24,7 @@ from engine.report.cost import cost_html
 from engine.report.kt import kt_html
 from engine.report.leaderboard import Leaderboard, leaderboards
 from engine.report.rundir import RunData, load_items, load_run
+from engine.report.transcripts import verdict_labels as _verdict_labels
 from engine.report.transcripts import with_transcripts
 from engine.report.validation import validation_html
 
@@ -94,15 +94,6 @@ def _comparison_html(comp: pl.DataFrame) -> str:
               f"count, other values alphabetically), the same direction for every judge. Paired bootstrap over the "
               f"videos both systems were judged on (the same resampled videos for a and b). p_holm applies Holm's "
               f"correction over all {n} differences in this table; p-values resolve down to 1/resamples.</p>")
-
-
-def _verdict_labels(protocol_name: str) -> dict[int, str]:
-    """code -> name, as the protocol declares (`verdict_labels()`); empty for a protocol that is not registered, or
-    whose codes mean different things in different steps (the code alone would be ambiguous there)."""
-    try:
-        return lookup("protocol", protocol_name).verdict_labels()
-    except KeyError:
-        return {}
 
 
 def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:

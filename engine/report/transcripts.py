@@ -75,16 +75,16 @@ def select(t: pl.DataFrame, *, item: str | None = None, system: str | None = Non
     return t.sort([c for c in _ORDER if c in t.columns], nulls_last=True, maintain_order=True)
 
 
-def _labels(protocols) -> dict[str, dict[int, str]]:
+def verdict_labels(protocol_name: str) -> dict[int, str]:
+    """code -> name, as the protocol declares (`verdict_labels()`); empty (codes shown as numbers) for a protocol
+    that is not registered here, or whose codes mean different things in different steps (the code alone would be
+    ambiguous there)."""
     from engine.registry import lookup
 
-    out = {}
-    for name in protocols:
-        try:
-            out[name] = lookup("protocol", name).verdict_labels()
-        except KeyError:  # a protocol not registered here: codes shown as numbers
-            out[name] = {}
-    return out
+    try:
+        return lookup("protocol", protocol_name).verdict_labels()
+    except KeyError:
+        return {}
 
 
 def _verdict_label(code, labels: dict) -> str | None:
@@ -100,7 +100,7 @@ def _sum(attempts: list[dict], field: str):
 
 def request_records(t: pl.DataFrame) -> list[dict]:
     """One dict per transcript row: cell, identity, messages, sampling, attempts, final parse and verdict, totals."""
-    labels = _labels(t["protocol_name"].unique().to_list()) if t.height else {}
+    labels = {name: verdict_labels(name) for name in t["protocol_name"].unique().to_list()} if t.height else {}
     out = []
     for r in t.iter_rows(named=True):
         codes = labels.get(r["protocol_name"], {})
