@@ -156,9 +156,11 @@ def project_sweep(sweep_path: Path, levels: list[dict], *, backend: str | None =
     for step in plan["steps"]:
         if step["kind"].startswith("first"):
             by_protocol[step["protocol"]] = by_protocol.get(step["protocol"], 0) + step["requests"]
+    # each judge's own prices; the --price-* flags only for the measured judge
+    price_of = {label: own.get(label) or (prices if label in measured else None) for label in plan["judges"]}
     by_judge = {}
     for label, j in plan["judges"].items():
-        p = own.get(label) or (prices if label in measured else None)
+        p = price_of[label]
         by_judge[label] = {"requests": j["requests"], "prompt_tokens": j["prompt_tokens"],
                            "completion_tokens_typical": j["completion_tokens_typical"], "measured": label in measured,
                            "prices": None if p is None else {"input": p.prompt_per_m, "cached_input": p.cached_per_m,
@@ -169,7 +171,7 @@ def project_sweep(sweep_path: Path, levels: list[dict], *, backend: str | None =
         rate, share = level.get("requests_per_s"), level.get("cached_prompt_share", 0.0)
         per = {}
         for label, j in by_judge.items():
-            p = own.get(label) or (prices if label in measured else None)
+            p = price_of[label]
             cached = round(j["prompt_tokens"] * share) if label in measured else 0
             per[label] = {"cost_usd": None if p is None else round(
                               p.cost(j["prompt_tokens"], cached, j["completion_tokens_typical"]), 4),
