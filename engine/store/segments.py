@@ -90,15 +90,16 @@ class StoreWriteError(AbortedError):
     """Writing a store failed (disk full, read-only, permissions): nothing was half-written; the run stops."""
 
 
-def write_parquet_atomic(table: pa.Table, path: str | Path, *, what: str = "a Parquet file") -> Path:
+def write_parquet_atomic(table: pa.Table, path: str | Path, *, what: str = "a Parquet file", **options) -> Path:
     """Write `table` to `path` via temp file + fsync + rename: the file is complete or absent, never half-written.
-    Storage failures remove the temp file and raise StoreWriteError naming `path` and `what`."""
+    Storage failures remove the temp file and raise StoreWriteError naming `path` and `what`. `options`: for
+    pyarrow's write_table (default: zstd compression)."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, compression="zstd")
+            pq.write_table(table, f, **({"compression": "zstd"} | options))
             f.flush()
             os.fsync(f.fileno())
         _fault_point(path)

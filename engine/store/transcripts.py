@@ -240,19 +240,7 @@ def beside(verdicts_path: str | Path) -> Path:
 
 def write_table(table: pa.Table, path: str | Path) -> Path:
     """A whole transcript table (MemoryTranscripts.table()) to `path`, atomically, with the committed settings."""
-    from engine.store.segments import _fsync_dir, storage_error
+    from engine.store.segments import write_parquet_atomic
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            pq.write_table(table.cast(TRANSCRIPTS), f, row_group_size=1 << 16, **WRITE_OPTIONS)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise storage_error(exc, path, "judge transcripts") from exc
-    return path
+    return write_parquet_atomic(table.cast(TRANSCRIPTS), path, what="judge transcripts", row_group_size=1 << 16,
+                                **WRITE_OPTIONS)
