@@ -136,7 +136,7 @@ def _restrict(data, videos: list[str]):
 
 
 def _update(g: _Group, upto: int, stores, keys) -> None:
-    from engine.report.compare import per_video_stats
+    from engine.metrics.paired import per_video_stats
     from engine.sweep.cells import stored_verdicts
 
     open_now = g.decider.open_systems()
@@ -229,7 +229,7 @@ def replay(verdicts: dict[str, pl.DataFrame], protocol_name: str, spec, *, mode:
     `verdicts` maps a system's label to its verdict rows on the same videos. Returns what decide.json holds for a
     sweep (pairs, requests), the requests counted as verdict rows of the videos each system needed."""
     from engine.registry import lookup
-    from engine.report.compare import per_video_stats
+    from engine.metrics.paired import per_video_stats
 
     protocol = lookup("protocol", protocol_name)
     pspec = protocol.paired_spec(mode or protocol.compare_default_mode)
