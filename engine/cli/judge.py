@@ -131,14 +131,25 @@ def load_items(path: Path, dataset: str | None, media_root: Path | None, protoco
     return load_dataset(path, dataset, media_root, protocol)[0]
 
 
-def load_captions(path: Path, items):
+def caption_file_rules(protocol: str, params: dict) -> dict:
+    """How a run of `protocol` with these params reads a user's caption file (read_captions keywords)."""
+    from engine.registry import lookup
+
+    try:
+        return lookup("protocol", protocol).caption_file_rules(params.get("mode"))
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+
+
+def load_captions(path: Path, items, rules: dict | None = None):
+    """CAPTIONS from --captions; `rules`: read_captions keywords (caption_file_rules)."""
     from engine.inputs import read_captions
 
     if path.is_dir():  # a CAPability captions/<model>/ folder: one <task>.jsonl per task
         from engine.protocols.capability.release import load_captions as load_release_captions
 
         return load_release_captions(path, items)
-    captions = read_captions(path)
+    captions = read_captions(path, **(rules or {}))
     if set(items.column("benchmark").to_pylist()) == {"capability"}:
         # released captions: label them as `capeval capability score` does (per-media prompt, frames "released")
         import pyarrow as pa
@@ -319,7 +330,9 @@ def given_captions(args, items, bundled):
     """--captions read for these items, else the captions the dataset brought (a UsageError when neither)."""
     if args.captions is None and bundled is None:
         raise UsageError("--captions is required (this dataset brings no captions of its own)")
-    return load_captions(args.captions, items) if args.captions is not None else bundled
+    if args.captions is None:
+        return bundled
+    return load_captions(args.captions, items, caption_file_rules(args.protocol, protocol_params(args)))
 
 
 def frames_for_judge(args, protocol, params: dict, items):

@@ -64,20 +64,20 @@ def _items(path: Path | None, protocol: str):
     return pl.from_arrow(load_items(path, None, None, protocol))
 
 
-def _captions(path: Path | None):
+def _captions(path: Path | None, rules: dict):
     import polars as pl
 
     if path is None:
         return None
     from engine.inputs import read_captions
 
-    return pl.from_arrow(read_captions(path))
+    return pl.from_arrow(read_captions(path, **rules))
 
 
 def run(args) -> int:
     from engine.cli import terminal_text
     from engine.cli.breakdowns import add_breakdowns, check_by
-    from engine.cli.judge import check_out, protocol_params
+    from engine.cli.judge import caption_file_rules, check_out, protocol_params
     from engine.inputs import read_verdicts
     from engine.metrics.report import format_table
 
@@ -88,7 +88,8 @@ def run(args) -> int:
     if args.paper_compatible:
         options["paper_compatible"] = True
     verdicts = read_verdicts(args.verdicts)
-    items, captions = _items(args.items, args.protocol), _captions(args.captions)
+    items = _items(args.items, args.protocol)
+    captions = _captions(args.captions, caption_file_rules(args.protocol, options))  # read as `judge` read them
     check_by(args.by, items, verdicts)
 
     def compute(v, items=None, captions=None):  # the unsplit run, and each --by level alike

@@ -6,9 +6,12 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
+from engine.errors import UsageError
 
-class DatasetFormatError(ValueError):
-    """A dataset file does not have the expected shape; the message names file, line and field."""
+
+class DatasetFormatError(UsageError):
+    """A dataset file does not have the expected shape; the message names file, line and field. A user's input
+    error: the CLI ends with exit code 2 (a UsageError, and a ValueError as before)."""
 
     def __init__(self, path: str | Path, line: int | None, message: str, field: str | None = None):
         where = f"{path}" + (f":{line}" if line is not None else "")

@@ -153,10 +153,16 @@ def _default_item_ids(rows: list[dict], lines: list[int], path: Path) -> None:
 
 
 def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: str | None = None,
-                  frame_spec: str | None = None) -> pa.Table:
+                  frame_spec: str | None = None, every_line: bool = False, empty_text: bool = False) -> pa.Table:
     """A CAPTIONS table from a user's caption file (captions written elsewhere, e.g. a model's released ones).
     captioner defaults to the `captioner` column, else the file's folder name for a `<model>/<task>.jsonl` layout,
-    else the file name; prompt_id and frame_spec to the columns, else "file"."""
+    else the file name; prompt_id and frame_spec to the columns, else "file".
+
+    For protocols whose official script judges every line of the caption file (JudgeProtocol.caption_file_rules):
+    `every_line` keeps each line as its own caption -- a repeated line is not dropped, a second caption of a video
+    is not an error -- each with its own caption_key (the line number enters it, so each line is judged on its own);
+    `empty_text` accepts an empty (or blank) caption as the text to judge, as such a script formats it into its
+    prompt. A missing (null) caption stays an error."""
     path = Path(path)
     rows, lines = [], []
     default_captioner = captioner or _captioner_from_path(path)
@@ -172,7 +178,11 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
         vid = text_value(vid, path, n, icol, required=True, id_like=True)
         ccol = "caption" if "caption" in rec else "text"
         error = text_value(rec.get("error"), path, n, "error", required=False)
-        text = text_value(rec.get(ccol), path, n, ccol, required=error is None)
+        raw = rec.get(ccol)
+        if empty_text and isinstance(raw, str) and not raw.strip():
+            text = raw
+        else:
+            text = text_value(raw, path, n, ccol, required=error is None)
         cap = text_value(rec.get("captioner"), path, n, "captioner", required=False) or default_captioner
         pid = text_value(rec.get("prompt_id"), path, n, "prompt_id", required=False) or prompt_id or "file"
         spec = text_value(rec.get("frame_spec"), path, n, "frame_spec", required=False) or frame_spec or "file"
@@ -185,6 +195,11 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
             warn(f"{path}: ignoring column(s) {sorted(unknown)}")
     if not rows:
         raise UsageError(f"{path}: no captions")
+    if every_line:
+        for r, line in zip(rows, lines):
+            r["caption_key"] = content_key("caption-file", r["captioner"], r["prompt_id"], r["frame_spec"],
+                                           r["video_id"], r["text"], "line", line)
+        return schemas.conform(pa.Table.from_pylist(rows), schemas.CAPTIONS)
     rows = _dedupe(rows, ("captioner", "prompt_id", "frame_spec", "video_id"), lines, path, "caption")
     for r in rows:
         r["caption_key"] = content_key("caption-file", r["captioner"], r["prompt_id"], r["frame_spec"],

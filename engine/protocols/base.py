@@ -206,6 +206,11 @@ class JudgeProtocol:
                         f"(e.g. {without[0]!r})")
         return None
 
+    def caption_file_rules(self, mode: str | None) -> dict:
+        """Keyword arguments for engine.inputs.read_captions when a run of this protocol in `mode` reads a user's
+        caption file: {} (the generic rules) unless the protocol's official script reads such files differently."""
+        return {}
+
     def check_params(self, mode: str, params: dict) -> list[tuple[str, str]]:
         """(param, problem) for each protocol param that is wrong, found before anything is judged. Generic checks
         (pack files, judge_frames) are done by the caller; a protocol adds its own here."""

@@ -41,6 +41,14 @@ class VidCapBenchProtocol(_JudgeProtocol):
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
         return _per_pair_keys(table)
 
+    def caption_file_rules(self, mode):
+        if _prompts.check_mode(mode) == "official":
+            # eval.py judges every caption line against the QA lines of its video_dir (46-93) and averages the
+            # token counts over all lines (139-151): a repeated line is judged (and counted) twice, an empty
+            # caption is formatted into the prompts like any other.
+            return {"every_line": True, "empty_text": True}
+        return {}
+
     def parse(self, request, text):
         return _parsing.parse(request, text)
 
