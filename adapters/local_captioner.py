@@ -30,6 +30,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from adapters.base import CaptionRequest, CaptionResponse
+from engine.params import Param
 from engine.registry import register_captioner
 
 #: Named colours (RGB); a blob gets the nearest name. Covers what the synthetic videos draw.
@@ -208,6 +209,8 @@ class LocalCaptioner:
     """Pixel-statistics captioner (plumbing check; no model). Same API as the model-backed captioners."""
 
     revision = "pixelstats-1"
+    # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
+    param_limits = (Param("latency_s", low=0), Param("max_in_flight", low=1))
 
     def __init__(self, name: str = "local", latency_s: float = 0.0, max_in_flight: int = 8,
                  answers: str | None = None, **_: object):

@@ -44,6 +44,7 @@ import numpy as np
 from adapters.base import CaptionRequest, CaptionResponse
 from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
 from adapters.vlm_video_inputs import check_frames, video_input
+from engine.params import Param
 from engine.registry import register_captioner
 
 DEFAULT_MAX_IN_FLIGHT = 256
@@ -190,6 +191,12 @@ def _notify(done: Callable, out, exc) -> None:
 
 @register_captioner("vllm")
 class VLLMCaptioner:
+    # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
+    param_limits = (Param("max_model_len", low=1), Param("gpu_memory_utilization", low=0, high=1, low_open=True),
+                    Param("limit_videos", low=1), Param("limit_images", low=1), Param("max_frames", low=1),
+                    Param("frame_input", choices=("auto", "video", "images")), Param("max_in_flight", low=1),
+                    Param("tensor_parallel_size", low=1))
+
     def __init__(self, model: str, *, revision: str | None = None, max_model_len: int = 16384,
                  gpu_memory_utilization: float = 0.85, dtype: str = "auto", limit_videos: int = 1,
                  limit_images: int = 1, max_frames: int = 64, frame_input: str = "auto", system: str | None = None,

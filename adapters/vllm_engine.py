@@ -28,6 +28,7 @@ from typing import Any, Sequence
 
 from adapters.base import JudgeRequest, JudgeResponse
 from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
+from engine.params import Param
 from engine.registry import register_judge
 
 # Files that define what a local model computes; their bytes make the default revision.
@@ -52,6 +53,10 @@ def model_revision(model: str) -> str:
 @register_judge("vllm")
 class VLLMJudge:
     """Judge protocol over `vllm.LLM`. Construction starts the engine (seconds on CPU with enforce_eager)."""
+
+    # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
+    param_limits = (Param("tensor_parallel_size", low=1), Param("max_model_len", low=1),
+                    Param("gpu_memory_utilization", low=0, high=1, low_open=True), Param("max_num_seqs", low=1))
 
     def __init__(
         self,

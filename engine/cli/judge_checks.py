@@ -73,6 +73,13 @@ def build_judge(name: str, model: str | None, base_url: str | None, option_pairs
     if required:
         needed = ", ".join(_FLAGS.get(r, f"--judge-option {r}=…") for r in required)
         raise UsageError(f"--judge {name} needs {needed}")
+    from engine.sweep.validation import constructor_problems, param_value_problems
+
+    # names and values checked as a sweep's judges[].params are, before the backend starts (an engine, a connection)
+    problems = [m for m in constructor_problems(factory, options, f"--judge {name}") if " needs " not in m]
+    problems += [f"--judge-option {k}: {m}" if k else m for k, m in param_value_problems(factory, options)]
+    if problems:
+        raise UsageError("; ".join(problems))
     try:
         return make_judge(name, model=model, base_url=base_url, **options)
     except (ValueError, TypeError, FileNotFoundError) as exc:  # the config's own checks: the user's values

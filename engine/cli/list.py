@@ -35,8 +35,10 @@ def protocols() -> list[str]:
 
         about = _first_line(type(p)) or _first_line(sys.modules.get(type(p).__module__))
         out.append(f"  {n:<14} v{getattr(p, 'version', '?'):<4} {about[:110]}")
-    out.append("  params (sweep protocols[].params, or --mode/--prompts/--param): mode = strict|official, "
-               "prompts = PACK.toml, judge_frames = SPEC (VC-Inspector), and the protocol's own")
+        for param in getattr(p, "params", None) or ():  # its declaration (engine/params.py): any other name is refused
+            out.append(f"      {param.name:<18} {param.valid()[:40]:<40} default {param.default!r}: {param.doc}")
+    out.append("  params: sweep protocols[].params, or --mode/--prompts/--param; a name a protocol does not list is "
+               "an error")
     return out
 
 

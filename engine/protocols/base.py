@@ -21,6 +21,7 @@ from typing import Any, Iterable
 import pyarrow as pa
 
 from engine.keys import content_key, derived_seed
+from engine.params import Param, param_problems
 from engine.schemas import JUDGE_REQUESTS, ParseStatus
 
 REQUESTS_WITH_CONTEXT = JUDGE_REQUESTS.append(pa.field("context", pa.string()))
@@ -28,6 +29,26 @@ REQUESTS_WITH_CONTEXT = JUDGE_REQUESTS.append(pa.field("context", pa.string()))
 REQUEST_ORDER = [("caption_key", "ascending"), ("item_id", "ascending"), ("step", "ascending"),
                  ("sub_index", "ascending"), ("trial", "ascending")]
 REASK_TEMPERATURE = 0.7  # a re-ask at temperature 0 would repeat the same malformed answer
+
+# Parameters several protocols share (each protocol lists the ones it reads in `JudgeProtocol.params`).
+MODE_PARAM = Param("mode", (str,), "strict", "strict (capeval's rules) or official (the benchmark's scripts' rules)",
+                   choices=("strict", "official"))
+PROMPTS_PARAM = Param("prompts", (str,), None, "a prompt pack file (TOML); default: the mode's pack")
+CONFIDENCE_PARAM = Param("confidence", (float,), 0.95, "level of the bootstrap confidence intervals",
+                         low=0, high=1, low_open=True, high_open=True)
+PAPER_COMPATIBLE_PARAM = Param("paper_compatible", (bool,), False,
+                               "leave rows without a verdict out of denominators, as the official scripts do")
+
+
+def _temperature(value) -> None:
+    if value is None or value == "none":
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 2:
+        raise ValueError(f"expected a temperature from 0 to 2, or null/\"none\" (send none), got {value!r}")
+
+
+TEMPERATURE_PARAM = Param("temperature", (), None, "sampling temperature sent to the judge (null or \"none\": send "
+                          "none); default: the mode's", check=_temperature)
 
 
 def request_key(judge: str, revision: str, *, system: str | None, user: str, images_digest: str | None,
@@ -175,6 +196,9 @@ class JudgeProtocol:
     compare_default_mode: str = "strict"
     #: modules (importable names) that register dataset kinds this protocol brings along (engine.datasets.registry)
     dataset_kind_modules: tuple[str, ...] = ()
+    #: every param the protocol reads (engine/params.py: name, type, default, valid values); a param it does not
+    #: declare is refused at --check and before a run. None: undeclared (any name passes: a plugin's choice)
+    params: tuple[Param, ...] | None = None
 
     def dataset_problem(self, kind: str, items: pa.Table | None = None, media: dict | None = None) -> str | None:
         """Why this protocol cannot judge a dataset of kind `kind` (None: it can), from its declarations: the kind
@@ -212,9 +236,12 @@ class JudgeProtocol:
         return {}
 
     def check_params(self, mode: str, params: dict) -> list[tuple[str, str]]:
-        """(param, problem) for each protocol param that is wrong, found before anything is judged. Generic checks
-        (pack files, judge_frames) are done by the caller; a protocol adds its own here."""
-        return []
+        """(param, problem) for each protocol param that is wrong, found before anything is judged: names the
+        protocol does not declare (`params`) and values its declaration refuses. Generic checks (pack files,
+        judge_frames) are done by the caller; a protocol adds checks across params by overriding this."""
+        if self.params is None:
+            return []
+        return param_problems(self.params, params, f"protocol {self.name!r}")
 
     def packs_used(self, mode: str, params: dict) -> dict:
         """{pack param: PromptPack} of the packs a run with these params renders from: the files its `pack_params`

@@ -132,19 +132,25 @@ def dataset_table_problem(spec, base: Path) -> str | None:
 
 
 def param_value_problems(cls, params: dict) -> list[tuple[str | None, str]]:
-    """(field, message) for captioner/judge params whose values the backend's config dataclass refuses (its type
-    annotations; its own checks in __post_init__, which raise ValueError naming the field). Each param is tried on
-    its own, so every bad value is reported, then all together (checks across fields). Nothing is connected to."""
+    """(field, message) for captioner/judge params whose values the backend refuses: its constructor's own
+    parameters by their type annotations and the ranges it declares (`param_limits`, engine/params.py); its config
+    dataclass's fields by that dataclass (type annotations; its own checks in __post_init__, which raise ValueError
+    naming the field). Each param is tried on its own, so every bad value is reported, then all together (checks
+    across fields). Nothing is connected to."""
     try:
         sig = inspect.signature(cls)
     except (TypeError, ValueError):
         return []
+    out: list[tuple[str | None, str]] = []
+    declared = constructor_params(cls, sig)
+    for k, v in params.items():
+        if k in declared and (msg := declared[k].problem(v)) is not None:
+            out.append((k, msg))
     config_cls = _dataclass_of(cls, sig.parameters.get("config"))
     if config_cls is None:
-        return []
+        return out
     known = {f.name: f for f in dataclasses.fields(config_cls)}
-    mine = {k: v for k, v in params.items() if k in known}
-    out: list[tuple[str | None, str]] = []
+    mine = {k: v for k, v in params.items() if k in known and k not in declared}
     for k, v in mine.items():
         wanted = _annotation_types(known[k].type)
         if wanted is not None and not _value_fits(v, wanted):
@@ -156,6 +162,25 @@ def param_value_problems(cls, params: dict) -> list[tuple[str | None, str]]:
             out.append((k, msg))
     if not out and len(mine) > 1 and (msg := _construct(config_cls, mine)) is not None:
         out.append((next((k for k in mine if k in msg), None), msg))
+    return out
+
+
+def constructor_params(cls, sig: inspect.Signature | None = None) -> dict:
+    """{name: engine.params.Param} of the keyword parameters of `cls`'s constructor (not `config`): the type its
+    annotation names (simple annotations only) and its default, with the range the backend declares for it in
+    `param_limits` (a tuple of Param)."""
+    from engine.params import Param
+
+    sig = sig or inspect.signature(cls)
+    limits = {p.name: p for p in getattr(cls, "param_limits", ())}
+    out = {}
+    for n, p in sig.parameters.items():
+        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or n == "config":
+            continue
+        types = _annotation_types(p.annotation) or ()
+        declared = limits.get(n)
+        out[n] = (dataclasses.replace(declared, types=declared.types or types, default=p.default) if declared
+                  else Param(n, types, p.default))
     return out
 
 
@@ -193,8 +218,9 @@ def _value_fits(value, types: tuple[type, ...]) -> bool:
 def protocol_param_problems(params: dict, base: Path, protocol: str | None = None) -> list[tuple[str, str]]:
     """(key, message) for the protocol params capeval itself reads; the params naming prompt packs (the protocol's
     `pack_params`) are made absolute in place (a pack path in a sweep file is relative to the file). Given the
-    protocol's name, its own choices are checked too (`JudgeProtocol.check_params`: CapQuiz `average`, LVCap-Eval
-    `event_scoring`), by the functions the run itself uses. Without a (known) name, every registered protocol's
+    protocol's name, its declared params are checked too (`JudgeProtocol.params`: a name it does not read, a value
+    out of range) and its own checks across params (`JudgeProtocol.check_params`), by the functions the run itself
+    uses. Without a (known) name, every registered protocol's
     pack params are checked as packs."""
     from engine.frames.sampling import FrameSpecError, parse_frame_spec
 
@@ -227,8 +253,9 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
             params["judge_frames"] = str(parse_frame_spec(params["judge_frames"]))
         except FrameSpecError as exc:
             out.append(("judge_frames", str(exc)))
-    if judged_by is not None:
-        out.extend(judged_by.check_params(mode, params))
+    if judged_by is not None:  # its declared params (names, values) and its own checks; one problem per param
+        reported = {key for key, _ in out}
+        out.extend((key, msg) for key, msg in judged_by.check_params(mode, params) if key not in reported)
     return out
 
 

@@ -1,6 +1,8 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.protocols.base import JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy
+from engine.params import Param as _Param
+from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE, PROMPTS_PARAM as _PROMPTS,
+                                   JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
 from engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
@@ -28,6 +30,13 @@ class CapabilityProtocol(_JudgeProtocol):
     compare_average_over = "task"
     compare_default_mode = "official"
     dataset_kind_modules = ("engine.protocols.capability.dataset_kind",)
+    params = (_MODE, _PROMPTS, _CONFIDENCE,
+              _Param("structured", (bool, str, type(None)), None, "strict mode: send a JSON schema (default: unless "
+                     "the judge is known to lack it; \"auto\")", check=lambda v: _prompts.use_structured(v, "strict")),
+              _Param("strict_match", (bool, str), False, "strict mode: exact label matching", check=_prompts.flag),
+              _Param("max_retry_times", (int,), OFFICIAL_MAX_RETRY_TIMES, "official mode: re-asks per item", low=0),
+              _Param("max_allow_missing", (int,), OFFICIAL_MAX_ALLOW_MISSING,
+                     "official mode: stop re-asking once at most this many items are unanswered", low=0))
 
     def paired_spec(self, mode):
         from .paired import paired_spec

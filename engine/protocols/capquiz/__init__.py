@@ -1,8 +1,12 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.protocols.base import (JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
-                                   Rendered as _Rendered, caption_identity as _caption_identity,
-                                   make_row as _make_row, rows_to_table as _rows_to_table)
+from engine.params import Param as _Param
+from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+                                   PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
+                                   TEMPERATURE_PARAM as _TEMPERATURE, JudgeProtocol as _JudgeProtocol,
+                                   JudgingPolicy as _JudgingPolicy, Rendered as _Rendered,
+                                   caption_identity as _caption_identity, make_row as _make_row,
+                                   rows_to_table as _rows_to_table)
 from engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
@@ -21,13 +25,13 @@ class CapQuizProtocol(_JudgeProtocol):
     # multiple-choice items: the question, its options and the correct one (generated or from a table)
     dataset_kinds = ("synthetic", "items")
     item_columns = ("annotation", "options", "answer")
-
-    def check_params(self, mode, params):
-        try:
-            _check_average(params.get("average"))
-        except ValueError as exc:
-            return [("average", str(exc))]
-        return []
+    params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE, _PAPER_COMPATIBLE,
+              _Param("shuffle", (bool, str), False, "shuffle the options per item and judge seed",
+                     check=_prompts.as_bool),
+              _Param("average", (str,), "pooled", "pooled: P and R over all questions; per_video: per-video "
+                     "means", choices=("pooled", "per_video")),
+              _Param("type_families", (dict, list, str), None, "question type -> group map (types.py)",
+                     check=lambda v: _types_check(v)))
 
     def paired_spec(self, mode):
         from .paired import paired_spec
@@ -83,6 +87,15 @@ class CapQuizProtocol(_JudgeProtocol):
 
 
 PROTOCOL = _register_protocol("capquiz")(CapQuizProtocol())
+
+
+def _types_check(value) -> None:
+    """A `type_families` mapping or JSON text is read here; a file path is read by the run (relative to its
+    folder)."""
+    from .types import load_type_map
+
+    if not isinstance(value, str) or value.strip()[:1] in "{[":
+        load_type_map(value)
 
 
 def _check_average(average) -> None:

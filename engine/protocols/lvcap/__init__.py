@@ -2,7 +2,11 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from engine.protocols.base import (JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
+from engine.metrics.buckets import duration_edges as _duration_edges
+from engine.params import Param as _Param
+from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+                                   PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
+                                   JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
                                    caption_identity as _caption_identity, make_row as _make_row,
                                    pair_items_captions as _pair_items_captions, parse_context as _parse_context,
                                    rows_to_table as _rows_to_table)
@@ -33,15 +37,24 @@ class LVCapProtocol(_JudgeProtocol):
     dataset_kinds = ("dream1k", "items")
     item_columns = ("annotation",)
     tasks = ("scene", "events")
+    params = (_MODE, _PROMPTS, _CONFIDENCE, _PAPER_COMPATIBLE,
+              _Param("event_prompts", (str,), None, "the events pack (official: autodq.toml)"),
+              _Param("event_scoring", (str,), None, "official mode: paper (Prompt2 + Prompt5, the default) or autodq",
+                     choices=_paper.SCORINGS),
+              _Param("event_average", (str,), "video", "video: per-video P and R averaged; pooled: over all events",
+                     choices=("video", "pooled")),
+              _Param("duration_buckets", (list, str), None, "bucket edges in minutes, e.g. \"2,5,10,15,20\"",
+                     check=_duration_edges))
 
     def check_params(self, mode, params):
-        if "event_scoring" not in params:
-            return []
+        problems = super().check_params(mode, params)
+        if "event_scoring" not in params or any(k == "event_scoring" for k, _ in problems):
+            return problems
         try:
             _paper.check_scoring(mode, params["event_scoring"])
         except ValueError as exc:
-            return [("event_scoring", str(exc))]
-        return []
+            problems.append(("event_scoring", str(exc)))
+        return problems
 
     def paired_spec(self, mode):
         from .paired import paired_spec

@@ -1,6 +1,9 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.protocols.base import JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy
+from engine.params import Param as _Param
+from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+                                   PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
+                                   JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
 from engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
@@ -18,6 +21,9 @@ class VCInspectorProtocol(_JudgeProtocol):
     # reference-free: any kind (a folder of videos, VATEX-EVAL, ...) whose videos have media paths, which
     # JudgeProtocol.dataset_problem requires because judge_frames is set
     dataset_kinds = None
+    params = (_MODE, _PROMPTS, _CONFIDENCE, _PAPER_COMPATIBLE,
+              _Param("judge_frames", (str, int), None, "frame spec the judge sees (official default linspace:32; "
+                     "strict: the captioner's)"))
 
     def paired_spec(self, mode):
         from .paired import paired_spec

@@ -2,7 +2,11 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from engine.protocols.base import (JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
+from engine.params import Param as _Param
+from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+                                   PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
+                                   TEMPERATURE_PARAM as _TEMPERATURE, JudgeProtocol as _JudgeProtocol,
+                                   JudgingPolicy as _JudgingPolicy,
                                    rows_to_table as _rows_to_table)
 from engine.registry import register_protocol as _register_protocol
 from engine.schemas import ParseStatus as _ParseStatus
@@ -23,6 +27,8 @@ class VidCapBenchProtocol(_JudgeProtocol):
     dataset_kinds = ("vidcapbench", "items")  # the QA file, or a table of QA items
     item_columns = ("annotation", "answer")  # the question and its reference answer
     dataset_kind_modules = ("engine.protocols.vidcapbench.dataset_kind",)
+    params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE, _PAPER_COMPATIBLE,
+              _Param("con_tokens", (str,), None, "caption column counted for Con (default: the paper's token count)"))
 
     def paired_spec(self, mode):
         from .paired import paired_spec

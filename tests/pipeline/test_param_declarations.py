@@ -1,0 +1,116 @@
+"""Every protocol, judge and captioner parameter is declared (engine/params.py): a name the component does not read,
+or a value out of its range, is exit 2 naming the parameter and the valid ones -- at `sweep --check`, before a
+sweep runs, and on `capeval judge` / `capeval score` -- never a silently ignored setting (`averge=per_video` used
+to run with the default average) or a run whose every caption fails as retryable (`gpu_memory_utilization = 7`)."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from engine.cli import main as cli_main
+from engine.exitcodes import USAGE
+from engine.registry import lookup, names
+from engine.sweep.config import SweepFileError, load_sweep
+
+
+def _captions(folder: Path) -> Path:
+    p = folder / "caps.jsonl"
+    p.write_text('{"video_id": "v", "caption": "A red ball."}\n')
+    return p
+
+
+def _sweep(folder: Path, body: str, top: str = "") -> Path:
+    p = folder / "sweep.toml"
+    p.write_text(f'name = "params"\n{top}[[datasets]]\nname = "d"\nkind = "synthetic"\nn_videos = 1\n'
+                 f'[[captions]]\npath = "{_captions(folder)}"\n' + textwrap.dedent(body))
+    return p
+
+
+def _problems(path: Path) -> list[str]:
+    with pytest.raises(SweepFileError) as info:
+        load_sweep(path)
+    return info.value.problems
+
+
+def test_protocol_param_typo_is_refused_at_check_with_the_valid_names(tmp_path, capsys):
+    path = _sweep(tmp_path, '[[protocols]]\nname = "capquiz"\nparams = { averge = "per_video" }\n'
+                            '[[protocols]]\nname = "capquiz"\nlabel = "hot"\nparams = { temperature = "hot" }\n'
+                            '[[judges]]\nname = "local"\n')
+    problems = _problems(path)
+    assert len(problems) == 2, problems
+    assert "protocols[0].params.averge" in problems[0] and "'averge'" in problems[0], problems
+    assert "valid: average, confidence, mode, paper_compatible, prompts, shuffle" in problems[0], problems
+    assert "protocols[1].params.temperature" in problems[1] and "'hot'" in problems[1], problems
+    assert cli_main(["sweep", str(path), "--check"]) == USAGE
+    assert "averge" in capsys.readouterr().err
+
+
+def test_captioner_values_are_checked_against_the_backends_declaration(tmp_path):
+    path = _sweep(tmp_path, '''\
+        [[captioners]]
+        name = "local"
+        params = { latency_s = "slow" }
+        [[captioners]]
+        name = "local"
+        label = "neg"
+        params = { max_in_flight = 0 }
+        [[captioners]]
+        name = "vllm"
+        params = { model = "m", max_model_len = "big", gpu_memory_utilization = 7, tensor_parallel_size = 0 }
+        ''', top='prompts = ["brief"]\nframes = ["uniform:2"]\n')
+    problems = _problems(path)
+    joined = "\n".join(problems)
+    for field, why in (("captioners[0].params.latency_s", "expected float"),
+                       ("captioners[1].params.max_in_flight", ">= 1"),
+                       ("captioners[2].params.max_model_len", "expected int"),
+                       ("captioners[2].params.gpu_memory_utilization", "<= 1, got 7"),
+                       ("captioners[2].params.tensor_parallel_size", ">= 1, got 0")):
+        assert any(field in p and why in p for p in problems), (field, joined)
+    assert len(problems) == 5, joined
+
+
+def test_judge_cli_refuses_unknown_protocol_params_and_judge_options(tmp_path, capsys):
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"item_id": "q1", "video_id": "v", "task": "action", "annotation": "What moves?",
+                                 "options": ["a ball", "a cat"], "answer": "a ball"}) + "\n")
+    captions = _captions(tmp_path)
+    base = ["judge", "--protocol", "capquiz", "--items", str(items), "--captions", str(captions),
+            "--out", str(tmp_path / "v.parquet"), "--no-progress"]
+    assert cli_main(base + ["--judge", "local", "--param", "averge=per_video"]) == USAGE
+    err = capsys.readouterr().err
+    assert "averge" in err and "valid: average" in err, err
+    assert cli_main(base + ["--judge", "local", "--judge-option", "bogus=1"]) == USAGE
+    assert "does not accept 'bogus'" in capsys.readouterr().err
+    # a vLLM judge's values are refused before its engine starts
+    assert cli_main(base + ["--judge", "vllm", "--judge-model", str(tmp_path / "no-model"),
+                            "--judge-option", "gpu_memory_utilization=7"]) == USAGE
+    assert "gpu_memory_utilization: must be float > 0 and <= 1, got 7" in capsys.readouterr().err
+    assert not (tmp_path / "v.parquet").exists()
+
+
+def test_score_cli_refuses_a_param_typo(tmp_path, capsys):
+    verdicts = tmp_path / "verdicts.jsonl"
+    verdicts.write_text(json.dumps({"item_id": "q1", "video_id": "v", "captioner": "c", "prompt_id": "p",
+                                    "frame_spec": "f", "verdict": 1}) + "\n")
+    rc = cli_main(["score", "--protocol", "capquiz", "--verdicts", str(verdicts), "--out", str(tmp_path / "m.csv"),
+                   "--param", "averge=per_video"])
+    assert rc == USAGE
+    assert "averge" in capsys.readouterr().err
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_every_builtin_protocol_declares_what_its_code_reads():
+    """The declaration is the list: each declared param has a default and a valid-value text, and the params the
+    CLI's own help names for each protocol are declared (a param dropped from the declaration would be refused)."""
+    for name in names("protocol"):
+        protocol = lookup("protocol", name)
+        if protocol.params is None:
+            continue  # a plugin that declares nothing (tests/toy_protocol)
+        declared = {p.name for p in protocol.params}
+        assert {"mode", "prompts", "confidence"} <= declared, (name, declared)
+        assert protocol.check_params("strict", {p.name: p.default for p in protocol.params
+                                                if p.default is not None}) == [], name
