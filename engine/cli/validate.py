@@ -95,22 +95,22 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def read_reference(path: Path, protocol: str, items):
-    """The reference's VERDICTS rows (polars) for `items`: a table file, or CAPability's released judgments."""
+def reference_table(path: Path, protocol: str):
+    """The reference as a VERDICTS table (polars) checked against the protocol, or None for a CAPability release
+    folder (read with the items, read_reference). Called before anything is loaded or judged, so a reference that
+    does not fit --protocol stops with exit 2 naming what it holds."""
     import polars as pl
 
     if path.is_dir():
         if protocol != "capability":
             raise UsageError(f"--reference {path}: a folder is read as CAPability's released judgments/<model>/; "
                              f"for {protocol!r} give a VERDICTS table (Parquet or CSV)")
-        from engine.protocols.capability.release import load_judgments
+        from engine.protocols.capability.release import judgments_folder_problem
 
-        tasks = list(dict.fromkeys(items.column("task").to_pylist()))
-        absent = [t for t in tasks if not (path / f"{t}.jsonl").is_file()]
-        if absent:
-            raise UsageError(f"--reference {path}: no judgments for task(s) {', '.join(absent)} (<task>.jsonl)")
-        # judgments of items outside --items (a task file subset, --limit) are skipped, not errors
-        return pl.from_arrow(load_judgments(path, items, on_unknown="count", tasks=tasks).verdicts)
+        problem = judgments_folder_problem(path)
+        if problem:
+            raise UsageError(f"--reference {path}: {problem}")
+        return None
     if not path.is_file():
         raise UsageError(f"--reference {path}: not found")
     try:
@@ -120,11 +120,64 @@ def read_reference(path: Path, protocol: str, items):
     missing = [c for c in ("task", "item_id", "video_id", "verdict") if c not in table.columns]
     if missing:
         raise UsageError(f"--reference {path}: not a VERDICTS table (no column {', '.join(missing)})")
+    check_fits_protocol(table, protocol, path)
     return table
 
 
+def check_fits_protocol(table, protocol: str, path: Path) -> None:
+    """A UsageError when the reference's verdicts cannot be the protocol's: its `protocol` column names another
+    registered protocol, it holds verdict codes the protocol does not have, or tasks it does not have."""
+    import polars as pl
+
+    from engine.registry import lookup, names
+    from engine.schemas import NO_VERDICT
+
+    try:
+        proto = lookup("protocol", protocol)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    if "protocol" in table.columns:
+        others = sorted(set(table["protocol"].drop_nulls().cast(pl.String).to_list()) & set(names("protocol"))
+                        - {protocol})
+        if others:
+            raise UsageError(f"--reference {path}: holds verdicts of protocol {', '.join(others)} (its `protocol` "
+                             f"column), not of --protocol {protocol}: give --protocol {others[0]}, or a reference "
+                             f"judged with {protocol}")
+    labels = proto.verdict_labels()
+    codes = table["verdict"].drop_nulls()
+    if labels and codes.dtype.is_numeric():
+        unknown = sorted(set(int(c) for c in codes.to_list() if c >= 0) - set(labels))
+        if unknown:
+            known = ", ".join(f"{c} {n}" for c, n in sorted(labels.items()))
+            raise UsageError(f"--reference {path}: verdict codes {unknown} are not codes of protocol {protocol} "
+                             f"({known}; {NO_VERDICT} no verdict): was it judged with another protocol?")
+    if proto.tasks:
+        foreign = sorted(set(table["task"].drop_nulls().cast(pl.String).to_list()) - set(proto.tasks))
+        if foreign:
+            raise UsageError(f"--reference {path}: tasks {', '.join(foreign[:5])} are not tasks of protocol "
+                             f"{protocol} ({', '.join(proto.tasks)}): was it judged with another protocol?")
+
+
+def read_reference(path: Path, table, items):
+    """(reference VERDICTS rows (polars), released records that match no item of `items`): `table` (from
+    reference_table) as it is, or, for a folder, CAPability's released judgments of those items."""
+    import polars as pl
+
+    if table is None:
+        from engine.protocols.capability.release import load_judgments
+
+        tasks = list(dict.fromkeys(items.column("task").to_pylist()))
+        absent = [t for t in tasks if not (path / f"{t}.jsonl").is_file()]
+        if absent:
+            raise UsageError(f"--reference {path}: no judgments for task(s) {', '.join(absent)} (<task>.jsonl)")
+        loaded = load_judgments(path, items, on_unknown="count", tasks=tasks)
+        return pl.from_arrow(loaded.verdicts), int(loaded.counts["n_unknown"].sum())
+    return table, 0
+
+
 def _select_reference(ref, items, captioner: str | None, path: Path):
-    """Reference rows of the loaded items, of one captioner (--captioner when the table holds several)."""
+    """(reference rows of the loaded items, of one captioner (--captioner when the table holds several); the
+    rows of that captioner whose (task, item_id) is no item of `items`; an example of them)."""
     import polars as pl
 
     labels = sorted(set(ref["captioner"].drop_nulls().to_list())) if "captioner" in ref.columns else []
@@ -136,8 +189,10 @@ def _select_reference(ref, items, captioner: str | None, path: Path):
         raise UsageError(f"--reference {path}: verdicts of {len(labels)} captioners ({', '.join(labels[:5])}); "
                          f"name the one to compare with --captioner")
     keys = pl.from_arrow(items.select(["task", "item_id"]))
-    return ref.with_columns(pl.col("task").cast(pl.String), pl.col("item_id").cast(pl.String)).join(
-        keys, on=["task", "item_id"], how="semi")
+    ref = ref.with_columns(pl.col("task").cast(pl.String), pl.col("item_id").cast(pl.String))
+    unmatched = ref.join(keys, on=["task", "item_id"], how="anti")
+    example = None if unmatched.is_empty() else f"task {unmatched['task'][0]!r}, item {unmatched['item_id'][0]!r}"
+    return ref.join(keys, on=["task", "item_id"], how="semi"), unmatched.height, example
 
 
 def sample_per_task(keys, n: int, seed: int):
@@ -189,9 +244,16 @@ def run(args) -> int:
     for flag, path in (("--out", args.out), ("--verdicts", args.verdicts)):
         if path is not None:
             check_out(path, flag)
+    table = reference_table(args.reference, args.protocol)  # a reference that does not fit: exit 2, nothing run
     params, protocol, items, bundled = protocol_and_items(args)
-    reference = _select_reference(read_reference(args.reference, args.protocol, items), items, args.captioner,
-                                  args.reference)
+    reference, unknown = read_reference(args.reference, table, items)
+    reference, unmatched, example = _select_reference(reference, items, args.captioner, args.reference)
+    unmatched += unknown
+    if unmatched:
+        total = unmatched + reference.height
+        print(f"[validate] warning: {unmatched} of {total} reference rows match no item of --items "
+              f"({'e.g. ' + example + '; ' if example else ''}matched by task and item id): left out, counted in "
+              f"counts.reference_rows_not_in_items", file=sys.stderr)
     judged_keys = reference.filter(pl.col("verdict") >= 0).select("task", "item_id").unique()
     if args.per_task is not None:
         judged_keys = sample_per_task(judged_keys, args.per_task, args.sample_seed)
@@ -225,6 +287,7 @@ def run(args) -> int:
                           confidence=args.confidence)
     except ValidationInputError as exc:
         raise UsageError(f"--reference {args.reference}: {exc}") from None
+    report["counts"] = {**report["counts"], "reference_rows_not_in_items": unmatched}
     report = {**report, "judge": {"name": judge.name, "revision": judge.revision, "backend": args.judge,
                                   "model": args.judge_model},
               "reference": {"label": _reference_label(reference, args.reference, args.reference_label),

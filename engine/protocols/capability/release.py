@@ -74,6 +74,28 @@ def is_release_file(path: str | Path) -> bool:
     return isinstance(rec, dict) and {"file_id", "file_path", "data_type", "annotation"} <= set(rec)
 
 
+def judgments_folder_problem(path: str | Path, tasks=TASKS) -> str | None:
+    """Why `path` is not ONE model's released judgments folder (judgments/<model>/ with a <task>.jsonl per task),
+    or None when it holds at least one of `tasks`' files. The release's judgments/ root is named as such, with
+    the model folders it holds, so the caller can say which one to pass."""
+    path = Path(path)
+    if not path.is_dir():
+        return "not a folder" if path.exists() else "not found"
+    tasks = list(tasks)
+    if any((path / f"{t}.jsonl").is_file() for t in tasks):
+        return None
+    models = sorted(d.name for d in path.iterdir()
+                    if d.is_dir() and any((d / f"{t}.jsonl").is_file() for t in tasks))
+    if models:
+        shown = ", ".join(models[:8]) + (", ..." if len(models) > 8 else "")
+        return (f"this folder holds the judgments of {len(models)} model folders ({shown}): pass one of them, "
+                f"e.g. {path / models[0]}")
+    entries = sorted(e.name + ("/" if e.is_dir() else "") for e in path.iterdir())
+    held = ", ".join(entries[:8]) + (", ..." if len(entries) > 8 else "") if entries else "nothing"
+    return (f"no CAPability judgment files (<task>.jsonl, e.g. {tasks[0]}.jsonl) and no model folders holding "
+            f"them; it holds: {held}")
+
+
 def load_items(annotations_dir: str | Path, tasks=TASKS, *, media_root: str | Path | None = None) -> pa.Table:
     """One ITEMS row per annotated item; `annotation` is JSON text when structured ({object: number}, ...).
     `annotations_dir` is the release's annotations/ folder or one task file; `media_root`: the folder the
