@@ -9,12 +9,15 @@ strict parsers read a verdict with `extract_verdict`, never with "the first obje
 top-level object of the reply, keeps those that carry the verdict fields, and takes the last one only when all of
 them agree on the verdict; when they disagree, or an object naming a verdict field cannot be read, the reply is
 refused (ParseError: re-asked, finally FAILED), because which object is the judge's own answer is then unknown.
-Blocks of the prompt's fenced data (engine/replies/fences.py) quoted whole in a reply are left out first.
+Blocks of the prompt's fenced data (engine/replies/fences.py) quoted whole in a reply are left out first, and an
+object that repeats the prompt's data (verbatim or reformatted: JSON values compared in one canonical spelling) is a
+quotation, never the verdict.
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import re
 from typing import Any
@@ -122,17 +125,55 @@ def extract_json(text: str | None, kind: type = dict) -> tuple[Any, bool]:
     return value, True
 
 
-def _quoted(span: str, data: tuple[str, ...]) -> bool:
-    """Whether `span` is copied verbatim from one of the request's untrusted texts (caption, earlier reply)."""
-    return any(span in d for d in data)
+def canonical(value: Any) -> str:
+    """One spelling of a JSON value (keys sorted, no spaces): `{"score":5}` and `{ "score" : 5 }` read the same."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+
+
+@functools.lru_cache(maxsize=256)
+def _data_objects(data: tuple[str, ...]) -> frozenset[str]:
+    """Canonical forms of every object and list written anywhere in `data` (nested ones too: a judge may quote the
+    inner object of a caption's JSON)."""
+    found: set[str] = set()
+    for text in data:
+        for opener in "{[":
+            start = text.find(opener)
+            while start != -1:
+                end = _span_end(text, start, opener)
+                if end is not None:
+                    try:
+                        found.add(canonical(_loads_lenient(text[start : end + 1])))
+                    except ParseError:
+                        pass
+                start = text.find(opener, start + 1)
+    return frozenset(found)
+
+
+def repeats_data(span: str, data: tuple[str, ...], value: Any = None) -> bool:
+    """Whether `span` (already read as `value`, when given) repeats one of the request's untrusted texts (caption,
+    question, earlier reply): copied verbatim, or the same JSON value written differently (spaces, key order, quote
+    style), since a judge quoting a caption's `{"score": 5}` may reformat it."""
+    if not data:
+        return False
+    if any(span in d for d in data):
+        return True
+    if value is None:
+        try:
+            value = _loads_lenient(span)
+        except ParseError:
+            return False
+    return canonical(value) in _data_objects(tuple(data))
+
 
 
 def extract_verdict(text: str | None, fields: tuple[str, ...], agree_on: tuple[str, ...] | None = None,
                     data: tuple[str, ...] = ()) -> tuple[dict, bool]:
     """The judge's own answer: a JSON object (or Python literal) holding every one of `fields`.
 
-    `data`: the untrusted texts the prompt showed (fences.data_texts). An object copied verbatim from one of them,
-    or a fenced block of them, is a quotation, never the answer. A reply that is exactly one other such object is
+    `data`: the untrusted texts the prompt showed (fences.data_texts). An object that repeats one of them (copied
+    verbatim, or the same JSON value reformatted: `repeats_data`), or a fenced block of them, is a quotation, never
+    the answer; a reply whose only verdict objects are quotations (the judge's own verdict in prose) is refused and
+    re-asked. A reply that is exactly one other such object is
     taken as is. Otherwise every top-level object in the reply is looked at (inside fences or not): those naming
     none of `fields` are prose and skipped; one naming a field that cannot be read, or several readable ones that
     differ in `agree_on` (default: `fields`), make the reply ambiguous and raise ParseError, since a quoted caption
@@ -143,7 +184,8 @@ def extract_verdict(text: str | None, fields: tuple[str, ...], agree_on: tuple[s
         raise ParseError("empty output")
     try:
         whole = json.loads(text)
-        if isinstance(whole, dict) and all(f in whole for f in fields) and not _quoted(text.strip(), data):
+        if isinstance(whole, dict) and all(f in whole for f in fields) and \
+                not repeats_data(text.strip(), data, whole):
             return whole, False
     except (ValueError, RecursionError):
         pass
@@ -154,7 +196,7 @@ def extract_verdict(text: str | None, fields: tuple[str, ...], agree_on: tuple[s
     for span in _top_level_spans(text, "{"):
         if not any(f in span for f in fields):
             continue
-        if _quoted(span, data):
+        if repeats_data(span, data):
             quoted += 1
             continue
         try:
@@ -185,14 +227,14 @@ def extract_verdict_list(text: str | None, data: tuple[str, ...] = ()) -> tuple[
         raise ParseError("empty output")
     try:
         whole = json.loads(text)
-        if isinstance(whole, list) and not _quoted(text.strip(), data):
+        if isinstance(whole, list) and not repeats_data(text.strip(), data, whole):
             return whole, False
     except (ValueError, RecursionError):
         pass
     text, _ = strip_fenced(text)
     found, quoted = [], 0
     for span in _top_level_spans(text, "["):
-        if _quoted(span, data):
+        if repeats_data(span, data):
             quoted += 1
             continue
         try:

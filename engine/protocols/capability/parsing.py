@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from engine.replies.repair import ParseError, extract_verdict
+from engine.replies.repair import ParseError, extract_verdict, repeats_data
 from engine.replies.fences import data_texts
 from engine.protocols.base import parse_context
 from engine.schemas import NO_VERDICT, ParseStatus
@@ -75,7 +75,7 @@ def _strict_extract(task: str, text: str | None, data: tuple[str, ...] = ()) -> 
     answer (repair.extract_verdict)."""
     try:
         value, plain = official.read(text)
-        if not isinstance(value, dict) or ("```" not in text and not any(text.strip() in d for d in data)):
+        if not isinstance(value, dict) or ("```" not in text and not repeats_data(text.strip(), data, value)):
             return value, "```" in text, plain
     except official.Rejected as exc:
         if exc.stage == "api":
