@@ -9,6 +9,7 @@ engine/cli/breakdowns.py gives `capeval judge` the same flag."""
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 
 from engine.errors import UsageError
@@ -23,7 +24,8 @@ def register(sub) -> None:
     p = sub.add_parser("score", help="compute a protocol's metrics (with CIs) from a verdict table")
     p.add_argument("--protocol", required=True, choices=PROTOCOLS)
     p.add_argument("--verdicts", required=True, type=Path, help="verdicts (Parquet as `capeval judge` writes; "
-                   "JSONL or CSV with the VERDICTS columns)")
+                   "JSONL or CSV with the VERDICTS columns), or with --protocol capability a released "
+                   "judgments/<model>/ folder (needs --items: the annotations)")
     p.add_argument("--items", type=Path, help="items file (question types, categories, durations); "
                    "JSONL/CSV/Parquet or a CAPability annotations folder")
     p.add_argument("--captions", type=Path, help="captions file (n_tokens, for VidCapBench's conciseness)")
@@ -55,13 +57,38 @@ def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: in
 
 
 def _items(path: Path | None, protocol: str):
-    import polars as pl
-
+    """ITEMS as read for `protocol` (a pyarrow Table), None without --items."""
     if path is None:
         return None
     from engine.cli.judge import load_items
 
-    return pl.from_arrow(load_items(path, None, None, protocol))
+    return load_items(path, None, None, protocol)
+
+
+def read_verdicts_or_release(path: Path, protocol: str, items):
+    """--verdicts: a verdict table, or (CAPability) one model's released judgments/<model>/ folder, the layouts
+    `capeval judge validate --reference` reads; any other folder is answered with what it holds."""
+    from engine.inputs import read_verdicts
+
+    if not path.is_dir():
+        return read_verdicts(path)
+    if protocol == "capability":
+        from engine.cli.capability import release_verdicts
+
+        if items is None:
+            raise UsageError(f"--verdicts {path}: a folder is read as CAPability's released judgments/<model>/, "
+                             f"whose verdicts need the annotations: give --items (annotations/ or task files)")
+        verdicts, n_unknown = release_verdicts(path, items, "--verdicts")
+        if n_unknown:
+            print(f"note: {n_unknown} released judgments are for ids that are no item of --items: left out",
+                  file=sys.stderr)
+        return verdicts
+    entries = sorted(e.name + ("/" if e.is_dir() else "") for e in path.iterdir())
+    held = ", ".join(entries[:8]) + (", ..." if len(entries) > 8 else "") if entries else "nothing"
+    hint = " (a sweep's run folder: `capeval report` scores it)" if (path / "verdicts").is_dir() else ""
+    raise UsageError(f"--verdicts {path}: a folder; capeval score reads a verdict table (Parquet, JSONL or CSV with "
+                     f"the VERDICTS columns), or for --protocol capability a released judgments/<model>/ folder. "
+                     f"This folder holds: {held}{hint}")
 
 
 def _captions(path: Path | None, rules: dict):
@@ -75,10 +102,11 @@ def _captions(path: Path | None, rules: dict):
 
 
 def run(args) -> int:
+    import polars as pl
+
     from engine.cli import terminal_text
     from engine.cli.breakdowns import add_breakdowns, check_by
     from engine.cli.judge import caption_file_rules, check_out, protocol_params
-    from engine.inputs import read_verdicts
     from engine.metrics.report import format_table
 
     if args.resamples < 0:
@@ -87,8 +115,9 @@ def run(args) -> int:
     options = protocol_params(args)
     if args.paper_compatible:
         options["paper_compatible"] = True
-    verdicts = read_verdicts(args.verdicts)
     items = _items(args.items, args.protocol)
+    verdicts = read_verdicts_or_release(args.verdicts, args.protocol, items)
+    items = None if items is None else pl.from_arrow(items)
     captions = _captions(args.captions, caption_file_rules(args.protocol, options))  # read as `judge` read them
     check_by(args.by, items, verdicts)
 

@@ -161,17 +161,10 @@ def check_fits_protocol(table, protocol: str, path: Path) -> None:
 def read_reference(path: Path, table, items):
     """(reference VERDICTS rows (polars), released records that match no item of `items`): `table` (from
     reference_table) as it is, or, for a folder, CAPability's released judgments of those items."""
-    import polars as pl
-
     if table is None:
-        from engine.protocols.capability.release import load_judgments
+        from engine.cli.capability import release_verdicts
 
-        tasks = list(dict.fromkeys(items.column("task").to_pylist()))
-        absent = [t for t in tasks if not (path / f"{t}.jsonl").is_file()]
-        if absent:
-            raise UsageError(f"--reference {path}: no judgments for task(s) {', '.join(absent)} (<task>.jsonl)")
-        loaded = load_judgments(path, items, on_unknown="count", tasks=tasks)
-        return pl.from_arrow(loaded.verdicts), int(loaded.counts["n_unknown"].sum())
+        return release_verdicts(path, items, "--reference")
     return table, 0
 
 
