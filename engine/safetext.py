@@ -55,3 +55,81 @@ def clip(value: object, limit: int = 120) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}… ({len(text)} chars)"
+
+
+def for_stream(text: str, *, keep_carriage_return: bool = False) -> str:
+    """`text` about to be written to a terminal stream: every control and format character escaped as `for_terminal`
+    does, except newlines and tabs (and carriage returns when asked: a progress bar redraws its line with them).
+    Backslashes are left as they are: a stream is written in pieces, and text a writer already escaped must not
+    have its escapes doubled."""
+    if text.replace("\n", "").isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch in "\n\t" or (ch == "\r" and keep_carriage_return) or ch == " " or (
+                ch.isprintable() and unicodedata.category(ch) not in _ESCAPED_CATEGORIES):
+            out.append(ch)
+        else:
+            out.append(_escape(ch))
+    return "".join(out)
+
+
+class TerminalStream:
+    """A text stream (stdout, stderr) whose every write goes through `for_stream`: whatever a command prints -- its
+    tables, warnings, progress lines, a library's log line -- reaches the terminal without raw escape sequences,
+    whichever code printed it. Everything else (fileno, isatty, encoding, buffer, ...) is the wrapped stream's."""
+
+    def __init__(self, stream):
+        self.wrapped = stream
+        try:
+            self._keep_cr = bool(stream.isatty())  # a terminal bar redraws with \r; in a log file \r only hides
+        except (AttributeError, ValueError):
+            self._keep_cr = False
+
+    def write(self, text: str) -> int:
+        self.wrapped.write(for_stream(text, keep_carriage_return=self._keep_cr))
+        return len(text)
+
+    def writelines(self, lines) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str):
+        return getattr(self.wrapped, name)
+
+
+def guard_terminal_streams():
+    """Wrap sys.stdout and sys.stderr in TerminalStream (once); returns a function that puts the previous ones back."""
+    import sys
+
+    previous = sys.stdout, sys.stderr
+    if not isinstance(sys.stdout, TerminalStream):
+        sys.stdout = TerminalStream(sys.stdout)
+    if not isinstance(sys.stderr, TerminalStream):
+        sys.stderr = TerminalStream(sys.stderr)
+
+    def restore() -> None:
+        sys.stdout, sys.stderr = previous
+
+    return restore
+
+
+def json_for_terminal(value, **dumps_kwargs) -> str:
+    """`value` as JSON for a terminal: non-ASCII letters stay readable (ensure_ascii=False), while every character
+    `for_terminal` would escape is written as a JSON \\uXXXX escape -- so the text parses back unchanged and the stream
+    escaping (TerminalStream) has nothing left to change in it."""
+    import json
+
+    text = json.dumps(value, ensure_ascii=False, **dumps_kwargs)
+    if text.replace("\n", "").isprintable():
+        return text
+    out = []
+    for ch in text:
+        if ch == "\n" or ch == " " or (ch.isprintable() and unicodedata.category(ch) not in _ESCAPED_CATEGORIES):
+            out.append(ch)
+        elif ord(ch) < 0x10000:
+            out.append(f"\\u{ord(ch):04x}")
+        else:  # a UTF-16 surrogate pair, as JSON writes characters beyond the BMP
+            code = ord(ch) - 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+    return "".join(out)

@@ -67,6 +67,18 @@ def terminal_text(text: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.safetext import guard_terminal_streams
+
+    # every line any command (or a library it runs) prints reaches the terminal escaped: labels, categories,
+    # options and replies come from the user's files and the judge, and may hold escape sequences
+    restore_streams = guard_terminal_streams()
+    try:
+        return _main(argv)
+    finally:
+        restore_streams()
+
+
+def _main(argv: list[str] | None) -> int:
     from engine.cli.validate import merge_subcommand
     from engine.errors import CapevalError
 

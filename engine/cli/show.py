@@ -8,9 +8,10 @@ verdict. Untrusted text is escaped for the terminal; `--json` prints the same co
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from engine.safetext import json_for_terminal
 
 USAGE = """examples:
   capeval show runs/demo --item shapes-001/action
@@ -75,8 +76,7 @@ def run(args) -> int:
     shown = rows if args.limit == 0 else rows.head(args.limit)
     records = request_records(shown)
     if args.json:
-        print(json.dumps({"requests": records, "matched": total, "shown": len(records)}, ensure_ascii=False,
-                         default=str, indent=1))
+        print(json_for_terminal({"requests": records, "matched": total, "shown": len(records)}, default=str, indent=1))
     else:
         for i, rec in enumerate(records, 1):
             print(format_request(rec, i, total))
@@ -94,7 +94,7 @@ def _provenance(args) -> int:
         from engine.report.compare import _matches
 
         records = [r for r in records if _matches(r["system"], args.system)]
-    print(json.dumps(records, ensure_ascii=False, default=str, indent=1) if args.json else format_provenance(records))
+    print(json_for_terminal(records, default=str, indent=1) if args.json else format_provenance(records))
     return 0
 
 
