@@ -9,6 +9,10 @@ averaged over tasks where the protocol averages over them (`compare_average_over
 1. Rank agreement. Two raters that scored the same systems (across protocols: same dataset and judge; across
    judges: same dataset and protocol) are compared by Kendall's tau_b (and Spearman's rho) between the systems'
    headline values, each rater's headline being its protocol's first `headline` metric (kernels/correlation.py).
+   Both raters' values rest on the same captions: only the (system, video) cells that both raters judged (at
+   least one verdict each, not only rows without one) enter, so each system is scored by both on the same videos;
+   `n_videos` counts the videos of those cells and `n_videos_a` / `n_videos_b` the videos each rater judged for
+   the shared systems. Without a video both judged, tau_b is undefined (null) and the warning says why.
    The interval resamples the videos both raters judged, jointly: every replicate draws the same videos for both
    raters and every system (kernels.bootstrap.cluster_bootstrap over the stacked per-video statistics),
    recomputes every headline value, then tau_b; percentile interval over the replicates.
@@ -60,7 +64,8 @@ MIN_VIDEOS = 20
 FEW_SYSTEMS = 5
 
 AGREEMENT_SCHEMA = {"dataset": pl.String, "held": pl.String, "a": pl.String, "b": pl.String, "metric_a": pl.String,
-                    "metric_b": pl.String, "n_systems": pl.Int64, "n_videos": pl.Int64, "tau_b": pl.Float64,
+                    "metric_b": pl.String, "n_systems": pl.Int64, "n_videos": pl.Int64, "n_videos_a": pl.Int64,
+                    "n_videos_b": pl.Int64, "tau_b": pl.Float64,
                     "tau_b_low": pl.Float64, "tau_b_high": pl.Float64, "spearman": pl.Float64,
                     "spearman_low": pl.Float64, "spearman_high": pl.Float64, "warning": pl.String}
 _FITS = ("slope_item", "partial_r_item", "slope_system", "r_system")
@@ -239,11 +244,22 @@ def _agreement(verdicts, ra: Rater, rb: Rater, n_resamples, seed, confidence) ->
     """tau_b and rho between the two raters' headline values over their shared systems, with intervals from one
     bootstrap over their shared videos (the same draws for both)."""
     rows_a, rows_b = ra.rows(verdicts), rb.rows(verdicts)
-    systems = sorted(set(_systems(rows_a)) & set(_systems(rows_b)), key=lambda s: tuple(map(str, s)))
-    videos = sorted(set(rows_a["video_id"].to_list()) & set(rows_b["video_id"].to_list()))
-    out = {"metric_a": ra.metrics[0], "metric_b": rb.metrics[0], "n_systems": len(systems), "n_videos": len(videos)}
-    if len(systems) < 2 or not videos:
-        return {**out, "warning": "fewer than 2 shared systems" if videos else "no shared videos"}
+    shared = pl.DataFrame(sorted(set(_systems(rows_a)) & set(_systems(rows_b)), key=lambda s: tuple(map(str, s))),
+                          schema=list(SYSTEM), orient="row")
+    judged_a, judged_b = (_judged_cells(r, shared) for r in (rows_a, rows_b))
+    both = judged_a.join(judged_b, on=[*SYSTEM, "video_id"], how="semi")
+    rows_a, rows_b = (r.join(both, on=[*SYSTEM, "video_id"], how="semi") for r in (rows_a, rows_b))
+    systems = _systems(both)
+    videos = sorted(set(both["video_id"].to_list()))
+    out = {"metric_a": ra.metrics[0], "metric_b": rb.metrics[0], "n_systems": len(systems), "n_videos": len(videos),
+           "n_videos_a": judged_a["video_id"].n_unique(), "n_videos_b": judged_b["video_id"].n_unique()}
+    if not videos:
+        name_a, name_b = (ra.judge, rb.judge) if ra.judge != rb.judge else (ra.protocol, rb.protocol)
+        return {**out, "warning": f"no video judged by both raters ({name_a} judged {out['n_videos_a']}, {name_b} "
+                                  f"{out['n_videos_b']}, none in common): rank agreement undefined"}
+    if len(systems) < 2:
+        return {**out, "warning": "fewer than 2 systems judged by both raters on a shared video: rank agreement "
+                                  "undefined"}
     ca, cb = (per_video_stats(r, x, systems, videos) for r, x in ((rows_a, ra), (rows_b, rb)))
     split = ca[0].size
 
@@ -258,6 +274,9 @@ def _agreement(verdicts, ra: Rater, rb: Rater, n_resamples, seed, confidence) ->
     taus = np.array([kendall_tau_b(r[0], r[1]) for r in reps])
     rhos = np.array([spearman_rho(r[0], r[1]) for r in reps])
     warn = []
+    if len(videos) < max(out["n_videos_a"], out["n_videos_b"]):
+        warn.append(f"over the {len(videos)} videos both judged ({out['n_videos_a']} and {out['n_videos_b']} "
+                    f"judged by each)")
     if len(videos) < MIN_VIDEOS:
         warn.append(f"{len(videos)} shared videos (< {MIN_VIDEOS})")
     if len(systems) < FEW_SYSTEMS:
@@ -275,6 +294,12 @@ def _agreement(verdicts, ra: Rater, rb: Rater, n_resamples, seed, confidence) ->
     return {**out, "tau_b": _f(kendall_tau_b(point[0], point[1])), "tau_b_low": tl, "tau_b_high": th,
             "spearman": _f(spearman_rho(point[0], point[1])), "spearman_low": rl, "spearman_high": rh,
             "warning": "; ".join(warn) or None}
+
+
+def _judged_cells(rows: pl.DataFrame, systems: pl.DataFrame) -> pl.DataFrame:
+    """SYSTEM + video_id of the (system, video) cells of `systems` where the rater gave at least one verdict."""
+    return (rows.filter(pl.col("verdict") >= 0).select(*SYSTEM, "video_id").unique()
+            .join(systems, on=list(SYSTEM), how="semi"))
 
 
 def caption_log_length(words: pl.DataFrame, systems: list[tuple], videos: list[str]) -> np.ndarray:

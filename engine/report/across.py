@@ -20,8 +20,9 @@ from engine.report.rundir import RunData
 #: what a reader must know to read the numbers, said under the tables and in the JSON
 READING = {
     "rank_agreement": "Kendall tau_b (and Spearman rho) between two raters' headline values of the systems both "
-                      "scored; interval: percentile bootstrap resampling the videos both judged, the same draws for "
-                      "both raters",
+                      "scored, each system over the videos both raters judged (n_videos; n_videos_a / n_videos_b: "
+                      "the videos each judged); interval: percentile bootstrap resampling the videos both judged, "
+                      "the same draws for both raters",
     "length": "x = log2(caption words); slope_item: metric points per doubling of length within a system (system "
               "fixed effects), partial_r_item: correlation of metric and x given the system, per caption (one "
               "system's verdicts of one video); slope_system / r_system: across systems, system value against "
@@ -89,7 +90,8 @@ def format_across(result: AcrossResult) -> str:
     for r in result.agreement.iter_rows(named=True):
         lines.append(f"   {r['dataset']}, {r['held']}: {r['a']} ({r['metric_a']}) vs {r['b']} ({r['metric_b']}): "
                      f"tau_b = {_ci(r, 'tau_b')}  rho = {_ci(r, 'spearman')}  systems = {r['n_systems']}, "
-                     f"videos = {r['n_videos']}" + (f"  warning: {r['warning']}" if r["warning"] else ""))
+                     f"videos both judged = {r['n_videos']} (of {r['n_videos_a']} and {r['n_videos_b']})"
+                     + (f"  warning: {r['warning']}" if r["warning"] else ""))
     lines.append("== length sensitivity (x = log2 words; slopes in metric points per doubling of caption length)")
     if result.length.is_empty():
         lines.append("   no caption texts: nothing to measure length against")
@@ -144,7 +146,7 @@ def across_html(run: RunData, *, n_resamples: int = 2000, seed: int = 0) -> str:
     for res in results:
         parts.append(f"<h3>Rank agreement across {_e(res.across)}</h3>")
         parts.append(_table(res.agreement, ["dataset", "held", "a", "metric_a", "b", "metric_b", "tau_b", "spearman",
-                                            "n_systems", "n_videos", "warning"]))
+                                            "n_systems", "n_videos", "n_videos_a", "n_videos_b", "warning"]))
     first = results[0]  # length sensitivity is per rater: the same whichever `across` asked for it
     parts.append("<h3>Length sensitivity</h3>")
     if first.length.is_empty():
