@@ -92,6 +92,16 @@ def _meta(key: str, spec: FrameSpec, size: Size, result: FramesResult) -> dict:
             "rotation": result.rotation, "shape": list(result.frames.shape), "media_type": result.media_type}
 
 
+def _meta_fits(entry: shards.Entry, key: str) -> bool:
+    """Whether a stored entry's decode facts are whole: its key, one shape (T, H, W, 3) with a length per frame, and
+    the timestamps. A damaged entry is read as missing (decoded again), never a failure of its video."""
+    meta = entry.meta
+    shape = meta.get("shape")
+    return (meta.get("frames_key") == key and isinstance(meta.get("timestamps"), list)
+            and isinstance(shape, list) and len(shape) == 4 and all(isinstance(n, int) and n >= 0 for n in shape)
+            and shape[0] == len(entry.lengths))
+
+
 def _decode_and_store(path: Path, spec: FrameSpec, size: Size, cache_dir, threads, cap_bytes, key: str):
     """(meta, JPEG bytes, FramesResult) of a fresh decode, stored in this process's shard."""
     result = decode_frames(path, spec, size, threads=threads)
@@ -111,7 +121,7 @@ def ensure_frames(path: str | Path, spec: str | FrameSpec, size: Size, cache_dir
     key = frames_key(digest, spec, size)
     loc = locator(cache_dir, key, str(spec), size, path, digest)
     entry = shards.index_for(cache_dir).get(key)
-    if entry is not None:
+    if entry is not None and _meta_fits(entry, key):
         return key, entry.meta, loc, True
     meta, _, _ = _decode_and_store(path, spec, size, cache_dir, threads, cap_bytes, key)
     return key, meta, loc, False

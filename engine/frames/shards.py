@@ -8,8 +8,10 @@ videos it decodes.
 
 Kill -9 safety: an entry's bytes are written first, its index line last, in one write() of one line. A process
 killed in between leaves bytes that no index line points to (garbage, removed with its shard), or half a line
-without its newline (ignored by readers). Readers check the CRC, so an entry counts only when it is complete; a
-damaged or missing entry reads as "not stored" and the caller decodes again. No fsync: a killed process loses
+without its newline (ignored by readers). Readers check each index line (an entry's fields, frame lengths within
+bounds, bytes within its shard: a damaged line never makes a reader allocate what it claims) and the CRC, so an
+entry counts only when it is complete; a damaged or missing entry reads as "not stored" and the caller decodes
+again. No fsync: a killed process loses
 nothing the kernel already has; after a power loss the CRC catches what did not reach the disk.
 
 Eviction, by last use: a read touches its shard's mtime (at most once a minute per shard and process); when the
@@ -40,6 +42,10 @@ SHARD_BYTES = 2 << 30
 #: default cap of a frame cache (shard bytes), overridden by $CAPEVAL_FRAME_CACHE_GB
 DEFAULT_CAP_BYTES = 50 << 30
 _TOUCH_EVERY_S = 60.0
+#: bounds of an index line's claims (larger ones are damage, read as a missing entry): frames per entry, and bytes
+#: per JPEG frame (an 8K frame at JPEG_QUALITY is a few MB)
+MAX_FRAMES_PER_ENTRY = 100_000
+MAX_FRAME_BYTES = 256 << 20
 
 
 def default_cap_bytes() -> int:
@@ -88,12 +94,35 @@ def _shard_dir(cache_dir: str | Path) -> Path:
     return Path(cache_dir) / SHARD_DIR
 
 
+def parse_index_line(line: bytes, shard: str, shard_size: int) -> tuple[str, Entry]:
+    """(key, Entry) of one index line of `shard`; ValueError when the line is damaged: not an entry's fields and
+    types, a frame length out of bounds, or bytes that do not lie within the shard's `shard_size` bytes."""
+    rec = json.loads(line)
+    key, offset, lengths, crc, meta = rec["key"], rec["off"], rec["lens"], rec["crc"], rec["meta"]
+    if not (isinstance(key, str) and isinstance(meta, dict) and _is_int(offset) and _is_int(crc)
+            and isinstance(lengths, list) and len(lengths) <= MAX_FRAMES_PER_ENTRY):
+        raise ValueError(f"index line of {shard}: not an entry")
+    if not all(_is_int(n) and 0 < n <= MAX_FRAME_BYTES for n in lengths):
+        raise ValueError(f"index line of {shard}: a frame length out of bounds")
+    if offset < 0 or offset + sum(lengths) > shard_size:
+        raise ValueError(f"index line of {shard}: bytes {offset}+{sum(lengths)} beyond the shard's {shard_size}")
+    return key, Entry(shard, offset, tuple(lengths), crc, meta)
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def read_entry(entry: Entry) -> tuple[bytes, ...] | None:
-    """The entry's JPEG bytes, or None when its shard is gone or the bytes are incomplete or damaged."""
+    """The entry's JPEG bytes, or None when its shard is gone, the entry does not lie within it (nothing is read,
+    whatever length it claims) or the bytes are incomplete or damaged."""
     try:
         with open(entry.shard, "rb") as f:
+            size = sum(entry.lengths)
+            if entry.offset < 0 or entry.offset + size > os.fstat(f.fileno()).st_size:
+                return None
             f.seek(entry.offset)
-            data = f.read(sum(entry.lengths))
+            data = f.read(size)
     except OSError:
         return None
     if len(data) != sum(entry.lengths) or zlib.crc32(data) != entry.crc:
@@ -166,15 +195,17 @@ class ShardIndex:
             return
         end = data.rfind(b"\n") + 1  # a line without its newline is a write a kill interrupted
         shard = idx[:-len(".idx")] + ".jpgs"
+        try:  # an entry's bytes are written before its line, so every whole line read above lies within this size
+            shard_size = os.stat(shard).st_size
+        except OSError:
+            shard_size = 0  # evicted meanwhile: its entries are gone
         for line in data[:end].splitlines():
             try:
-                rec = json.loads(line)
-                if (shard, int(rec["off"])) in self.bad:
-                    continue
-                self.entries[rec["key"]] = Entry(shard, int(rec["off"]), tuple(rec["lens"]), int(rec["crc"]),
-                                                 rec["meta"])
+                key, entry = parse_index_line(line, shard, shard_size)
             except (ValueError, KeyError, TypeError):
                 continue  # a damaged line is one entry fewer, decoded again when asked for
+            if (shard, entry.offset) not in self.bad:
+                self.entries[key] = entry
         self.read_to[idx] = start + end
 
 

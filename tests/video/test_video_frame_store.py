@@ -117,6 +117,28 @@ def test_damaged_entry_is_decoded_again(test_videos, frame_cache_dir):
     assert np.array_equal(load_frames(row), before)
 
 
+@pytest.mark.parametrize("damage", [{"lens": [1 << 50]}, {"lens": [-(1 << 20), 1 << 21]}, {"off": 1 << 40},
+                                    {"lens": "x"}, {"meta": {"shape": [9]}}])
+def test_a_damaged_index_line_reads_as_missing_and_is_decoded_again(test_videos, frame_cache_dir, damage):
+    """An .idx line whose lengths or offset point outside its shard (a huge length made a reader allocate it:
+    MemoryError, a caption failure on every rerun), or whose fields are not an entry's, is a missing entry: the
+    frames are decoded again and stored anew, and the same key then reads from the new entry."""
+    import json
+
+    row = frames_row(test_videos["h264"]["path"], "v", "uniform:3", 64, frame_cache_dir)
+    before = load_frames(row)
+    (idx,) = (frame_cache_dir / "shards").glob("*.idx")
+    rec = json.loads(idx.read_bytes())
+    idx.write_text(json.dumps({**rec, **damage}) + "\n")
+    shards.index_for(frame_cache_dir).entries.clear()  # this process's index reads afresh, as a new run's would
+    shards.index_for(frame_cache_dir).read_to.clear()
+    decodes = frame_cache.DECODES["count"]
+    assert frames_row(test_videos["h264"]["path"], "v", "uniform:3", 64, frame_cache_dir)["error"] is None
+    assert np.array_equal(load_frames(row), before)
+    assert frame_cache.DECODES["count"] == decodes + 1  # decoded once again, then read from the new entry
+    assert rec["key"] in shards.entries(frame_cache_dir)
+
+
 def test_cap_evicts_least_recently_used_shards(tmp_path):
     """Noise entries of ~94 KB under a 400 KB cap: shards roll at 64 KiB, the cache stays under the cap,
     the writer's own shard stays, and a shard read recently outlives older unread ones."""
