@@ -159,12 +159,15 @@ def strip_caption(response, tags: tuple[str, str] | None = DEFAULT_TAGS):
     before the text becomes a caption row or the context of the next segment): `text` without the reasoning,
     `raw_text` the whole reply (only when something was stripped), `reasoning_tokens` counted (the server's count,
     else the estimate) and taken out of `n_tokens`, so that n_tokens counts the caption alone. A reply that is all
-    reasoning becomes a failed caption (text None, `error` saying so): an empty caption is never judged."""
+    reasoning becomes a failed caption (text None, `error` saying so), and so does a reply with no text at all (empty
+    or whitespace only): an empty caption is never judged."""
     import dataclasses
 
     text = getattr(response, "text", None)
     if text is None:
         return response
+    if not text.strip():
+        return dataclasses.replace(response, text=None, error=empty_caption_reason(text, response.truncated))
     visible, reasoning = split_reasoning(text, tags)
     reported = getattr(response, "reasoning_tokens", None)
     if reasoning is None and not reported:
@@ -179,6 +182,13 @@ def strip_caption(response, tags: tuple[str, str] | None = DEFAULT_TAGS):
             changes["text"] = None
             changes["error"] = "caption " + empty_answer_reason(text, tags)
     return dataclasses.replace(response, **changes)
+
+
+def empty_caption_reason(text: str, truncated: bool = False) -> str:
+    """Why a reply with no caption text failed (for the caption row's error)."""
+    what = "an empty reply" if not text else f"only whitespace ({len(text)} characters)"
+    cut = " and stopped at max_tokens" if truncated else ""
+    return f"caption is empty: the captioner returned {what}{cut}; nothing to judge"
 
 
 def caption_row_fields(response) -> dict:

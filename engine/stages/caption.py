@@ -88,8 +88,11 @@ def _finish(t: CaptionTask, r: dict, rows: list, videos: "_VideoCount", bar) -> 
     bar.update(videos.finished(t.video_id))
 
 
-def _settle(rows: list[dict], store, on_rows, stats: dict, failures: dict) -> None:
-    """Store the good rows, tell `on_rows` about all of them, count them."""
+def _settle(rows: list[dict], store, on_rows, stats: dict, failures: dict, label: str | None = None) -> None:
+    """Store the good rows (named by `label` when given), tell `on_rows` about all of them, count them."""
+    if label is not None:
+        for r in rows:
+            r["captioner"] = label
     good = [r for r in rows if r["error"] is None]
     if good:
         store.append(pa.Table.from_pylist(good, schema=CAPTIONS))
@@ -223,6 +226,7 @@ def run_caption_stage(
     exit_once_marker: str | None = None,
     on_rows=None,
     batch_size: int | None = None,
+    label: str | None = None,
 ) -> dict:
     """Caption every task not already in `store` (by caption_key) and append rows as captions finish.
 
@@ -232,7 +236,8 @@ def run_caption_stage(
     speed. A key that appears twice (videos with identical frames) is captioned once. `max_in_flight` caps each
     actor's window (None: the captioner's own). `on_rows(rows)` is called with every group of finished rows
     (failures included) once the good ones are stored. `batch_size` is accepted for old callers and means nothing:
-    requests are never batched behind each other.
+    requests are never batched behind each other. `label`: the captioner's identity in the rows' `captioner` column
+    (a sweep file's `label`, which tells apart two entries of one backend; default: the registry name).
     """
     import ray
     from ray.exceptions import RayActorError, RayTaskError
@@ -281,7 +286,7 @@ def run_caption_stage(
         actors.kill()
         error = f"captioner could not start: {_cause(exc)}"
         rows = [row(t, captioner, None, error, 0, 0, 0.0) for t in itertools.chain([first], pending)]
-        _settle(rows, store, on_rows, stats, failures)
+        _settle(rows, store, on_rows, stats, failures, label)
         stats.update(load_s=round(time.perf_counter() - t_load, 3), work_s=0.0, failures=failures)
         return stats
     stats["load_s"] = round(time.perf_counter() - t_load, 3)
@@ -355,7 +360,7 @@ def run_caption_stage(
                     r = row(t, captioner, None, f"captioner raised: {_cause(exc)}", 0, 0, 0.0)
                 _finish(t, r, rows, videos, bar)
             if rows:
-                _settle(rows, store, on_rows, stats, failures)
+                _settle(rows, store, on_rows, stats, failures, label)
                 hit("caption")
     finally:
         bar.close()

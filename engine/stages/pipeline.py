@@ -181,6 +181,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
             n_videos=len(todo), num_actors=opts.caption_actors, gpus_per_actor=opts.gpus_per_actor,
             max_restarts=opts.max_restarts, progress=progress,
             exit_once_marker=exit_once_marker, on_rows=None if watch is None else watch.captions,
+            label=captioner.display,
         )
         outcome.caption_failures.update(stats.pop("failures", {}))
         for k, v in stats.items():

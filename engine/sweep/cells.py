@@ -121,11 +121,11 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) ->
                                   f"caption failed: {error}")
         elif failure is None:
             failure = Failure(FRAMES_MISSING, "no frames", "no frames: the video was not decoded in this run")
-        if cap is not None:
-            rows.append({**cap, "video_id": vid})
+        if cap is not None:  # the cell's label names the system (rows an older capeval stored hold the name)
+            rows.append({**cap, "video_id": vid, "captioner": cc.captioner.display})
             continue
         failures[vid] = failure
-        rows.append({"caption_key": f"none:{vid}:{cc.frame_spec}:{cc.prompt_id}", "captioner": cc.captioner.name,
+        rows.append({"caption_key": f"none:{vid}:{cc.frame_spec}:{cc.prompt_id}", "captioner": cc.captioner.display,
                      "prompt_id": cc.prompt_id, "frame_spec": cc.frame_spec, "video_id": vid, "text": None,
                      "error": failure.message})
     return pa.Table.from_pylist(rows, schema=CAPTIONS), failures

@@ -1,6 +1,7 @@
 """A recording OpenAI-compatible captioner server on 127.0.0.1 for the caption-stage tests: it keeps every request
-body as received, answers "caption of <user text's first 40 characters>", and sleeps `slow_s` for a request whose
-user text contains SLOW (else `latency_s`), so a test can hold one request back and see whether the others wait."""
+body as received, answers "caption of <user text's first 40 characters>" (or the content `contents` gives for the
+request's model), and sleeps `slow_s` for a request whose user text contains SLOW (else `latency_s`), so a test can
+hold one request back and see whether the others wait."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ SLOW = "__SLOW__"
 
 
 class RecordingServer:
-    def __init__(self, *, latency_s: float = 0.02, slow_s: float = 2.0):
+    def __init__(self, *, latency_s: float = 0.02, slow_s: float = 2.0, contents: dict[str, str] | None = None):
         self.latency_s, self.slow_s = latency_s, slow_s
+        self.contents = contents or {}  # model -> the reply's content, instead of "caption of ..."
         self.bodies: list[dict] = []
         self.in_flight = self.max_in_flight = 0
         self.answered: list[tuple[str, float]] = []  # (user text, time) as answers go out
@@ -43,7 +45,9 @@ class RecordingServer:
             self.answered.append((text, time.monotonic()))
             reply = {"id": "x", "object": "chat.completion", "model": body.get("model"),
                      "choices": [{"index": 0, "finish_reason": "stop",
-                                  "message": {"role": "assistant", "content": f"caption of {text[:40]}"}}],
+                                  "message": {"role": "assistant",
+                                              "content": self.contents.get(body.get("model"),
+                                                                           f"caption of {text[:40]}")}}],
                      "usage": {"prompt_tokens": 10, "completion_tokens": 4, "total_tokens": 14}}
             return web.json_response(reply)
         finally:
