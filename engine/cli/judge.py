@@ -323,7 +323,14 @@ def protocol_and_items(args):
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
     items, bundled = load_dataset(args.items, args.dataset, args.media_root, args.protocol)
-    return params, protocol, limit_items(items, args.limit), bundled
+    items = limit_items(items, args.limit)
+    # items the protocol cannot render: refused before any request, by file, row and column
+    source = args.items if args.items.is_file() else None
+    missing = protocol.columns_problem(items, source)
+    problems = [missing] if missing else protocol.items_problems(items, source)
+    if problems:
+        raise UsageError(f"--protocol {args.protocol} cannot judge these items: " + "; ".join(problems))
+    return params, protocol, items, bundled
 
 
 def given_captions(args, items, bundled):

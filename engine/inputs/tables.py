@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from engine import schemas
 from engine.errors import UsageError
-from engine.inputs.rows import int_value, is_missing, pick, read_rows, text_value, warn, where
+from engine.inputs.rows import FORMATS, int_value, is_missing, pick, read_rows, text_value, warn, where
 from engine.keys import canonical_json, content_key
 from engine.safetext import clip
 
@@ -214,3 +214,43 @@ def _captioner_from_path(path: Path) -> str:
 
     tasks = {t for n in names("protocol") for t in lookup("protocol", n).tasks}
     return path.parent.name if path.stem in tasks and path.parent.name else path.stem
+
+
+def item_location(source: str | Path | None, item: dict, column: str) -> str:
+    """Where an item's problem is, for a message: "FILE: row N, column 'C'" when `source` is the table file the item
+    was read from (the row found again by its id), else "item 'ID' (task 'T'), column 'C'"; followed by the columns
+    of that row capeval does not read, kept in `extra` (a misnamed column, `choices` for `options`, is read there
+    and the real column looks empty)."""
+    extra = item.get("extra")
+    try:
+        unknown = sorted(json.loads(extra)) if extra else []
+    except (json.JSONDecodeError, TypeError):
+        unknown = []
+    path = Path(source) if source is not None else None
+    row = _row_of(path, item) if path is not None and path.is_file() and path.suffix.lower() in FORMATS else None
+    if row is not None:
+        unknown = row[1]
+        at = f"{path}: row {row[0]}, column {column!r}"
+    else:
+        at = f"item {clip(item.get('item_id'), 60)!r} (task {clip(item.get('task'), 40)!r}), column {column!r}"
+    if unknown and isinstance(unknown, list):
+        at += (f" (column(s) {', '.join(repr(clip(u, 40)) for u in unknown[:8])} of this row are not capeval's and "
+               f"were kept in `extra`; the columns capeval reads are listed in docs/inputs.md)")
+    return at
+
+
+def _row_of(path: Path, item: dict) -> tuple[int, list[str]] | None:
+    """(row number, unknown columns) of `item` in table `path`: the row whose item_id (or, without one, whose
+    video_id / media_path) is the item's id, of the item's task when the row names one."""
+    want, task = item.get("item_id"), item.get("task")
+    try:
+        for n, rec in read_rows(path):
+            if rec.get("task") not in (None, task) and str(rec.get("task")) != task:
+                continue
+            ids = [rec.get("item_id")] if not is_missing(rec.get("item_id")) else [rec.get("video_id"),
+                                                                                   rec.get("media_path")]
+            if any(v is not None and not is_missing(v) and str(v) == want for v in ids):
+                return n, sorted(k for k in rec if k not in _ITEM_COLUMNS and not is_missing(rec[k]))
+    except (UsageError, OSError):
+        return None
+    return None

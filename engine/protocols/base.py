@@ -200,23 +200,20 @@ class JudgeProtocol:
     #: declare is refused at --check and before a run. None: undeclared (any name passes: a plugin's choice)
     params: tuple[Param, ...] | None = None
 
-    def dataset_problem(self, kind: str, items: pa.Table | None = None, media: dict | None = None) -> str | None:
+    def dataset_problem(self, kind: str, items: pa.Table | None = None, media: dict | None = None,
+                        source=None) -> str | None:
         """Why this protocol cannot judge a dataset of kind `kind` (None: it can), from its declarations: the kind
         (`dataset_kinds`), then, given the dataset's items (only the rows it reads: engine.sweep.pairs), the columns
         every item must fill (`item_columns`) and the tasks it knows (`tasks`), and, when its judge sees frames
         (`judge_frames`) and `media` ({video_id: path}) is given, a media path for every video. Without `items`
-        only the kind is checked (a dataset not loaded yet)."""
+        only the kind is checked (a dataset not loaded yet). `source`: the table file the items were read from, so
+        that an item is named by its file, row and column."""
         if self.dataset_kinds is not None and kind not in self.dataset_kinds:
             return f"it reads datasets of kind {' or '.join(map(repr, self.dataset_kinds))}, not {kind!r}"
         if items is None or items.num_rows == 0:
             return None
-        ids = items.column("item_id").to_pylist()
-        for column in self.item_columns:
-            values = items.column(column).to_pylist() if column in items.column_names else [None] * len(ids)
-            empty = [i for i, v in zip(ids, values) if v is None or (isinstance(v, (str, list)) and not v)]
-            if empty:
-                return (f"it needs `{column}` in every item; {len(empty)} of {len(ids)} items have none "
-                        f"(e.g. {empty[0]!r})")
+        if (problem := self.columns_problem(items, source)) is not None:
+            return problem
         if self.tasks:
             unknown = sorted(set(items.column("task").to_pylist()) - set(self.tasks))
             if unknown:
@@ -229,6 +226,43 @@ class JudgeProtocol:
                 return (f"its judge sees the videos; {len(without)} of {len(videos)} videos have no media path "
                         f"(e.g. {without[0]!r})")
         return None
+
+    def columns_problem(self, items: pa.Table, source=None) -> str | None:
+        """Why some item lacks a column this protocol needs (`item_columns`), naming the first such item by file,
+        row and column when `source` (its table file) is given; None when every item has them."""
+        from engine.inputs import item_location
+
+        ids = items.column("item_id").to_pylist()
+        for column in self.item_columns:
+            values = items.column(column).to_pylist() if column in items.column_names else [None] * len(ids)
+            empty = [i for i, v in enumerate(values) if v is None or (isinstance(v, (str, list)) and not v)]
+            if empty:
+                first = items.slice(empty[0], 1).to_pylist()[0]
+                return (f"it needs `{column}` in every item; {len(empty)} of {len(ids)} items have none "
+                        f"(e.g. {ids[empty[0]]!r}); the first: {item_location(source, first, column)}")
+        return None
+
+    def item_problem(self, item: dict) -> tuple[str, str] | None:
+        """(column, why) when this protocol cannot render `item` although it has every `item_columns` column (a
+        CapQuiz answer that is none of its options); None when it can. Checked for every item before any work."""
+        return None
+
+    def items_problems(self, items: pa.Table, source=None, limit: int = 5) -> list[str]:
+        """The first `limit` items `item_problem` refuses, each as "FILE: row N, column 'C': why" (or by item id
+        without a `source` file), and a count of the rest."""
+        from engine.inputs import item_location
+
+        out, n = [], 0
+        for item in items.to_pylist():
+            found = self.item_problem(item)
+            if found is None:
+                continue
+            n += 1
+            if len(out) < limit:
+                out.append(f"{item_location(source, item, found[0])}: {found[1]}")
+        if n > limit:
+            out.append(f"... and {n - limit} more item(s) like these")
+        return out
 
     def caption_file_rules(self, mode: str | None) -> dict:
         """Keyword arguments for engine.inputs.read_captions when a run of this protocol in `mode` reads a user's

@@ -85,9 +85,15 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
                 continue
             view = views[name]
             items = protocol_items(view.items, spec.name) if view is not None else None
-            reason = protocol.dataset_problem(kind, items, view.media if view is not None else None)
+            source = _table_file(next(d for d in config.datasets if d.name == name), base)
+            reason = protocol.dataset_problem(kind, items, view.media if view is not None else None, source=source)
             if reason is None:
                 judged.append(name)
+                bad = protocol.items_problems(items, source) if items is not None else []
+                if bad:  # items it reads but cannot render: an error wherever the dataset is judged
+                    plan.problems.append((f"datasets[{names.index(name)}].path", "path",
+                                          f"protocol {spec.display!r} cannot judge dataset {name!r}: "
+                                          + "; ".join(bad)))
             elif explicit:
                 plan.problems.append((f"{where}.datasets", "datasets",
                                       f"protocol {spec.display!r} cannot judge dataset {name!r}: {reason}"))
@@ -110,6 +116,16 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
                 plan.problems.append((f"datasets[{k}]", "name", f"no protocol judges dataset {name!r}"
                                       + (f" ({why})" if why else " (no [[protocols]] entry names it)")))
     return plan
+
+
+def _table_file(spec, base: Path) -> Path | None:
+    """The file a dataset's items were read from when its `path` names one (to name an item's file and row)."""
+    path = spec.kind_params().get("path")
+    if not isinstance(path, str):
+        return None
+    p = Path(path).expanduser()
+    p = p if p.is_absolute() else base / p
+    return p if p.is_file() else None
 
 
 def report_problems(plan: PairPlan, checker) -> None:

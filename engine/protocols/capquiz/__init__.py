@@ -33,6 +33,17 @@ class CapQuizProtocol(_JudgeProtocol):
               _Param("type_families", (dict, list, str), None, "question type -> group map (types.py)",
                      check=lambda v: _types_check(v)))
 
+    def item_problem(self, item):
+        n = len(item.get("options") or [])
+        if not 2 <= n <= len(_prompts.ALPHABET) - 1:
+            return "options", f"capquiz needs 2-{len(_prompts.ALPHABET) - 1} options, got {n}"
+        try:
+            _prompts.correct_index(item)
+        except ValueError:
+            return "answer", (f"answer {item.get('answer')!r} is none of the item's options {item.get('options')} "
+                              f"nor an option letter")
+        return None
+
     def paired_spec(self, mode):
         from .paired import paired_spec
 
