@@ -306,10 +306,32 @@ def _exit_code(verdicts, max_failure_share: float, intermediate_steps=()) -> int
     missing = int(pc.sum(pc.equal(verdicts.column("verdict"), NO_VERDICT)).as_py() or 0) if n else 0
     if n and missing / n > max_failure_share:
         print(f"[judge] completed with failures: {missing} of {n} verdict rows have no verdict "
-              f"({missing / n:.1%} > --max-failure-share {max_failure_share:g}); their parse_status and error say why; "
-              f"a rerun of the same command asks again what the backend failed to answer", file=sys.stderr)
+              f"({missing / n:.1%} > --max-failure-share {max_failure_share:g}): {_why_no_verdict(verdicts)}",
+              file=sys.stderr)
         return exitcodes.FAILURES
     return exitcodes.OK
+
+
+def _why_no_verdict(verdicts) -> str:
+    """The rows without a verdict by cause, each with what a rerun does about it (only a backend failure is asked
+    again: a missing caption or an unparseable, cached answer comes back the same)."""
+    import pyarrow.compute as pc
+
+    from engine.schemas import NO_VERDICT, ParseStatus
+
+    status = verdicts.filter(pc.equal(verdicts.column("verdict"), NO_VERDICT)).column("parse_status").to_pylist()
+    errors, unparsed = status.count(ParseStatus.ERROR), status.count(ParseStatus.FAILED)
+    missing = len(status) - errors - unparsed
+    parts = []
+    if errors:
+        parts.append(f"{errors} the judge backend failed to answer (a rerun of the same command asks them again)")
+    if unparsed:
+        parts.append(f"{unparsed} with no usable verdict in the judge's reply after the re-asks (the replies are "
+                     "cached: a rerun reads the same; capeval show --failed shows them)")
+    if missing:
+        parts.append(f"{missing} never asked: no caption for their item, or an earlier step of theirs failed "
+                     "(give the missing captions to judge them)")
+    return "; ".join(parts) + "; each row's parse_status and error say why"
 
 
 def protocol_and_items(args):

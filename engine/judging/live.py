@@ -13,7 +13,9 @@ puts them on the judge's progress line (engine/stages/progress.py `Bar.set_count
 stderr when the failure share of the finished requests passes `warn_share` (the sweep's `[options]
 warn_failure_share`, default 5%): once, after at least MIN_FINISHED requests finished, and again each time the share
 has grown by a further 10 points, so a dying judge is reported as it dies, not once per request. A run with fewer
-requests gets its warning at the end. Cached answers are not requests: they count in neither figure.
+requests gets its warning at the end. Cached answers are not requests: they count in neither figure. Answers to
+re-asks (an official policy asks a request the backend failed again) are counted apart, so one request asked ten
+times reads as one request and nine re-asks, not as ten requests.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class LiveCounts:
         self._warn = warn
         self.retries: dict[str, int] = {}
         self.finished = self.failed = 0
+        self.reasks = 0  # of the finished answers, those to re-asks of a request already answered once
         self.first_error: str | None = None
         self.warned_share: float | None = None
         self._lock = threading.Lock()  # retries arrive on the HTTP client's thread
@@ -48,15 +51,18 @@ class LiveCounts:
             self.retries[str(kind)] = self.retries.get(str(kind), 0) + 1
         self._show()
 
-    def answered(self, failed: bool, error: str | None = None) -> None:
-        """One request came back from the backend; `failed`: without a usable reply after its retries."""
+    def answered(self, failed: bool, error: str | None = None, *, reask: bool = False) -> None:
+        """One request came back from the backend; `failed`: without a usable reply after its retries (`error`
+        says why); `reask`: it was a re-ask of a request answered before (a policy that asks a failed request again
+        makes several answers of one request)."""
         self.finished += 1
+        self.reasks += bool(reask)
         if failed:
             self.failed += 1
             if self.first_error is None:
                 self.first_error = error or "no reply"
         self._show()
-        if self.finished >= MIN_FINISHED:
+        if self.finished - self.reasks >= MIN_FINISHED:  # a trend needs distinct requests, not one asked 10 times
             self._maybe_warn()
 
     def close(self) -> None:
@@ -81,7 +87,8 @@ class LiveCounts:
             kinds = ", ".join(f"{k}: {n}" for k, n in sorted(retries.items(), key=lambda kv: (-kv[1], kv[0])))
             parts.append(f"retries {sum(retries.values())} ({kinds})")
         if self.failed:
-            parts.append(f"failed {self.failed}/{self.finished} ({100 * self.share():.1f}%)")
+            reasks = f"; {self.reasks} re-asks" if self.reasks else ""
+            parts.append(f"failed {self.failed}/{self.finished} ({100 * self.share():.1f}%{reasks})")
         return ", ".join(parts)
 
     def _show(self) -> None:
@@ -97,9 +104,13 @@ class LiveCounts:
         if self.warned_share is not None and share < self.warned_share + WARN_STEP:
             return
         self.warned_share = share
-        self._say(f"warning: judge {self.judge_name}: {self.failed} of {self.finished} finished requests failed "
-                  f"({100 * share:.1f}%, above warn_failure_share {100 * self.warn_share:g}%); first error: "
-                  f"{self.first_error}")
+        what, detail = f"{self.failed} of {self.finished} finished requests failed", ""
+        if self.reasks:  # "10 of 10 requests" for one request asked 10 times would mislead: answers, and of what
+            n_requests = self.finished - self.reasks
+            what = f"{self.failed} of {self.finished} answers failed"
+            detail = f"{n_requests} request{'s' if n_requests != 1 else ''} and {self.reasks} re-asks of failed ones, "
+        self._say(f"warning: judge {self.judge_name}: {what} ({detail}{100 * share:.1f}%, above warn_failure_share "
+                  f"{100 * self.warn_share:g}%); first error: {self.first_error}")
 
     def _say(self, text: str) -> None:
         if self._warn is not None:

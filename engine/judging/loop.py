@@ -282,12 +282,16 @@ class JudgeLoop:
         s.prompt_tokens += resp.prompt_tokens or 0
         s.cached_prompt_tokens += resp.cached_prompt_tokens or 0
         s.completion_tokens += resp.completion_tokens or 0
-        self.live.answered(resp.text is None or len(resp.text) > self.max_reply_chars, resp.error)
-        if resp.text is None or len(resp.text) > self.max_reply_chars:
+        failure = None
+        if resp.text is None:
+            failure = resp.error or "backend returned no text"
+        elif len(resp.text) > self.max_reply_chars:
+            failure = (f"reply too large: {len(resp.text):,} characters, over the size cap max_reply_chars "
+                       f"{self.max_reply_chars:,}; not parsed, not cached")
+        self.live.answered(failure is not None, failure, reask=rows[0].attempt > 0)
+        if failure is not None:
             self._release(resp.key)  # a failed request is not ours any more: another run may ask it
-            self._resolve(resp.key, resp.error or "backend returned no text" if resp.text is None else
-                          f"reply too large: {len(resp.text):,} characters (max_reply_chars {self.max_reply_chars:,});"
-                          f" not parsed, not cached")
+            self._resolve(resp.key, failure)
             return
         cr = CachedResponse(resp.key, self.judge.name, utf8_text(resp.text), resp.prompt_tokens or 0,
                             resp.cached_prompt_tokens or 0, resp.completion_tokens or 0,

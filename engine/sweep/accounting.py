@@ -19,6 +19,7 @@ accepts failures. The run's exit code says whether the share of items without a 
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
@@ -176,11 +177,18 @@ class RunAccount:
         return "\n".join(lines)
 
 
+#: a file path inside a message, bare or quoted: starting with /, ./, ../, ~/ or a drive letter, or a relative one
+#: ending in a file extension ("videos/a.mp4"; not "I/O", nor an item id such as "v0/q1")
+_PATH_TOKEN = r"""(?:(?:[A-Za-z]:[/\\]|\.{0,2}/|~/)[^\s'":;,()]*|[\w.-]+(?:[/\\][\w.-]+)+\.[A-Za-z][A-Za-z0-9]{1,4}(?![\w/]))"""
+_PATH = re.compile(rf"""'{_PATH_TOKEN}'|"{_PATH_TOKEN}"|(?<![^\s(\[]){_PATH_TOKEN}""")
+
+
 def short_reason(error: str, limit: int = 140) -> str:
-    """A groupable one-line reason: the first line, without the per-video path when one is named."""
+    """A groupable one-line reason: the first line, without the file paths it names (every video's own), so equal
+    causes group together: "bad media: corrupt: /a/x.mp4: cannot open container: ... input: '/a/x.mp4'" and the same
+    for /b/y.mp4 both read "bad media: corrupt: cannot open container: ... input: <path>"."""
     line = (error or "no detail").splitlines()[0]
-    parts = line.split(": ")
-    # decode errors read "<kind>: <path>: <detail>": drop the path so equal causes group together
-    if len(parts) >= 3 and ("/" in parts[1] or "\\" in parts[1]):
-        line = ": ".join([parts[0]] + parts[2:])
+    # decode errors read "<status>: <kind>: <path>: <detail>": a part that is only a path goes
+    parts = [p for p in line.split(": ") if not _PATH.fullmatch(p)]
+    line = _PATH.sub("<path>", ": ".join(parts) or line)
     return line if len(line) <= limit else line[: limit - 3] + "..."
