@@ -105,14 +105,15 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
                       throughput: dict | None = None, extra: dict | None = None,
                       started_at: float | None = None, cost: dict | None = None,
                       no_value: list | None = None, judge_validation: dict | None = None,
-                      decide: dict | None = None) -> Path:
+                      decide: dict | None = None, datasets: dict | None = None) -> Path:
     """Append one run's record to `out_dir/run.json` (created if missing); returns the file's path.
 
     components: identities and revisions, e.g. {"captioners": {"local": "rev"}, "judges": {"local": "rev"}};
     modes: per protocol, e.g. {"capquiz": "strict"}; pack_digests: {pack name or protocol: digest};
     counts_by_status: e.g. {"cells": {"run": 4, "cached": 0}, "verdicts": {"ok": 90, "failed": 2}};
     throughput: e.g. {"judge_requests_per_s": 12.5}; cost: tokens and USD per judge and captioner, paid in this run
-    and reused (engine/sweep/usage.py). Values are stored as JSON (dataclasses become objects)."""
+    and reused (engine/sweep/usage.py); datasets: per dataset name, what was read (path, digests, counts:
+    engine.sweep.datasets.LoadedDataset.record). Values are stored as JSON (dataclasses become objects)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs = read_run_records(out)
@@ -146,6 +147,8 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["no_value"] = to_jsonable(no_value)
     if judge_validation:  # per judge: its validation file's summary, or unvalidated (engine/metrics/validation.py)
         record["judge_validation"] = to_jsonable(judge_validation)
+    if datasets:  # each dataset as read: path, file and content digests, items and videos (provenance)
+        record["datasets"] = to_jsonable(datasets)
     if decide:  # an adaptive run's decisions in brief (decide.json beside it holds every pair)
         record["decide"] = to_jsonable(decide)
     if extra:

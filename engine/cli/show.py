@@ -35,9 +35,10 @@ def register(sub) -> None:
     p.add_argument("--failed", action="store_true", help="only requests that ended without a verdict")
     p.add_argument("--limit", type=int, default=20, metavar="N", help="show at most N requests (0: all; default 20)")
     p.add_argument("--provenance", action="store_true",
-                   help="instead of requests: per system of the results, everything its numbers depend on (dataset, "
-                        "captioner and its revision, caption prompt digest, frame options, protocol version, mode and "
-                        "pack digests, judge and its revision and validation, capeval's git revision)")
+                   help="instead of requests: per system of the results, everything its numbers depend on (dataset "
+                        "as read: path, file and content digests, items and videos; captioner and its revision, "
+                        "caption prompt digest, frame options, protocol version, mode and pack digests, judge and its "
+                        "revision and validation, capeval's git revision)")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.set_defaults(func=run)

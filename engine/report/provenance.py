@@ -2,8 +2,9 @@
 
 Users of every peer harness ask which frame options, caption prompt, judge (and its version), judge prompt pack and
 mode produced a published number, and find it undocumented. A run folder already holds all of it, spread over
-`results.parquet` (the systems) and `run.json` (the sweep file as run, component revisions, pack digests, capeval's
-git revision): this module joins them into one record per system (dataset, captioner, prompt_id, frame_spec,
+`results.parquet` (the systems) and `run.json` (the sweep file as run, each dataset as read -- path, file and
+content digests, items and videos --, component revisions, pack digests, capeval's git revision): this module joins
+them into one record per system (dataset, captioner, prompt_id, frame_spec,
 protocol, judge, seed), credentials left out (engine.secrets.without_secrets), so a number can be cited with its
 whole recipe.
 """
@@ -56,6 +57,22 @@ def _protocol_record(name: str, spec: dict, record: dict) -> dict:
     return out
 
 
+def _dataset_record(name, record: dict, configured: dict) -> dict:
+    """The dataset as the run read it (run.json's `datasets`: path, file digest, content digest, items and videos
+    loaded), else, for a run recorded before that, its sweep-file entry with only the parameters its kind takes
+    (a DatasetSpec carries the synthetic kind's defaults for every kind) and a note that nothing was measured."""
+    read = (record.get("datasets") or {}).get(name)
+    if read is not None:
+        return read
+    if not configured:
+        return {}
+    out = {k: v for k, v in configured.items() if v is not None and k not in ("n_videos", "seed", "duration_s")}
+    if configured.get("kind") == "synthetic":
+        out.update({k: configured[k] for k in ("n_videos", "seed", "duration_s") if k in configured})
+    out["note"] = "as configured: this run's record holds no digest or counts of what was read"
+    return out
+
+
 def provenance(run_dir: str | Path) -> list[dict]:
     """One record per system of the run's results: everything its numbers depend on."""
     run_dir = Path(run_dir)
@@ -81,7 +98,8 @@ def provenance(run_dir: str | Path) -> list[dict]:
         cap_spec, judge_spec = captioners.get(cap) or {}, judges.get(judge) or {}
         out.append({
             "system": system,
-            "dataset": without_secrets(datasets.get(system.get("dataset")) or {}),
+            "dataset": without_secrets(_dataset_record(system.get("dataset"), record,
+                                                       datasets.get(system.get("dataset")) or {})),
             "captioner": {"spec": without_secrets(cap_spec) if cap_spec else "captions read from a file",
                           "revision": (components.get("captioners") or {}).get(cap)},
             "caption_prompt": _prompt_record(str(system.get("prompt_id")), config),

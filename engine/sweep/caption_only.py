@@ -9,6 +9,7 @@ from pathlib import Path
 from engine.ray_local import init_ray
 from engine.sweep import accounting
 from engine.sweep.config import ComponentSpec, SweepConfig
+from engine.sweep.datasets import dataset_records
 from engine.sweep.grid import Cell
 from engine.sweep.results import SweepResult, record_run, write_results_files
 
@@ -49,6 +50,7 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
         src.replace(dst)
     result = SweepResult(results, len(ccells), 0, len(ccells), outcome.stats, {}, time.perf_counter() - t0, out,
-                         account, account.exit_code(max_failure_share), 0)
+                         account, account.exit_code(max_failure_share), 0,
+                         datasets=dataset_records(datasets, config.path.parent))
     record_run(result, config, cap_rev, {}, [], log)  # run.json, as a judged sweep writes it
     return result

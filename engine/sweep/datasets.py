@@ -33,6 +33,20 @@ class LoadedDataset:
         return dict(zip(self.items.column("video_id").to_pylist(),
                         (m or "video" for m in self.items.column("media_type").to_pylist())))
 
+    def record(self, sweep_dir: Path) -> dict:
+        """What run.json says of this dataset as read (provenance): its kind and parameters as given, the path it
+        was read from (absolute) with the SHA-256 of that file when it is one, the content digest that enters every
+        cell key (items and media bytes), and the counts of items and videos loaded (after `limit`)."""
+        params = self.spec.kind_params()
+        path = params.get("path")
+        where = None if path is None else (Path(sweep_dir) / str(path)).resolve()
+        return {"name": self.spec.name, "kind": self.spec.kind, "params": params,
+                "path": None if where is None else str(where),
+                "file_digest": _file_digest(where),
+                "digest": self.digest, "limit": self.spec.limit, "n_items": self.items.num_rows,
+                "n_videos": len(set(self.items.column("video_id").to_pylist())),
+                "n_media_files": len(self.videos)}
+
     @cached_property
     def scene_boundaries(self) -> dict[str, tuple[float, ...]]:
         """video_id -> scene cuts (seconds) its items give (extra.scene_boundaries / shot_boundaries): segmental
@@ -43,6 +57,21 @@ class LoadedDataset:
             return video_boundaries(self.items)
         except ValueError as exc:
             raise UsageError(f"dataset {self.spec.name!r}: {exc}") from None
+
+
+def _file_digest(path: Path | None) -> str | None:
+    """SHA-256 of the file at `path` (engine.keys.file_digest), None for a folder, a glob or a file gone since."""
+    from engine.keys import file_digest
+
+    try:
+        return file_digest(path) if path is not None and path.is_file() else None
+    except OSError:
+        return None
+
+
+def dataset_records(datasets: dict[str, LoadedDataset], sweep_dir: Path) -> dict[str, dict]:
+    """run.json's `datasets`: each dataset as read (LoadedDataset.record)."""
+    return {name: d.record(sweep_dir) for name, d in datasets.items()}
 
 
 def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_media: bool = True) -> LoadedDataset:

@@ -24,6 +24,7 @@ class SweepResult:
     exit_code: int = 0
     recovered_cells: int = 0
     cost: dict = field(default_factory=dict)  # run.json's `cost` (engine/sweep/usage.py); {} when not computed
+    datasets: dict = field(default_factory=dict)  # run.json's `datasets`: per name, LoadedDataset.record()
 
     def summary(self) -> str:
         c = self.caption_stats
@@ -49,6 +50,8 @@ def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_re
         record["no_value"] = cells_without_value(result.results)
         if result.cost:
             record["cost"] = result.cost
+        if result.datasets:
+            record["datasets"] = result.datasets
         append_run_record(result.out_dir, **record)
     except Exception as exc:  # noqa: BLE001
         log(f"[sweep {config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")

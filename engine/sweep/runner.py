@@ -29,7 +29,7 @@ from engine.ray_local import init_ray
 from engine.sweep import accounting
 from engine.sweep.caption_only import run_caption_only
 from engine.sweep.config import ComponentSpec, SweepConfig
-from engine.sweep.datasets import LoadedDataset, load_dataset
+from engine.sweep.datasets import LoadedDataset, dataset_records, load_dataset
 from engine.sweep.grid import Cell, expand
 from engine.sweep.results import SweepResult, record_run, write_results_files
 from engine.sweep.usage import CostLedger
@@ -149,7 +149,7 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     write_results_files(results, out)
     result = SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
                          time.perf_counter() - t0, out, account, account.exit_code(max_failure_share),
-                         len(recovered), cost=cost)
+                         len(recovered), cost=cost, datasets=dataset_records(datasets, config.path.parent))
     record_run(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log)
     return result
 
