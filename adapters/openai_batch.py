@@ -27,6 +27,7 @@ from adapters.batch_rounds import BatchJudge, BatchOptions, http_params
 from adapters.batch_state import TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
 from adapters.openai_http import HTTPConfig
 from engine.registry import register_judge
+from engine.secrets import redact_url
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +64,8 @@ class OpenAIBatchJudge(BatchJudge):
                                            poll_s=poll_s, poll_max_s=poll_max_s, batch_discount=batch_discount,
                                            wait=wait))
         self.completion_window = window
-        self.provider = f"openai:{cfg.resolved_base_url().rstrip('/')}"
+        # the state's name for the endpoint: without the URL's credentials (a key rotated keeps the same batches)
+        self.provider = f"openai:{redact_url(cfg.resolved_base_url().rstrip('/'))}"
         self._api_key = cfg.resolved_api_key()  # fails here, before anything is written, when there is none
         self._client = None
         self._maybe_uploaded: set[str] = set()  # shas whose upload a killed process may have finished
@@ -79,7 +81,7 @@ class OpenAIBatchJudge(BatchJudge):
         return self._client
 
     def where(self) -> str:
-        return self.config.resolved_base_url()
+        return redact_url(self.config.resolved_base_url())
 
     def _call(self, fn, *args, **kwargs):
         try:

@@ -73,6 +73,9 @@ class HTTPConfig:
         check_http_config(self)
 
     def resolved_base_url(self) -> str:
+        from engine.secrets import redact_url
+
+        redact_url(self.base_url)  # a key inside the URL is remembered: blanked from every record and log line
         return self.base_url or "https://api.openai.com/v1"
 
     def resolved_api_key(self) -> str:

@@ -325,6 +325,8 @@ def run(args, levels: list[int]) -> dict:
                 raise AbortedError(f"judge refused the run: {exc}") from None
     finally:
         judge.close()
+    from engine.secrets import redact
+
     result = {
         "judge": {"backend": args.judge, "model": args.judge_model, "base_url": args.base_url,
                   "options": {k: v for k, v in options.items() if "key" not in k}},
@@ -339,7 +341,7 @@ def run(args, levels: list[int]) -> dict:
     if args.sweep:
         result["sweep"] = project_sweep(args.sweep, measured, backend=args.judge, model=args.judge_model,
                                         prices=prices)
-    return result
+    return redact(result)  # a key inside base_url (userinfo, ?api-key=) is never printed or saved
 
 
 def _print_table(result: dict) -> None:

@@ -55,11 +55,79 @@ def _known_values() -> list[str]:
     return sorted(values, key=len, reverse=True)  # longest first: a key containing another is blanked whole
 
 
-def redact_text(text: str) -> str:
-    """`text` with every known secret value replaced by REDACTED, and `name=value` / `name: value` pairs whose name
-    is a secret name blanked."""
+#: query (or fragment) parameters that carry a credential in a URL besides the secret names (`api-key`, `key`,
+#: `token`, `access_token`, ...): signed-URL and SAS signatures, OAuth codes, short password spellings
+URL_SECRET_PARAMS = frozenset({"sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
+                               "x-goog-signature", "x-goog-credential", "code", "pass", "pwd", "session"})
+#: a URL with a scheme, up to white space, a quote or a closing bracket that cannot belong to it
+_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`]+")
+_URL_PARAM = re.compile(r"(?P<name>[^&;=#?]+)=(?P<value>[^&;#]*)")
+
+
+def is_url_secret_param(name: str) -> bool:
+    """True when a URL query parameter of this name carries a credential (its name percent-decoded)."""
+    from urllib.parse import unquote
+
+    plain = unquote(name).strip()
+    return plain.lower() in URL_SECRET_PARAMS or (is_secret_name(plain) and not plain.lower().endswith("_env"))
+
+
+def redact_url(url: str) -> str:
+    """`url` with its credentials blanked: the userinfo (`user:key@`) whole, and the values of query and fragment
+    parameters that name a key, token or signature (`?api-key=`, `&token=`, `#access_token=`, `sig=`); each value
+    blanked is remembered, so it is blanked wherever else it shows up. Everything else is kept as written."""
+    if not isinstance(url, str) or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    cut = min((i for i in (rest.find(c) for c in "/?#") if i != -1), default=len(rest))
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        userinfo, host = authority.rsplit("@", 1)
+        user, _, password = userinfo.partition(":")
+        remember_secret(password or user)  # a user name beside a password is no secret (it may name a home folder)
+        authority = f"{REDACTED}@{host}"
+
+    def blank(m: re.Match) -> str:
+        if not is_url_secret_param(m.group("name")) or not m.group("value") or m.group("value") == REDACTED:
+            return m.group(0)
+        remember_secret(m.group("value"))
+        return f"{m.group('name')}={REDACTED}"
+
+    path, mark, params = tail, "", ""
+    for sep in ("?", "#"):
+        if sep in tail:
+            i = tail.index(sep)
+            path, mark, params = tail[:i], sep, tail[i + 1:]
+            break
+    return f"{scheme}://{authority}{path}{mark}{_URL_PARAM.sub(blank, params)}" if mark else \
+        f"{scheme}://{authority}{path}"
+
+
+def redact_urls(text: str) -> str:
+    """`text` with every URL in it passed through `redact_url` (nothing else changed)."""
+    if not isinstance(text, str) or "://" not in text:
+        return text
+    return _URL.sub(lambda m: redact_url(m.group(0)), text)
+
+
+def redact_message(text: str) -> str:
+    """An error or warning message with the credentials of its URLs and every known secret value blanked; unlike
+    `redact_text` it leaves `name: value` pairs alone, so "api_key: no API key given" keeps its meaning."""
     if not isinstance(text, str) or not text:
         return text
+    text = redact_urls(text)
+    for value in _known_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    return text
+
+
+def redact_text(text: str) -> str:
+    """`text` with the credentials of every URL in it blanked (redact_url), every known secret value replaced by
+    REDACTED, and `name=value` / `name: value` pairs whose name is a secret name blanked."""
+    if not isinstance(text, str) or not text:
+        return text
+    text = redact_urls(text)
     for value in _known_values():
         if value in text:
             text = text.replace(value, REDACTED)

@@ -14,8 +14,9 @@
   `--allow-root`; below its root no path component may be hidden (`.ssh`, `.aws`), and media must have a video or
   image suffix. Anything else is refused (exit 2) naming the field, or the table's row, and the resolved path.
 - Size: the total is computed from the plan and refused above the cap before anything is copied.
-- Credentials: a credential value anywhere in the sweep (engine.secrets.is_secret_name) is refused; the user names
-  an environment variable instead (`api_key_env`), resolved where the judge runs.
+- Credentials: a credential value anywhere in the sweep (engine.secrets.is_secret_name), or a URL holding one
+  (userinfo, a `?api-key=` / `token=` parameter: engine.secrets.redact_url), is refused; the user names an
+  environment variable instead (`api_key_env`), resolved where the judge runs.
 - Layout: files keep their place relative to their root (`data/<n>_<root name>/...`), so relative references
   between them still hold; an items table whose media would no longer resolve gets a rewritten copy (JSONL) whose
   rows name the staged media (and keep their video ids). The list of shipped files is written beside the staged
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import UsageError
-from engine.secrets import is_secret_name
+from engine.secrets import is_secret_name, redact_urls
 
 MAX_SHIPPED_BYTES = 400 * 1024 * 1024  # Ray refuses working_dirs above ~500 MiB; refuse clearly before
 SHIPPED_LIST = "SHIPPED.txt"
@@ -86,11 +87,22 @@ def credential_problems(raw: Any, sweep: Path, text: str) -> list[str]:
                                f"submit never ships credentials. Name an environment variable instead "
                                f"({k}_env = \"OPENAI_API_KEY\"), set on the cluster, or pass --forward-env NAME "
                                f"to send this machine's value with the job")
+                elif isinstance(v, str) and redact_urls(v) != v:
+                    url_problem(v, here, lines.line_of(where, str(k)) if where else None)
                 else:
                     walk(v, here)
         elif isinstance(node, list):
             for i, v in enumerate(node):
-                walk(v, f"{where}[{i}]")
+                if isinstance(v, str) and redact_urls(v) != v:
+                    url_problem(v, f"{where}[{i}]", None)
+                else:
+                    walk(v, f"{where}[{i}]")
+
+    def url_problem(value: str, here: str, line: int | None) -> None:
+        out.append(f"{sweep}{f', line {line}' if line else ''}: {here}: a URL holding a credential "
+                   f"({redact_urls(value)}); capeval submit never ships credentials. Take the key out of the URL "
+                   f"and name an environment variable instead (api_key_env = \"OPENAI_API_KEY\"), set on the "
+                   f"cluster, or pass --forward-env NAME")
 
     walk(raw, "")
     return out

@@ -12,6 +12,7 @@ import importlib
 import sys
 
 from engine import exitcodes
+from engine.secrets import redact_message
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
 _COMMAND_MODULES = ("demo", "capability", "capquiz", "construct", "score", "judge", "validate", "align", "sweep",
@@ -104,13 +105,13 @@ def _main(argv: list[str] | None) -> int:
         if debug:
             raise
         # the whole message: input validation lists every error at once, one per line
-        print(f"{name}: {_kind(exc.exit_code)}: {terminal_text(str(exc).strip())}", file=sys.stderr)
+        print(f"{name}: {_kind(exc.exit_code)}: {terminal_text(redact_message(str(exc).strip()))}", file=sys.stderr)
         return exc.exit_code
     except Exception as exc:  # noqa: BLE001 - the one place that turns any error into an exit code
         if debug:
             raise
         if isinstance(exc, _usage_errors()) or isinstance(exc, FileNotFoundError):
-            print(f"{name}: error: {terminal_text(str(exc).strip())}", file=sys.stderr)
+            print(f"{name}: error: {terminal_text(redact_message(str(exc).strip()))}", file=sys.stderr)
             return exitcodes.USAGE
         print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the "
               "traceback)", file=sys.stderr)
@@ -122,7 +123,7 @@ def _kind(code: int) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
+    text = redact_message(str(exc).strip()) or type(exc).__name__
     lines = text.split("\n")
     return terminal_text(lines[0]) + (f" (+{len(lines) - 1} more lines)" if len(lines) > 1 else "")
 

@@ -1,7 +1,8 @@
 """Writing a construction run's outputs into its folder: items (JSONL, the format `capeval judge --items` and
 sweeps' `items` datasets read), the per-item record (record.parquet), other tables, and construct.json (what ran:
-pipeline, mode, pack digest, judges, per-step asks / sent / cached / failed, wall time). Each file is replaced
-atomically, so a killed run leaves the previous complete output or none."""
+pipeline, mode, pack digest, judges, per-step asks / sent / cached / failed, wall time; credentials redacted as in
+run.json, URLs' keys included). Each file is replaced atomically, so a killed run leaves the previous complete
+output or none."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from engine.schemas import ITEMS
+from engine.secrets import redact
 
 from .base import ConstructContext
 from .pipeline import PipelineResult
@@ -56,5 +58,6 @@ def write_outputs(out_dir: Path, result: PipelineResult, ctx: ConstructContext, 
         "outputs": {k: str(p) for k, p in paths.items()},
     }
     paths["summary"] = out_dir / "construct.json"
+    summary = redact(json.loads(json.dumps(summary, default=str)))  # the redaction run.json gets (engine/secrets.py)
     replace_text(paths["summary"], json.dumps(summary, indent=2, sort_keys=True, default=str) + "\n")
     return paths

@@ -29,6 +29,7 @@ from adapters.base import BackendFatalError, JudgeResponse
 from engine.errors import AbortedError
 from engine.reasoning import tags_of
 from engine.schemas import utf8_text
+from engine.secrets import redact_message
 from engine.store.judgment_cache import CachedResponse, JudgmentCache
 
 from .cells import Cell, Row
@@ -284,7 +285,8 @@ class JudgeLoop:
         s.completion_tokens += resp.completion_tokens or 0
         failure = None
         if resp.text is None:
-            failure = resp.error or "backend returned no text"
+            # an error may quote the endpoint's URL, key and all (engine/secrets.py)
+            failure = redact_message(resp.error) or "backend returned no text"
         elif len(resp.text) > self.max_reply_chars:
             failure = (f"reply too large: {len(resp.text):,} characters, over the size cap max_reply_chars "
                        f"{self.max_reply_chars:,}; not parsed, not cached")
