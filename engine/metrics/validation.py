@@ -15,12 +15,12 @@ verdict take part (the pairs the reference actually judged). For each block -- `
     `outside_tolerance`: the interval leaves [-T, T] (None without a tolerance). Metrics are on the protocol's
     own scale (percent for most). Rows the judge failed count as the protocol's metrics count them in `mode`.
     `overall` averages the per-task values when the protocol averages over tasks (`compare_average_over`), else
-    pools every row. The average is over the SAME tasks for both judges and every metric: the tasks where both
-    judges' verdicts define every headline metric (`overall.tasks_averaged`); a task where either judge leaves
-    one undefined (a 0/0, e.g. F1 with precision and recall both 0) is left out of both sides and named with its
-    reason (`overall.tasks_left_out`), as the leaderboard's `*` average. Without such a task the overall values
-    are null with a `reason`. A bootstrap replicate in which a task of that set becomes undefined is left out
-    of the interval (percentile_ci ignores nan replicates).
+    pools every row. Each metric's average is over the SAME tasks for both judges: the tasks where both judges'
+    verdicts define it. A task where either leaves it undefined (a 0/0: F1 when precision and recall are both 0)
+    is left out of both sides and named with its reason in the metric's `tasks_left_out` (`tasks`: how many are
+    averaged), as the leaderboard's `*` average; without any task left the value is null with a `reason`. The set
+    is fixed from all rows; a bootstrap replicate in which one of its tasks becomes undefined is left out of the
+    interval (percentile_ci ignores nan replicates).
 
 The protocol is found through the registry only (docs/architecture.md), so any protocol with a paired statistic can
 be validated; one without gets agreement and confusion but no metrics (a note says so).
@@ -141,21 +141,17 @@ def _metric_values(spec, names: list[str], sums: np.ndarray) -> np.ndarray:
         return np.stack([np.asarray(spec.metrics[m](sums), dtype=np.float64) for m in names], axis=-1)
 
 
-def _undefined_reason(names: list[str], judge: np.ndarray, reference: np.ndarray) -> str | None:
-    """Why a group's metrics cannot enter the common average: the metrics each judge leaves undefined."""
-    parts = []
-    for side, vals in (("judge", judge), ("reference", reference)):
-        undefined = [m for m, v in zip(names, vals) if np.isnan(v)]
-        if undefined:
-            parts.append(f"{', '.join(undefined)} undefined for the {side} (0/0)")
-    return "; ".join(parts) or None
+def _undefined_for(judge: float, reference: float) -> str | None:
+    """Why a value cannot be compared: the side(s) that leave it undefined (nan), None when both define it."""
+    sides = [side for side, v in (("judge", judge), ("reference", reference)) if np.isnan(v)]
+    return f"undefined for the {' and the '.join(sides)} (0/0)" if sides else None
 
 
 def metric_bias(rows: pl.DataFrame, spec, average_over: str | None, tasks: list[str], *, n_resamples: int,
-                seed: int, confidence: float, tolerance: float | None) -> tuple[dict[str, dict], dict]:
-    """({block ("overall" or a task): {metric: {judge, reference, bias, ci_low, ci_high, outside_tolerance}}},
-    what the overall average covers: {tasks_averaged, tasks_left_out} for a protocol that averages over tasks,
-    else {}). The overall average is over the groups where both judges define every metric (module docstring)."""
+                seed: int, confidence: float, tolerance: float | None) -> dict[str, dict]:
+    """{block ("overall" or a task): {metric: {judge, reference, bias, ci_low, ci_high, outside_tolerance}}}; a null
+    bias has a `reason`; where the protocol averages over tasks, each overall metric says over how many (`tasks`)
+    and which it left out of both sides and why (`tasks_left_out`, module docstring)."""
     videos = sorted(set(rows["video_id"].to_list()))
     overall_by = pl.col(average_over).cast(pl.String) if average_over else pl.lit("all")
     overall_groups = sorted(set(rows.select(overall_by.alias("g"))["g"].to_list()))
@@ -166,25 +162,15 @@ def metric_bias(rows: pl.DataFrame, spec, average_over: str | None, tasks: list[
         sides[side] = np.concatenate([_per_video(r, spec, pl.col("task"), videos, tasks),
                                       _per_video(r, spec, overall_by, videos, overall_groups)], axis=1)
     n_tasks = len(tasks)
-    coverage: dict = {}
-    averaged = np.ones(len(overall_groups), dtype=bool)
-    if average_over:  # the groups both judges define every metric on, from all rows; fixed for the replicates
-        full = {s: _metric_values(spec, names, c.sum(axis=0)[n_tasks:]) for s, c in sides.items()}
-        left_out = {}
-        for g, group in enumerate(overall_groups):
-            reason = _undefined_reason(names, full["judge"][g], full["reference"][g])
-            if reason:
-                averaged[g] = False
-                left_out[group] = reason
-        coverage = {"tasks_averaged": [g for g, keep in zip(overall_groups, averaged) if keep],
-                    "tasks_left_out": left_out}
+    # (G, M): the groups each metric is averaged over, those both judges define it on, from all rows
+    full = {s: _metric_values(spec, names, c.sum(axis=0)[n_tasks:]) for s, c in sides.items()}
+    averaged = ~np.isnan(full["judge"]) & ~np.isnan(full["reference"])
 
     def statistic(sums: np.ndarray) -> np.ndarray:  # (..., T + G, S) -> (..., T + 1, M)
         vals = _metric_values(spec, names, sums)
-        if average_over:  # a plain mean over the common groups: nan when one of them is undefined (or none is left)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                overall = vals[..., n_tasks:, :][..., averaged, :].mean(axis=-2)
+        if average_over:  # a plain mean over each metric's groups: nan when one is undefined here, or none is left
+            with np.errstate(divide="ignore", invalid="ignore"):
+                overall = np.where(averaged, vals[..., n_tasks:, :], 0.0).sum(axis=-2) / averaged.sum(axis=0)
         else:
             overall = vals[..., n_tasks, :]
         return np.concatenate([vals[..., :n_tasks, :], overall[..., None, :]], axis=-2) * spec.scale
@@ -202,15 +188,18 @@ def metric_bias(rows: pl.DataFrame, spec, average_over: str | None, tasks: list[
                 outside = bool(lo < -tolerance or hi > tolerance)
             entry = {"judge": _finite(value["judge"][b, k]), "reference": _finite(value["reference"][b, k]),
                      "bias": _finite(res.estimate[b, k]), "ci_low": lo, "ci_high": hi, "outside_tolerance": outside}
+            left_out = {}
+            if block == "overall" and average_over:
+                left_out = {g: _undefined_for(full["judge"][j, k], full["reference"][j, k])
+                            for j, g in enumerate(overall_groups) if not averaged[j, k]}
+                entry["tasks"] = int(averaged[:, k].sum())
+                entry["tasks_left_out"] = left_out
             if entry["bias"] is None:
-                if block == "overall" and average_over and not averaged.any():
-                    entry["reason"] = (f"no {average_over} where both judges define every metric: "
-                                       + "; ".join(f"{g}: {r}" for g, r in coverage["tasks_left_out"].items()))
-                else:
-                    entry["reason"] = " and ".join(f"undefined for the {side} (0/0)" for side in
-                                                   ("judge", "reference") if entry[side] is None)
+                entry["reason"] = (f"no {average_over} where both judges define it" if block == "overall" and left_out
+                                   and not averaged[:, k].any() else
+                                   _undefined_for(value["judge"][b, k], value["reference"][b, k]) or "undefined")
             out[block][m] = entry
-    return out, coverage
+    return out
 
 
 def validate(reference: pl.DataFrame, judged: pl.DataFrame, *, protocol: str, mode: str = "strict",
@@ -226,14 +215,14 @@ def validate(reference: pl.DataFrame, judged: pl.DataFrame, *, protocol: str, mo
     ordered = [t for t in getattr(proto, "tasks", ()) if t in tasks] + [t for t in tasks if t not in proto.tasks]
     spec = proto.paired_spec(mode)
     notes = []
-    bias, coverage = {}, {}
+    bias = {}
     if spec is None:
         notes.append(f"protocol {protocol!r} declares no paired statistic (paired_spec): no metric bias")
     elif n_resamples < 1:
         raise ValueError(f"n_resamples must be at least 1, got {n_resamples}")
     else:
-        bias, coverage = metric_bias(rows, spec, proto.compare_average_over, ordered, n_resamples=n_resamples,
-                                     seed=seed, confidence=confidence, tolerance=tolerance)
+        bias = metric_bias(rows, spec, proto.compare_average_over, ordered, n_resamples=n_resamples, seed=seed,
+                           confidence=confidence, tolerance=tolerance)
 
     def block(sel: pl.DataFrame, name: str) -> dict:
         out = agreement_block(sel["reference"].to_numpy(), sel["judge"].to_numpy(), labels)
@@ -243,9 +232,9 @@ def validate(reference: pl.DataFrame, judged: pl.DataFrame, *, protocol: str, mo
 
     report = {"protocol": protocol, "mode": mode, "tolerance": tolerance, "n_resamples": n_resamples,
               "confidence": confidence, "seed": seed, "counts": counts,
-              "overall_average": ("mean over the tasks where both judges define every metric"
+              "overall_average": ("per metric, mean over the tasks where both judges define it"
                                   if proto.compare_average_over == "task" else "pooled rows"),
-              "overall": {**block(rows, "overall"), **coverage},
+              "overall": block(rows, "overall"),
               "tasks": {t: block(rows.filter(pl.col("task") == t), t) for t in ordered}}
     if notes:
         report["notes"] = notes
@@ -313,10 +302,9 @@ def format_report(report: dict, digits: int = 1) -> str:
         lines.append(f"{c['reference_rows_without_verdict']} reference rows have no verdict: left out")
     if c.get("reference_rows_not_in_items"):
         lines.append(f"{c['reference_rows_not_in_items']} reference rows match no item of --items: left out")
-    left_out = report["overall"].get("tasks_left_out") or {}
+    footnotes = []
     for name, b in [("overall", report["overall"])] + list(report["tasks"].items()):
-        star = "*" if name == "overall" and left_out else ""
-        lines.append(f"{name + star:<24} rows {b['n']:>5}  videos {b['n_videos']:>5}  judge failed "
+        lines.append(f"{name:<24} rows {b['n']:>5}  videos {b['n_videos']:>5}  judge failed "
                      f"{b['n_judge_no_verdict']:>4}  agreement {num(b['agreement'])}  kappa {num(b['kappa'])}  "
                      f"ac1 {num(b['ac1'])}")
         for m, v in (b.get("metrics") or {}).items():
@@ -326,14 +314,17 @@ def format_report(report: dict, digits: int = 1) -> str:
                                                   "too few rows to tell")
             elif v.get("reason"):
                 flag = f"  ({v['reason']})"
-            lines.append(f"    {m:<12} judge {num(v['judge'], digits):>6}  reference {num(v['reference'], digits):>6}"
-                         f"  bias {num(v['bias'], digits, True):>6} [{num(v['ci_low'], digits, True)}, "
-                         f"{num(v['ci_high'], digits, True)}]{flag}")
-        if star:
-            n_avg = len(report["overall"].get("tasks_averaged") or [])
-            lines.append(f"    * metrics: mean over the {n_avg} of {n_avg + len(left_out)} tasks where both judges "
-                         f"define every metric; left out of both sides: "
-                         + "; ".join(f"{t} ({why})" for t, why in left_out.items()))
+            left_out = v.get("tasks_left_out") or {}
+            star = "*" if left_out else ""
+            if left_out:  # the leaderboard's `*`: an average over fewer tasks, the same ones on both sides
+                footnotes.append(f"* {m}: mean over the {v['tasks']} of {v['tasks'] + len(left_out)} tasks both "
+                                 f"judges define it on; left out of both sides: "
+                                 + "; ".join(f"{t} ({why})" for t, why in left_out.items()))
+            lines.append(f"    {m + star:<12} judge {num(v['judge'], digits):>6}  reference "
+                         f"{num(v['reference'], digits):>6}  bias {num(v['bias'], digits, True):>6} "
+                         f"[{num(v['ci_low'], digits, True)}, {num(v['ci_high'], digits, True)}]{flag}")
+    if footnotes:
+        lines += ["", *footnotes]
     conf = report["overall"]["confusion"]
     corner = "reference \\ judge"
     first = max(len(x) for x in conf["reference"] + [corner]) + 1

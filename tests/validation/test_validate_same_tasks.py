@@ -1,8 +1,10 @@
 """`capeval judge validate` compares the judge and the reference over the same tasks and the same rows, and says
 what it left out: on a subset of the shared CAPability release, a replay judge that calls every OCR mention
-wrong leaves OCR's F1 undefined (precision and recall 0): the overall average is then over the other tasks for
-BOTH judges and every metric, with OCR named and why. Reference rows that match no item are counted and warned
-about, and a reference that is another protocol's stops with exit 2 before anything is judged."""
+wrong leaves OCR's precision 0, recall 0 and F1 undefined. Each overall metric is then averaged over the same
+tasks for BOTH judges: F1 over the tasks where both define it (OCR named, with why), precision and recall over
+every task (OCR's 0 included, so the judge's failure shows in the overall bias). Reference rows that match no
+item are counted and warned about, and a reference that is another protocol's stops with exit 2 before anything
+is judged."""
 
 from __future__ import annotations
 
@@ -60,11 +62,13 @@ def test_overall_is_over_the_tasks_both_judges_define(release, capsys):
     out = release["tmp"] / "report.json"
     assert main(_args(release, release["judgments"], out)) == 0
     report = json.loads(out.read_text())
-    overall = report["overall"]
-    others = [t for t in lookup("protocol", "capability").tasks if t in TASKS and t != ALL_WRONG]
-    assert overall["tasks_averaged"] == sorted(others)
-    assert list(overall["tasks_left_out"]) == [ALL_WRONG]
-    assert "f1 undefined for the judge" in overall["tasks_left_out"][ALL_WRONG]
+    overall = report["overall"]["metrics"]
+    tasks = [t for t in lookup("protocol", "capability").tasks if t in TASKS]
+    others = [t for t in tasks if t != ALL_WRONG]
+    assert overall["f1"]["tasks"] == len(others)
+    assert overall["f1"]["tasks_left_out"] == {ALL_WRONG: "undefined for the judge (0/0)"}
+    for metric in ("precision", "recall", "hit_rate"):
+        assert overall[metric]["tasks"] == len(tasks) and overall[metric]["tasks_left_out"] == {}
     ocr = report["tasks"][ALL_WRONG]["metrics"]
     assert ocr["f1"]["judge"] is None and ocr["f1"]["reference"] is not None and ocr["f1"]["bias"] is None
     assert ocr["f1"]["reason"] == "undefined for the judge (0/0)"
@@ -77,17 +81,21 @@ def test_overall_is_over_the_tasks_both_judges_define(release, capsys):
         pl.when(pl.col("task") == ALL_WRONG).then(pl.lit(2, pl.Int8)).otherwise(pl.col("verdict")).alias("verdict"))
     for side, verdicts in (("judge", judged), ("reference", reference)):
         per_task = protocol.compute_metrics(verdicts, mode="strict", n_resamples=0)
-        for metric, entry in overall["metrics"].items():
-            values = per_task.filter(pl.col("task").is_in(others) & (pl.col("metric") == metric))["value"]
-            assert values.len() == len(others)
+        for metric, entry in overall.items():
+            averaged = others if metric == "f1" else tasks
+            values = per_task.filter(pl.col("task").is_in(averaged) & (pl.col("metric") == metric))["value"]
+            assert values.len() == len(averaged)
             assert entry[side] == pytest.approx(float(np.mean(values.to_numpy())), abs=1e-9), (side, metric)
-    for entry in overall["metrics"].values():
+    for entry in overall.values():
         assert entry["bias"] == pytest.approx(entry["judge"] - entry["reference"], abs=1e-9)
+    assert overall["recall"]["bias"] < -10  # the judge's failure on OCR is in the overall recall
 
     capsys.readouterr()
     assert main(_args(release, release["judgments"], release["tmp"] / "text.json")[:-3]) == 0
     text = capsys.readouterr().out
-    assert "overall*" in text and f"left out of both sides: {ALL_WRONG} (f1 undefined for the judge" in text
+    assert "    f1*" in text and "    recall " in text
+    assert (f"* f1: mean over the {len(others)} of {len(tasks)} tasks both judges define it on; left out of both "
+            f"sides: {ALL_WRONG} (undefined for the judge (0/0))") in text
 
 
 def test_reference_rows_matching_no_item_are_counted_and_warned(release, capsys):
