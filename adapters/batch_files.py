@@ -7,7 +7,8 @@ batch asks exactly what a stream would ask and the judgment cache may hold answe
 
 Output and error files: one object per answered request, `{"custom_id", "response": {"status_code", "body"},
 "error"}`; `body` is a chat completion when the status is 200. Lines come in any order and a request may be missing
-(a batch that expired or failed before reaching it). `read_results` reads both files into one result per key.
+(a batch that expired or failed before reaching it). `read_results` reads both files into one result per key; a
+custom_id repeated within one file fails that request (counted, never guessed).
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class LineResult:
     key: str
     body: bytes | None  # the chat completion (status 200), encoded
     error: str | None  # why there is no answer
+    lines: int = 1  # lines of one file that name this custom_id (more than one: none of them is taken)
 
 
 def _error_text(error) -> str:
@@ -118,11 +120,22 @@ def iter_results(data: bytes | None) -> Iterator[LineResult]:
 
 
 def read_results(*files: bytes | None) -> dict[str, LineResult]:
-    """One result per key over the output and error files; an answer wins over an error for the same key."""
+    """One result per key over the output and error files; an answer wins over an error for the same key. A key
+    that several lines of one file answer is never guessed (which line is the answer?): its result is an error
+    with `lines` set to how many lines named it, and the request is sent again by the next run."""
     out: dict[str, LineResult] = {}
+    repeated: dict[str, int] = {}
     for data in files:
+        count: dict[str, int] = {}
         for result in iter_results(data):
+            count[result.key] = count.get(result.key, 0) + 1
             have = out.get(result.key)
             if have is None or (have.body is None and result.body is not None):
                 out[result.key] = result
+        for key, n in count.items():
+            if n > 1:
+                repeated[key] = max(n, repeated.get(key, 0))
+    for key, n in repeated.items():
+        out[key] = LineResult(key, None, f"custom_id {key!r} is answered by {n} lines of one batch file; none is "
+                                         "taken", lines=n)
     return out

@@ -12,7 +12,9 @@ Before anything is sent, each request is looked up in the state: an answer downl
 is served at once; a request that a batch not yet collected holds waits for that batch (made by this process or by
 one that was killed); only the rest go into new batches, split at `max_file_requests` / `max_file_bytes`. A request
 that a finished batch did not answer (failed, expired, cancelled) comes back as an error: the loop records it as a
-retryable judge error, and a rerun sends exactly those requests again.
+retryable judge error, and a rerun sends exactly those requests again. So does a rejected answer: one that is not a
+completion with text (`choices: []`), a custom_id answered by several lines of one file, or a reply the judge loop
+refuses (over its reply-size cap: the loop calls `forget_answer`); none of them stays in the state.
 """
 
 from __future__ import annotations
@@ -47,13 +49,16 @@ class BatchOptions:
     max_file_bytes: int = OPENAI_MAX_BYTES
     poll_s: float = 10.0  # first wait between polls; grows x1.5 up to poll_max_s
     poll_max_s: float = 300.0
+    # polls in a row that may report a status capeval does not know before the batch is given up (cancelled,
+    # recorded as failed with the reason; its requests are sent again by the next run)
+    max_unknown_polls: int = 20
     # the provider's batch price as a share off the streaming prices (price_*_per_m): OpenAI's Batch API is 50% off
     batch_discount: float = 0.5
     wait: bool = True  # False: submit and stop with BatchesPending (exit code PENDING); a rerun collects
 
 
 def check_options(opts: BatchOptions) -> None:
-    for name in ("round_requests", "max_file_requests", "max_file_bytes"):
+    for name in ("round_requests", "max_file_requests", "max_file_bytes", "max_unknown_polls"):
         value = getattr(opts, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name}: expected an integer >= 1, got {value!r}")
@@ -141,6 +146,11 @@ class BatchJudge:
     def where(self) -> str:
         return self.provider
 
+    def forget_answer(self, key: str) -> None:
+        """The judge loop refused this answer (over its reply-size cap): it leaves the state, so a rerun sends the
+        request again instead of being served the same answer forever."""
+        self.state.forget_answers([key])
+
     # -- state --------------------------------------------------------------------------------------------------------
     def use_state_dir(self, folder) -> None:
         """Called by the judge loop with the folder beside its judgment cache (unless `state_dir` names one)."""
@@ -207,11 +217,17 @@ class BatchJudge:
             lines.append((r, batch_line(r.key, body, unwrap)))
         pairs = [(bl.key, bl.body_sha) for _, bl in lines]
         stored = self.state.answers(pairs)
+        unwraps = {bl.key: bl.unwrap for _, bl in lines}
+        served = {k: self._response(k, body, unwraps[k], 0.0) for k, body in stored.items()}
+        unreadable = [k for k, resp in served.items() if resp.error is not None]
+        if unreadable:  # kept by an earlier version: rejected answers leave the state and are asked again
+            self.state.forget_answers(unreadable)
+            stored = {k: v for k, v in stored.items() if k not in unreadable}
         held = self.state.open_batch_of(self.provider, [p for p in pairs if p[0] not in stored])
         fresh: list[tuple[JudgeRequest, BatchLine]] = []
         for r, bl in lines:
             if bl.key in stored:  # downloaded before (a killed run's batch, or another round's): never asked again
-                yield self._response(r.key, stored[bl.key], bl.unwrap, 0.0)
+                yield served[bl.key]
             elif bl.key in held:
                 waiting[r.key] = _Waiting(r, bl.unwrap, bl.body_sha, held[bl.key])
             else:
@@ -249,18 +265,27 @@ class BatchJudge:
             return
         results = read_results(*self._download(row))
         keys = state.keys_of(local)
-        answers = {k: (keys[k], r.body) for k, r in results.items() if r.body is not None and k in keys}
+        turnaround = max(0.0, time.time() - float(row.get("created") or time.time()))
+        # only answers that read as a completion with text enter the state: a rejected one (`choices: []`, no text)
+        # is an error now and its request is sent again by the next run, never served from the state forever
+        read = {k: self._response(k, r.body, waiting[k].unwrap if k in waiting else None, turnaround)
+                for k, r in results.items() if r.body is not None and k in keys}
+        answers = {k: (keys[k], results[k].body) for k, resp in read.items() if resp.error is None}
         status = row["status"]
         state.collect(local, answers, status, row.get("note"))  # durable before the loop sees any of it
-        turnaround = max(0.0, time.time() - float(row.get("created") or time.time()))
+        repeated = {k: r.lines for k, r in results.items() if r.lines > 1}
+        if repeated:
+            log.warning("judge %s: batch %s answers %d custom_id(s) with more than one line (%d lines); none of them "
+                        "is taken and a rerun sends those requests again", self.name, row.get("batch_id"),
+                        len(repeated), sum(repeated.values()))
         if len(answers) < len(keys):
-            log.warning("judge %s: batch %s ended %s with %d of %d requests unanswered (a rerun sends only those)",
-                        self.name, row.get("batch_id"), status, len(keys) - len(answers), len(keys))
+            log.warning("judge %s: batch %s ended %s with %d of %d requests unanswered or rejected (a rerun sends "
+                        "only those)", self.name, row.get("batch_id"), status, len(keys) - len(answers), len(keys))
         for key in mine:
             w = waiting.pop(key)
             res = results.get(key)
-            if res is not None and res.body is not None:
-                yield self._response(key, res.body, w.unwrap, turnaround)
+            if key in read:
+                yield read[key]
             else:
                 why = res.error if res is not None else "no answer in its output"
                 note = f" ({row['note']})" if row.get("note") else ""

@@ -7,7 +7,9 @@ One SQLite file (WAL) per state folder; the judge loop puts the folder beside th
 - `batches`: one row per batch, written *before* it is created (`uploading`, then `creating` once the file is up),
   then carrying the provider's batch id and status; `collected` once its output is downloaded;
 - `batch_keys`: which request keys (and which request bodies) each batch holds;
-- `answers`: every successful answer downloaded, by key and body digest, until the judgment cache has it.
+- `answers`: every answer downloaded that reads as a chat completion with text, by key and body digest, until the
+  judgment cache has it. An answer rejected later (over the judge loop's reply-size cap: `forget_answers`) leaves
+  the table, so a rerun sends its request again instead of serving the rejected answer forever.
 
 A request whose key and body a batch not yet collected holds is never sent again: the process waits for that batch
 (this one's or a dead one's). A row still `uploading` / `creating` after a kill is settled by asking the provider
@@ -30,6 +32,8 @@ from engine.errors import AbortedError
 
 #: statuses after which a batch answers nothing more (OpenAI's; vLLM's runner ends `completed` or `failed`)
 TERMINAL = ("completed", "expired", "failed", "cancelled")
+#: every status the Batch API documents; any other is polled a bounded number of times (BatchOptions.max_unknown_polls)
+KNOWN_STATUSES = TERMINAL + ("validating", "in_progress", "finalizing", "cancelling")
 UNCONFIRMED = ("uploading", "creating")
 _CHUNK = 500  # keys per IN (...) query (SQLite's default limit on variables is 999 on old builds)
 
@@ -199,6 +203,18 @@ class BatchState:
             for key, body in self._con.execute(f"SELECT key, body FROM answers WHERE {where}", args):
                 out[key] = bytes(body)
         return out
+
+    def forget_answers(self, keys: Sequence[str]) -> int:
+        """Drop the downloaded answers of these keys (rejected: unreadable, or refused by the judge loop), so the
+        next run sends their requests again instead of serving the same answer forever; how many were dropped."""
+        dropped = 0
+        keys = list(keys)
+        with self._tx() as con:
+            for i in range(0, len(keys), _CHUNK):
+                part = keys[i:i + _CHUNK]
+                cur = con.execute(f"DELETE FROM answers WHERE key IN ({','.join('?' * len(part))})", part)
+                dropped += cur.rowcount
+        return dropped
 
     def collect(self, local: int, answers: dict[str, tuple[str, bytes]], status: str, note: str | None = None) -> None:
         """Store a finished batch's answers (key -> (body digest, completion)) and mark it collected, at once."""

@@ -13,7 +13,11 @@ Every step is recorded in the state (adapters/batch_state.py) before the next is
 
 Params: every option of the streaming `openai` judge (model, base_url, api_key_env, structured, prices, ...) plus
 `adapters.batch_rounds.BatchOptions` (state_dir, round_requests, max_file_requests, max_file_bytes, poll_s,
-poll_max_s, batch_discount, wait) and `completion_window` ("24h").
+poll_max_s, max_unknown_polls, batch_discount, wait) and `completion_window` ("24h").
+
+A batch whose status capeval does not know (none of the Batch API's documented statuses) is polled at most
+`max_unknown_polls` times in a row, then cancelled (best effort) and recorded as failed with the reason: its
+requests become retryable errors and the next run sends them again, rather than polling forever.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import time
 from adapters.base import BackendFatalError
 from adapters.batch_files import CHAT_URL, BatchLine, file_bytes, file_digest
 from adapters.batch_rounds import BatchJudge, BatchOptions, http_params
-from adapters.batch_state import TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
+from adapters.batch_state import KNOWN_STATUSES, TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
 from adapters.openai_http import HTTPConfig
 from engine.registry import register_judge
 from engine.secrets import redact_url
@@ -51,7 +55,7 @@ class OpenAIBatchJudge(BatchJudge):
                  state_dir: str | None = None, round_requests: int = BatchOptions.round_requests,
                  max_file_requests: int = BatchOptions.max_file_requests,
                  max_file_bytes: int = BatchOptions.max_file_bytes, poll_s: float = BatchOptions.poll_s,
-                 poll_max_s: float = BatchOptions.poll_max_s,
+                 poll_max_s: float = BatchOptions.poll_max_s, max_unknown_polls: int = BatchOptions.max_unknown_polls,
                  batch_discount: float = BatchOptions.batch_discount, wait: bool = True, **overrides):
         window = completion_window
         if not isinstance(window, str) or not window:
@@ -61,7 +65,8 @@ class OpenAIBatchJudge(BatchJudge):
         cfg = HTTPConfig(**{**base.__dict__, **http})
         super().__init__(cfg, BatchOptions(state_dir=state_dir, round_requests=round_requests,
                                            max_file_requests=max_file_requests, max_file_bytes=max_file_bytes,
-                                           poll_s=poll_s, poll_max_s=poll_max_s, batch_discount=batch_discount,
+                                           poll_s=poll_s, poll_max_s=poll_max_s, max_unknown_polls=max_unknown_polls,
+                                           batch_discount=batch_discount,
                                            wait=wait))
         self.completion_window = window
         # the state's name for the endpoint: without the URL's credentials (a key rotated keeps the same batches)
@@ -69,6 +74,7 @@ class OpenAIBatchJudge(BatchJudge):
         self._api_key = cfg.resolved_api_key()  # fails here, before anything is written, when there is none
         self._client = None
         self._maybe_uploaded: set[str] = set()  # shas whose upload a killed process may have finished
+        self._unknown: dict[int, int] = {}  # local batch id -> polls in a row that reported an unknown status
 
     @property
     def client(self):
@@ -204,11 +210,33 @@ class OpenAIBatchJudge(BatchJudge):
                 continue
             errors = getattr(getattr(b, "errors", None), "data", None) or []
             note = "; ".join(f"{e.code}: {e.message}" for e in errors[:3]) or None
-            state.update(local, status=b.status, output_file_id=b.output_file_id, error_file_id=b.error_file_id,
+            status = b.status
+            if status in KNOWN_STATUSES:
+                self._unknown.pop(local, None)
+            else:  # a status capeval cannot read: polled a bounded number of times, then given up with the reason
+                seen = self._unknown[local] = self._unknown.get(local, 0) + 1
+                if seen < self.options.max_unknown_polls:
+                    log.warning("judge %s: batch %s reports status %r, unknown to capeval (poll %d of %d)", self.name,
+                                row["batch_id"], status, seen, self.options.max_unknown_polls)
+                    continue
+                note = (f"the provider reported status {status!r}, unknown to capeval, at {seen} polls in a row "
+                        f"(max_unknown_polls); given up, its requests are sent again by the next run"
+                        + (f"; {note}" if note else ""))
+                log.warning("judge %s: batch %s: %s", self.name, row["batch_id"], note)
+                self._cancel(row["batch_id"])
+                status = "failed"
+            state.update(local, status=status, output_file_id=b.output_file_id, error_file_id=b.error_file_id,
                          note=note)
-            if b.status in TERMINAL:
+            if status in TERMINAL:
                 done.append(local)
         return done
+
+    def _cancel(self, batch_id: str) -> None:
+        """Ask the provider to stop a batch given up on (best effort: its requests are sent again elsewhere)."""
+        try:
+            self._call(self.client.batches.cancel, batch_id)
+        except Exception as exc:  # noqa: BLE001 - the batch is given up on whether or not the cancel arrives
+            log.warning("judge %s: could not cancel batch %s: %s", self.name, batch_id, exc)
 
     def fetch(self, state: BatchState, local: int) -> tuple[bytes | None, bytes | None]:
         row = state.batch(local) or {}

@@ -6,7 +6,9 @@ Each round's batch file (adapters/batch_files.py: the same lines the OpenAI Batc
 
 in a child process (one engine start per round; the child dies with its parent). Input, output and the runner's log
 stay in `<state>/vllm/`, named by the input's SHA-256: a round whose output is already there (a run killed after the
-runner finished) is not run again, and answers downloaded are served from the state like any batch judge's.
+runner finished) is not run again, and answers downloaded are served from the state like any batch judge's. An
+output already collected is never read twice: the same file submitted again holds requests whose answers were
+rejected (adapters/batch_rounds.py), so the runner runs it again.
 
 Params: `model` (a local folder or a Hugging Face id), `served_model_name` (the model name in the requests and the
 verdicts; default: the folder's name), `engine_args` (vLLM engine options as a table, e.g.
@@ -137,7 +139,8 @@ class VLLMBatchJudge(BatchJudge):
         inp, out, log_path = self._paths(state, sha)
         local = state.begin(self.provider, sha, [(bl.key, bl.body_sha) for bl in chunk])
         state.update(local, batch_id=f"run_batch-{sha[:12]}", file_id=str(inp), status="in_progress")
-        if out.is_file():  # this very file was run before (a kill after the runner finished)
+        collected = any(r["sha"] == sha for r in state.batches(self.provider, ("collected",)))
+        if out.is_file() and not collected:  # this very file was run before (a kill after the runner finished)
             state.update(local, status="completed", output_file_id=str(out))
             return local
         tmp = inp.with_name(inp.name + ".tmp")

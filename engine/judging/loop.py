@@ -293,6 +293,8 @@ class JudgeLoop:
         self.live.answered(failure is not None, failure, reask=rows[0].attempt > 0)
         if failure is not None:
             self._release(resp.key)  # a failed request is not ours any more: another run may ask it
+            if resp.text is not None and callable(getattr(self.judge, "forget_answer", None)):
+                self.judge.forget_answer(resp.key)  # a batch judge keeps answers: a refused one must not come back
             self._resolve(resp.key, failure)
             return
         cr = CachedResponse(resp.key, self.judge.name, utf8_text(resp.text), resp.prompt_tokens or 0,

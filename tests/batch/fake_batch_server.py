@@ -14,7 +14,11 @@ of the same sweep judged through the streaming judge. Knobs (`Behaviour`, change
   answered, the rest reported `batch_expired` in the error file (a batch cancelled through the API likewise, with
   `batch_cancelled`);
 - `create_delay_s`: the create call registers the batch, then waits this long before it answers (a client killed
-  meanwhile has created a batch it never heard of).
+  meanwhile has created a batch it never heard of);
+- `broken_once`: {marker: kind}: a request whose body contains the marker is answered badly the first time
+  ("empty": a 200 body with `choices: []`; "oversize": a reply of `oversize_chars` characters; "duplicate": two
+  output lines with different answers for its custom_id); the next batch that holds it answers it normally;
+- `status`: when set, every batch not finished yet reports this status (e.g. one the Batch API does not have).
 
 `stats()` gives every batch created (id, its custom_ids), how often each custom_id was put in a batch, uploads.
 """
@@ -36,6 +40,9 @@ class Behaviour:
     fail_once: tuple[str, ...] = ()
     expire: tuple[int, ...] = ()
     create_delay_s: float = 0.0
+    broken_once: dict = field(default_factory=dict)
+    oversize_chars: int = 5000
+    status: str | None = None
 
 
 @dataclass
@@ -52,6 +59,7 @@ class _World:
     batches: dict = field(default_factory=dict)  # id -> _Batch
     seen: dict = field(default_factory=dict)  # custom_id -> times put in a created batch
     failed: set = field(default_factory=set)  # custom_ids failed once already
+    broken: set = field(default_factory=set)  # custom_ids answered badly once already
     uploads: int = 0
     creates: int = 0
 
@@ -128,6 +136,18 @@ class FakeBatchServer:
                                                             "type": "server_error"}}}})
                 continue
             completion = json.loads(completion_body(body, answer_for(body)))
+            kind = next((k for m, k in self.behaviour.broken_once.items() if m in text), None)
+            if kind is not None and line["custom_id"] not in self.world.broken:
+                self.world.broken.add(line["custom_id"])
+                if kind == "empty":
+                    completion["choices"] = []
+                elif kind == "oversize":
+                    completion["choices"][0]["message"]["content"] = "A" * self.behaviour.oversize_chars
+                elif kind == "duplicate":
+                    other = json.loads(json.dumps(completion))
+                    other["choices"][0]["message"]["content"] = "Z"
+                    out.append({"id": rid + "_dup", "custom_id": line["custom_id"], "error": None,
+                                "response": {"status_code": 200, "request_id": rid + "_dup", "body": other}})
             out.append({"id": rid, "custom_id": line["custom_id"], "error": None,
                         "response": {"status_code": 200, "request_id": rid, "body": completion}})
         o = b.obj
@@ -143,6 +163,8 @@ class FakeBatchServer:
 
     def _retrieve(self, bid: str) -> dict:
         b = self.world.batches[bid]
+        if self.behaviour.status and b.obj["status"] in ("validating", "in_progress", "finalizing", "cancelling"):
+            return {**b.obj, "status": self.behaviour.status}
         if b.obj["status"] in ("validating", "in_progress", "finalizing"):
             if self._may_complete(b):
                 self._finish(b, "completed")

@@ -259,3 +259,72 @@ def test_kill_9_of_the_client_sends_nothing_twice(batch_server, tmp_path, when):
     assert [g.text for g in got] == expected
     stats = batch_server.stats()
     assert len(stats["batches"]) == 1 and stats["uploads"] == 1 and stats["seen"] == {f"q{i}": 1 for i in range(4)}
+
+
+# -- issue 26 item 2: a rejected answer leaves the state; duplicates fail loudly; an unknown status is given up ------
+def test_a_200_body_without_choices_is_not_kept_and_a_rerun_sends_it_again(batch_server, tmp_path):
+    batch_server.behaviour.broken_once = {"question 1?": "empty"}  # `choices: []` the first time
+    reqs = _requests(4)
+    with _judge(batch_server, tmp_path / "state") as judge:
+        first = {g.key: g for g in judge.judge(reqs)}
+    assert first["q1"].text is None and "without choices" in first["q1"].error
+    assert all(first[k].text for k in ("q0", "q2", "q3"))
+    with _judge(batch_server, tmp_path / "state") as judge:
+        second = {g.key: g for g in judge.judge(reqs)}
+        expected = {r.key: _expected(judge, r) for r in reqs}
+    assert {k: g.text for k, g in second.items()} == expected
+    assert batch_server.stats()["seen"] == {"q0": 1, "q1": 2, "q2": 1, "q3": 1}  # only the rejected one, again
+
+
+def test_a_reply_over_the_size_cap_leaves_the_state_and_a_rerun_sends_it_again(batch_server, tmp_path):
+    batch_server.behaviour.broken_once = {"What colour are the balls?": "oversize"}
+    batch_server.behaviour.oversize_chars = 5000
+    requests = requests_for(tmp_path / "data", "capquiz", "loopback", "loopback")
+    runs = []
+    for _ in range(2):
+        with _judge(batch_server) as judge:
+            judge.max_reply_chars = 1000  # the judge loop's reply-size cap for this judge
+            runs.append(_run(requests, judge, tmp_path / "cache", "capquiz")[0])
+    errors = runs[0].filter(_is_error(runs[0])).column("error").to_pylist()
+    assert len(errors) == 1 and "reply too large" in errors[0]
+    assert runs[1].filter(_is_error(runs[1])).num_rows == 0  # asked again, answered, not served from the state
+    assert sorted(batch_server.stats()["seen"].values())[-1] == 2 and list(batch_server.stats()["seen"].values()).count(2) == 1
+
+
+def test_a_custom_id_answered_twice_fails_loudly_and_a_rerun_sends_it_again(batch_server, tmp_path, caplog):
+    batch_server.behaviour.broken_once = {"question 2?": "duplicate"}  # two output lines, different answers
+    reqs = _requests(4)
+    with caplog.at_level("WARNING", logger="adapters.batch_rounds"):
+        with _judge(batch_server, tmp_path / "state") as judge:
+            first = {g.key: g for g in judge.judge(reqs)}
+    assert first["q2"].text is None and "answered by 2 lines" in first["q2"].error
+    assert any("more than one line" in r.getMessage() for r in caplog.records)
+    with _judge(batch_server, tmp_path / "state") as judge:
+        second = {g.key: g for g in judge.judge(reqs)}
+        expected = {r.key: _expected(judge, r) for r in reqs}
+    assert {k: g.text for k, g in second.items()} == expected
+    assert batch_server.stats()["seen"]["q2"] == 2
+
+
+def test_a_batch_with_an_unknown_status_is_given_up_with_a_reason(batch_server, tmp_path):
+    import threading
+
+    batch_server.behaviour.status = "paused_for_review"  # no such Batch API status
+    reqs = _requests(3)
+    got: dict = {}
+
+    def first_run():
+        with _judge(batch_server, tmp_path / "state", max_unknown_polls=4) as judge:
+            got.update({g.key: g for g in judge.judge(reqs)})
+
+    runner = threading.Thread(target=first_run, daemon=True)
+    runner.start()
+    runner.join(timeout=60)
+    assert not runner.is_alive(), "a batch with an unknown status was polled for a minute"
+    assert all(g.text is None and "'paused_for_review', unknown to capeval, at 4 polls" in g.error
+               for g in got.values()), got
+    assert batch_server.stats()["batches"][0]["status"] == "cancelled"  # given up: asked to stop, not left running
+    batch_server.behaviour.status = None
+    with _judge(batch_server, tmp_path / "state") as judge:
+        assert all(g.text for g in judge.judge(reqs))
+    assert batch_server.stats()["seen"] == {f"q{i}": 2 for i in range(3)}
