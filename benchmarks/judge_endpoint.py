@@ -76,6 +76,25 @@ def build_requests(protocol_name: str, items, captions, judge, params: dict, see
     return out
 
 
+def no_requests_reason(protocol_name: str, items_path, items, captions, params: dict) -> str:
+    """Why a protocol gave no request to send for these inputs, in words the user can act on."""
+    from engine.protocols.base import parse_context
+    from engine.registry import lookup
+
+    protocol = lookup("protocol", protocol_name)
+    if protocol.judge_frames is not None:
+        return (f"--protocol {protocol_name}: its judge sees the videos' frames, and `bench judge` sends none (every "
+                f"request would go without them); measure a text protocol (capquiz, capability, vidcapbench, "
+                f"lvcap) on the same judge, or time `capeval judge --protocol {protocol_name}`, which decodes them")
+    table = protocol.build_requests(items, captions, judge="bench", judge_revision="bench", **params)
+    reasons = [parse_context(r).get("parse", {}).get("missing") for r in table.to_pylist()]
+    reasons = [r for r in reasons if r]
+    why = (f"; all {len(reasons)} request rows lack their input, e.g. {reasons[0]}" if reasons else
+           " (no item matches a caption: captions match items by item_id, then video_id)")
+    return (f"{items_path}: no judge requests for protocol {protocol_name!r} from {items.num_rows} items and "
+            f"{captions.num_rows} captions{why}")
+
+
 class _ListFeed:
     def __init__(self, requests):
         self._requests, self._pos = requests, 0
@@ -309,7 +328,7 @@ def run(args, levels: list[int]) -> dict:
         except (ValueError, KeyError) as exc:
             raise UsageError(f"{args.items}: cannot build {args.protocol} requests: {exc}") from None
         if not requests:
-            raise ValueError(f"{args.items}: no judge requests for protocol {args.protocol!r} (no captioned items?)")
+            raise UsageError(no_requests_reason(args.protocol, args.items, items, captions, params))
         per_level = args.warmup + args.requests
         disjoint = len(requests) >= per_level * len(levels)
         measured = []

@@ -32,13 +32,14 @@ def register(subparsers) -> None:
 
 def _positive_float(text: str) -> float:
     import argparse
+    import math
 
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, got {value}")
+    if not math.isfinite(value) or value <= 0:  # nan passes `value <= 0` and would plan "wall nan s"
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
     return value
 
 

@@ -25,17 +25,23 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    with open(path, "r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DatasetFormatError(path, lineno, f"malformed JSON ({exc.msg} at column {exc.colno})") from None
-            if not isinstance(record, dict):
-                raise DatasetFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
-            yield lineno, record
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            for lineno, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise DatasetFormatError(path, lineno, f"malformed JSON ({exc.msg} at column {exc.colno})") \
+                        from None
+                if not isinstance(record, dict):
+                    raise DatasetFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
+                yield lineno, record
+    except UnicodeDecodeError:  # a user's file, not capeval's fault: the first bad line and byte, exit 2
+        from engine.inputs.rows import not_utf8
+
+        raise not_utf8(path) or UsageError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
 
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", dict: "object", list: "array", bool: "boolean"}

@@ -184,7 +184,12 @@ def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bo
     path = Path(path)
     if not path.is_file():
         raise SweepFileError(f"sweep file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        from engine.inputs.rows import not_utf8
+
+        raise SweepFileError(str(not_utf8(path) or f"{path}: not UTF-8 text; save the file as UTF-8")) from None
     if path.suffix == ".toml":
         try:
             raw = tomllib.loads(text)
@@ -213,7 +218,8 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
     if isinstance(raw.get("name"), str) and (msg := name_problem(raw["name"])):
         c.fail("name", msg, "name")
     base = path.parent
-    parsed = [(i, _dataset(c, d, f"datasets[{i}]")) for i, d in enumerate(raw.get("datasets") or [])]
+    parsed = [(i, _dataset(c, d, f"datasets[{i}]", base, check_paths))
+              for i, d in enumerate(raw.get("datasets") or [])]
     datasets = [s for _, s in parsed if s]
     c.positions["datasets"] = [i for i, s in parsed if s]
     captioners = _components(c, raw, "captioners", _CAPTIONER)
@@ -248,6 +254,10 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
         c.fail("datasets", "must not be empty", "datasets")
     if not captioners and not captions:
         c.fail("captioners", "a sweep needs [[captioners]] or [[captions]] (captions from files)", "captioners")
+    if captions and not captioners and not protocols:
+        c.fail("captions[0]", "nothing to do: captions read from files are only judged, and this sweep has no "
+                              "[[protocols]] (add [[protocols]] and [[judges]] to judge them, or [[captioners]] to "
+                              "caption)", "captions")
     if captioners and not prompt_ids:
         c.fail("prompts", "captioners need at least one prompt", "prompts")
     if captioners and not frames:
@@ -279,7 +289,7 @@ def name_problem(name: str) -> str | None:
     return None
 
 
-def _dataset(c: SweepChecker, d: Any, where: str) -> DatasetSpec | None:
+def _dataset(c: SweepChecker, d: Any, where: str, base: Path, check_paths: bool) -> DatasetSpec | None:
     if not isinstance(d, dict):
         c.fail(where, f"expected a table, got {type(d).__name__}")
         return None
@@ -293,11 +303,17 @@ def _dataset(c: SweepChecker, d: Any, where: str) -> DatasetSpec | None:
             c.fail(f"{where}.{key}", f"expected {'/'.join(t.__name__ for t in as_tuple(types))}, got "
                                      f"{type(d[key]).__name__} ({d[key]!r})", key)
             ok = False
-    if not ok:
-        return None
-    if d.get("limit") is not None and d["limit"] < 1:
+    if type_ok(d.get("limit"), int) and d["limit"] < 1:
         c.fail(f"{where}.limit", f"must be at least 1, got {d['limit']}", "limit")
     params = {k: v for k, v in d.items() if k not in _DATASET_COMMON}
+    if not ok:  # dropped; its kind's parameters are still checked, so one run of --check shows every problem
+        if isinstance(d.get("kind"), str):
+            from engine.datasets.registry import validate as validate_dataset
+
+            for problem in validate_dataset(d["kind"], params, base, check_paths=check_paths):
+                key, _, msg = problem.partition(": ")
+                c.fail(f"{where}.{key}", msg, key)
+        return None
     legacy = {k: params[k] for k in ("path", "n_videos", "seed", "duration_s") if k in params
               and type_ok(params[k], {"path": str, "n_videos": int, "seed": int, "duration_s": (int, float)}[k])}
     return DatasetSpec(d["name"], d["kind"], limit=d.get("limit"), params=params, **legacy)
@@ -317,7 +333,9 @@ def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[Compon
             continue
         c.positions[key].append(i)
         seeds = comp.get("seeds", [0])
-        if not isinstance(seeds, list) or not seeds or not all(type_ok(s, int) for s in seeds):
+        if not isinstance(seeds, list):  # reported by the type check above, once
+            seeds = [0]
+        elif not seeds or not all(type_ok(s, int) for s in seeds):
             c.fail(f"{where}.seeds", f"expected a non-empty list of integers, got {seeds!r}", "seeds")
             seeds = [0]
         params = comp.get("params", {}) if c.good(comp, "params", spec) else {}

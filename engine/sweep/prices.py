@@ -95,10 +95,15 @@ def read_prices_file(path: Path) -> tuple[dict[str, Prices], list[str]]:
     """({name: Prices}, problems): each problem names the file, the line and the field."""
     if not path.is_file():
         return {}, [f"prices file not found: {path}"]
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        from engine.inputs.rows import not_utf8
+
+        return {}, [str(not_utf8(path) or f"{path}: not UTF-8 text; save the file as UTF-8")]
     try:
         raw = tomllib.loads(text)
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+    except tomllib.TOMLDecodeError as exc:
         return {}, [f"{path}: invalid TOML: {exc}"]
     lines = text.splitlines()
     out, problems = {}, []

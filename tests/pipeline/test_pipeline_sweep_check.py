@@ -108,7 +108,8 @@ def test_an_entry_after_a_dropped_one_is_named_at_its_own_index_and_line(tmp_pat
 @pytest.mark.parametrize("name", ["../escape", "/tmp/abs", "a/b", "..", "a\\\\b"])
 def test_a_sweep_name_that_would_write_outside_runs_is_refused(tmp_path, name, capsys, monkeypatch):
     path = _write(tmp_path, f'name = "{name}"\n[[datasets]]\nname = "d"\nkind = "synthetic"\nn_videos = 1\n'
-                            f'[[captions]]\npath = "{_captions(tmp_path)}"\n')
+                            f'[[captions]]\npath = "{_captions(tmp_path)}"\n'
+                            '[[protocols]]\nname = "capquiz"\n[[judges]]\nname = "local"\n')
     problems = _problems(path)
     assert len(problems) == 1 and f"{path}, line 1: name: must be a plain folder name" in problems[0], problems
     monkeypatch.chdir(tmp_path)

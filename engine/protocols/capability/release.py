@@ -65,7 +65,7 @@ def is_release_file(path: str | Path) -> bool:
         path = next(iter(sorted(path.glob("*.jsonl"))), path)
     if not path.is_file() or path.suffix != ".jsonl":
         return False
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:  # a sniff: the loader names a byte that is not UTF-8
         first = f.readline()
     try:
         rec = json.loads(first)
