@@ -144,7 +144,7 @@ PER_VIDEO_ROWS = [("a", "Entity", TP), ("a", "Entity", TP), ("a", "Action", TP),
 
 def test_per_video_averaging_differs_from_pooling_by_hand():
     """Pooled: CapP = 4/6, CapR = 4/7, CapF1 = 2*4/(7+4+2). Per video (a, b, c): P = 3/4, -, 1/2 -> mean over the
-    2 videos with a stated answer; R = 3/4, 0, 1/2 and F1 = 2TP/(N+TP+FP) = 6/8, 0, 2/4 -> means over 3 videos."""
+    2 videos with a stated answer; R = 3/4, 0, 1/2 -> mean over 3 videos; F1 = 2PR/(P+R) of those two means."""
     v, i = table(PER_VIDEO_ROWS), items(PER_VIDEO_ROWS)
     pooled = compute_metrics(v, items=i, n_resamples=0)
     per_video = compute_metrics(v, items=i, n_resamples=300, seed=2, average="per_video")
@@ -153,7 +153,8 @@ def test_per_video_averaging_differs_from_pooling_by_hand():
     assert get(pooled, "CapF1")["value"] == pytest.approx(100 * 8 / 13)
     assert get(per_video, "CapP")["value"] == pytest.approx(100 * (3 / 4 + 1 / 2) / 2)
     assert get(per_video, "CapR")["value"] == pytest.approx(100 * (3 / 4 + 0 + 1 / 2) / 3)
-    assert get(per_video, "CapF1")["value"] == pytest.approx(100 * (6 / 8 + 0 + 2 / 4) / 3)
+    p, r = (3 / 4 + 1 / 2) / 2, (3 / 4 + 0 + 1 / 2) / 3
+    assert get(per_video, "CapF1")["value"] == pytest.approx(100 * 2 * p * r / (p + r))
     # per family: Entity = a (TP TP), b (CD), c (TP) -> R = 1, 0, 1
     assert get(per_video, "CapR", family="Descriptive", qtype="Entity")["value"] == pytest.approx(100 * 2 / 3)
     assert set(pooled["average"]) == {"pooled"} and set(per_video["average"]) == {"per_video"}

@@ -62,16 +62,14 @@ class CapQuizProtocol(_JudgeProtocol):
         return _JudgingPolicy(mode="strict")
 
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), **opts):
-        """As the base class, with the pack digest and mode in every key; in strict mode an item whose video has
-        no caption in a (captioner, prompt, frames) group still gets a row there (no verdict, MISSING), so it
-        counts in N."""
+        """As the base class, with the pack digest and mode in every key; an item whose video has no caption in a
+        (captioner, prompt, frames) group still gets a row there (no verdict, MISSING), so it counts in N, in either
+        mode: the paper's N is every question (CapR = TP/N)."""
         mode = _prompts.check_mode(opts.get("mode"))
         _check_average(opts.get("average"))  # a metrics param: checked before any request is sent
         pack = _prompts.pack_for(mode, opts.get("prompts"))
         revision = f"{judge_revision}|pack:{pack.digest}|mode:{mode}"
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
-        if mode != "strict":
-            return table
         extra = self._uncaptioned_rows(items, captions, judge, revision, seeds)
         return _rows_to_table(table.to_pylist() + extra) if extra else table
 
@@ -90,7 +88,7 @@ class CapQuizProtocol(_JudgeProtocol):
                     r = _Rendered(task=item["task"], step="answer",
                                   user=f"[no caption for video {item['video_id']!r}, item {item['item_id']!r}]",
                                   parse={"missing": "no caption for this video in this captioner/prompt/frames "
-                                                    "group (counted in N in strict mode)"})
+                                                    "group (counted in N: every question is)"})
                     rows.append(_make_row(r, base, protocol=self.name, judge=judge,
                                           judge_revision=f"{revision}|{self.name}@{self.version}|{cap}|{prompt_id}|"
                                                          f"{frames}", seed=int(seed), trial=trial))

@@ -23,9 +23,10 @@ Averaging over videos (`average`, protocol param): the paper defines CapP/CapR/C
 not say whether questions are pooled across videos or scored per video and averaged. `average="pooled"` (default,
 as before) pools every question of a group: CapP = ΣTP/Σ(TP+FP), CapR = ΣTP/ΣN. `average="per_video"` scores each
 video on its own questions and takes the plain mean over videos: CapP over the videos with TP+FP > 0, CapR over the
-videos with N > 0, CapF1 = mean of the per-video 2TP/(N+TP+FP) (= 2PR/(P+R) of that video, 0 when TP = 0) over the
-videos with N > 0. Either way the CI is a percentile bootstrap resampling videos (clusters), the statistic
-recomputed per replicate; the `average` column says which reading a row is.
+videos with N > 0, and CapF1 = 2·CapP·CapR/(CapP+CapR) of those two means -- F1 of the reported P and R, the
+relation every row of the paper's Tables 3-4 satisfies (a mean of per-video F1s would not). Either way the CI is a
+percentile bootstrap resampling videos (clusters), the statistic recomputed per replicate; the `average` column says
+which reading a row is.
 
 Question types: the paper's ten types in two groups (Descriptive, Inferential), from capeval's pack (types.py);
 `type_families` (protocol param: a mapping, JSON text, or a TOML/JSON path) overrides the map. A type missing from
@@ -34,9 +35,8 @@ name rather than stated in the paper (for a family row: whether any of its types
 
 Grouping columns: captioner, prompt_id, frame_spec, judge, seed, trial (when the verdicts have them: each judge,
 seed and trial is its own table), family, question_type, mode. Official mode (`mode="official"`) scores what the
-paper's prompt produced with the paper's definitions (N = every question asked); it differs from strict mode in
-the prompt, sampling and re-asks, and in that strict mode also asks for (and counts in N) questions whose video
-has no caption.
+paper's prompt produced with the paper's definitions (N = every question, those whose video has no caption
+included: a row without a verdict); it differs from strict mode in the prompt, sampling and re-asks.
 """
 
 from __future__ import annotations
@@ -92,16 +92,16 @@ def metric_functions(paper_compatible: bool = False) -> dict:
     }
 
 
-#: per_video: the per-video statistics [P_v, has P, R_v, has N, F1_v, has N] summed over videos -> means
+#: per_video: the per-video statistics [P_v, has P, R_v, has N] summed over videos -> means (CapF1: of the means)
 PER_VIDEO_METRICS = {
     "CapP": lambda s: safe_ratio(s[..., 0], s[..., 1]),
     "CapR": lambda s: safe_ratio(s[..., 2], s[..., 3]),
-    "CapF1": lambda s: safe_ratio(s[..., 4], s[..., 5]),
+    "CapF1": lambda s: f1(safe_ratio(s[..., 0], s[..., 1]), safe_ratio(s[..., 2], s[..., 3])),
 }
 
 
 def per_video_table(table: CountTable, *, include_no_verdict: bool = True) -> CountTable:
-    """The code counts per (video, group) -> per-video CapP / CapR / CapF1 with presence flags, so that sums over
+    """The code counts per (video, group) -> per-video CapP / CapR with presence flags, so that sums over
     (resampled) videos give the mean over videos; a video absent from a group has all zeros and counts nowhere."""
     c = np.asarray(table.counts, dtype=np.float64)
     tp, fp = c[..., TP], c[..., FP]
@@ -110,8 +110,7 @@ def per_video_table(table: CountTable, *, include_no_verdict: bool = True) -> Co
     with np.errstate(invalid="ignore", divide="ignore"):
         p = np.where(has_p, tp / np.where(has_p, tp + fp, 1.0), 0.0)
         r = np.where(has_n, tp / np.where(has_n, n, 1.0), 0.0)
-        f = np.where(has_n, 2.0 * tp / np.where(has_n, n + tp + fp, 1.0), 0.0)
-    stats = np.stack([p, has_p, r, has_n, f, has_n], axis=-1).astype(np.float64)
+    stats = np.stack([p, has_p, r, has_n], axis=-1).astype(np.float64)
     return CountTable(table.group_columns, table.groups, stats, None, table.clusters, table.strata, table.rows)
 
 
