@@ -21,9 +21,9 @@ class JudgeRequest:
     choices: tuple[str, ...] | None = None  # structured output: exactly one of these strings
     json_schema: str | None = None  # structured output: JSON matching this schema (JSON text)
     images: tuple[bytes, ...] = ()  # JPEG bytes, for multimodal judges (VC-Inspector)
-    max_tokens: int = 256
+    max_tokens: int | None = 256  # None: send none (the API default), as official scripts that set none
     temperature: float | None = 0.0  # None: send none (server default), as official scripts with no sampling do
-    seed: int = 0
+    seed: int | None = 0  # None: send none (each ask a fresh sample), as official scripts that set none
     # What the prompt was rendered from. LLM backends ignore these (the prompt says it all; the cache key is built
     # from the rendered prompt); the local judge (adapters/local_judge.py) answers from them. `task` is
     # "<protocol>/<task>/<step>", e.g. "capability/object_color/judge", "capquiz/action/answer",

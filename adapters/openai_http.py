@@ -244,9 +244,11 @@ class OpenAIJudge(_HTTPBackend):
         content = user_content(r.user, [_jpeg_data_url(im, self.config.jpeg_quality) for im in r.images])
         messages = ([{"role": "system", "content": r.system}] if r.system else []) + [
             {"role": "user", "content": content}]
-        body = {"model": self.config.model, "messages": messages, "max_tokens": r.max_tokens, "seed": r.seed}
-        if r.temperature is not None:
-            body["temperature"] = r.temperature
+        body = {"model": self.config.model, "messages": messages}
+        # a sampling parameter the request leaves unset (None) is not sent: the official scripts send none
+        for name, value in (("max_tokens", r.max_tokens), ("seed", r.seed), ("temperature", r.temperature)):
+            if value is not None:
+                body[name] = value
         extra, unwrap = structured_fields(self.config.structured, r.choices, r.json_schema)
         body.update(extra)
         return encode_body(body), unwrap

@@ -6,7 +6,9 @@ request (a too-long prompt is a per-request error, never a failed batch) and the
 Decoding is greedy (temperature 0 unless the request says otherwise) with the request's own seed. A request with
 temperature None (official protocols that send no sampling parameters) gets the model's own defaults from its
 `generation_config.json` (temperature, top_p, top_k, ...), as `vllm serve` applies them to a request that sets none;
-a model without them gets vLLM's defaults (temperature 1.0).
+a model without them gets vLLM's defaults (temperature 1.0). A request without a seed (None) draws from the engine's
+own generator; one without max_tokens gets the rest of the model's context (vLLM needs a limit; an API without one
+stops only there too).
 
 `stream(feed, max_in_flight)` keeps the engine fed without batch barriers: it adds requests to vLLM's engine
 (`LLMEngine.add_request`) whenever fewer than `max_in_flight` are unfinished and steps it (`LLMEngine.step`),
@@ -138,7 +140,10 @@ class VLLMJudge:
         from vllm.sampling_params import StructuredOutputsParams
 
         structured = None
-        max_tokens = request.max_tokens
+        # vLLM needs a limit; a request that sets none (official mode) gets the rest of the model's context, the
+        # most an API without a limit could return for it
+        room = self.max_model_len - prompt_len
+        max_tokens = room if request.max_tokens is None else request.max_tokens
         if request.choices is not None:
             if not request.choices:
                 raise ValueError("choices is empty")
@@ -157,7 +162,7 @@ class VLLMJudge:
         else:
             sampling = {"temperature": request.temperature}
         return SamplingParams(
-            max_tokens=max(1, min(max_tokens, self.max_model_len - prompt_len)),
+            max_tokens=max(1, min(max_tokens, room)),
             seed=request.seed,
             structured_outputs=structured,
             **sampling,

@@ -48,7 +48,8 @@ def to_judge_request(row: dict, *, attempt: int = 0, ctx: dict | None = None,
     return JudgeRequest(
         key=key, user=row["user"], system=row.get("system"),
         choices=tuple(row["choices"]) if row.get("choices") else None, json_schema=row.get("json_schema"),
-        images=images, max_tokens=int(row.get("max_tokens") or 256), temperature=temperature, seed=seed,
+        images=images, max_tokens=None if row.get("max_tokens") is None else int(row["max_tokens"]),
+        temperature=temperature, seed=seed,
         task=ctx.get("task", ""), fields={k: v if isinstance(v, str) else json.dumps(v)
                                           for k, v in (ctx.get("fields") or {}).items()},
         meta={"item_id": row.get("item_id"), "step": row.get("step"), "sub_index": int(row.get("sub_index") or 0),
@@ -57,14 +58,17 @@ def to_judge_request(row: dict, *, attempt: int = 0, ctx: dict | None = None,
 
 
 def attempt_sampling(row: dict, attempt: int, ctx: dict,
-                     reask_temperature: float | None = REASK_TEMPERATURE) -> tuple[str, float | None, int]:
+                     reask_temperature: float | None = REASK_TEMPERATURE) -> tuple[str, float | None, int | None]:
     """(cache key, temperature, seed) of the row's `attempt`-th ask, as `to_judge_request` sends it; temperature
-    None: none sent (the backend's default). Transcripts record the same values without building the request."""
+    or seed None: none sent (the backend's default). Transcripts record the same values without building the
+    request."""
     temperature = ctx.get("temperature", 0.0)  # None: send no temperature (the backend's default)
     temperature = None if temperature is None else float(temperature)
     seed = int(row["seed"] or 0)
     if attempt and reask_temperature is not None:
         seed, temperature = reask_seed(seed, attempt), float(reask_temperature)
+    if ctx.get("send_seed") is False:  # the official scripts send none: every ask, re-asks included, is a new draw
+        seed = None
     return attempt_key(row["request_key"], attempt, reask_temperature), temperature, seed
 
 

@@ -52,11 +52,16 @@ TEMPERATURE_PARAM = Param("temperature", (), None, "sampling temperature sent to
 
 
 def request_key(judge: str, revision: str, *, system: str | None, user: str, images_digest: str | None,
-                choices: Iterable[str] | None, json_schema: str | None, max_tokens: int, temperature: float | None,
-                seed: int) -> str:
-    """The cache key: everything that determines the judge's answer, nothing about which item asked."""
+                choices: Iterable[str] | None, json_schema: str | None, max_tokens: int | None,
+                temperature: float | None, seed: int, send_seed: bool = True) -> str:
+    """The cache key: everything that determines the judge's answer, nothing about which item asked. max_tokens
+    None / send_seed False: none sent (official scripts that set no sampling); the seed then still tells repeated
+    judge trials apart."""
     sampling = {"choices": list(choices) if choices else None, "json_schema": json_schema,
-                "max_tokens": int(max_tokens), "temperature": None if temperature is None else float(temperature)}
+                "max_tokens": None if max_tokens is None else int(max_tokens),
+                "temperature": None if temperature is None else float(temperature)}
+    if not send_seed:  # only then: the keys of seeded requests (and their caches) stay as they were
+        sampling["seed_sent"] = False
     return content_key("judgment", judge, revision, system, user, images_digest, sampling, int(seed))
 
 
@@ -88,13 +93,17 @@ class Rendered:
     sub_index: int = 0
     choices: tuple[str, ...] | None = None
     json_schema: str | None = None
-    max_tokens: int = 256
+    # Output limit; None = send none (the API's default: until the model stops), as official scripts that set none.
+    max_tokens: int | None = 256
     fields: dict[str, str] = field(default_factory=dict)  # what a structured backend answers from
     parse: dict[str, Any] = field(default_factory=dict)  # what the parser / next step needs
     images_digest: str | None = None
     frames_path: str | None = None
     # Sampling temperature; None = send none (the server's default), as official scripts that set no sampling do.
     temperature: float | None = 0.0
+    # Whether the judge seed is sent with the request; False as official scripts that send none (a re-ask is then a
+    # fresh sample, as their retries are). The seed still enters the key, so judge trials stay separate draws.
+    send_seed: bool = True
 
 
 def make_row(r: Rendered, base: dict, *, protocol: str, judge: str, judge_revision: str, seed: int, trial: int,
@@ -105,13 +114,15 @@ def make_row(r: Rendered, base: dict, *, protocol: str, judge: str, judge_revisi
         temperature = r.temperature
     key = request_key(judge, judge_revision, system=r.system, user=r.user, images_digest=r.images_digest,
                       choices=r.choices, json_schema=r.json_schema, max_tokens=r.max_tokens,
-                      temperature=temperature, seed=seed)
+                      temperature=temperature, seed=seed, send_seed=r.send_seed)
     context = {"task": f"{protocol}/{r.task}/{r.step}", "fields": r.fields, "parse": r.parse}
     if r.frames_path:
         context["frames_path"] = r.frames_path
         context["images_digest"] = r.images_digest
     if temperature is None or temperature:
         context["temperature"] = temperature  # absent = 0.0; null = none sent
+    if not r.send_seed:
+        context["send_seed"] = False  # absent = sent
     return {
         **base, "request_key": key, "protocol": protocol, "task": r.task, "step": r.step, "sub_index": r.sub_index,
         "system": r.system, "user": r.user, "choices": list(r.choices) if r.choices else None,

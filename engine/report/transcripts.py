@@ -112,13 +112,15 @@ def request_records(t: pl.DataFrame) -> list[dict]:
         if r["frames_path"]:
             user["images"] = {"frames_path": r["frames_path"], "digest": r["images_digest"], "count": r["n_images"]}
         messages = ([{"role": "system", "content": r["system"]}] if r["system"] is not None else []) + [user]
+        # the first ask's seed as sent: None where none was (official mode); else the row's judge seed
+        seed = attempts[0].get("seed") if attempts else r["seed"]
         schema = ({"name": r["json_schema_name"], "digest": r["json_schema_digest"]}
                   if r["json_schema_digest"] else None)
         out.append({
             "cell": {c: r[c] for c in CELL_COLUMNS}, "cell_key": r.get("cell_key"), "request_key": r["request_key"],
             **{k: r[k] for k in ("protocol_name", "task", "item_id", "video_id", "step", "sub_index", "trial")},
             "caption": r.get("caption"), "messages": messages,
-            "sampling": {"max_tokens": r["max_tokens"], "temperature": r["temperature"], "seed": r["seed"],
+            "sampling": {"max_tokens": r["max_tokens"], "temperature": r["temperature"], "seed": seed,
                          "choices": r["choices"], "json_schema": schema},
             "attempts": attempts,
             "parse": {"status": STATUS.get(r["parse_status"]), "detail": r["detail"], "error": r["error"]},
@@ -150,8 +152,7 @@ def format_request(rec: dict, index: int | None = None, total: int | None = None
              + (f", step {e(rec['step'])}" if rec["step"] else "") + f", sub {rec['sub_index']}, trial "
              f"{rec['trial']})  request {rec['request_key']}"]
     s = rec["sampling"]
-    sampling = [f"max_tokens {_n(s['max_tokens'])}",
-                f"temperature {'none sent' if s['temperature'] is None else s['temperature']}", f"seed {s['seed']}"]
+    sampling = [f"{name} {'none sent' if s[name] is None else s[name]}" for name in ("max_tokens", "temperature", "seed")]
     if s["choices"]:
         sampling.append("choices [" + ", ".join(e(c) for c in s["choices"]) + "]")
     if s["json_schema"]:

@@ -25,6 +25,9 @@ from pathlib import Path
 from engine.sweep.plan_tokens import (PrefixCache, TokenCounter, frames_per_request, judge_tokenizer,
                                       placeholder_captions, placeholder_frames, typical_completion)
 
+#: the reply bound planned for a request that sends no max_tokens (official mode: the API's default has none)
+UNLIMITED_REPLY_TOKENS = 256
+
 
 @dataclass
 class StepPlan:
@@ -152,7 +155,7 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
             done.add(r["request_key"])
             prompt = counter.prompt(r["system"], r["user"])
             share = prefix[judge].cached_share(r["system"], r["user"]) if cached_share == "simulate" else 0.0
-            most = int(r["max_tokens"] or 256)
+            most = int(r["max_tokens"] or UNLIMITED_REPLY_TOKENS)
             typical, known = typical_completion(r["choices"], most, counter)
             if measured.completion(cell.protocol.name, r["step"]):
                 typical = measured.completion(cell.protocol.name, r["step"])
@@ -225,8 +228,9 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
             continue
         step = r.meta.get("step") or ""
         plan = later.setdefault(step, StepPlan(cell.judge.display, cell.protocol.display, step, "later step"))
-        typical, _ = typical_completion(r.choices, r.max_tokens, counter)
-        plan.add(counter.prompt(r.system, r.user), 0.0, typical, r.max_tokens, len(r.images or ()))
+        most = r.max_tokens or UNLIMITED_REPLY_TOKENS
+        typical, _ = typical_completion(r.choices, most, counter)
+        plan.add(counter.prompt(r.system, r.user), 0.0, typical, most, len(r.images or ()))
     notes.append(f"{label}: later steps estimated from {len(chosen)} sampled units ({n_first} first-step requests) "
                  f"answered by the local stand-in judge, not {cell.judge.display}: its answers (how many events, "
                  f"which answers fail) shape how many later requests there are")

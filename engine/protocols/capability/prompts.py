@@ -33,9 +33,8 @@ from .official import COPIED_FIELD, Categories
 
 MODES = ("strict", "official")
 DICT_TASKS = ("object_number", "object_color", "dynamic_object_number")
-#: No max_tokens is sent officially (the API default: until the model stops); 1024 is far above the ~100-token
-#: replies of these prompts, so nothing the official run would see is cut.
-MAX_TOKENS = {"official": 1024, "strict": 512}
+#: Official mode sends no max_tokens (None), as eval.py sends none: the API's default, until the model stops.
+MAX_TOKENS = {"official": None, "strict": 512}
 #: A copied '{object: number}' the official validator accepts: one ':' and an integer after it.
 NUMBER_FIELD_PATTERN = r"^[^:]*:[ ]*[0-9]+[ ]*\}*$"
 
@@ -143,7 +142,9 @@ def render(item: dict, caption: dict, *, pack: PromptPack, mode: str = "strict",
     value = annotation_value(item) if task in DICT_TASKS else item.get("annotation")
     value = "" if value is None else value
     names = list(prompt.placeholders) or ["caption"]
-    sampling = {"temperature": None if mode == "official" else 0.0, "max_tokens": MAX_TOKENS[mode]}
+    # official: model and the two messages only (eval.py:90-109): no temperature, max_tokens or seed
+    sampling = {"temperature": None if mode == "official" else 0.0, "max_tokens": MAX_TOKENS[mode],
+                "send_seed": mode != "official"}
     base_parse = {"mode": mode, "task": task, "strict_match": flag(strict_match)}
     if task in CLASSIFICATION_TASKS:
         cats = categories(pack, task)

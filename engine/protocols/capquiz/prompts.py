@@ -103,7 +103,7 @@ def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts:
         temp = None if temperature in (None, "none") else float(temperature)
     return [Rendered(
         task=item["task"], step="answer", system=system, user=user, choices=letters if mode == STRICT else None,
-        max_tokens=8 if mode == STRICT else 64, temperature=temp,
+        max_tokens=8 if mode == STRICT else None, temperature=temp, send_seed=mode == STRICT,
         fields={"caption": text, "question": question, "options": json.dumps(shown)},
         parse={"correct": correct, "order": order, "shown": shown, "cannot": letters[-1], "mode": mode},
     )]

@@ -47,16 +47,16 @@ def events_text(events: list, other_text: str) -> tuple[str, int]:
 
 def render_extract(pack, task: str, caption: str, *, parse: dict) -> Rendered:
     system, user = pack.render(EXTRACT_ID, caption=extract_input(caption))
-    return Rendered(task=task, step="extract", system=system, user=user, max_tokens=1024, temperature=None,
-                    fields={"caption": extract_input(caption)}, parse=parse)
+    return Rendered(task=task, step="extract", system=system, user=user, max_tokens=None, temperature=None,
+                    send_seed=False, fields={"caption": extract_input(caption)}, parse=parse)
 
 
 def render_entailment(pack, task: str, step: str, *, description: str, events_repr: str, n_events: int,
                       events_json: str, parse: dict | None = None) -> Rendered:
     """One entailment call judging a whole event list (`events_repr` as the prompt shows it)."""
     system, user = pack.render(ENTAIL_ID, description=description, events=events_repr)
-    return Rendered(task=task, step=step, system=system, user=user, max_tokens=2048, temperature=None,
-                    fields={"caption": description, "events": events_json},
+    return Rendered(task=task, step=step, system=system, user=user, max_tokens=None, temperature=None,
+                    send_seed=False, fields={"caption": description, "events": events_json},
                     parse={**(parse or {}), "n_events": n_events, "events_repr": events_repr})
 
 

@@ -67,8 +67,8 @@ def _jsonl(events: list[str]) -> str:
 def render_extract(pack, caption_text: str, *, parse: dict) -> Rendered:
     system, instructions = pack.render(EXTRACT_ID)
     user = f"{instructions}\n\nInput text:\n{caption_text}"
-    return Rendered(task="events", step="extract", system=system, user=user, max_tokens=2048, temperature=None,
-                    fields={"caption": caption_text, "reply_format": "jsonl"},
+    return Rendered(task="events", step="extract", system=system, user=user, max_tokens=None, temperature=None,
+                    send_seed=False, fields={"caption": caption_text, "reply_format": "jsonl"},
                     parse={**parse, "event_scoring": "paper"})
 
 
@@ -76,8 +76,8 @@ def render_match(pack, video_id: str, reference: list[str], predicted: list[str]
     system, instructions = pack.render(MATCH_ID)
     user = (f"{instructions}\n\nvideo_id: {video_id}\n\nGround Truth (GT) events:\n{_jsonl(reference)}\n\n"
             f"Model Output events:\n{_jsonl(predicted)}")
-    return Rendered(task="events", step="event_match", system=system, user=user, max_tokens=512, temperature=None,
-                    fields={"gt_events": json.dumps(reference, ensure_ascii=False),
+    return Rendered(task="events", step="event_match", system=system, user=user, max_tokens=None, temperature=None,
+                    send_seed=False, fields={"gt_events": json.dumps(reference, ensure_ascii=False),
                             "model_events": json.dumps(predicted, ensure_ascii=False), "video_id": str(video_id)},
                     parse={"mode": "official", "event_scoring": "paper", "n_gt": len(reference),
                            "n_model": len(predicted)})

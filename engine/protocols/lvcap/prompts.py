@@ -161,7 +161,7 @@ def render_scene_video(items: list[dict], caption: dict, pack: PromptPack) -> Re
     description = json.dumps({"model": caption.get("captioner"), "video_id": video_id,
                               "description": caption.get("text") or ""}, ensure_ascii=False)
     user = f"{instructions}\n\nQA set:\n{qa}\n\nModel description:\n{description}"
-    return Rendered(task="scene", step="scene_qa", system=system, user=user, max_tokens=1024, temperature=None,
-                    fields={"caption": caption.get("text") or "", "scenes": json.dumps(ordered, ensure_ascii=False)},
+    return Rendered(task="scene", step="scene_qa", system=system, user=user, max_tokens=None, temperature=None,
+                    send_seed=False, fields={"caption": caption.get("text") or "", "scenes": json.dumps(ordered, ensure_ascii=False)},
                     parse={"mode": "official", "questions_per_scene": [len(s["questions"]) for s in ordered],
                            "item_ids": [i["item_id"] for i in items]})

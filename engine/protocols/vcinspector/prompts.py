@@ -63,7 +63,7 @@ def render(item: dict, caption: dict, *, seed: int, pack: PromptPack, mode: str 
     if mode == "official":
         system, user = pack.render("judge/score", image_tags=IMAGE_TAG * _n_frames(fr, spec), caption=text)
         r = Rendered(task=item["task"], step="score", system=system, user=user, max_tokens=1024, temperature=None,
-                     fields={"caption": text}, parse={"mode": "official"})
+                     send_seed=False, fields={"caption": text}, parse={"mode": "official"})
     else:
         # The caption is the captioner's text and may hold instructions or a ready-made verdict: fenced as data.
         system, user = pack.render("judge/score_json", caption=fence("caption", text))

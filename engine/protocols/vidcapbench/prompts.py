@@ -21,8 +21,9 @@ from engine.protocols.base import Rendered
 
 OFFICIAL, STRICT = "official", "strict"
 #: Replies to the grading prompt are free text in official mode; leave room for the analysis.
-ANSWER_MAX_TOKENS = {STRICT: 128, OFFICIAL: 512}
-SCORE_MAX_TOKENS = {STRICT: 256, OFFICIAL: 1024}
+#: official: None = no max_tokens sent, as eval.py sends none (nor a seed: `send_seed` below)
+ANSWER_MAX_TOKENS = {STRICT: 128, OFFICIAL: None}
+SCORE_MAX_TOKENS = {STRICT: 256, OFFICIAL: None}
 SCORE_SCHEMA = json.dumps({
     "type": "object",
     "properties": {"analysis": {"type": "string", "maxLength": 400}, "score": {"type": "integer", "enum": [2, 1, 0, -1]}},
@@ -57,7 +58,9 @@ def _settings(mode, prompts, temperature) -> dict:
 
 def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts: str | None = None,
            temperature=UNSET, **_opts) -> list[Rendered]:
-    del seed  # no seed-dependent content: repeated seeds differ only by the seed sent to the backend
+    # no seed-dependent content: repeated seeds differ by the seed sent to the backend (strict) or, where none is
+    # sent (official), by their cache keys only -- separate draws either way
+    del seed
     mode = check_mode(mode)
     pack = pack_for(mode, prompts)
     temp = temperature_for(mode, temperature)
@@ -68,7 +71,7 @@ def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts:
     else:
         system, user = pack.render("judge/answer", caption=text, question=question)
     return [Rendered(task=item["task"], step="answer", system=system, user=user, max_tokens=ANSWER_MAX_TOKENS[mode],
-                     temperature=temp, fields={"caption": text, "question": question},
+                     temperature=temp, send_seed=mode == STRICT, fields={"caption": text, "question": question},
                      parse={"question": question, "reference": item.get("answer") or "",
                             "settings": _settings(mode, prompts, temp)})]
 
@@ -84,6 +87,6 @@ def render_score(task: str, question: str, reference: str, answer: str, settings
         system, user = pack.render("judge/score", question=question, answer=reference, prediction=answer)
     return Rendered(task=task, step="score", system=system, user=user,
                     json_schema=SCORE_SCHEMA if mode == STRICT else None, max_tokens=SCORE_MAX_TOKENS[mode],
-                    temperature=settings.get("temperature"),
+                    temperature=settings.get("temperature"), send_seed=mode == STRICT,
                     fields={"question": question, "reference": reference, "answer": answer},
                     parse={"answer": answer, "settings": settings})
