@@ -153,6 +153,18 @@ def format_score_table(table, model: str = "") -> str:
     return "\n".join(lines)
 
 
+def _unfinished_rounds(per_task) -> list[str]:
+    """Official mode, released judgments: a task with more items unjudged than the official script leaves behind.
+    eval.py re-asks in rounds until at most max_allow_missing items are missing (427-468), so such files are not
+    where an official run ends: the figures of an official rerun may differ."""
+    from engine.protocols.capability import OFFICIAL_MAX_ALLOW_MISSING as k
+
+    return [f"note: {d}: {n} items have no judgment, more than the official max_allow_missing ({k}): the official "
+            f"eval.py would re-ask them in another retry round (eval.py:427-468) instead of leaving them out, so "
+            f"these judgments are not the end of an official run and its figures for {d} may differ."
+            for d, n in zip(per_task["dimension"], per_task["n_no_verdict"]) if n > k]
+
+
 def _notes(table) -> str:
     avg = table.filter(table["dimension"] == "avg").row(0, named=True)
     notes = []
@@ -162,6 +174,8 @@ def _notes(table) -> str:
         how = ("left out of the denominators, as the official eval.py does" if avg["mode"] == "official"
                else "counted as misses (strict mode)")
         notes.append(f"note: {avg['n_no_verdict']} verdict rows have no judgment ({detail}); {how}.")
+        if avg["mode"] == "official":
+            notes += _unfinished_rounds(per)
     if avg["n_duplicates"]:
         notes.append(f"note: {avg['n_duplicates']} duplicate judgments; the last one per file_id is kept (as eval.py).")
     for r in table.filter(table["note"].is_not_null()).iter_rows(named=True):

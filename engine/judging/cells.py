@@ -27,7 +27,7 @@ from engine.reasoning import DEFAULT_TAGS, empty_answer_reason, reasoning_tokens
 from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
 
 from .requests import attempt_key, to_judge_request
-from .rounds import RetryRounds, apply_drops, group_of
+from .rounds import NOT_ASKED, RetryRounds, apply_drops, group_of, small_groups
 from .summary import JudgingSummary
 from .transcribe import Transcriber
 from .transcribe import attempt as attempt_record
@@ -101,6 +101,9 @@ class Cell:
         self.track_units = self.multi_step or self.unit_rounds
         self.rounds = RetryRounds(policy.stop_when_failed_at_most) if self.unit_rounds else None
         self.retry_errors = policy.mode == "official"  # official scripts re-ask on API failures too
+        # official runs (groups) of at most K items: the official script makes no judge call for them, nor does
+        # this cell (known when the cell is sealed before any row is pulled: group -> number of items)
+        self.not_asked: dict[tuple, int] = {}
         # Parts: request tables still to be sent. A cell built from one table is sealed at once; a streamed cell
         # (a sweep cell whose captions are still being made) gets parts with `extend` until `seal`.
         self._parts: deque[pa.Table] = deque()
@@ -146,6 +149,8 @@ class Cell:
     def seal(self) -> None:
         """No more parts will come: the cell completes once its rows are final."""
         self.sealed = True
+        if self.unit_rounds and self._next_order == 0:  # every first-step row is here, none sent yet
+            self.not_asked = small_groups(list(self._parts), self.policy.stop_when_failed_at_most)
 
     def _iter_part(self, t: pa.Table) -> Iterator[tuple[int, dict]]:
         base, self._next_order = self._next_order, self._next_order + t.num_rows
@@ -245,6 +250,12 @@ class Cell:
     def _admit(self, row: Row) -> list[Row]:
         """[row] to ask it, or what finishing it without asking releases (no caption, an upstream step failed)."""
         missing = row.ctx.get("parse", {}).get("missing")
+        if not missing and self.not_asked and row.depth == 0:
+            n = self.not_asked.get(group_of(row.req))
+            if n is not None:
+                return self._final(row, {"verdict": NO_VERDICT, "parse_status": int(ParseStatus.FAILED),
+                                         "error": NOT_ASKED.format(n=n, k=self.policy.stop_when_failed_at_most),
+                                         "attempt": None})
         if not missing:
             return [row]
         status = row.ctx["parse"].get("upstream_status", int(ParseStatus.MISSING))

@@ -13,6 +13,7 @@ of one captioning model and trial (see `group_of`).
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 
 import numpy as np
@@ -31,6 +32,23 @@ def group_of(row: dict) -> tuple:
     """What one official run covers: a task file judged for one caption set (captioner, prompt, frames) and trial."""
     return (row.get("task"), row.get("step"), row.get("captioner"), row.get("prompt_id"), row.get("frame_spec"),
             row.get("trial"))
+
+
+def small_groups(tables: list[pa.Table], k: int) -> dict[tuple, int]:
+    """group -> number of items, for the groups (official runs) of first-step request tables with at most `k` items:
+    the official script makes no judge call for them, so none is sent. Items are counted as RetryRounds counts them:
+    rows finished without asking (a failed caption: `missing` in the context) are not."""
+    units: dict[tuple, set] = defaultdict(set)
+    names = ("task", "step", "captioner", "prompt_id", "frame_spec", "trial", "item_id", "caption_key", "context")
+    for t in tables:
+        cols = [t.column(n).to_pylist() if n in t.column_names else [None] * t.num_rows for n in names]
+        for task, step, captioner, prompt_id, frames, trial, item, caption, context in zip(*cols):
+            if context and '"missing"' in context and json.loads(context).get("parse", {}).get("missing"):
+                continue
+            group = group_of({"task": task, "step": step, "captioner": captioner, "prompt_id": prompt_id,
+                              "frame_spec": frames, "trial": trial})
+            units[group].add((item, caption))
+    return {g: len(u) for g, u in units.items() if len(u) <= int(k)}
 
 
 class RetryRounds:

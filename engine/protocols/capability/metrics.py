@@ -323,6 +323,8 @@ def wide(metrics: pl.DataFrame) -> pl.DataFrame:
         *(pl.col(c).first() for c in ("n", "n_no_verdict", "n_missing", "n_failed", "mode") if c in metrics.columns),
         *([pl.col("note").drop_nulls().unique(maintain_order=True).str.join("; ").alias("note")]
           if "note" in metrics.columns else []))
+    if "note" in counts.columns:  # a task without notes joins to "" (no note): null, as the long rows have it
+        counts = counts.with_columns(pl.when(pl.col("note") == "").then(None).otherwise(pl.col("note")).alias("note"))
     out = counts
     for m in metrics["metric"].unique(maintain_order=True).to_list():
         part = metrics.filter(pl.col("metric") == m).select(
