@@ -3,6 +3,8 @@
 the retry loop breaks before its first round when at most max_allow_missing (5) items are missing):
 
 * a task of at most 5 items gets no judge call: nothing reaches the judge's HTTP server (a loopback server counts);
+* an item without a caption stops the script at its task: that task, every task after it in the official order and
+  the average get no figure; the tasks before it keep theirs;
 * released judgments with more than 5 items unjudged in a task are not where an official run ends (it would re-ask):
   `capeval capability score` says so per task, with the count."""
 
@@ -72,6 +74,31 @@ def test_a_task_of_at_most_five_items_sends_no_judge_call(n_items, asked, tmp_pa
                                   n_resamples=0, mode="official")
         scene = metrics.filter(pl.col("task") == "scene")
         assert scene["value"].is_null().all() and scene["note"].str.contains("max_allow_missing=5").all()
+
+
+def test_an_item_without_a_caption_stops_the_later_tasks_too(tmp_path):
+    # official order: object_category, ..., scene, ..., event
+    tasks = {"object_category": 6, "scene": 6, "event": 6}
+    items, captions = _tables(tasks, uncaptioned={"scene-2"})
+    replies = [{"item_id": f"{t}-{i}", "step": "judge", "text": '{"score": 1}'} for t, n in tasks.items()
+               for i in range(n)]
+    judge = ReplayJudge(replies)
+    protocol = lookup("protocol", "capability")
+    params = {"mode": "official", "prompts": _pack()}
+    requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision, **params)
+    verdicts = run_judging(requests, judge, cache_dir=tmp_path / "cache", protocol=protocol, protocol_params=params,
+                           progress=False)
+    metrics = compute_metrics(pl.from_arrow(verdicts), items=pl.from_arrow(items), captions=pl.from_arrow(captions),
+                              n_resamples=0, mode="official")
+    before = metrics.filter(pl.col("task") == "object_category")
+    assert before["value"].is_not_null().all() and before["note"].is_null().all(), before
+    stopped = metrics.filter(pl.col("task") == "scene")
+    assert stopped["value"].is_null().all() and stopped["note"].str.contains("no caption").all()
+    after = metrics.filter(pl.col("task") == "event")
+    assert after.height == 4 and after["value"].is_null().all(), after
+    assert after["note"].str.contains("stops before this task").all() and \
+        after["note"].str.contains("'scene'").all(), after["note"].to_list()
+    assert metrics.filter(pl.col("task") == "avg")["value"].is_null().all()
 
 
 def test_released_judgments_with_more_than_five_unjudged_in_a_task_say_so(tmp_path, capsys):

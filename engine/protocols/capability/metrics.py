@@ -33,7 +33,7 @@ from engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
 
 from .codes import TASKS, CapabilityQAVerdict, CapabilityVerdict
 from .groups import GROUP_COLUMNS, with_groups
-from .official import NO_AVERAGE, NO_CAPTION, uncaptioned
+from .official import NO_AVERAGE, NO_CAPTION, NOT_REACHED, uncaptioned
 
 MODES = ("official", "strict")
 METRICS = ("precision", "recall", "f1", "hit_rate")
@@ -224,8 +224,8 @@ def compute_metrics(verdicts, *, items=None, captions=None, n_resamples: int = 1
 
 def _official_stops(out: pl.DataFrame, df: pl.DataFrame, items, captions, judged: bool) -> pl.DataFrame:
     """Official mode: where the official script prints nan or nothing, say why (official.py, rounds.py): a task of
-    at most max_allow_missing items is never asked (nan); an item without a caption stops the script at its task
-    (null, and no average)."""
+    at most max_allow_missing items is never asked (nan); an item without a caption stops the script at its task:
+    no figure for that task, for every task after it in the official order, nor for the average."""
     keys = [*GROUP_COLUMNS, "task"]
     notes: dict[tuple, str] = {}
     for r in df.filter(pl.col("error").str.starts_with(NOT_ASKED_MARK)).select(*keys, "error").iter_rows():
@@ -233,11 +233,19 @@ def _official_stops(out: pl.DataFrame, df: pl.DataFrame, items, captions, judged
     stopped = uncaptioned(df, items, captions, judged=judged)
     by_group: dict[tuple, str] = {}
     rank = {t: i for i, t in enumerate(TASKS)}  # the official task order: the first stopped task is where it stops
+    first_stop: dict[tuple, tuple[str, int]] = {}
     for key, ids in sorted(stopped.items(), key=lambda kv: (kv[0][:-1], rank.get(kv[0][-1], len(TASKS)), kv[0][-1])):
         notes[key] = NO_CAPTION.format(n=len(ids), example=ids[0])
         by_group.setdefault(key[:-1], NO_AVERAGE.format(task=key[-1], n=len(ids)))
+        first_stop.setdefault(key[:-1], (key[-1], len(ids)))
     for group, note in by_group.items():
         notes[(*group, "avg")] = note
+    if first_stop:  # the tasks after the stop are never reached
+        for r in out.select(*keys).unique(maintain_order=True).iter_rows():
+            stop = first_stop.get(tuple(r[:-1]))
+            task = r[-1]
+            if stop is not None and task != "avg" and rank.get(task, len(TASKS)) > rank.get(stop[0], len(TASKS)):
+                notes[tuple(r)] = NOT_REACHED.format(task=stop[0], n=stop[1])
     if not notes:
         return out
     table = pl.DataFrame([(*k, v) for k, v in notes.items()], schema=[*keys, "_stop"], orient="row")

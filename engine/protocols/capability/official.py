@@ -307,6 +307,8 @@ NO_CAPTION = ("{n} item(s) of this task have no caption (e.g. {example!r}): the 
               "captions and annotations cover the same files before it judges a task (intialize_data_by_task), so it "
               "stops there with an AssertionError and prints no figure for this task, nor the average")
 NO_AVERAGE = "no average: the official eval.py stops at task {task!r} ({n} item(s) have no caption, AssertionError)"
+NOT_REACHED = ("the official eval.py stops before this task: it judges the tasks in order and stops at task {task!r} "
+               "({n} item(s) there have no caption, AssertionError), so it prints no figure for this task")
 
 
 def uncaptioned(rows, items=None, captions=None, *, judged: bool = False) -> dict[tuple, list[str]]:
