@@ -95,6 +95,8 @@ class ComponentSpec:
     timestamps: str = "none"  # captioners: "none" sends the prompt as written; "text" appends the frame times
     frame_size: str | None = None  # captioners: decode size text (engine.frames.sizes); None: family default
     datasets: tuple[str, ...] | None = None  # protocols: the datasets it judges (None: every one it can read)
+    # protocols: the judges (names or labels) that judge it (None: every judge); checked against [[judges]]
+    judges: tuple[str, ...] | None = None
     # judges, captioners: USD per million tokens {input, cached_input, output} (engine/sweep/prices.py); no effect
     # on results, so neither on keys nor on equality
     prices: dict | None = field(default=None, hash=False, compare=False)
@@ -104,6 +106,10 @@ class ComponentSpec:
     @property
     def display(self) -> str:
         return self.label or self.name
+
+    def judged_by(self, judge: "ComponentSpec") -> bool:
+        """Whether this protocol is judged by `judge` (its `judges` name the judge's label or name; none: all)."""
+        return self.judges is None or judge.display in self.judges or judge.name in self.judges
 
 
 @dataclass(frozen=True)
@@ -169,7 +175,7 @@ _CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, Fals
               "prices": (dict, False)}
 CAPTION_TIMESTAMPS = ("none", "text")  # engine.stages.caption_worker.TIMESTAMP_MODES
 _JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False), "validated": (str, False)}
-_PROTOCOL = {**_COMPONENT, "datasets": (list, False)}
+_PROTOCOL = {**_COMPONENT, "datasets": (list, False), "judges": (list, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
              "frame_spec": (str, False)}
 _OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
@@ -264,6 +270,7 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
         c.fail("frames", "captioners need at least one frame spec", "frames")
     if protocols and not judges:
         c.fail("judges", "protocols need at least one judge", "judges")
+    check_protocol_judges(c, protocols, judges)
     if judges and not protocols and "protocols" in raw:
         c.fail("protocols", "judges are given but no protocol", "protocols")
     config = SweepConfig(str(raw.get("name", "")), path, tuple(datasets), tuple(captioners),
@@ -349,10 +356,12 @@ def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[Compon
         x = ComponentSpec(comp["name"], dict(params), tuple(seeds), label, max_tokens, timestamps,
                           _frame_size(c, comp, where) if "frame_size" in spec else None,
                           _dataset_names(c, comp, where) if "datasets" in spec else None,
+                          _names(c, comp, where, "judges") if "judges" in spec else None,
                           prices=comp["prices"] if c.good(comp, "prices", spec) else None,
                           validated=str((c.path.parent / Path(comp["validated"]).expanduser()).resolve())
                           if "validated" in spec and c.good(comp, "validated", spec) else None)
-        ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps, x.frame_size])
+        ident = canonical_json([x.name, x.params, list(x.seeds), x.max_tokens, x.timestamps, x.frame_size]
+                               + ([sorted(x.judges)] if x.judges is not None else []))  # other judges: other cells
         if ident in seen:  # same content key: it would give the very same results twice
             c.fail(where, f"identical to {key}[{seen[ident]}] (same name, params and seeds)", key)
         seen[ident] = i
@@ -361,6 +370,39 @@ def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[Compon
     if len(set(labels)) != len(labels):
         c.fail(key, f"two entries show as the same name ({labels}); give one a distinct `label`", key)
     return out
+
+
+def _names(c: SweepChecker, comp: dict, where: str, key: str) -> tuple[str, ...] | None:
+    """A protocol's `judges` (names or labels, each once); None when it names none (every judge judges it).
+    Whether each names a [[judges]] entry is checked with the judges (check_protocol_judges)."""
+    names = comp.get(key)
+    if not isinstance(names, list):
+        return None
+    if not all(isinstance(n, str) for n in names):
+        c.fail(f"{where}.{key}", f"expected a list of judge names or labels, got {names!r}", key)
+        return None
+    return tuple(dict.fromkeys(names))
+
+
+def check_protocol_judges(c: SweepChecker, protocols: list, judges: list) -> None:
+    """Each name in a protocol's `judges` names a [[judges]] entry (its label, or the name of one or more); a list
+    must name at least one; a judge that no protocol is judged by is a problem (it would run nothing)."""
+    have = [j.display for j in judges]
+    known = set(have) | {j.name for j in judges}
+    for i, p in enumerate(protocols):
+        if p.judges is None:
+            continue
+        where = f"{c.where('protocols', i)}.judges"
+        if not p.judges:
+            c.fail(where, "must name at least one judge (leave it out: every judge)", "judges")
+        for name in p.judges:
+            if name not in known:
+                c.fail(where, f"no judge named or labelled {name!r} (have {', '.join(map(repr, have)) or 'none'})",
+                       "judges")
+    for k, j in enumerate(judges):
+        if protocols and not any(p.judged_by(j) for p in protocols):
+            c.fail(c.where("judges", k), f"no protocol is judged by judge {j.display!r} (every [[protocols]] entry "
+                                         f"names its `judges` without it)", "judges")
 
 
 def _dataset_names(c: SweepChecker, comp: dict, where: str) -> tuple[str, ...] | None:

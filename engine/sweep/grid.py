@@ -1,6 +1,6 @@
 """Grid expansion: a sweep is datasets x captioners x prompts x frame specs (caption cells), each crossed with
 the protocols that judge its dataset (`[[protocols]] datasets`, or every dataset the protocol can read:
-engine/sweep/pairs.py) x judges (result cells). A caption cell is captioned once and shared by every protocol and
+engine/sweep/pairs.py) x the judges that judge each protocol (`[[protocols]] judges`, default all: result cells). A caption cell is captioned once and shared by every protocol and
 judge.
 
 `[[captions]]` files add caption cells that are read, not captioned (`CaptionCell.source`); a sweep without
@@ -128,7 +128,7 @@ def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> l
     for text in plan.notes:
         (note or _note)(text)
     return [Cell(cc, p, j) for cc in caption_cells(config) for i, p in enumerate(config.protocols)
-            if plan.judges(i, cc.dataset.name) for j in config.judges]
+            if plan.judges(i, cc.dataset.name) for j in config.judges if p.judged_by(j)]
 
 
 def _note(text: str) -> None:
