@@ -12,7 +12,8 @@
   The variable and the flag stay set in this process afterwards (it runs a private local Ray; a later `RAY_ADDRESS`
   join from the same process is not a use capeval has).
 - A watchdog (engine/ray_reaper.py, its own session, started before Ray's first process so a kill during
-  `ray.init` is covered too) SIGKILLs every process of that local Ray once the driver is gone, however it died:
+  `ray.init` is covered too) SIGKILLs every process of that local Ray once the driver is gone, however it died (it
+  knows them by an environment marker, unique to the run, that `init_ray` sets just before Ray starts):
   `kill -9` of a run leaves no agent, worker or port behind (tests/faults/test_ray_cleanup.py). Ray 2.60 cannot
   start a node without its DashboardAgent and RuntimeEnvAgent, so they are reaped rather than avoided.
 - Token authentication stays on (Ray's default for a new local cluster). Ray announces that default with a warning
@@ -49,29 +50,25 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
     if not verbose:
         _quiet_ray_loggers()
     _private_network()
-    _watch(temp_dir)
+    _watch()
     ray.init(**kwargs)
 
 
 _WATCHDOG = None  # the watchdog of this process's local Ray (kept so its exit status is collected)
 
 
-def _watch(temp_dir: str | None) -> None:
-    """Start the watchdog (engine/ray_reaper.py) before Ray's first process, so a kill during `ray.init` is covered."""
+def _watch() -> None:
+    """Start the watchdog (engine/ray_reaper.py) before Ray's first process, so a kill during `ray.init` is covered,
+    then mark this process's environment: every process started from here on (Ray's GCS, raylet, agents, workers)
+    inherits the run's marker, which is how the watchdog knows them."""
     global _WATCHDOG
-    from engine.ray_reaper import start_watchdog
+    from engine.ray_reaper import MARKER_ENV, new_marker, start_watchdog
 
     if _WATCHDOG is not None:
         _WATCHDOG.poll()  # the previous one exited after a ray.shutdown(): collect it
-    try:
-        from ray._common.utils import get_default_ray_temp_dir
-
-        root = temp_dir or get_default_ray_temp_dir()
-    except ImportError:  # a Ray without that helper: any program of the ray package still names its own folder
-        import ray
-
-        root = temp_dir or os.path.dirname(os.path.abspath(ray.__file__))
-    _WATCHDOG = start_watchdog(os.getpid(), root)  # as Ray will write it into its command lines
+    marker = new_marker()
+    _WATCHDOG = start_watchdog(os.getpid(), marker)
+    os.environ[MARKER_ENV] = marker
 
 
 def _private_network() -> None:
