@@ -160,7 +160,8 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
 
     For protocols whose official script judges every line of the caption file (JudgeProtocol.caption_file_rules):
     `every_line` keeps each line as its own caption -- a repeated line is not dropped, a second caption of a video
-    is not an error -- each with its own caption_key (the line number enters it, so each line is judged on its own);
+    is not an error -- each with its own caption_key (a line's first occurrence has the usual key, its k-th repeat
+    that key with k, so each line is judged on its own and moving lines keeps the keys);
     `empty_text` accepts an empty (or blank) caption as the text to judge, as such a script formats it into its
     prompt. A missing (null) caption stays an error."""
     path = Path(path)
@@ -196,9 +197,13 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
     if not rows:
         raise UsageError(f"{path}: no captions")
     if every_line:
-        for r, line in zip(rows, lines):
-            r["caption_key"] = content_key("caption-file", r["captioner"], r["prompt_id"], r["frame_spec"],
-                                           r["video_id"], r["text"], "line", line)
+        seen: dict[str, int] = {}
+        for r in rows:
+            key = content_key("caption-file", r["captioner"], r["prompt_id"], r["frame_spec"], r["video_id"],
+                              r["text"])
+            repeat = seen.get(key, 0)
+            seen[key] = repeat + 1
+            r["caption_key"] = key if not repeat else content_key("caption-file-repeat", key, repeat)
         return schemas.conform(pa.Table.from_pylist(rows), schemas.CAPTIONS)
     rows = _dedupe(rows, ("captioner", "prompt_id", "frame_spec", "video_id"), lines, path, "caption")
     for r in rows:
