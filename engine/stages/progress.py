@@ -56,8 +56,14 @@ class Bar:
         if _is_terminal(self.stream):
             from tqdm import tqdm
 
-            self.bar = tqdm(total=self.total, desc=desc, unit=unit, file=self.stream, dynamic_ncols=True,
-                            smoothing=0.1, mininterval=0.5)
+            from engine.safetext import TerminalStream, for_terminal
+
+            # tqdm moves the cursor with escape sequences (one bar above another, a warning above the bars), which a
+            # TerminalStream would print escaped: the bar writes to the stream under it, and the only untrusted text
+            # in it (the description's labels, the counts' reasons) is escaped here
+            self.bar_stream = self.stream.wrapped if isinstance(self.stream, TerminalStream) else self.stream
+            self.bar = tqdm(total=self.total, desc=for_terminal(desc), unit=unit, file=self.bar_stream,
+                            dynamic_ncols=True, smoothing=0.1, mininterval=0.5)
         else:
             self.plain = True
 
@@ -96,7 +102,9 @@ class Bar:
             return
         self.counts = text
         if self.bar is not None:
-            self.bar.set_postfix_str(text, refresh=True)
+            from engine.safetext import for_terminal
+
+            self.bar.set_postfix_str(for_terminal(text), refresh=True)
         elif self.plain and time.monotonic() - self._last_line >= self.every_s:
             self._line(time.monotonic())
 
@@ -105,7 +113,7 @@ class Bar:
         from engine.safetext import for_terminal
 
         if self.bar is not None:
-            self.bar.write(for_terminal(text), file=self.stream)
+            self.bar.write(for_terminal(text), file=self.bar_stream)
         else:
             with self._lock:
                 print(for_terminal(text), file=self.stream, flush=True)
