@@ -16,6 +16,7 @@ not by capeval's renderers."""
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import threading
@@ -245,3 +246,39 @@ def test_vcinspector_sends_the_frames_the_text_and_max_tokens_1024_only(tmp_path
     assert all(p["type"] == "image_url" for p in parts[:32])
     assert parts[32] == {"type": "text", "text": pack["user"].format(image_tags="<image>" * 32, caption=CAPTION)}
     assert [v["verdict"] for v in verdicts] == [3]  # code = score - 1
+
+
+def test_lvcap_paper_events_and_scene_questions_send_one_user_message_and_nothing_else(tmp_path):
+    """LVCap-Eval's own official flow (the paper states no sampling): Prompt2 then Prompt5 per clip, and Prompt4 once
+    per video for its scene questions -- each a model and one user message, nothing else."""
+    from engine.datasets import dream1k
+
+    _pack("lvcap")
+    spec = importlib.util.spec_from_file_location(
+        "_lvcap_metric_tests", Path(__file__).resolve().parents[1] / "metrics" / "test_metrics_lvcap.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    scene_items, scene_captions = module._scene_inputs()
+    event_items = dream1k.clip_items([("e1", ["A dog runs.", "The dog jumps."], "A dog runs and jumps.", "demo",
+                                       {"dataset": "demo", "idx": "DREAM/demo_1"})])
+    items = pa.concat_tables([scene_items, conform(event_items, ITEMS)])
+    captions = pa.concat_tables([scene_captions, _captions(["e1"], "A dog runs on a beach.")])
+
+    def reply(body, n):
+        user = body["messages"][-1]["content"]
+        if "Model Output events:" in user:
+            return '{"recall": 0.5, "precision": 1.0}'
+        if "Input text:" in user:
+            return '{"1": "a dog runs"}'
+        if '"video_id": "v1"' in user:
+            return '{"model": "m", "video_id": "v1", "scores": [1, 1], "total_score": 66.67}'
+        return '{"model": "m", "video_id": "v2", "scores": [0], "total_score": 0.00}'
+
+    with CaptureServer(reply) as server:
+        verdicts = _judge_through(server, "lvcap", items, captions, tmp_path, mode="official",
+                                  prompts=str(PACK_DIR / "lvcap.toml"))
+    sent = sorted(b["messages"][-1]["content"][:40] for b in server.bodies)
+    assert len(server.bodies) == 4, sent  # Prompt4 for v1 and v2, Prompt2 and Prompt5 for e1
+    for body in server.bodies:
+        _assert_same_fields(body, _text_body(body["messages"][-1]["content"]))
+    assert all(v["parse_status"] in (int(ParseStatus.OK), int(ParseStatus.REPAIRED)) for v in verdicts), verdicts
