@@ -23,6 +23,7 @@ import base64
 import gc
 import hashlib
 import json
+import logging
 import os
 import time
 from pathlib import Path
@@ -106,6 +107,9 @@ class VLLMJudge:
             kwargs["gpu_memory_utilization"] = gpu_memory_utilization
         if max_num_seqs is not None:
             kwargs["max_num_seqs"] = max_num_seqs
+        # the checkpoint-loading bar goes with vLLM's INFO lines (VLLM_LOGGING_LEVEL; capeval sets ERROR unless
+        # --verbose: engine/ray_local.py quiet_libraries)
+        kwargs["use_tqdm_on_load"] = logging.getLogger("vllm").isEnabledFor(logging.INFO)
         kwargs.update(llm_kwargs)
         with vllm_engine_start_guard():  # see adapters/vllm_compat.py
             self._llm = LLM(**kwargs)

@@ -367,9 +367,37 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        for k, v in result.items():
-            print(f"{k}: {v}")
+        print(format_result(result))
     return 0
+
+
+def format_result(result: dict) -> str:
+    """The result for a reader: one block per section, one `name  value` line per figure (nested figures named by
+    their path, e.g. `baseline_openai_sdk.errors`), numbers rounded to what a reader compares; --json keeps them all."""
+    def flat(value, prefix: str = ""):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                yield from flat(v, f"{prefix}.{k}" if prefix else str(k))
+        else:
+            yield prefix, value
+
+    def shown(value) -> str:
+        if isinstance(value, float):
+            return f"{value:.4g}"
+        if isinstance(value, (list, tuple)):
+            return ", ".join(shown(v) for v in value) or "-"
+        return "-" if value is None else str(value)
+
+    lines = []
+    for section, value in result.items():
+        if not isinstance(value, dict):
+            lines.append(f"{section}: {shown(value)}")
+            continue
+        rows = list(flat(value))
+        lines.append(f"== {section} ==")
+        width = max((len(name) for name, _ in rows), default=0)
+        lines += [f"  {name.ljust(width)}  {shown(v)}" for name, v in rows]
+    return "\n".join(lines)
 
 
 def targets(result: dict) -> dict:

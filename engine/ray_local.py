@@ -83,7 +83,7 @@ def _private_network() -> None:
 #: environment that keeps model loaders (transformers, huggingface_hub, vLLM) from printing load bars and INFO
 #: lines; set before Ray starts so workers and actors inherit it. `--verbose` leaves everything as it is.
 QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false",
-             "VLLM_LOGGING_LEVEL": "WARNING", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
+             "VLLM_LOGGING_LEVEL": "ERROR", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
 
 
 def quiet_libraries(verbose: bool = False) -> None:
@@ -92,6 +92,11 @@ def quiet_libraries(verbose: bool = False) -> None:
         return
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
+    # vLLM logs a few lines at import, before its own logging set-up reads VLLM_LOGGING_LEVEL
+    try:
+        logging.getLogger("vllm").setLevel(os.environ.get("VLLM_LOGGING_LEVEL", "ERROR").upper())
+    except ValueError:  # a level name vLLM itself will refuse: not ours to report
+        pass
     try:  # already imported (e.g. by a judge built earlier): switch their bars off directly too
         import sys
 

@@ -22,6 +22,8 @@ _COMMAND_MODULES = ("demo", "capability", "capquiz", "construct", "score", "judg
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="capeval", description="High-throughput evaluation engine for video captions.")
     parser.add_argument("--debug", dest="debug_all", action="store_true", help="show tracebacks of errors")
+    parser.add_argument("--verbose", dest="verbose_all", action="store_true",
+                        help="show the log lines and warnings of the libraries a command runs (vLLM, Ray, transformers)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:
@@ -31,6 +33,13 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    for command in sub.choices.values():  # every command: --verbose shows the libraries' log lines and warnings
+        try:
+            command.add_argument("--verbose", action="store_true",
+                                 help="show the log lines and warnings of the libraries it runs (vLLM, Ray, "
+                                      "transformers)")
+        except argparse.ArgumentError:  # the command has its own --verbose (same meaning, more said)
+            pass
     return parser
 
 
@@ -90,9 +99,17 @@ def _main(argv: list[str] | None) -> int:
         parser.print_help()
         return exitcodes.USAGE
     debug = getattr(args, "debug", False) or getattr(args, "debug_all", False)
+    verbose = bool(getattr(args, "verbose", False) or getattr(args, "verbose_all", False))
+    if getattr(args, "verbose_all", False) and hasattr(args, "verbose"):
+        args.verbose = True
     name = f"capeval {args.command}"
+    from engine.ray_local import quiet_libraries
+    from engine.warning_groups import capture_python_warnings
+
+    quiet_libraries(verbose)  # third-party log lines stay out of the terminal unless --verbose
     try:
-        return int(args.func(args) or 0)
+        with capture_python_warnings(verbose):  # printed grouped at the end, libraries' only counted
+            return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into `head` and the like: not an error of the command
         import os
 

@@ -121,7 +121,6 @@ def run_score(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)
     print(_leaderboard(table, args.judgments.name))
-    print(format_score_table(table, model=args.judgments.name))
     print(_notes(table), file=sys.stderr)
     print(f"wrote {args.out}")
     return 0
@@ -129,28 +128,13 @@ def run_score(args) -> int:
 
 def _leaderboard(table, model: str) -> str:
     """The leaderboard every scoring command prints (engine.report.leaderboard), with the judged model as the
-    captioner; the per-dimension table with counts follows it."""
+    captioner, its per-dimension breakdown below it (the counts per dimension are in the CSV)."""
     import polars as pl
 
     from engine.report.leaderboard import format_leaderboard, leaderboards
 
     boards = leaderboards(table.with_columns(pl.lit(model).alias("captioner")), protocol="capability")
     return "\n\n".join(format_leaderboard(lb) for lb in boards)
-
-
-def format_score_table(table, model: str = "") -> str:
-    mode = table["mode"][0]
-    lines = [f"CAPability {model} ({mode} mode; percent, 95% CI from a bootstrap over videos/images)"]
-    head = f"{'dimension':<26}" + "".join(f"{m:>24}" for m in ("precision", "recall", "f1", "hit_rate")) + f"{'n':>7}{'missing':>8}"
-    lines += [head, "-" * len(head)]
-    for r in table.iter_rows(named=True):
-        cells = []
-        for m in ("precision", "recall", "f1", "hit_rate"):
-            v, lo, hi = r[m], r[f"{m}_ci_low"], r[f"{m}_ci_high"]
-            ci = "" if lo is None or hi is None else f" [{lo:5.1f},{hi:5.1f}]"
-            cells.append(f"{'-' if v is None else f'{v:6.2f}'}{ci}".rjust(24))
-        lines.append(f"{r['dimension']:<26}" + "".join(cells) + f"{r['n']:>7}{r['n_no_verdict']:>8}")
-    return "\n".join(lines)
 
 
 def _unfinished_rounds(per_task) -> list[str]:
@@ -178,7 +162,7 @@ def _notes(table) -> str:
             notes += _unfinished_rounds(per)
     if avg["n_duplicates"]:
         notes.append(f"note: {avg['n_duplicates']} duplicate judgments; the last one per file_id is kept (as eval.py).")
-    for r in table.filter(table["note"].is_not_null()).iter_rows(named=True):
+    for r in table.filter(table["note"].is_not_null() & (table["note"].str.strip_chars() != "")).iter_rows(named=True):
         notes.append(f"note: {r['dimension']}: {r['note']}.")
     if avg["n_unknown"]:
         notes.append(f"note: {avg['n_unknown']} judgments for file_ids not in the annotations were skipped.")

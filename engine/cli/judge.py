@@ -222,9 +222,8 @@ def run(args) -> int:
         requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                            seeds=seeds, frames=frames, **params)
         n_uncaptioned = getattr(protocol, "uncaptioned_items", 0)
-        print(f"[judge] {protocol.name}: {requests.num_rows} first-step requests from {items.num_rows} items x "
-              f"{captions.num_rows} captions" + (f" ({n_uncaptioned} items have no caption)" if n_uncaptioned else ""),
-              file=sys.stderr)
+        print(f"[judge] {protocol.name}: {requests_wording(requests.num_rows, items, captions, seeds)}"
+              + (f" ({n_uncaptioned} items have no caption)" if n_uncaptioned else ""), file=sys.stderr)
         extra = {"protocol_params": params} if "protocol_params" in inspect.signature(run_judging).parameters else {}
         verdicts, summary = run_judging(requests, judge, cache_dir=args.cache, protocol=protocol,
                                         batch_size=args.batch_size, max_reasks=args.max_reasks,
@@ -254,9 +253,26 @@ def run(args) -> int:
     if args.metrics:
         metrics.write_csv(args.metrics)
         print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)
-    print(terminal_text(format_table(metrics)))  # groups and captioner labels come from the user's files
+    from engine.report.leaderboard import videos_per_system
+
+    # the leaderboard and its breakdown; the long table of every metric row goes to --metrics (CSV)
+    print(terminal_text(format_table(metrics, n_videos=videos_per_system(pl.from_arrow(verdicts)), every_row=False)))
+    if not args.metrics:
+        print(f"[judge] every metric row ({metrics.height}): add --metrics FILE to write them as CSV", file=sys.stderr)
     _record_run(args, protocol, judge, params, verdicts, summary, started)
     return _exit_code(verdicts, args.max_failure_share, getattr(protocol, "intermediate_steps", ()))
+
+
+def requests_wording(n_requests: int, items, captions, seeds) -> str:
+    """What the first-step requests count: each item against each caption set (captioner x prompt x frames) that
+    captioned its video, once per seed -- "64 first-step requests from 32 items x 16 captions" read as 512."""
+    sets = {tuple(r.values()) for r in captions.select(
+        [c for c in ("captioner", "prompt_id", "frame_spec") if c in captions.column_names]).to_pylist()}
+    n_videos = len(set(captions.column("video_id").to_pylist()))
+    seeds_part = f" x {len(seeds)} seeds" if len(seeds) > 1 else ""
+    return (f"{n_requests} first-step requests: {items.num_rows} items, each asked against the caption of its video "
+            f"in each of {len(sets)} caption set{'s' if len(sets) != 1 else ''}{seeds_part} "
+            f"({captions.num_rows} captions of {n_videos} videos)")
 
 
 def _record_run(args, protocol, judge, params: dict, verdicts, summary, started: float) -> None:

@@ -131,7 +131,11 @@ def run(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.write_csv(args.out)
     if not args.quiet:
-        print(terminal_text(format_table(frame)))  # groups (categories, captioners) come from the user's files
+        from engine.report.leaderboard import videos_per_system
+
+        videos = videos_per_system(verdicts if isinstance(verdicts, pl.DataFrame) else pl.from_arrow(verdicts))
+        # the leaderboard and its breakdown; every metric row is in --out
+        print(terminal_text(format_table(frame, n_videos=videos, every_row=False)))
     n_nv = int(frame["n_no_verdict"].max()) if frame.height else 0
     print(f"wrote {frame.height} metric rows to {args.out}" + (f" ({n_nv} rows without a verdict in the largest group)"
                                                                 if n_nv else ""))

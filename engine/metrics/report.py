@@ -44,9 +44,10 @@ def guess_protocol(frame: pl.DataFrame) -> str | None:
 
 
 def format_table(frame: pl.DataFrame, digits: int = 2, protocol: str | None = None,
-                 leaderboard: bool = True) -> str:
-    """The protocol's leaderboard (when known), then every row: group columns, metric, value [ci_low, ci_high], n,
-    n_no_verdict."""
+                 leaderboard: bool = True, *, n_videos: pl.DataFrame | None = None, every_row: bool = True) -> str:
+    """The protocol's leaderboard (when known), then every row (group columns, metric, value [ci_low, ci_high], n,
+    n_no_verdict) unless `every_row` is False (a command that writes the rows to a file says where instead).
+    `n_videos`: videos behind each system (engine.report.leaderboard.videos_per_system) for the videos column."""
     rows = format_rows(frame, digits)
     protocol = protocol or guess_protocol(frame)
     if not leaderboard or protocol is None or frame.is_empty():
@@ -54,10 +55,11 @@ def format_table(frame: pl.DataFrame, digits: int = 2, protocol: str | None = No
     from engine.report.leaderboard import format_leaderboard, leaderboards
 
     try:
-        boards = leaderboards(frame, protocol=protocol)
+        boards = leaderboards(frame, protocol=protocol, n_videos=n_videos)
     except (ValueError, KeyError, pl.exceptions.PolarsError):  # an unusual table: the rows alone still say it all
         return rows
-    return "\n\n".join(format_leaderboard(lb) for lb in boards) + "\n\n-- every metric row --\n" + rows
+    text = "\n\n".join(format_leaderboard(lb) for lb in boards)
+    return text + "\n\n-- every metric row --\n" + rows if every_row else text
 
 
 def format_rows(frame: pl.DataFrame, digits: int = 2) -> str:

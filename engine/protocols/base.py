@@ -189,6 +189,9 @@ class JudgeProtocol:
     intermediate_steps: tuple[str, ...] = ()
     #: headline metrics in display order (leaderboards, terminal tables); empty = every overall metric
     headline: tuple[str, ...] = ()
+    #: one line per metric it reports, saying what the number is (the report's and leaderboards' legend):
+    #: ((metric, definition), ...), e.g. ("CapP", "precision: TP / (TP + FP), ...")
+    metric_definitions: tuple[tuple[str, str], ...] = ()
     #: the frame spec shown to the judge when the protocol's judge sees frames (None: a text-only judge)
     judge_frames: str | None = None
     #: protocol params that name a prompt pack file (checked and made absolute by sweep validation)

@@ -23,6 +23,10 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .warn { color: #8a4b00; background: #fff6e5; border-left: 3px solid #f0a020; padding: 4px 8px; margin: 4px 0;
         font-size: 13px; }
 .note { color: #555; font-size: 13px; }
+dl.metric-definitions { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; font-size: 13px;
+                        color: #444; margin: 6px 0; }
+dl.metric-definitions dt { font-weight: 600; }
+dl.metric-definitions dd { margin: 0; }
 .sig { color: #b00020; font-weight: 600; }
 .filters { display: flex; flex-wrap: wrap; gap: 8px; align-items: end; margin-bottom: 8px; }
 .filters label { font-size: 12px; display: flex; flex-direction: column; }

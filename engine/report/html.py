@@ -59,6 +59,9 @@ def _leaderboard_html(lb: Leaderboard) -> str:
         body.append(f"<tr>{cells}</tr>")
     out = [f"<h3>{_e(lb.protocol)}</h3>", f"<table class='leaderboard'><thead><tr>{head}</tr></thead>"
            f"<tbody>{''.join(body)}</tbody></table>"]
+    if lb.definitions:  # what each number is, as the protocol declares it
+        out.append("<dl class='metric-definitions'>" + "".join(
+            f"<dt>{_e(m)}</dt><dd>{_e(definition)}</dd>" for m, definition in lb.definitions) + "</dl>")
     for r in lb.table.filter(pl.col("note").is_not_null()).iter_rows(named=True):
         out.append(f"<p class='note'>* {_e(' '.join(str(r[c]) for c in lb.system_columns))}: {_e(r['note'])}</p>")
     out += [f"<div class='warn'>{_e(w)}</div>" for w in lb.warnings]

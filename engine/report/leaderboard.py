@@ -23,6 +23,7 @@ import polars as pl
 from engine.metrics.reasons import is_no_verdicts
 from engine.registry import lookup
 from engine.schemas import METRIC_VALUE_NAMES
+from engine.warning_groups import WarningGroups
 
 #: labels that mark an overall row in a breakdown column ("avg" rows are averages over that column)
 OVERALL_LABELS = ("all", "avg", "overall", "-")
@@ -44,6 +45,8 @@ class Leaderboard:
     breakdown: pl.DataFrame  # system columns + breakdown columns + one "<m>" column per metric (value [low, high])
     breakdown_columns: list[str]
     warnings: list[str] = field(default_factory=list)
+    #: (metric, one-line definition) of the metrics shown, as the protocol declares them (its legend)
+    definitions: list[tuple[str, str]] = field(default_factory=list)
 
 
 def to_long(frame: pl.DataFrame) -> pl.DataFrame:
@@ -74,6 +77,16 @@ def headline_metrics(protocol: str) -> list[str]:
         return list(lookup("protocol", protocol).headline)
     except KeyError:
         return []
+
+
+def metric_definitions(protocol: str, metrics: list[str]) -> list[tuple[str, str]]:
+    """(metric, definition) for the given metrics, in their order, from the protocol's `metric_definitions`
+    declaration; metrics it does not define are left out (an unregistered protocol defines none)."""
+    try:
+        declared = dict(lookup("protocol", protocol).metric_definitions)
+    except KeyError:
+        return []
+    return [(m, declared[m]) for m in metrics if m in declared]
 
 
 def protocol_of(metrics: pl.DataFrame, protocol: str | None) -> str:
@@ -133,6 +146,7 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
     overall = df.filter(_overall_mask(df, breakdown) & pl.col("metric").is_in(names))
     sys_rows = df.select(systems).unique(maintain_order=True)
     warnings: list[str] = []
+    degenerate = WarningGroups()  # one line for all systems' degenerate intervals, not one per system and metric
     rows = []
     for sys_row in sys_rows.iter_rows(named=True):
         sel = overall
@@ -159,10 +173,11 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
                         row[f"{m}_reason"] = None
             row[m], row[f"{m}_low"], row[f"{m}_high"] = v, lo, hi
             if lo is not None and hi is not None and lo == hi:
-                warnings.append(f"{protocol} {label}: {m} has a degenerate interval [{lo:.1f}, {hi:.1f}] "
-                                f"(every resample gave the same value: too few or too uniform videos)")
+                degenerate.add(f"{protocol}: degenerate interval (every resample gave the same value: too few or too "
+                               f"uniform videos)", f"{label}: {m} [{lo:.1f}, {hi:.1f}]")
         row["note"] = "; ".join(notes) or None
         rows.append(row)
+    warnings += degenerate.lines()
     table = pl.DataFrame(rows, infer_schema_length=None)
     for c in ("n", "n_no_verdict"):
         if c not in table.columns:
@@ -182,7 +197,19 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
                                                                                    "n_videos", "note"]
     table = table.select(cols + [pl.col(f"{m}_reason").cast(pl.String) for m in names])
     return Leaderboard(protocol, systems, names, table, _breakdown(df, systems, breakdown, names), breakdown,
-                       warnings)
+                       warnings, metric_definitions(protocol, names))
+
+
+def videos_per_system(verdicts: pl.DataFrame) -> pl.DataFrame | None:
+    """The videos behind each system of a verdict table (its system columns + n_videos), for `leaderboard`'s
+    videos column and small-sample warning; None for a table without video ids."""
+    if verdicts is None or "video_id" not in verdicts.columns:
+        return None
+    on = [c for c in SYSTEM_COLUMNS if c in verdicts.columns]
+    if not on:
+        return None
+    return verdicts.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in on).group_by(on).agg(
+        pl.col("video_id").n_unique().alias("n_videos"))
 
 
 def _defined_average(df, sys_row, systems, breakdown, metric, overall_row) -> tuple[float | None, str | None]:
@@ -233,17 +260,20 @@ def leaderboards(metrics: pl.DataFrame, *, n_videos: pl.DataFrame | None = None,
 def format_leaderboard(lb: Leaderboard, digits: int = 1, breakdown_rows: int = 40) -> str:
     """Plain text: the headline table (value [low, high]), the warnings, then the breakdown."""
     t = lb.table
-    header = lb.system_columns + lb.metrics + ["n", "videos"]
+    videos = t["n_videos"].is_not_null().any()  # a column that would read "-" on every row is left out
+    header = lb.system_columns + lb.metrics + ["n"] + (["videos"] if videos else [])
     body = []
     for r in t.iter_rows(named=True):
         cells = [str(r[c]) for c in lb.system_columns]
         cells += [(null_label(r[f"{m}_reason"]) if r[m] is None else _fmt(r[m], r[f"{m}_low"], r[f"{m}_high"], digits))
                   + ("*" if r["note"] and m in r["note"] else "") for m in lb.metrics]
-        cells += [str(r["n"]) + (f" (+{r['n_no_verdict']} no verdict)" if r["n_no_verdict"] else ""),
-                  "-" if r["n_videos"] is None else str(r["n_videos"])]
+        cells += [str(r["n"]) + (f" (+{r['n_no_verdict']} no verdict)" if r["n_no_verdict"] else "")]
+        cells += ["-" if r["n_videos"] is None else str(r["n_videos"])] if videos else []
         body.append(cells)
     lines = [f"== {lb.protocol} leaderboard (95% CI, bootstrap over videos) =="]
     lines += text_grid(header, body)
+    width = max((len(m) for m, _ in lb.definitions), default=0)
+    lines += [f"  {m.ljust(width)}  {definition}" for m, definition in lb.definitions]
     for r in t.filter(pl.col("note").is_not_null()).iter_rows(named=True):
         lines.append("  * " + " ".join(str(r[c]) for c in lb.system_columns) + ": " + r["note"])
     lines += [f"  ! {label}: {reason}" for label, reason in null_reasons(lb)]

@@ -23,6 +23,12 @@ class CapabilityProtocol(_JudgeProtocol):
     version = "2"
     codes = (_CapabilityVerdict,)
     headline = ("f1", "precision", "recall", "hit_rate")
+    metric_definitions = (
+        ("f1", "harmonic mean of precision and recall, in percent"),
+        ("precision", "of the annotated points the caption mentions, the share it states correctly, %"),
+        ("recall", "the share of all annotated points the caption states correctly, %"),
+        ("hit_rate", "the share of annotated points the caption mentions at all, right or wrong, %"),
+    )
     tasks = TASKS  # noqa: F405 -- from .codes
     breakdowns = ("task",)
     dataset_kinds = ("capability", "items")  # the release layout, or a table of its annotations

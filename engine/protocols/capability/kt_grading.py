@@ -52,6 +52,9 @@ class OpenAnswerGrading(JudgeProtocol):
     version = "1"
     codes = (CapabilityQAVerdict,)
     headline = ("qa_accuracy",)
+    metric_definitions = (
+        ("qa_accuracy", "the share of open questions the captioning model answered correctly, graded by the judge, %"),
+    )
 
     def __init__(self, pack=None):
         self.pack = pack or grading_pack()

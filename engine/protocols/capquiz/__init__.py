@@ -21,6 +21,11 @@ class CapQuizProtocol(_JudgeProtocol):
     version = "2"
     codes = (_CapQuizVerdict,)
     headline = ("CapF1", "CapP", "CapR")
+    metric_definitions = (
+        ("CapF1", "harmonic mean of CapP and CapR, in percent"),
+        ("CapP", "precision: of the questions the caption answered, the share answered right, TP / (TP + FP), %"),
+        ("CapR", "recall: the share of all questions the caption answered right, TP / N, %"),
+    )
     breakdowns = ("task",)
     # multiple-choice items: the question, its options and the correct one (generated or from a table)
     dataset_kinds = ("synthetic", "items")

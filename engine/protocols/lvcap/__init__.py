@@ -31,6 +31,12 @@ class LVCapProtocol(_JudgeProtocol):
     codes = (_SceneQAVerdict, _EntailmentVerdict, _BatchVerdict)
     intermediate_steps = ("extract",)
     headline = ("S_e", "S_s", "event_precision", "event_recall")
+    metric_definitions = (
+        ("S_e", "event score: F1 of the caption's events against the reference events (entailed in both directions)"),
+        ("S_s", "scene score: the share of scene yes/no questions answered right from the caption, %"),
+        ("event_precision", "the share of the caption's events the reference entails"),
+        ("event_recall", "the share of the reference events the caption entails"),
+    )
     pack_params = ("prompts", "event_prompts")  # event_prompts: the AutoDQ pack
     breakdowns = ("bucket",)  # duration buckets (metrics.py)
     # scene questions (yes/no) and clips' reference events (DREAM-1K's clips, or a table of such items)

@@ -17,6 +17,9 @@ class VCInspectorProtocol(_JudgeProtocol):
     version = "2"
     codes = (_VCInspectorVerdict,)
     headline = ("mean_score",)
+    metric_definitions = (
+        ("mean_score", "the judge's mean quality score of the caption given the video, from 1 (worst) to 5 (best)"),
+    )
     judge_frames = _prompts.OFFICIAL_FRAMES  # the judge sees frames; this spec unless params.judge_frames says
     # reference-free: any kind (a folder of videos, VATEX-EVAL, ...) whose videos have media paths, which
     # JudgeProtocol.dataset_problem requires because judge_frames is set

@@ -23,6 +23,12 @@ class VidCapBenchProtocol(_JudgeProtocol):
     version = "2"
     codes = (_VidCapBenchVerdict,)
     headline = ("Acc", "Pre", "Cov", "Con")
+    metric_definitions = (
+        ("Acc", "accuracy: the share of questions whose answer from the caption is fully right (A), %"),
+        ("Pre", "precision: of the answered questions, the share right or partly right, (A + B) / (A + B + D), %"),
+        ("Cov", "coverage: the share of questions the caption says anything about, (A + B + D) / all, %"),
+        ("Con", "conciseness: 100 x Acc / mean caption length in tokens (higher: more accuracy per token; not a %)"),
+    )
     breakdowns = ("dimension",)
     dataset_kinds = ("vidcapbench", "items")  # the QA file, or a table of QA items
     item_columns = ("annotation", "answer")  # the question and its reference answer
