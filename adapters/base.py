@@ -122,6 +122,10 @@ class CaptionResponse:
 
 @runtime_checkable
 class Judge(Protocol):
+    """Optional attribute `max_in_flight` (int): the requests the backend takes at once, which the judge loop keeps
+    in flight (engine.judging.window.judge_window; its default is chosen per backend, docs/judges.md). A judge
+    without it gets the loop's default window."""
+
     name: str  # model name as recorded in verdicts
     revision: str  # weights/version identity; part of every cache key
 

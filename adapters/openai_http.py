@@ -35,6 +35,11 @@ __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "sub
 log = logging.getLogger(__name__)
 
 STRUCTURED_MODES = ("openai", "vllm", "none")
+# The default window (docs/judges.md "How many requests in flight"): a self-hosted server (vLLM, SGLang) batches what
+# it is sent, and vLLM's default batch (max_num_seqs) is 256 sequences on a GPU, so 256 in flight keeps it full; the
+# OpenAI API answers each request on its own under per-minute rate limits, where more than 64 mostly buys 429s.
+DEFAULT_WINDOW_SERVER = 256
+DEFAULT_WINDOW_OPENAI = 64
 
 
 @dataclass
@@ -49,7 +54,9 @@ class HTTPConfig:
     api_key_env: str | None = None
     revision: str = ""  # part of every cache key; defaults to the model name
     structured: str = "openai"  # "openai": response_format json_schema; "vllm": structured_outputs; "none"
-    max_in_flight: int = 64
+    # requests at the server at once: the judge loop's window and the connection pool's size (a caption actor's
+    # window for the captioner); None: DEFAULT_WINDOW_OPENAI for the OpenAI API, DEFAULT_WINDOW_SERVER for a base_url
+    max_in_flight: int | None = None
     timeout_s: float = 120.0  # per attempt, from when it has a connection slot (a stalled request holds only its own)
     connect_timeout_s: float = 10.0  # opening a connection
     max_attempts: int = 6
@@ -77,6 +84,11 @@ class HTTPConfig:
 
         redact_url(self.base_url)  # a key inside the URL is remembered: blanked from every record and log line
         return self.base_url or "https://api.openai.com/v1"
+
+    def resolved_max_in_flight(self) -> int:
+        if self.max_in_flight is not None:
+            return self.max_in_flight
+        return DEFAULT_WINDOW_SERVER if self.base_url else DEFAULT_WINDOW_OPENAI
 
     def resolved_api_key(self) -> str:
         from engine.secrets import remember_secret
@@ -146,8 +158,8 @@ def check_http_config(cfg: HTTPConfig) -> None:
         raise HTTPConfigError("transport", str(exc)) from None
     for name in ("timeout_s", "connect_timeout_s"):
         _number(cfg, name, positive=True)
-    for name in ("max_in_flight", "max_attempts"):
-        _number(cfg, name, positive=True, integer=True)
+    _number(cfg, "max_attempts", positive=True, integer=True)
+    _number(cfg, "max_in_flight", positive=True, integer=True, optional=True)
     for name in ("backoff_base_s", "backoff_max_s", "price_prompt_per_m", "price_completion_per_m"):
         _number(cfg, name, positive=False)
     _number(cfg, "price_cached_per_m", positive=False, optional=True)
@@ -204,10 +216,16 @@ class _HTTPBackend:
         self.revision = self.config.revision or self.config.model
         cfg = self.config
         self._runner = ChatRunner(
-            cfg.resolved_base_url(), cfg.resolved_api_key(), max_in_flight=cfg.max_in_flight, transport=cfg.transport,
+            cfg.resolved_base_url(), cfg.resolved_api_key(), max_in_flight=cfg.resolved_max_in_flight(), transport=cfg.transport,
             retry=RetryPolicy(cfg.timeout_s, cfg.max_attempts, cfg.backoff_base_s, cfg.backoff_max_s,
                               connect_timeout_s=cfg.connect_timeout_s),
             prices=Prices(cfg.price_prompt_per_m, cfg.price_cached_per_m, cfg.price_completion_per_m))
+
+    @property
+    def max_in_flight(self) -> int:
+        """Requests at the server at once (the connection pool): the judge loop's window (adapters.base.Judge), the
+        caption stage's window per actor (adapters.base.StreamingCaptioner)."""
+        return self.config.resolved_max_in_flight()
 
     def watch_retries(self, callback) -> None:
         """`callback(kind)` is called at each retry, as it happens, on the client's thread (adapters/http_chat.py
@@ -267,10 +285,13 @@ class OpenAIJudge(_HTTPBackend):
                 for i, r in enumerate(requests)]
 
     def stream(self, feed, max_in_flight: int | None = None) -> Iterator[JudgeResponse]:
-        """adapters.base.StreamingJudge: at most `max_in_flight` requests outstanding (capped at the config's
-        `max_in_flight`, the connection pool's size), responses in completion order. Raises BackendFatalError
-        (after the requests in flight) on HTTP 401/403."""
-        limit = min(int(max_in_flight or self.config.max_in_flight), self.config.max_in_flight)
+        """adapters.base.StreamingJudge: at most `max_in_flight` requests outstanding (default: the config's, the
+        connection pool's size; more than that is a ValueError: the pool cannot hold them), responses in completion
+        order. Raises BackendFatalError (after the requests in flight) on HTTP 401/403."""
+        limit = int(max_in_flight or self.max_in_flight)
+        if limit > self.max_in_flight:
+            raise ValueError(f"{limit} requests in flight asked of judge {self.name}, whose max_in_flight (its "
+                             f"connection pool) is {self.max_in_flight}: raise its max_in_flight option")
         for request, result in self._runner.stream(feed, limit, self.body):
             yield _judge_response(request.key, result)
 
@@ -344,11 +365,6 @@ class OpenAICaptioner(_HTTPBackend):
         if r.temperature is not None:
             body["temperature"] = r.temperature
         return encode_body(body), len(idx), note
-
-    @property
-    def max_in_flight(self) -> int:
-        """adapters.base.StreamingCaptioner: the window the caption stage keeps per actor (the connection pool)."""
-        return self.config.max_in_flight
 
     async def acaption(self, request: CaptionRequest) -> HTTPCaptionResponse:
         """adapters.base.StreamingCaptioner: one request on the shared ChatRunner (its retries, timeouts and 401/403

@@ -3,12 +3,12 @@
 The pool is itself a Judge: callers hand it one ordered list of requests and get one response per request, in the
 same order. Internally the list is cut into batches without splitting a group of requests that share a prefix
 (same caption), so each group lands on one engine and hits its prefix cache. Batches are fed with backpressure (at
-most `max_in_flight` batches per actor, `ray.wait` for the next finished one). An actor that dies is restarted by
+most `batches_per_actor` batches per actor, `ray.wait` for the next finished one). An actor that dies is restarted by
 Ray (`max_restarts`) and the batch it held is sent again (to any live actor) up to `batch_retries` times; after that
 its requests get per-request errors, so nothing is lost silently.
 
 `stream(feed, max_in_flight)` (adapters.base.StreamingJudge, used by the streaming judge loop) has the actors PULL
-work: whenever an actor has fewer than `max_in_flight` batches of its own, it gets the next caption-whole batch
+work: whenever an actor has fewer than `batches_per_actor` batches of its own, it gets the next caption-whole batch
 from the feed, and each batch's answers are yielded as soon as it returns. A slow actor holds only its own batches;
 the others keep pulling, so it never stalls the rest (no barrier across actors or batches).
 """
@@ -110,7 +110,7 @@ class JudgePool:
         num_gpus_per_actor: float | None = None,
         num_cpus_per_actor: float = 1,
         batch_size: int = 256,
-        max_in_flight: int = 2,
+        batches_per_actor: int = 2,
         max_restarts: int = 3,
         batch_retries: int = 3,
     ):
@@ -123,11 +123,18 @@ class JudgePool:
             num_gpus_per_actor = int((judge_kwargs or {}).get("tensor_parallel_size", 1)) if gpus >= 1 else 0
         if num_actors is None:  # one per GPU, or one on a CPU-only cluster
             num_actors = max(1, int(gpus // num_gpus_per_actor)) if num_gpus_per_actor else 1
-        if batch_size < 1 or max_in_flight < 1 or num_actors < 1:
-            raise ValueError(f"batch_size, max_in_flight, num_actors must be >= 1 (got {batch_size}, "
-                             f"{max_in_flight}, {num_actors})")  # fmt: skip
+        if batch_size < 1 or batches_per_actor < 1 or num_actors < 1:
+            raise ValueError(f"batch_size, batches_per_actor, num_actors must be >= 1 (got {batch_size}, "
+                             f"{batches_per_actor}, {num_actors})")  # fmt: skip
+        judge_kwargs = dict(judge_kwargs or {})
+        window = judge_kwargs.pop("max_in_flight", None)  # the pool's window, not one engine's
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+            raise ValueError(f"max_in_flight: expected an integer >= 1, got {window!r}")
         self.batch_size = batch_size
-        self.max_in_flight = max_in_flight
+        self.batches_per_actor = batches_per_actor
+        # The judge loop's window (engine.judging.window.judge_window): the judge's max_in_flight param, else every
+        # actor's batches full
+        self.max_in_flight = window or num_actors * batches_per_actor * batch_size
         self.batch_retries = batch_retries
         actor_cls = ray.remote(_JudgeActor).options(
             num_gpus=num_gpus_per_actor, num_cpus=num_cpus_per_actor, max_restarts=max_restarts, max_task_retries=0
@@ -155,10 +162,10 @@ class JudgePool:
         done_batches, total = 0, len(pending)
         t0 = time.monotonic()
         while pending or in_flight:
-            # Fill every actor up to max_in_flight batches (backpressure: the rest waits here, not in Ray's queues).
+            # Fill every actor up to batches_per_actor batches (backpressure: the rest waits here, not in Ray's queues).
             while pending:
                 a = min(range(len(load)), key=load.__getitem__)
-                if load[a] >= self.max_in_flight:
+                if load[a] >= self.batches_per_actor:
                     break
                 batch = pending.pop()
                 batch.attempts += 1
@@ -199,7 +206,7 @@ class JudgePool:
         from ray.exceptions import RayActorError
 
         n = len(self._actors)
-        size = max(1, min(self.batch_size, max_in_flight // (n * self.max_in_flight) or 1))
+        size = max(1, min(self.batch_size, max_in_flight // (n * self.batches_per_actor) or 1))
         carry: list[JudgeRequest] = []  # taken from the feed, not yet in a batch (the rest of a caption group)
         retry: list[_Batch] = []  # batches whose actor died, with their requests
         in_flight: dict[Any, tuple[int, _Batch, list[JudgeRequest]]] = {}
@@ -224,7 +231,7 @@ class JudgePool:
 
         while True:
             for a in sorted(range(n), key=load.__getitem__):  # every actor with room pulls, least loaded first
-                while load[a] < self.max_in_flight and out_count < max_in_flight:
+                while load[a] < self.batches_per_actor and out_count < max_in_flight:
                     if retry:
                         batch = retry.pop()
                         reqs = batch.requests

@@ -73,6 +73,7 @@ class VLLMJudge:
         enable_prefix_caching: bool = True,
         enforce_eager: bool | None = None,
         max_num_seqs: int | None = None,
+        max_in_flight: int | None = None,
         seed: int = 0,
         dtype: str = "auto",
         **llm_kwargs: Any,
@@ -83,6 +84,9 @@ class VLLMJudge:
         from vllm import LLM
         from vllm.platforms import current_platform
 
+        if max_in_flight is not None and (isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int)
+                                          or max_in_flight < 1):
+            raise ValueError(f"max_in_flight: expected an integer >= 1, got {max_in_flight!r}")
         model = str(model)
         self.model = model
         self.name = name or (Path(model).name if Path(model).is_dir() else model)
@@ -125,6 +129,10 @@ class VLLMJudge:
         self._default_sampling = {k: v for k, v in defaults.items()
                                   if k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
         self._stream_ids = 0
+        # The judge loop's window (engine.judging.window.judge_window): twice the engine's batch (max_num_seqs, as
+        # vLLM chose it for this device), so that a finished sequence's slot is taken by a request already waiting
+        # in the engine at the next step, while new requests are rendered and tokenized between steps.
+        self.max_in_flight = max_in_flight or 2 * int(self._llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
 
     # -- prompt rendering -------------------------------------------------------------------------------------------
 

@@ -321,6 +321,12 @@ def run(args, levels: list[int]) -> dict:
     params = _options(args.param)
     judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url, **options)
     try:
+        from engine.judging.window import declared_window
+
+        takes = declared_window(judge)
+        if takes is not None and max(levels) > takes:
+            raise UsageError(f"--concurrency {max(levels)}: judge {judge.name} takes at most {takes} requests in "
+                             f"flight (its max_in_flight option); give --judge-option max_in_flight={max(levels)}")
         items, captions, caption_source = read_inputs(args.items, args.captions, args.protocol)
         try:
             seeds = [int(x) for x in str(args.seeds).split(",") if x.strip()]

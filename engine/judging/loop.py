@@ -1,6 +1,7 @@
 """The streaming judge loop: cells' rows -> cache check + claim -> a bounded in-flight window -> answers.
 
-One `JudgeLoop` per judge. It keeps up to `max_in_flight` requests at the backend (`stream(feed, max_in_flight)` when
+One `JudgeLoop` per judge. It keeps up to `max_in_flight` requests at the backend (the judge's own `max_in_flight`
+unless the caller asks for a window: window.judge_window) (`stream(feed, max_in_flight)` when
 the backend has it, else `window.batch_stream` over `judge(batch)`), topping the window up after every answer with,
 first, the re-asks and next-step requests that answer released (they share the caption that is being judged, which
 keeps the prefix cache warm), then new rows in caption order. Before a key is sent it is re-checked in the judgment
@@ -34,14 +35,14 @@ from engine.store.judgment_cache import CachedResponse, JudgmentCache
 
 from .cells import Cell, Row
 from .live import WARN_FAILURE_SHARE, LiveCounts
-from .window import CacheWriteError, Committer, WindowFeed, batch_stream
+from .window import CacheWriteError, Committer, WindowFeed, batch_stream, judge_window
 
 _POLL_S = 0.2  # how often keys claimed by another process are looked up again
 MAX_REPLY_CHARS = 1_000_000  # see the module docstring
 
 
 class JudgeLoop:
-    def __init__(self, judge, cache_dir, *, max_in_flight: int = 64, batch_size: int = 64, use_cache: bool = True,
+    def __init__(self, judge, cache_dir, *, max_in_flight: int | None = None, batch_size: int = 64, use_cache: bool = True,
                  progress: bool = False, claim_timeout_s: float | None = None, max_reply_chars: int | None = None,
                  warn_failure_share: float | None = WARN_FAILURE_SHARE):
         self.judge = judge
@@ -50,7 +51,7 @@ class JudgeLoop:
         # stripped from each reply before the protocol parses it (cells.Cell.answer); the cache keeps the raw reply,
         # so other tags re-parse cached replies without asking again
         self.reasoning_tags = tags_of(judge)
-        self.max_in_flight = max(1, int(max_in_flight))
+        self.max_in_flight = judge_window(judge, max_in_flight)
         # A batch judge (adapters/batch_rounds.py) answers whole rounds: the window is a round, gathered whole while
         # a source still adds cells (`_gathering`), and its batches' state lives beside the judgment cache.
         rounds = getattr(judge, "round_requests", None)

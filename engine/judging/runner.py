@@ -28,14 +28,15 @@ from .summary import JudgingSummary
 
 def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge, *, cache_dir: str | Path, protocol: JudgeProtocol | str | None = None,
                 batch_size: int = 64, max_reasks: int | None = None, progress: bool = True, max_steps: int = 8,
-                keep_intermediate: bool = False, return_summary: bool = False, max_in_flight: int = 64,
+                keep_intermediate: bool = False, return_summary: bool = False, max_in_flight: int | None = None,
                 policy: JudgingPolicy | None = None, protocol_params: dict | None = None, use_cache: bool = True,
                 claim_timeout_s: float | None = None, transcripts=None):
     """Judge `requests` (from protocol.build_requests) with `judge` (adapters.base.Judge); returns VERDICTS (one row
     per request of every step, with the attempt that produced its answer), or (verdicts, JudgingSummary) with
     return_summary=True. The summary is also in the table's schema metadata under b"capeval.judging_summary".
 
-    Streaming (engine/judging/loop.py): up to `max_in_flight` requests at the judge at any time, fed continuously
+    Streaming (engine/judging/loop.py): up to `max_in_flight` requests at the judge at any time (default: the
+    judge's own `max_in_flight`; more than the judge takes is a UsageError, window.judge_window), fed continuously
     (backends with `stream()`), or in batches of at most `batch_size` otherwise. `policy` defaults to
     `protocol.judging_policy(**protocol_params)` (the run's protocol params: mode, prompts, ...); an explicit
     `max_reasks` overrides its re-ask budget. `use_cache=False` sends every request even if the cache has it (for

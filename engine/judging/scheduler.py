@@ -8,7 +8,7 @@ protocols -- stay adjacent for the prefix cache), identical requests of differen
 its own protocol, JudgingPolicy (re-asks, official rounds) and summary, and its completion callback is called with
 its VERDICTS table as soon as that cell is complete, while the other cells are still being judged.
 
-    sched = JudgeScheduler(judge, cache_dir, max_in_flight=64)
+    sched = JudgeScheduler(judge, cache_dir)  # the window: the judge's own max_in_flight
     for cell in cells:
         sched.add(cell.requests, protocol, protocol_params=cell.params, name=cell.key,
                   on_complete=lambda name, verdicts, summary: store(name, verdicts))
@@ -44,7 +44,7 @@ OnComplete = Callable[[str, pa.Table, JudgingSummary], None]
 
 
 class JudgeScheduler:
-    def __init__(self, judge, cache_dir: str | Path, *, max_in_flight: int = 64, batch_size: int = 64,
+    def __init__(self, judge, cache_dir: str | Path, *, max_in_flight: int | None = None, batch_size: int = 64,
                  use_cache: bool = True, progress: bool = False, claim_timeout_s: float | None = None,
                  warn_failure_share: float | None = WARN_FAILURE_SHARE):
         self.judge = judge

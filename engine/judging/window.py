@@ -6,6 +6,9 @@ thread pool when the judge says `thread_safe = True`), yielding each batch's res
 there is no barrier across the whole window. `Committer` writes answers to the judgment cache from its own thread in
 small group commits, so an answer is on disk within ~`interval_s` of arriving whatever the backend does next (a
 kill -9 loses at most what is in flight plus that interval).
+
+`judge_window` is how many requests the loop keeps at a backend: the judge's own `max_in_flight` (its option; each
+backend's default is chosen for it, docs/judges.md "How many requests in flight"), never silently lowered.
 """
 
 from __future__ import annotations
@@ -18,7 +21,34 @@ from pathlib import Path
 from typing import Iterator
 
 from adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
+from engine.errors import UsageError
 from engine.store.judgment_cache import CachedResponse, JudgmentCache
+
+#: the window for a judge that declares none (in-process judges that answer batches: local, replay)
+DEFAULT_WINDOW = 64
+
+
+def declared_window(judge) -> int | None:
+    """The judge's `max_in_flight` (adapters.base.Judge: the requests it takes at once), or None when it has none."""
+    value = getattr(judge, "max_in_flight", None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def judge_window(judge, asked: int | None = None) -> int:
+    """Requests the judge loop keeps in flight at `judge`: `asked` when the caller sets a window (`capeval construct
+    --max-in-flight`), else the judge's own `max_in_flight`, else DEFAULT_WINDOW. A window larger than the judge
+    takes (its connection pool, its option) is a UsageError naming the option, never silently lowered."""
+    declared = declared_window(judge)
+    if asked is None:
+        return declared or DEFAULT_WINDOW
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
+        raise UsageError(f"max_in_flight must be an integer >= 1, got {asked!r}")
+    if declared is not None and asked > declared:
+        raise UsageError(f"judge {getattr(judge, 'name', '?')}: a window of {asked} requests in flight was asked, "
+                         f"but the judge takes at most {declared} (its max_in_flight option): set its "
+                         f"max_in_flight to {asked} (e.g. --judge-option max_in_flight={asked}, or params = "
+                         f"{{ max_in_flight = {asked} }} in the sweep's [[judges]])")
+    return asked
 
 
 class WindowFeed:

@@ -76,7 +76,7 @@ def test_dead_actor_is_restarted_and_its_batch_retried(ray_local, shared_data, t
 
     reqs = _grouped_requests(shared_data, 6, 4)
     pool = JudgePool(DiesOnceJudge, {"marker": str(marker)}, num_actors=2, num_cpus_per_actor=0.5, batch_size=5,
-                     max_in_flight=2, max_restarts=2)  # fmt: skip
+                     batches_per_actor=2, max_restarts=2)  # fmt: skip
     try:
         out = pool.judge(reqs)
     finally:
@@ -132,7 +132,7 @@ def test_stream_actors_pull_work_so_a_slow_actor_never_stalls_the_rest(ray_local
 
     reqs = _grouped_requests(shared_data, 20, 4)  # 80 requests in caption groups of 4
     pool = JudgePool(MaybeSlow, {"lock_dir": str(tmp_path)}, num_actors=2, num_cpus_per_actor=0.5, batch_size=4,
-                     max_in_flight=1)
+                     batches_per_actor=1)
     feed = WindowFeed()
     for r in reqs:
         feed.put(r)
