@@ -19,6 +19,11 @@ COMMON = """common options (every pipeline):
   --judge-option [LABEL:]KEY=VALUE  backend option, repeatable (replay: replies=FILE)
   --cache DIR            judgment cache (default OUT/judge-cache): a rerun, or a killed run started again,
                          sends only what is not in it
+  --max-in-flight N      requests at a judge at once (default: each judge's own max_in_flight)
+  --max-per-item STEP=N  at most N outputs of STEP per unit (e.g. generate=20 questions per video; default: the
+                         pipeline's cap, docs/construct.md); the rest is recorded, never asked about downstream
+  --max-failure-share X  exit 3 when a step fails more than this share of its asks, or no item is built
+                         (default 0.5); the run ends with the failures' reasons, counted
 """
 
 
@@ -54,7 +59,14 @@ def _common_options(q) -> None:
     q.add_argument("--judge-option", action="append", default=[], metavar="[LABEL:]KEY=VALUE",
                    help="backend option (value parsed as JSON when it parses), repeatable")
     q.add_argument("--cache", type=Path, default=None, help="judgment cache directory (default OUT/judge-cache)")
-    q.add_argument("--max-in-flight", type=int, default=64, help="requests at a judge at once (default 64)")
+    q.add_argument("--max-in-flight", type=int, default=None, help="requests at a judge at once (default: each "
+                   "judge's own max_in_flight option; more than a judge takes is an error)")
+    q.add_argument("--max-per-item", action="append", default=[], metavar="STEP=N",
+                   help="at most N outputs of STEP per unit (e.g. generate=20 questions per video); the rest is "
+                   "recorded and never asked about downstream (default: the pipeline's cap, docs/construct.md)")
+    q.add_argument("--max-failure-share", type=float, default=0.5, metavar="X",
+                   help="exit 3 when a step fails more than this share of its asks, or no item is built "
+                   "(default 0.5)")
     q.add_argument("--no-progress", action="store_true")
     q.add_argument("--debug", action="store_true", help="show tracebacks")
 
@@ -116,7 +128,8 @@ def run(args) -> int:
     from engine import construct
     from engine.cli.capquiz import _as_option_text
     from engine.cli.judge_checks import build_judge
-    from engine.construct.base import ConstructContext
+    from engine import exitcodes
+    from engine.construct.base import ConstructContext, failure_lines
     from engine.construct.outputs import write_outputs
     from engine.errors import UsageError
     from engine.sweep.validation import writable_problem
@@ -129,9 +142,12 @@ def run(args) -> int:
     problem = writable_problem(args.out)
     if problem:
         raise UsageError(f"--out {args.out}: cannot be written: {problem}")
-    if args.max_in_flight < 1:
+    if not 0.0 <= args.max_failure_share <= 1.0:
+        raise UsageError(f"--max-failure-share must be within [0, 1], got {args.max_failure_share}")
+    if args.max_in_flight is not None and args.max_in_flight < 1:
         raise UsageError(f"--max-in-flight must be at least 1, got {args.max_in_flight}")
     pipeline.check(args)
+    args.step_caps = pipeline.step_caps(args)
     roles, specs = judge_roles(args, pipeline.steps, pipeline.judged_steps(args))
     pack = pipeline.pack(args.mode, args.prompts)
 
@@ -148,6 +164,8 @@ def run(args) -> int:
               if k not in ("func", "construct_parser")}
     try:
         result = pipeline.run(args, ctx)
+        failures = failure_lines(ctx.stats, result.items.num_rows, args.max_failure_share)
+        result.notes.extend(failures)  # kept in construct.json too
         paths = write_outputs(args.out, result, ctx, started=started, config=config)
     finally:
         ctx.close()
@@ -157,4 +175,7 @@ def run(args) -> int:
     ctx.log(f"{result.items.num_rows} items -> {paths['items']} (record: {paths['record']}, {kept} of "
             f"{result.record.table().num_rows} record rows kept)")
     print(paths["items"])
+    if failures:
+        ctx.log(f"failed (exit {exitcodes.FAILURES}): {len(failures)} reason(s) above")
+        return exitcodes.FAILURES
     return 0

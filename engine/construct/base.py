@@ -127,17 +127,51 @@ class StepProtocol(JudgeProtocol):
 
 @dataclass
 class StepStats:
-    """Per step: asks, how many were answered from the cache vs sent, failures; the run's record keeps them."""
+    """Per step: asks, how many were answered from the cache vs sent, failures and their reasons (counted, the
+    most frequent first); the run's record keeps them and `capeval construct` ends with them."""
 
     asks: int = 0
     sent: int = 0
     cached: int = 0
     failed: int = 0
     wall_s: float = 0.0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def fail(self, reason: str | None, n: int = 1) -> None:
+        """n failed asks, counted under `reason` (reasons differing only after their first 160 characters, e.g. in
+        the reply they quote, count as one)."""
+        self.failed += n
+        key = " ".join(str(reason or "no reason given").split())[:160]
+        self.reasons[key] = self.reasons.get(key, 0) + n
+
+    def failure_share(self) -> float:
+        return self.failed / self.asks if self.asks else 0.0
 
     def as_dict(self) -> dict:
         return {"asks": self.asks, "sent": self.sent, "cached": self.cached, "failed": self.failed,
-                "wall_s": round(self.wall_s, 3)}
+                "wall_s": round(self.wall_s, 3),
+                "failure_reasons": dict(sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])))}
+
+
+def failure_lines(stats: dict[str, StepStats], n_items: int, max_failure_share: float) -> list[str]:
+    """Why a construction run failed, one line per reason, or [] when it did not: it built no item, or a step failed
+    more than `max_failure_share` of its asks. Each failing step's line counts its reasons, the most frequent first."""
+    lines = []
+    for name, s in stats.items():
+        if not s.asks or s.failure_share() <= max_failure_share:
+            continue
+        top = sorted(s.reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+        said = "; ".join(f"{n} x {why}" for why, n in top[:3])
+        rest = len(top) - 3
+        lines.append(f"step {name}: {s.failed} of {s.asks} asks failed ({100 * s.failure_share():.1f}% > "
+                     f"--max-failure-share {100 * max_failure_share:g}%): {said}"
+                     + (f"; and {rest} other reason(s) (construct.json)" if rest > 0 else ""))
+    if n_items == 0:
+        failing = [f"{name} ({s.failed} of {s.asks} failed)" for name, s in stats.items() if s.failed]
+        lines.insert(0, "no items were built" + (f"; failures by step: {', '.join(failing)}" if failing else
+                                                  "; no step failed: every candidate was filtered out (record.parquet "
+                                                  "says why)"))
+    return lines
 
 
 @dataclass
@@ -154,7 +188,7 @@ class ConstructContext:
     #: label -> a new judge (adapters.base.Judge); called once per label, on first use
     factory: Callable[[str], Any] | None = None
     progress: bool = True
-    max_in_flight: int = 64
+    max_in_flight: int | None = None  # None: each judge's own max_in_flight (engine.judging.window.judge_window)
     stats: dict[str, StepStats] = field(default_factory=dict)
     judges: dict[str, Any] = field(default_factory=dict)  # label -> built judge
 
@@ -237,7 +271,9 @@ def run_step(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, judge
                              int(row["attempt"] or 0)))
     stats.sent += summary.sent
     stats.cached += summary.cached
-    stats.failed += sum(not g.ok for g in out)
+    for g in out:
+        if not g.ok:
+            stats.fail(g.error)
     stats.wall_s += time.perf_counter() - t0
     ctx.log(f"step {step.name}: {summary}")
     return out

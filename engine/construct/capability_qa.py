@@ -224,9 +224,11 @@ def answer_questions(questions: list[Question], captioner: str, params: dict, fr
             row = {"caption_key": key, "captioner": captioner, "prompt_id": f"capability-qa/{q.task}",
                    "frame_spec": frame_spec, "text": None, "error": why}
         out_rows[q.qa_id] = row
-    ctx.stats["answer"] = StepStats(asks=len(questions), sent=stats["captioned"] + stats["failed"],
-                                    cached=stats["cached"], failed=sum(r["text"] is None for r in out_rows.values()),
-                                    wall_s=time.perf_counter() - t0)
+    answered = ctx.stats["answer"] = StepStats(asks=len(questions), sent=stats["captioned"] + stats["failed"],
+                                               cached=stats["cached"], wall_s=time.perf_counter() - t0)
+    for r in out_rows.values():
+        if r["text"] is None:
+            answered.fail(r["error"])
     return out_rows
 
 
@@ -251,9 +253,12 @@ def grade_open(questions: list[Question], answers: dict[str, dict], ctx: Constru
     out: dict = {None: label}
     for q, _ in pairs:
         out[q.qa_id] = by_item.get((q.task, q.item_id, int(q.sub_index or 0)))
-    failed = sum(1 for q, _ in pairs if out[q.qa_id] is None or out[q.qa_id]["verdict"] < 0)
-    ctx.stats["grade"] = StepStats(asks=len(pairs), sent=summary.sent, cached=summary.cached, failed=failed,
-                                   wall_s=time.perf_counter() - t0)
+    stats = ctx.stats["grade"] = StepStats(asks=len(pairs), sent=summary.sent, cached=summary.cached,
+                                           wall_s=time.perf_counter() - t0)
+    for q, _ in pairs:
+        row = out[q.qa_id]
+        if row is None or row["verdict"] < 0:
+            stats.fail("no verdict row" if row is None else row["error"] or row["detail"] or "no verdict")
     return out
 
 

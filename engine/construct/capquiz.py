@@ -34,6 +34,7 @@ from .capquiz_steps import ClassifyStep, DedupStep, GenerateStep, TaxonomyStep
 from .pipeline import ConstructionPipeline, PipelineResult
 
 CONSTRUCT_PACK = Path(__file__).resolve().parents[1] / "protocols" / "capquiz" / "construct_pack.toml"
+PAPER_PER_TYPE = 10  # the paper's generation prompt asks for ten questions of each type
 
 EPILOG = """input (--input): JSONL, CSV or Parquet, one row per video: video_id, description (or caption / text: the
 dense description the questions are written from), media_path (optional; needed with --frames), category (optional:
@@ -54,6 +55,12 @@ class CapQuizPipeline(ConstructionPipeline):
     steps = ("taxonomy", "generate", "classify", "blind", "dedup", "balance")
     local_steps = ("balance",)
     epilog = EPILOG
+    caps = {"generate": "questions per video and generating judge"}
+
+    def default_caps(self, args) -> dict[str, int]:
+        """Twice the questions the prompt asks for: strict --per-type per type, the paper's ten per type."""
+        asked = (PAPER_PER_TYPE if args.mode == "official" else args.per_type) * len(builtin_types())
+        return {"generate": 2 * asked}
 
     def add_arguments(self, p) -> None:
         p.add_argument("--input", required=True, type=Path, help="videos: video_id, description, [media_path], "
@@ -121,8 +128,11 @@ class CapQuizPipeline(ConstructionPipeline):
         log = RecordLog(self.name)
         domains = {} if args.no_taxonomy else _taxonomy(videos, frames, ctx, log, own, official)
         budget = args.max_tokens or (16384 if official else 4096)
-        cands = _generate(videos, frames, ctx, log, GenerateStep(types, args.n_options, args.per_type, budget),
+        cap = args.step_caps["generate"]
+        _plan_before_generation(videos, ctx, args, cap)
+        cands = _generate(videos, frames, ctx, log, GenerateStep(types, args.n_options, args.per_type, budget, cap),
                           official)
+        _plan_after_generation(cands, ctx, args, types)
         cands = _classify(cands, ctx, log, ClassifyStep(types, pack=own if official else None), _classify_mode(args))
         kept, record = _filter(cands, ctx, log, args, official)
         items = _balance(kept, args, log)
@@ -138,6 +148,26 @@ class CapQuizPipeline(ConstructionPipeline):
                          "extra": json.dumps(extra, ensure_ascii=False, sort_keys=True)})
         notes = [f"{len(videos)} videos -> {len(cands)} typed candidates -> {len(items)} items"]
         return PipelineResult(pa.Table.from_pylist(rows, schema=ITEMS), log, notes=notes)
+
+
+def _plan_before_generation(videos, ctx, args, cap: int) -> None:
+    """What generation may set off downstream, said before it is asked: each reply keeps at most `cap` questions."""
+    n_gen = len(ctx.labels_for("generate"))
+    most = len(videos) * n_gen * cap
+    blind = most * args.trials * (len(ctx.labels_for("blind")) if args.trials > 0 else 0)
+    ctx.log(f"plan: generate {len(videos) * n_gen} requests; at most {cap} questions kept per video and generator "
+            f"(--max-per-item generate={cap}), so at most {most} candidates and {blind} blind requests")
+
+
+def _plan_after_generation(cands, ctx, args, types) -> None:
+    """The requests the candidates will cost, said before any of them is sent."""
+    by_norm = {normalize_type(t["name"]) for t in types}
+    mode = _classify_mode(args)
+    classify = len(cands) if mode == "all" else sum(normalize_type(c["category"]) not in by_norm for c in cands) \
+        if mode == "unmapped" else 0
+    blind = len(cands) * args.trials * (len(ctx.labels_for("blind")) if args.trials > 0 else 0)
+    dedup = len({c["video_id"] for c in cands}) if _dedup_mode(args) == "llm" else 0
+    ctx.log(f"plan: {len(cands)} candidates -> up to {classify} classify, {blind} blind and {dedup} dedup requests")
 
 
 def _classify_mode(args) -> str:
@@ -228,6 +258,11 @@ def _generate(videos, frames, ctx, log, step: GenerateStep, official: bool) -> l
                         output=bad["entry"])
             for k, q in enumerate(g.payload["questions"]):
                 item_id = f"{vid}/{label}/q{k:02d}" if len(judges) > 1 else f"{vid}/q{k:02d}"
+                if step.cap is not None and k >= step.cap:
+                    log.add("generate", item_id, vid, kept=False, request_key=g.request_key, output=q,
+                            reason=f"over the cap of {step.cap} questions per video and generator (--max-per-item "
+                                   f"generate={step.cap}): never asked about")
+                    continue
                 cands.append({**q, "item_id": item_id, "video_id": vid, "generator": label,
                               "media_path": by_id[vid].get("media_path"), "label": q["category"],
                               "request_key": g.request_key})
@@ -289,7 +324,8 @@ def _filter(cands, ctx, log, args, official) -> tuple[list[dict], dict]:
             for v in verdicts.to_pylist():
                 outcome = {CapQuizVerdict.CORRECT: "right", CapQuizVerdict.WRONG: "wrong"}.get(
                     v["verdict"], f"no answer ({v['error'] or v['detail']})")
-                stats.failed += v["verdict"] < 0
+                if v["verdict"] < 0:
+                    stats.fail(v["error"] or v["detail"] or "no answer")
                 log.add("blind", v["item_id"], v["video_id"], kept=None, request_key=v["request_key"],
                         trial=v["trial"], output={"judge": label, "reply": v["raw_output"], "parsed": v["detail"]},
                         reason=f"{label} trial {v['trial']}: {outcome}")

@@ -71,14 +71,32 @@ class TaxonomyStep(GenerationStep):
 
 
 class GenerateStep(GenerationStep):
-    """Candidate QA pairs for one video: a JSON array of {category, question, options, answer}. Entries that break
-    the format (option count, duplicate options, an answer not among them) are kept out one by one, with why;
-    a reply with no usable entry fails as a whole."""
+    """Candidate QA pairs for one video: a JSON array of {category, question, options, answer} (or, under a JSON
+    schema, an object whose "questions" is that array). Entries that break the format (option count, duplicate
+    options, an answer not among them) are kept out one by one, with why; a reply with no usable entry fails as a
+    whole. Strict mode constrains the reply with `schema()` on backends that have structured output (at most `cap`
+    questions); official mode sends the paper's prompt as it is, unconstrained."""
 
     name, protocol, version = "generate", "capquiz", "1"
 
-    def __init__(self, types: list[dict], n_options: int = 5, per_type: int = 2, max_tokens: int = 4096):
+    def __init__(self, types: list[dict], n_options: int = 5, per_type: int = 2, max_tokens: int = 4096,
+                 cap: int | None = None):
         self.types, self.n_options, self.per_type, self.max_tokens = types, n_options, per_type, max_tokens
+        self.cap = cap
+
+    def schema(self) -> str:
+        """The strict reply's JSON schema: an object (the root every structured-output API takes) holding the
+        questions, each with a type name from the list, exactly n_options options and the answer."""
+        entry = {"type": "object", "properties": {
+            "category": {"type": "string", "enum": [t["name"] for t in self.types]},
+            "question": {"type": "string"},
+            "options": {"type": "array", "items": {"type": "string"}, "minItems": self.n_options,
+                        "maxItems": self.n_options},
+            "answer": {"type": "string"}}, "required": ["category", "question", "options", "answer"]}
+        questions = {"type": "array", "items": entry, "minItems": 1}
+        if self.cap:
+            questions["maxItems"] = self.cap
+        return json.dumps({"type": "object", "properties": {"questions": questions}, "required": ["questions"]})
 
     def ask(self, video: dict, *, official: bool, frames: dict | None = None) -> Ask:
         desc = video.get("description") or ""
@@ -88,11 +106,12 @@ class GenerateStep(GenerationStep):
                           "n_options": self.n_options},
                   appendix=f"Video description:\n{desc}" if official and desc else None,
                   max_tokens=self.max_tokens, temperature=None if official else 0.0,
+                  json_schema=None if official else self.schema(),
                   backend_fields={"caption": desc}, context={"n_options": self.n_options})
         return _with_frames(ask, frames)
 
     def parse(self, context: dict, text: str) -> dict:
-        entries = _json(text, list)
+        entries = _questions(text)
         n = int(context.get("n_options") or self.n_options)
         good, bad = [], []
         for i, e in enumerate(entries):
@@ -108,6 +127,17 @@ class GenerateStep(GenerationStep):
             raise ParseFailure(f"no usable question among {len(entries)} entries"
                                + (f" (first problem: {bad[0]['why']})" if bad else ""))
         return {"questions": good, "rejected": bad}
+
+
+def _questions(text: str) -> list:
+    """The generated entries: the reply's JSON array, or the "questions" array of the object a schema asked for."""
+    try:
+        whole = json.loads(text)
+    except (ValueError, RecursionError, TypeError):
+        whole = None
+    if isinstance(whole, dict) and isinstance(whole.get("questions"), list):
+        return whole["questions"]
+    return _json(text, list)
 
 
 def _entry_problem(e: Any, n: int) -> str | None:

@@ -73,7 +73,7 @@ def detect_all(videos: list[dict], out: Path, *, threshold: float, min_shot_s: f
         try:
             key = content_key("lvcap-shots", video_digest(path), float(threshold), float(min_shot_s))
         except OSError as exc:
-            stats.failed += 1
+            stats.fail(f"video unreadable: {exc}")
             log.add("scenes", vid, vid, kept=False, reason=f"video unreadable: {exc}")
             continue
         if key in known:
@@ -83,7 +83,7 @@ def detect_all(videos: list[dict], out: Path, *, threshold: float, min_shot_s: f
             try:
                 shots = detect_shots(path, threshold=threshold, min_shot_s=min_shot_s)
             except SceneDetectionError as exc:
-                stats.failed += 1
+                stats.fail(str(exc))
                 log.add("scenes", vid, vid, kept=False, reason=str(exc))
                 continue
             store.append(pa.Table.from_pylist([{"shots_key": key, "video_id": vid,
@@ -144,7 +144,7 @@ def caption_all(videos: list[dict], shots: dict[str, ShotList], spec: CaptionerS
                 row = done.get(key)
                 texts.append(row["text"] if row else None)
                 if row is None:
-                    stats.failed += 1
+                    stats.fail(f"caption failed: {errors.get(i + 1, 'no caption')}")
                 log.add("captions", f"{vid}/shot{i + 1}", vid, kept=row is not None,
                         output=row["text"] if row else None,
                         reason="captioned" if row else f"caption failed: {errors.get(i + 1, 'no caption')}")

@@ -32,6 +32,33 @@ class ConstructionPipeline:
     #: steps that need no judge (embedding dedup, balancing): listed for the docs and --list, never given a judge
     local_steps: tuple[str, ...] = ()
     epilog: str = ""
+    #: steps whose output fans out into later requests -> what their cap counts: each step keeps at most its cap
+    #: per unit (the rest is recorded as over the cap, never asked about), `--max-per-item STEP=N` overrides it
+    caps: dict[str, str] = {}
+
+    def default_caps(self, args) -> dict[str, int]:
+        """The cap of each step in `caps` with these options (docs/construct.md says how each was chosen)."""
+        return {}
+
+    def step_caps(self, args) -> dict[str, int]:
+        """`default_caps` with the --max-per-item overrides; UsageError for a step without a cap or a bad N."""
+        from engine.errors import UsageError
+
+        caps = dict(self.default_caps(args))
+        for text in getattr(args, "max_per_item", None) or []:
+            step, sep, value = text.partition("=")
+            if step not in self.caps:
+                known = ", ".join(f"{k} ({v})" for k, v in self.caps.items()) or "none"
+                raise UsageError(f"--max-per-item {text!r}: {self.name} caps no step {step!r}; its capped steps: "
+                                 f"{known}")
+            try:
+                n = int(value) if sep else 0
+            except ValueError:
+                n = 0
+            if n < 1:
+                raise UsageError(f"--max-per-item {text!r}: expected STEP=N with N >= 1")
+            caps[step] = n
+        return caps
 
     def add_arguments(self, parser) -> None:
         """The pipeline's own options (inputs, thresholds), added to `capeval construct NAME`."""

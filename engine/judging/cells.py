@@ -258,6 +258,8 @@ class Cell:
                                          "attempt": None})
         if not missing:
             return [row]
+        if row.depth == 0 and self.loop is not None:
+            self.loop.finished_unasked(1)
         status = row.ctx["parse"].get("upstream_status", int(ParseStatus.MISSING))
         return self._final(row, {"verdict": NO_VERDICT, "parse_status": int(status), "error": missing,
                                  "attempt": None})

@@ -98,6 +98,11 @@ class JudgeLoop:
         if self._bar is not None:
             self._bar.grow(n)
 
+    def finished_unasked(self, n: int) -> None:
+        """n first-step rows finished without asking (no caption): done, as far as the progress line goes."""
+        if self._bar is not None:
+            self._bar.update(n)
+
     # -- main loop --------------------------------------------------------------------------------------------------
     def run(self) -> None:
         try:
@@ -319,6 +324,9 @@ class JudgeLoop:
         for i, row in enumerate(rows):  # rows sharing a key: one request sent, the others reuse its answer
             follow += row.cell.answer(row, answer, "shared" if i and source == "sent" else source)
         if self._bar is not None:
+            # the bar counts asks: every re-ask and next-step row asked because of this answer is one more to do,
+            # so the total grows with them and the line never passes 100%
+            self._bar.grow(len(follow))
             self._bar.update(len(rows))
         if follow:
             self._enqueue(follow, front=True)

@@ -86,6 +86,8 @@ class Bar:
             self._line(now)
 
     def grow(self, n: int) -> None:
+        if not n:
+            return
         self.total += int(n)
         if self.bar is not None:
             self.bar.total = self.total
