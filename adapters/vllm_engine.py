@@ -59,7 +59,8 @@ class VLLMJudge:
 
     # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
     param_limits = (Param("tensor_parallel_size", low=1), Param("max_model_len", low=1),
-                    Param("gpu_memory_utilization", low=0, high=1, low_open=True), Param("max_num_seqs", low=1))
+                    Param("gpu_memory_utilization", low=0, high=1, low_open=True), Param("max_num_seqs", low=1),
+                    Param("max_in_flight", low=1))
 
     def __init__(
         self,
