@@ -127,6 +127,10 @@ def test_vllm_stream_keeps_the_engine_fed_and_answers_like_batches(vllm_judge, s
         feed.done()
     assert set(out) == {r.key for r in reqs} and all(r.error is None for r in out.values())
     assert peak <= 4 and not engine.has_unfinished_requests()
+    # the judge loop's default window: twice the batch vLLM chose for the engine (docs/judges.md)
+    from engine.judging.window import judge_window
+
+    assert judge_window(vllm_judge) == vllm_judge.max_in_flight == 2 * engine.vllm_config.scheduler_config.max_num_seqs
     assert [out[r.key].text for r in reqs] == [b.text for b in batch]
     free = JudgeRequest(key="none", user=f"Caption: {caps[0]}\nDescribe it.", temperature=None, max_tokens=6, seed=3)
     assert vllm_judge._sampling_params(free, 10).temperature == vllm_judge._default_sampling.get("temperature", 1.0)
