@@ -149,7 +149,10 @@ def load_captions(path: Path, items, rules: dict | None = None):
         from engine.protocols.capability.release import load_captions as load_release_captions
 
         return load_release_captions(path, items)
-    captions = read_captions(path, **(rules or {}))
+    from engine.datasets.video_ids import with_dataset_video_ids
+
+    # a caption may name its video by the media file (docs/inputs.md "Video ids")
+    captions, _ = with_dataset_video_ids(read_captions(path, **(rules or {})), items)
     if set(items.column("benchmark").to_pylist()) == {"capability"}:
         # released captions: label them as `capeval capability score` does (per-media prompt, frames "released")
         import pyarrow as pa

@@ -107,5 +107,5 @@ def check_pairs(items, captions, source) -> None:
 
     videos, ids = items.column("video_id").to_pylist(), items.column("item_id").to_pylist()
     item_side = f"video_id {some(videos)}" + (f", item_id {some(ids)}" if ids != videos else "")
-    raise UsageError(f"{source}: no (item, caption) pair matched (captions match items by item_id, then video_id): "
+    raise UsageError(f"{source}: no (item, caption) pair matched (captions match items by item_id, then video_id, then media file): "
                      f"items have {item_side}; captions have {some(caption_ids)}")

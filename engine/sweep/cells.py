@@ -160,9 +160,12 @@ def file_cell_captions(cell, data) -> tuple[pa.Table, dict[str, Failure]]:
     without text for every item the file does not caption (permanent: the rerun reads the same file)."""
     from engine.sweep.grid import file_captions
 
-    table = file_captions(cell.caption)
-    have = set(table.column("video_id").to_pylist())
+    from engine.datasets.video_ids import with_dataset_video_ids
+
     items = cell_items(cell, data)
+    # a caption may name its video by the media file (docs/inputs.md "Video ids"): one file serves every kind
+    table, _ = with_dataset_video_ids(file_captions(cell.caption), data.items)
+    have = set(table.column("video_id").to_pylist())
     rows, failures = [], {}
     source = cell.caption.source.path
     for item, vid in zip(items.column("item_id").to_pylist(), items.column("video_id").to_pylist()):

@@ -107,7 +107,9 @@ def _captions(cc, data, notes: list[str]):
     from engine.sweep.grid import file_captions
 
     if cc.from_file:
-        return file_captions(cc)
+        from engine.datasets.video_ids import with_dataset_video_ids
+
+        return with_dataset_video_ids(file_captions(cc), data.items)[0]
     from engine.stages.pipeline import MAX_TOKENS
 
     max_tokens = cc.captioner.max_tokens or MAX_TOKENS
