@@ -86,9 +86,17 @@ QUIET_ENV = {"TRANSFORMERS_VERBOSITY": "error", "HF_HUB_DISABLE_PROGRESS_BARS": 
              "VLLM_LOGGING_LEVEL": "ERROR", "TRANSFORMERS_NO_ADVISORY_WARNINGS": "1"}
 
 
+#: environment for `--verbose`: the libraries' log lines without colour codes
+VERBOSE_ENV = {"VLLM_LOGGING_COLOR": "0", "RAY_COLOR_PREFIX": "0"}
+
+
 def quiet_libraries(verbose: bool = False) -> None:
     """Model loaders' noise stays out of the terminal unless `verbose` (values the user set are kept)."""
     if verbose:
+        # the libraries' lines are shown, without colour: the CLI prints control characters escaped
+        # (engine/safetext.py TerminalStream), and a colour code would read "\x1b[32m" there
+        for key, value in VERBOSE_ENV.items():
+            os.environ.setdefault(key, value)
         return
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
