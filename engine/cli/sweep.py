@@ -72,16 +72,6 @@ def register(subparsers) -> None:
     p.set_defaults(func=main)
 
 
-def _videos(out_dir):
-    """Videos behind each cell of the run (the leaderboard's videos column), None when its verdicts cannot be read."""
-    from engine.report.rundir import load_run
-
-    try:
-        return load_run(out_dir).n_videos()
-    except (OSError, ValueError):
-        return None
-
-
 def print_results(result, stream=None) -> None:
     # sys.stdout is looked up at call time: a default bound at import would keep whatever stream was current then
     stream = stream if stream is not None else sys.stdout
@@ -89,7 +79,7 @@ def print_results(result, stream=None) -> None:
     from engine.report import format_table, headline
 
     table = headline(result.results)
-    print(terminal_text(format_table(table, n_videos=_videos(result.out_dir))), file=stream)  # labels: escaped
+    print(terminal_text(format_table(table)), file=stream)  # labels and ids come from user files: escaped
     # a caption-only sweep's table is captions.parquet/.csv (engine/sweep/caption_only.py)
     stem = "captions" if (result.out_dir / "captions.parquet").exists() and not (
         result.out_dir / "results.parquet").exists() else "results"
