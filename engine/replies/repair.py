@@ -130,22 +130,62 @@ def canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
 
 
+#: the longest bracketed span of the request's data read as a possible quotation (verdict objects are short), how
+#: many spans of one text are read at most, and how many of their characters: a hostile caption full of brackets
+#: costs one linear pass and a bounded amount of parsing
+MAX_QUOTED_SPAN = 2048
+MAX_QUOTED_SPANS = 1000
+MAX_QUOTED_CHARS = 100_000
+
+
+def _bracket_spans(text: str) -> list[tuple[int, int]]:
+    """(start, end) of balanced {...} / [...] spans in `text`, nested ones included, in one pass: quotes count only
+    inside brackets (an apostrophe in prose opens nothing), a closer that matches nothing starts afresh."""
+    spans: list[tuple[int, int]] = []
+    stack: list[int] = []
+    quote, escape = None, False
+    pairs = {"}": "{", "]": "["}
+    for i, ch in enumerate(text):
+        if quote:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == quote:
+                quote = None
+        elif ch in "{[":
+            stack.append(i)
+        elif ch in pairs:
+            if stack and text[stack[-1]] == pairs[ch]:
+                start = stack.pop()
+                if i - start < MAX_QUOTED_SPAN:
+                    spans.append((start, i))
+                    if len(spans) >= MAX_QUOTED_SPANS:
+                        break
+            else:
+                stack.clear()
+        elif ch in "\"'" and stack:
+            quote = ch
+    return spans
+
+
 @functools.lru_cache(maxsize=256)
 def _data_objects(data: tuple[str, ...]) -> frozenset[str]:
-    """Canonical forms of every object and list written anywhere in `data` (nested ones too: a judge may quote the
-    inner object of a caption's JSON)."""
+    """Canonical forms of the objects and lists written in `data` (nested ones too: a judge may quote the inner
+    object of a caption's JSON)."""
     found: set[str] = set()
     for text in data:
-        for opener in "{[":
-            start = text.find(opener)
-            while start != -1:
-                end = _span_end(text, start, opener)
-                if end is not None:
-                    try:
-                        found.add(canonical(_loads_lenient(text[start : end + 1])))
-                    except ParseError:
-                        pass
-                start = text.find(opener, start + 1)
+        budget = MAX_QUOTED_CHARS
+        for start, end in _bracket_spans(text):
+            if not text[start : end + 1].strip("[]{}, \n"):  # brackets only: holds no value anyone could quote
+                continue
+            budget -= end + 1 - start
+            if budget < 0:
+                break
+            try:
+                found.add(canonical(_loads_lenient(text[start : end + 1])))
+            except (ParseError, MemoryError):
+                pass
     return frozenset(found)
 
 
@@ -163,7 +203,6 @@ def repeats_data(span: str, data: tuple[str, ...], value: Any = None) -> bool:
         except ParseError:
             return False
     return canonical(value) in _data_objects(tuple(data))
-
 
 
 def extract_verdict(text: str | None, fields: tuple[str, ...], agree_on: tuple[str, ...] | None = None,

@@ -302,3 +302,15 @@ def test_a_reformatted_quote_is_re_asked_and_the_judges_own_verdict_is_kept(tmp_
                                          progress=False))
     score = verdicts.filter(pl.col("step") == "score").row(0, named=True)
     assert json.loads(score["detail"])["score"] == -1 and score["attempt"] == 1, score
+
+
+def test_a_caption_full_of_brackets_costs_one_pass_and_its_reformatted_verdict_is_still_found():
+    import time
+
+    for caption in ("{" * 100_000 + VERDICT_5 + "[" * 50_000 + "]" * 20_000,
+                    VERDICT_5 + "[1," * 30_000 + "]" * 30_000):
+        p, (req,) = _requests("vcinspector", [{"task": "default", "item_id": "i1", "video_id": "v1"}], caption)
+        t0 = time.monotonic()
+        code, status, _ = p.parse(req, REFORMATTED)
+        assert (code, status) == (NO_VERDICT, ParseStatus.FAILED)
+        assert time.monotonic() - t0 < 10.0  # one pass and a bounded amount of parsing (well under a second alone)
