@@ -12,6 +12,7 @@ import json
 
 from engine.errors import UsageError
 from engine.safetext import clip
+from engine.secrets import redact_urls
 
 #: constructor parameters with their own flag (make_judge offers --judge-model under any of these names)
 _FLAGS = {"model": "--judge-model", "model_path": "--judge-model", "model_name": "--judge-model",
@@ -51,7 +52,7 @@ def _shown(options: dict) -> str:
     """The options as the user wrote them, credentials blanked (the message may end up in a log)."""
     from engine.secrets import is_secret_name
 
-    return ", ".join(f"{k}={'***' if is_secret_name(k) else clip(v, 60)}" for k, v in options.items())
+    return ", ".join(f"{k}={'***' if is_secret_name(k) else clip(redact_urls(v), 60)}" for k, v in options.items())
 
 
 def build_judge(name: str, model: str | None, base_url: str | None, option_pairs: list[str]):
@@ -84,7 +85,7 @@ def build_judge(name: str, model: str | None, base_url: str | None, option_pairs
         return make_judge(name, model=model, base_url=base_url, **options)
     except (ValueError, TypeError, FileNotFoundError) as exc:  # the config's own checks: the user's values
         given = [f"--judge-model {clip(model, 60)}"] if model is not None else []
-        given += [f"--base-url {clip(base_url, 80)}"] if base_url is not None else []
+        given += [f"--base-url {clip(redact_urls(base_url), 80)}"] if base_url is not None else []
         given += [f"--judge-option {_shown(options)}"] if options else []
         raise UsageError(f"--judge {name}" + (f" ({'; '.join(given)})" if given else "")
                          + f": {exc}") from None

@@ -153,3 +153,16 @@ def test_batch_state_names_its_endpoint_without_the_key(tmp_path, key):
         assert key not in judge.provider and key not in judge.where()
         judge.state.begin(judge.provider, "sha", [("k", "b")])
     assert files_holding(tmp_path, key) == []
+
+
+def test_a_refused_judge_option_message_clips_the_url_after_blanking_its_key(tmp_path):
+    """The usage error that lists what was given clips long values: the key is blanked first, so no prefix of it
+    is printed either."""
+    key = "sk-" + "k" * 120  # longer than the clip: a prefix would show
+    items, captions = _judge_inputs(tmp_path)
+    done = _capeval(["judge", "--protocol", "capquiz", "--items", str(items), "--captions", str(captions),
+                     "--judge", "openai", "--judge-model", "m",
+                     "--base-url", f"ftp://capeval:{key}@127.0.0.1:9/v1", "--out", str(tmp_path / "v.parquet")],
+                    tmp_path)
+    assert done.returncode == 2 and "--base-url" in done.stderr, done.stderr[-2000:]
+    assert "sk-kkkkk" not in done.stdout + done.stderr
