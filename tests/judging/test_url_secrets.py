@@ -166,3 +166,15 @@ def test_a_refused_judge_option_message_clips_the_url_after_blanking_its_key(tmp
                     tmp_path)
     assert done.returncode == 2 and "--base-url" in done.stderr, done.stderr[-2000:]
     assert "sk-kkkkk" not in done.stdout + done.stderr
+
+
+def test_sweep_check_names_a_bad_url_without_its_key(tmp_path, key):
+    from _sweeps import sweep_toml
+
+    sweep = tmp_path / "bad_url.toml"
+    sweep.write_text(sweep_toml("badurl", n_videos=1, prompts=("brief",), frames=("uniform:2",), judges=[{
+        "name": "openai", "params": {"model": "m", "base_url": f"ftp://capeval:{key}@judge.example/v1",
+                                     "structured": "vllm"}}], options={"n_resamples": 0}))
+    check = _capeval(["sweep", str(sweep), "--check"], tmp_path)
+    assert check.returncode == 2 and "base_url" in check.stderr + check.stdout, check.stderr[-2000:]
+    assert key not in check.stdout + check.stderr
