@@ -20,7 +20,8 @@ REQUIRED = object()  # a parameter with no default
 class Param:
     """One parameter: its name, the Python types a value may have (empty: any), its default, and optionally the
     values allowed (`choices`), a numeric range (`low`/`high`, inclusive unless `low_open`/`high_open`) and a
-    `check` that raises ValueError for a value the protocol's own code would refuse (its message says why)."""
+    `check` that raises ValueError for a value the protocol's own code would refuse (its message says why), and
+    (protocols) whether its metrics read it."""
 
     name: str
     types: tuple[type, ...] = ()
@@ -32,6 +33,7 @@ class Param:
     low_open: bool = False
     high_open: bool = False
     check: Callable[[Any], Any] | None = None
+    metrics: bool = False  # a protocol param its metrics read too (the sweep passes it to compute_metrics)
 
     def valid(self) -> str:
         """What a valid value is, in words (for error messages and `capeval list`)."""

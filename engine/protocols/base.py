@@ -32,12 +32,13 @@ REASK_TEMPERATURE = 0.7  # a re-ask at temperature 0 would repeat the same malfo
 
 # Parameters several protocols share (each protocol lists the ones it reads in `JudgeProtocol.params`).
 MODE_PARAM = Param("mode", (str,), "strict", "strict (capeval's rules) or official (the benchmark's scripts' rules)",
-                   choices=("strict", "official"))
+                   choices=("strict", "official"), metrics=True)
 PROMPTS_PARAM = Param("prompts", (str,), None, "a prompt pack file (TOML); default: the mode's pack")
 CONFIDENCE_PARAM = Param("confidence", (float,), 0.95, "level of the bootstrap confidence intervals",
-                         low=0, high=1, low_open=True, high_open=True)
+                         low=0, high=1, low_open=True, high_open=True, metrics=True)
 PAPER_COMPATIBLE_PARAM = Param("paper_compatible", (bool,), False,
-                               "leave rows without a verdict out of denominators, as the official scripts do")
+                               "leave rows without a verdict out of denominators, as the official scripts do",
+                               metrics=True)
 
 
 def _temperature(value) -> None:
@@ -48,7 +49,7 @@ def _temperature(value) -> None:
 
 
 TEMPERATURE_PARAM = Param("temperature", (), None, "sampling temperature sent to the judge (null or \"none\": send "
-                          "none); default: the mode's", check=_temperature)
+                          "none); default: the mode's", check=_temperature, metrics=True)
 
 
 def request_key(judge: str, revision: str, *, system: str | None, user: str, images_digest: str | None,
@@ -277,6 +278,14 @@ class JudgeProtocol:
         if n > limit:
             out.append(f"... and {n - limit} more item(s) like these")
         return out
+
+    def metric_params(self, params: dict) -> dict:
+        """The params of a run that its metrics read too (declared with `metrics=True`; undeclared protocols: `mode`
+        and `average`); the rest shape requests only. A sweep passes these to compute_metrics."""
+        if self.params is None:
+            return {k: v for k, v in params.items() if k in ("mode", "average")}
+        wanted = {p.name for p in self.params if p.metrics}
+        return {k: v for k, v in params.items() if k in wanted}
 
     def caption_file_rules(self, mode: str | None) -> dict:
         """Keyword arguments for engine.inputs.read_captions when a run of this protocol in `mode` reads a user's

@@ -145,8 +145,8 @@ def run_breakdowns(run: RunData, by, *, media_duration=None) -> tuple[pl.DataFra
     for _, part in run.verdicts.group_by(group, maintain_order=True):
         labels = {c: part[c][0] for c in CELL_COLUMNS if c in part.columns}
         protocol = lookup("protocol", part["protocol_name"][0])
-        # the params that concern metrics, as the sweep passes them (engine/sweep/judge_stage.py _metric_params)
-        params = {k: v for k, v in params_of.get(labels.get("protocol"), {}).items() if k in ("mode", "average")}
+        # the params that concern metrics, as the sweep passes them (JudgeProtocol.metric_params)
+        params = protocol.metric_params(params_of.get(labels.get("protocol"), {}))
         verdicts = part.drop([c for c in ("dataset", "protocol_name", "cell_key") if c in part.columns]).with_columns(
             pl.lit(protocol.name).alias("protocol"))
         its = None

@@ -136,13 +136,13 @@ class JudgeStage:
         metrics = prep.protocol.compute_metrics(
             pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])), items=pl.from_arrow(prep.items),
             captions=pl.from_arrow(prep.captions), n_resamples=self.config.options.n_resamples, seed=0,
-            **_metric_params(cell.protocol.params))
+            **prep.protocol.metric_params(cell.protocol.params))
         metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
         if self.config.options.breakdowns:  # per level of item attributes too (engine/sweep/breakdowns.py)
             options = self.config.options
             metrics = cell_breakdowns(metrics, prep.protocol, verdicts, options.breakdowns, items=prep.items,
                                       captions=prep.captions, n_resamples=options.n_resamples,
-                                      metric_params=_metric_params(cell.protocol.params),
+                                      metric_params=prep.protocol.metric_params(cell.protocol.params),
                                       duration_buckets=cell.protocol.params.get("duration_buckets"),
                                       log=self.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
         metrics = cellmod.label_metrics(metrics, cell, key, status)
@@ -238,9 +238,3 @@ def _part_items(cell: Cell, data: LoadedDataset) -> tuple[pa.Table, dict[str, li
         else:
             by_video.setdefault(owner, []).append(i)
     return items, by_video, leftover
-
-
-def _metric_params(params: dict) -> dict:
-    """The protocol params that concern metrics too (the mode; CapQuiz's `average`, pooled or per_video); the rest
-    (prompt packs, ...) shape requests only."""
-    return {k: v for k, v in params.items() if k in ("mode", "average")}

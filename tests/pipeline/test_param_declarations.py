@@ -114,3 +114,26 @@ def test_every_builtin_protocol_declares_what_its_code_reads():
         assert {"mode", "prompts", "confidence"} <= declared, (name, declared)
         assert protocol.check_params("strict", {p.name: p.default for p in protocol.params
                                                 if p.default is not None}) == [], name
+
+
+def test_a_sweep_passes_every_declared_metrics_param_to_the_metrics(tmp_path, ray_local):
+    """`type_families` (like `confidence`, `paper_compatible`, `event_average`, `con_tokens`, ...) is declared as a
+    metrics param, so a sweep's metrics honour it as `capeval score --param` does (the sweep used to pass only
+    `mode` and `average`: a declared param would have been accepted and then ignored)."""
+    import polars as pl
+
+    from engine.sweep.runner import run_sweep
+
+    caps = tmp_path / "caps.jsonl"
+    caps.write_text("".join(f'{{"video_id": "d-00{k}", "caption": "A red ball."}}\n' for k in range(2)))
+    path = tmp_path / "sweep.toml"
+    path.write_text('name = "metrics"\n[[datasets]]\nname = "d"\nkind = "synthetic"\nn_videos = 2\n'
+                    f'[[captions]]\npath = "{caps}"\n'
+                    '[[protocols]]\nname = "capquiz"\nlabel = "plain"\n'
+                    '[[protocols]]\nname = "capquiz"\nlabel = "mapped"\nparams = { type_families = '
+                    '{ action = "Mine", counting = "Mine", object = "Mine", scene = "Mine" } }\n'
+                    '[[judges]]\nname = "local"\n[options]\nn_resamples = 0\n')
+    results = run_sweep(load_sweep(path), tmp_path / "out", progress=False, log=lambda m: None).results
+    families = {p: set(results.filter(pl.col("protocol") == p)["family"].drop_nulls().to_list())
+                for p in ("plain", "mapped")}
+    assert "Mine" in families["mapped"] and "Mine" not in families["plain"], families

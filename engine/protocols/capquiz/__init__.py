@@ -34,9 +34,9 @@ class CapQuizProtocol(_JudgeProtocol):
               _Param("shuffle", (bool, str), False, "shuffle the options per item and judge seed",
                      check=_prompts.as_bool),
               _Param("average", (str,), "pooled", "pooled: P and R over all questions; per_video: per-video "
-                     "means", choices=("pooled", "per_video")),
+                     "means", choices=("pooled", "per_video"), metrics=True),
               _Param("type_families", (dict, list, str), None, "question type -> group map (types.py)",
-                     check=lambda v: _types_check(v)))
+                     check=lambda v: _types_check(v), metrics=True))
 
     def item_problem(self, item):
         n = len(item.get("options") or [])

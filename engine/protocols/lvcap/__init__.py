@@ -48,9 +48,9 @@ class LVCapProtocol(_JudgeProtocol):
               _Param("event_scoring", (str,), None, "official mode: paper (Prompt2 + Prompt5, the default) or autodq",
                      choices=_paper.SCORINGS),
               _Param("event_average", (str,), "video", "video: per-video P and R averaged; pooled: over all events",
-                     choices=("video", "pooled")),
+                     choices=("video", "pooled"), metrics=True),
               _Param("duration_buckets", (list, str), None, "bucket edges in minutes, e.g. \"2,5,10,15,20\"",
-                     check=_duration_edges))
+                     check=_duration_edges, metrics=True))
 
     def check_params(self, mode, params):
         problems = super().check_params(mode, params)

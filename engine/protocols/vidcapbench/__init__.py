@@ -34,7 +34,8 @@ class VidCapBenchProtocol(_JudgeProtocol):
     item_columns = ("annotation", "answer")  # the question and its reference answer
     dataset_kind_modules = ("engine.protocols.vidcapbench.dataset_kind",)
     params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE, _PAPER_COMPATIBLE,
-              _Param("con_tokens", (str,), None, "caption column counted for Con (default: the paper's token count)"))
+              _Param("con_tokens", (str,), None, "caption column counted for Con (default: the paper's token count)",
+                     metrics=True))
 
     def paired_spec(self, mode):
         from .paired import paired_spec
