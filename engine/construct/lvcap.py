@@ -44,6 +44,25 @@ CAPTION_ID = "caption/shot"
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".mpg", ".mpeg", ".ts"}
 EVENTS_SCHEMA = json.dumps({"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 40})
 
+
+def narrative_schema(n_shots: int) -> str:
+    """Strict narratives under structured output: one object per scene (at most one scene per shot)."""
+    shot = {"type": "integer", "minimum": 1, "maximum": n_shots}
+    scene = {"type": "object", "properties": {"scene": {"type": "integer", "minimum": 1}, "first_shot": shot,
+                                              "last_shot": shot,
+                                              "narrative": {"type": "string", "maxLength": 2000}},
+             "required": ["first_shot", "last_shot", "narrative"]}
+    return json.dumps({"type": "array", "items": scene, "minItems": 1, "maxItems": n_shots})
+
+
+def questions_schema(n: int) -> str:
+    """Strict yes/no questions under structured output: the n asked for (the parser needs at least n)."""
+    question = {"type": "object", "properties": {
+        "dimension": {"type": "string", "maxLength": 40}, "question": {"type": "string", "maxLength": 400},
+        "answer": {"type": "string", "enum": ["yes", "no"]}, "analysis": {"type": "string", "maxLength": 600}},
+        "required": ["dimension", "question", "answer"]}
+    return json.dumps({"type": "array", "items": question, "minItems": n, "maxItems": n})
+
 EPILOG = """videos: --videos PATH (a video file, or a folder: every video file in it; video_id = the file name
 without its extension), repeatable; or --input FILE (JSONL/CSV/Parquet: video_id, media_path[, category]).
 
@@ -209,6 +228,7 @@ def _narratives(videos, shots, captions, ctx, log, official) -> dict[str, list[d
         asks.append(Ask(vid, vid, GT_IDS[0], task="gt", max_tokens=4096, **_reply(official),
                         fields={"video_id": vid, "n_shots": len(shot_list), "shots": fence("shots", lines)},
                         appendix=lines if official else None,
+                        json_schema=None if official else narrative_schema(len(shot_list)),
                         backend_fields={"shots": json.dumps(shot_list), "reply_format": _format(official)},
                         context={"mode": ctx.mode, "n_shots": len(shot_list)}))
     out: dict[str, list[dict]] = {}
@@ -265,7 +285,7 @@ def _questions(scenes, ctx, log, official, n) -> dict[tuple[str, int], list[dict
         for s in video_scenes:
             asks.append(Ask(f"{vid}/scene{s['scene']}", vid, GT_IDS[2], task="gt", max_tokens=4096,
                             fields={"scene": s["scene"], "narrative": fence("scene", s["narrative"]),
-                                    "n_questions": n}, **_reply(official),
+                                    "n_questions": n}, **_reply(official), json_schema=questions_schema(n),
                             backend_fields={"narrative": s["narrative"], "n_questions": str(n),
                                             "reply_format": "strict"},
                             context={"mode": ctx.mode, "n_questions": n, "scene": s["scene"]}))

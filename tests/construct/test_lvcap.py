@@ -72,6 +72,10 @@ def test_strict_run_builds_scene_and_event_items_and_a_rerun_asks_nothing(videos
                       "counting-local", "--shot-frames", 4, "--questions", 6) == 0
     n_shots = sum(len(s) for s in VIDEOS.values())
     assert len(CALLS["captioner"]) == n_shots  # one caption per shot
+    # strict generation is schema-constrained wherever the backend has structured output: every step sends its schema
+    generation = [r for r in CALLS["judge"] if r.task in ("lvcap/gt/narrative", "lvcap/gt/events", "lvcap/gt/qa")]
+    assert {r.task for r in generation} == {"lvcap/gt/narrative", "lvcap/gt/events", "lvcap/gt/qa"}
+    assert all(r.json_schema for r in generation)
     items = _items(out)
     for vid, shots in VIDEOS.items():
         mine = [i for i in items if i["video_id"] == vid]
@@ -184,6 +188,7 @@ def test_official_mode_sends_the_papers_prompts_and_reads_their_layouts(videos, 
         pid = {"lvcap/gt/narrative": "gt/scene_narrative", "lvcap/gt/events": "gt/extract_events",
                "lvcap/gt/qa": "gt/scene_qa_generation"}[task]
         assert r.user.startswith(pack[pid].format() + "\n\n") and r.system is None and r.temperature is None
+        assert r.json_schema is None  # the paper's prompts go unconstrained, as the paper sent them
     assert "Shot 2 [1.50-3.58 s]: " in sent[("lvcap/gt/narrative", "alpha")].user  # the inputs follow the prompt
     items = _items(out)
     extra = {i["video_id"]: json.loads(i["extra"]) for i in items if i["task"] == "events"}
