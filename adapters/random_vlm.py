@@ -118,9 +118,13 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
         processor.save_pretrained(str(tmp))
 
 
-if __name__ == "__main__":  # python -m adapters.random_vlm OUT_DIR [SEED]: build once, e.g. for examples/demo_vllm.toml
-    import sys
+if __name__ == "__main__":  # build once, e.g. for examples/demo_vllm.toml
+    import argparse
 
-    if len(sys.argv) not in (2, 3):
-        sys.exit("usage: python -m adapters.random_vlm OUT_DIR [SEED]")
-    print(build_tiny_vlm(sys.argv[1], int(sys.argv[2]) if len(sys.argv) == 3 else 0))
+    parser = argparse.ArgumentParser(prog="python -m adapters.random_vlm",
+                                     description="Build (or reuse) the tiny random-weight Idefics3 checkpoint and "
+                                                 "print its folder.")
+    parser.add_argument("out_dir", help="where to build it")
+    parser.add_argument("seed", nargs="?", type=int, default=0, help="weight seed (default 0)")
+    args = parser.parse_args()
+    print(build_tiny_vlm(args.out_dir, args.seed))

@@ -206,16 +206,18 @@ def text_dims(vocab: int, ids: dict, *, hidden: int = 64, layers: int = 2, eos: 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """python -m adapters.random_vlm_families FAMILY OUT_DIR [SEED]: build once and print the folder."""
-    import sys
+    import argparse
 
-    from engine.exitcodes import OK, USAGE
+    from engine.exitcodes import OK
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) not in (2, 3) or args[0] not in FAMILIES or (len(args) == 3 and not args[2].isdigit()):
-        print(f"usage: python -m adapters.random_vlm_families FAMILY OUT_DIR [SEED]; FAMILY one of "
-              f"{', '.join(sorted(FAMILIES))}", file=sys.stderr)  # fmt: skip
-        return USAGE
-    print(build_tiny_vlm(args[0], args[1], seed=int(args[2]) if len(args) == 3 else 0))
+    parser = argparse.ArgumentParser(prog="python -m adapters.random_vlm_families",
+                                     description="Build (or reuse) a tiny random-weight checkpoint of one VLM family "
+                                                 "and print its folder.")
+    parser.add_argument("family", choices=sorted(FAMILIES))
+    parser.add_argument("out_dir", help="where to build it")
+    parser.add_argument("seed", nargs="?", type=int, default=0, help="weight seed (default 0)")
+    args = parser.parse_args(argv)  # a bad argument: usage and exit 2 (engine.exitcodes.USAGE)
+    print(build_tiny_vlm(args.family, args.out_dir, seed=args.seed))
     return OK
 
 

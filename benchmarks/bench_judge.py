@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
-        raise ValueError(f"--only: unknown section(s) {unknown}")
+        p.error(f"--only: unknown section(s) {unknown}; sections: {', '.join(SECTIONS)}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 
     def say(msg: str) -> None:

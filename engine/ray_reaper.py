@@ -262,4 +262,13 @@ if __name__ == "__main__":
     # Ctrl-C or a closed terminal hits the driver's whole session; the watchdog must still do its one job.
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    watch(int(sys.argv[1]), float(sys.argv[2]), sys.argv[3])
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m engine.ray_reaper", description=(
+        "The local Ray watchdog (started by engine.ray_local): once the driver process is gone, end every Ray "
+        "process it started."))
+    parser.add_argument("driver_pid", type=int)
+    parser.add_argument("driver_started", type=float, help="the driver's start time (tells a recycled pid apart)")
+    parser.add_argument("temp_dir", help="the driver's Ray temp folder")
+    args = parser.parse_args()
+    watch(args.driver_pid, args.driver_started, args.temp_dir)
