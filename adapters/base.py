@@ -50,6 +50,9 @@ class JudgeResponse:
     # thinking models: reasoning tokens as the server counted them (usage.completion_tokens_details), None when it
     # did not say. The reasoning text itself stays in `text` (engine/reasoning.py splits it off before parsing).
     reasoning_tokens: int | None = None
+    # a failed request (text None): what the server did answer, per attempt, when it answered something the backend
+    # refused (a cut or malformed reply); shown by `capeval show --failed`
+    raw_replies: tuple[str, ...] = ()
 
 
 class BackendFatalError(RuntimeError):

@@ -30,7 +30,7 @@ from typing import Iterator, Sequence
 from adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
 from adapters.batch_files import BatchLine, batch_line, read_results, split
 from adapters.batch_state import BatchesPending, BatchState, no_wait
-from adapters.http_chat import Prices, parse_completion
+from adapters.http_chat import RAW_REPLY_CHARS, Prices, TruncatedReply, parse_completion
 from adapters.openai_http import HTTPConfig, OpenAIJudge
 from engine.errors import AbortedError
 
@@ -170,6 +170,9 @@ class BatchJudge:
     def body(self, r: JudgeRequest) -> tuple[bytes, str | None]:
         return OpenAIJudge.body(self, r)  # the streaming judge's own body, byte for byte
 
+    def sent_max_tokens(self, max_tokens: int | None, choices, json_schema) -> int | None:
+        return OpenAIJudge.sent_max_tokens(self, max_tokens, choices, json_schema)
+
     # -- the judge ----------------------------------------------------------------------------------------------------
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         unique = list({r.key: r for r in requests}.values())
@@ -307,6 +310,8 @@ class BatchJudge:
     def _response(self, key: str, body: bytes, unwrap: str | None, latency_s: float) -> JudgeResponse:
         try:
             res = parse_completion(body, unwrap, self.prices)
+        except TruncatedReply as exc:  # the structured answer was cut at max_tokens: the message says how to fix it
+            return JudgeResponse(key, None, str(exc)[:500], raw_replies=(exc.content[:RAW_REPLY_CHARS],))
         except Exception as exc:  # noqa: BLE001 - a malformed completion fails this request only
             return JudgeResponse(key, None, f"bad response body ({type(exc).__name__}): {exc}"[:300])
         return JudgeResponse(key, res.text, None, res.prompt_tokens, res.cached_prompt_tokens, res.completion_tokens,

@@ -6,7 +6,11 @@ connections across calls. The retry rules are the `openai` package's (`_base_cli
 429 and 5xx, timeouts and connection errors, obey `x-should-retry`, honour `retry-after-ms` / `Retry-After`; the
 backoff is exponential with full jitter (the SDK keeps 75-100% of the step; full jitter spreads a burst that failed
 together better). Garbage bodies (invalid JSON, no choices) are retried too: they are what a proxy or an overloaded
-server returns. Error texts carry the SDK's class names (RateLimitError, APITimeoutError, ...).
+server returns. Error texts carry the SDK's class names (RateLimitError, APITimeoutError, ...). Not retried, because
+the same request would get the same answer: a structured answer cut at `max_tokens` (TruncatedReply: the error names
+finish_reason=length, the limit and the option that raises it) and a body over the size cap (ReplyTooLarge). A
+failed result keeps the raw reply of each attempt that got a 2xx body (`raw_replies`), for `capeval show --failed`.
+An HTTP 404 names the URL and, when its path has no /v1, says that OpenAI-compatible servers serve under /v1.
 
 Each retry is told as it happens to `on_retry(kind)` when set (kind: "429", "5xx", "timeout", "connection", "bad body"
 or the status), on the runner's thread: the judge loop's progress line counts them (engine/judging/live.py).
@@ -32,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from adapters.base import BackendFatalError
-from adapters.http_transport import TransportError, TransportTimeout, check_transport, check_url, make_transport
+from adapters.http_transport import (MAX_BODY_BYTES, ReplyTooLarge, TransportError, TransportTimeout, check_transport,
+                                     check_url, make_transport)
 from engine.reasoning import wrap_reasoning
 
 # The openai package's exception class for each status (openai._client._make_status_error), for error texts.
@@ -66,6 +71,22 @@ class ChatResult:
     finish_reason: str | None = None
     fatal: bool = False  # 401/403: the caller stops the run
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, when the server says
+    # a failed call: the raw reply of each attempt whose 2xx body was refused (its message content when it had one,
+    # else the body's start), oldest first
+    raw_replies: tuple[str, ...] = ()
+
+
+class TruncatedReply(ValueError):
+    """A structured answer cut at max_tokens (finish_reason "length") before it was complete: asking the same
+    request again gets the same cut reply, so it is not retried."""
+
+    def __init__(self, message: str, content: str):
+        super().__init__(message)
+        self.content = content
+
+
+#: what a reply kept for `capeval show` may hold of one attempt
+RAW_REPLY_CHARS = 4000
 
 
 @dataclass(frozen=True)
@@ -121,8 +142,27 @@ def _server_message(payload: bytes) -> str:
         return payload[:300].decode("utf-8", "replace")
 
 
-def parse_completion(payload: bytes, unwrap: str | None, prices: Prices) -> ChatResult:
-    """A /chat/completions body -> ChatResult; ValueError/KeyError/TypeError on a malformed body."""
+def unwrap_answer(text: str, field: str, finish_reason, max_tokens: int | None, option: str | None) -> str:
+    """The answer inside a structured reply `{"<field>": "<answer>"}`; the text itself when it is not such an object
+    (a server that ignores response_format answers plainly: the protocol's own parser reads the text). A reply cut at
+    max_tokens before the object was complete raises TruncatedReply."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        obj = None
+    if isinstance(obj, dict) and isinstance(obj.get(field), str):
+        return obj[field]
+    if finish_reason == "length":
+        limit = f"max_tokens={max_tokens}" if max_tokens is not None else "the server's token limit"
+        raise TruncatedReply(f"reply truncated (finish_reason=length) at {limit} before its structured answer was "
+                             f"complete: {text[:80]!r}" + (f"; {option}" if option else ""), text)
+    return text
+
+
+def parse_completion(payload: bytes, unwrap, prices: Prices) -> ChatResult:
+    """A /chat/completions body -> ChatResult; ValueError/KeyError/TypeError on a malformed body, TruncatedReply for
+    a structured answer cut at max_tokens. `unwrap`: None, the JSON field holding a structured answer, or an
+    `Unwrap` (the field, the max_tokens sent and the option that raises it, for the truncation message)."""
     completion = _decode(payload)
     if not isinstance(completion, dict):
         raise ValueError(f"response body is not a JSON object: {payload[:100]!r}")
@@ -141,9 +181,8 @@ def parse_completion(payload: bytes, unwrap: str | None, prices: Prices) -> Chat
     if not isinstance(text, str) and not (text is None and reasoning is not None and unwrap is None):
         raise ValueError("completion without text content")
     if unwrap is not None:  # the choice was asked for as {"answer": <enum>} (OpenAI has no plain choice mode)
-        text = json.loads(text)[unwrap]
-        if not isinstance(text, str):
-            raise ValueError(f"structured answer {unwrap!r} is not a string")
+        spec = unwrap if isinstance(unwrap, Unwrap) else Unwrap(unwrap)
+        text = unwrap_answer(text, spec.field, choice.get("finish_reason"), spec.max_tokens, spec.option)
     usage = completion.get("usage") or {}
     prompt = int(usage.get("prompt_tokens") or 0)
     completion_tokens = int(usage.get("completion_tokens") or 0)
@@ -160,6 +199,37 @@ def parse_completion(payload: bytes, unwrap: str | None, prices: Prices) -> Chat
     return ChatResult(text, None, prompt, cached, completion_tokens,
                       cost_usd=prices.cost(prompt, cached, completion_tokens), finish_reason=choice.get("finish_reason"),
                       reasoning_tokens=n_reasoning)
+
+
+@dataclass(frozen=True)
+class Unwrap:
+    """How to read a structured answer: its JSON field, and for a truncation message the max_tokens sent and the
+    option that raises it."""
+    field: str
+    max_tokens: int | None = None
+    option: str | None = None
+
+
+def raw_reply(payload: bytes) -> str:
+    """What a refused 2xx body said, for the transcript: the message content when the body has one, else its start."""
+    try:
+        content = _decode(payload)["choices"][0]["message"]["content"]
+        if isinstance(content, str):
+            return content[:RAW_REPLY_CHARS]
+    except Exception:  # noqa: BLE001 - not a completion: its bytes are what there is to show
+        pass
+    return payload[:RAW_REPLY_CHARS].decode("utf-8", "replace")
+
+
+def not_found_hint(url: str) -> str:
+    """For an HTTP 404: OpenAI-compatible servers (OpenAI, vLLM, SGLang) serve under /v1, which a base URL that
+    lacks it misses."""
+    import urllib.parse
+
+    path = urllib.parse.urlsplit(url).path
+    if "/v1" in path.split("/chat/completions")[0]:
+        return "; check the model name and that the server offers /chat/completions"
+    return "; the base URL has no /v1: OpenAI-compatible servers answer under it (e.g. http://HOST:8000/v1)"
 
 
 def _new_event_loop() -> asyncio.AbstractEventLoop:
@@ -183,12 +253,13 @@ class ChatRunner:
     """Runs chat-completion calls (JSON bodies, already encoded) on a private event-loop thread."""
 
     def __init__(self, base_url: str, api_key: str, *, max_in_flight: int, retry: RetryPolicy, prices: Prices,
-                 transport: str = "auto"):
+                 transport: str = "auto", max_reply_bytes: int = MAX_BODY_BYTES):
         check_url(base_url)  # here, not on the loop thread where the pool is made: a bad URL must not hang a call
         check_transport(transport)
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.max_in_flight = int(max_in_flight)
         self.retry, self.prices, self.transport_kind = retry, prices, transport
+        self.max_reply_bytes = int(max_reply_bytes)
         self.headers = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "capeval",
                         "Authorization": f"Bearer {api_key}"}
         for env, header in (("OPENAI_ORG_ID", "OpenAI-Organization"), ("OPENAI_PROJECT_ID", "OpenAI-Project")):
@@ -290,7 +361,7 @@ class ChatRunner:
     def _spawn(self, calls: list, sink: queue.SimpleQueue) -> None:
         if self._transport is None:
             self._transport = make_transport(self.url, self.max_in_flight, self.headers, self.transport_kind,
-                                             self.retry.connect_timeout_s)
+                                             self.retry.connect_timeout_s, self.max_reply_bytes)
             self._auth_known = asyncio.Event()
         for token, body, unwrap in calls:
             task = self._loop.create_task(self._one(token, body, unwrap, sink))
@@ -335,11 +406,16 @@ class ChatRunner:
     async def _attempts(self, body: bytes, unwrap: str | None) -> ChatResult:
         policy = self.retry
         last_error = "no attempt made"
+        raw: list[str] = []  # each refused 2xx body's reply
         t_start = time.perf_counter()
         for attempt in range(policy.max_attempts):
             delay: float | None = None
             try:
                 status, headers, payload = await self._transport.post(body, policy.timeout_s)
+            except ReplyTooLarge as exc:  # the same request gets the same huge reply: not retried
+                self._auth_known.set()
+                return ChatResult(None, str(exc), latency_s=time.perf_counter() - t_start, attempts=attempt + 1,
+                                  raw_replies=tuple(raw))
             except TransportTimeout as exc:
                 last_error, kind = f"APITimeoutError: {exc}", "timeout"
             except TransportError as exc:
@@ -358,14 +434,22 @@ class ChatRunner:
                         result.latency_s = time.perf_counter() - t_start
                         result.attempts = attempt + 1
                         return result
+                    except TruncatedReply as exc:  # deterministic: asking again gets the same cut reply
+                        return ChatResult(None, str(exc)[:500], latency_s=time.perf_counter() - t_start,
+                                          attempts=attempt + 1, finish_reason="length",
+                                          raw_replies=(*raw, exc.content[:RAW_REPLY_CHARS]))
                     except Exception as exc:  # noqa: BLE001 - invalid JSON, missing fields, bad structured output
                         last_error, kind = f"bad response body ({type(exc).__name__}): {exc}"[:300], "bad body"
+                        raw.append(raw_reply(payload))
                 else:
                     last_error = f"HTTP {status} {error_name(status)}: {_server_message(payload)}"
+                    if status == 404:
+                        last_error = (f"HTTP 404 {error_name(404)} from {self.url}: {_server_message(payload)}"
+                                      f"{not_found_hint(self.url)}")
                     kind = "5xx" if status >= 500 else str(status)
                     if not should_retry(status, headers):
                         return ChatResult(None, last_error, latency_s=time.perf_counter() - t_start,
-                                          attempts=attempt + 1)
+                                          attempts=attempt + 1, raw_replies=tuple(raw))
                     delay = retry_after_s(headers)
             self._auth_known.set()  # answered or not, the probe's first attempt is over: the others go
             if attempt + 1 < policy.max_attempts:
@@ -373,7 +457,7 @@ class ChatRunner:
                 wait = min(policy.backoff_max_s, delay) if delay is not None else self._backoff(attempt)
                 await asyncio.sleep(wait)
         return ChatResult(None, f"failed after {policy.max_attempts} attempts: {last_error}",
-                          latency_s=time.perf_counter() - t_start, attempts=policy.max_attempts)
+                          latency_s=time.perf_counter() - t_start, attempts=policy.max_attempts, raw_replies=tuple(raw))
 
     def _report_retry(self, kind: str) -> None:
         if self.on_retry is not None:

@@ -7,6 +7,10 @@ body ends with the connection; a judge is limited by its server, not by that (do
 (tests/adapters/test_http_conformance.py) holds this transport to real loopback servers that frame replies every
 such way, reset connections mid-reply and stall.
 
+Reply size: a body is read in chunks (decompressed, as aiohttp inflates gzip/deflate/br in bounded pieces) and
+reading stops as soon as it passes `max_body_bytes` (ReplyTooLarge): a 300 MB reply, or a small gzip body that
+inflates to 300 MB, never sits in memory whole (tests/adapters/test_http_reply_cap.py measures peak RSS).
+
 Timeouts: `timeout_s` bounds one attempt from the moment it has a connection slot (connect, send, wait, read);
 waiting for a free slot is our own queue, not the server, so it is not timed (else requests queued behind slow ones
 time out without ever being sent). `connect_timeout_s` bounds opening a TCP (and TLS) connection. Retries, backoff
@@ -32,6 +36,22 @@ class TransportError(Exception):
     """Could not connect, or the connection broke before a complete response."""
 
 
+class ReplyTooLarge(TransportError):
+    """The response body (decompressed) passed the byte cap; reading stopped there and the connection was dropped."""
+
+    def __init__(self, status: int, limit: int, declared: int | None = None):
+        what = f"declares {declared:,} bytes" if declared is not None else f"passed {limit:,} bytes"
+        super().__init__(f"HTTP {status} reply too large: its body {what} (max_reply_bytes {limit:,}); "
+                         "not read further")
+        self.status, self.limit = status, limit
+
+
+#: bytes of one response body (after decompression) read at most: far above any chat completion a protocol asks
+#: for (the judge loop refuses replies over 1,000,000 characters anyway), far below what hurts a process's memory
+MAX_BODY_BYTES = 16 * 2**20
+_READ_CHUNK = 2**16
+
+
 def check_url(url: str) -> None:
     """ValueError unless `url` is an http:// or https:// URL with a host."""
     parsed = urllib.parse.urlsplit(url)
@@ -51,12 +71,14 @@ class AiohttpPool:
     """At most `limit` requests (and connections) to one URL at a time; callers beyond it wait, untimed, FIFO.
     Construct and use it on one event loop."""
 
-    def __init__(self, url: str, limit: int, headers: dict[str, str], connect_timeout_s: float = 10.0):
+    def __init__(self, url: str, limit: int, headers: dict[str, str], connect_timeout_s: float = 10.0,
+                 max_body_bytes: int = MAX_BODY_BYTES):
         import aiohttp
 
         check_url(url)
         self.url, self.headers = url, headers
         self.connect_timeout_s = float(connect_timeout_s)
+        self.max_body_bytes = int(max_body_bytes)
         self.proxy = proxy_for(url)  # aiohttp's trust_env would look it up again for every request
         self._slots = asyncio.Semaphore(int(limit))
         self.session = aiohttp.ClientSession(
@@ -80,7 +102,7 @@ class AiohttpPool:
             try:
                 async with self.session.post(self.url, data=body, headers=self.headers,
                                              timeout=self._timeout(timeout_s), proxy=self.proxy) as resp:
-                    payload = await resp.read()
+                    payload = await self._read_capped(resp)
                     return resp.status, _LowerHeaders(resp.headers), payload
             except asyncio.TimeoutError as exc:  # aiohttp's timeout errors are asyncio.TimeoutError too
                 what = "could not connect" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "no response"
@@ -90,6 +112,20 @@ class AiohttpPool:
                 raise TransportError(f"{type(exc).__name__}: {exc}"[:300]) from None
             except OSError as exc:
                 raise TransportError(f"{type(exc).__name__}: {exc}"[:300]) from None
+
+    async def _read_capped(self, resp) -> bytes:
+        """The body, read chunk by chunk; ReplyTooLarge as soon as it passes the cap (leaving the `async with`
+        unread drops the connection instead of draining the rest)."""
+        limit = self.max_body_bytes
+        declared = resp.content_length  # of the encoded body: a cap on it holds only for an identity body
+        if declared is not None and declared > limit and not resp.headers.get("Content-Encoding"):
+            raise ReplyTooLarge(resp.status, limit, declared)
+        body = bytearray()
+        async for chunk in resp.content.iter_chunked(_READ_CHUNK):
+            body += chunk
+            if len(body) > limit:
+                raise ReplyTooLarge(resp.status, limit)
+        return bytes(body)
 
     async def close(self) -> None:
         await self.session.close()
@@ -127,7 +163,7 @@ def proxy_for(url: str) -> str | None:
 
 
 def make_transport(url: str, limit: int, headers: dict[str, str], kind: str = "auto",
-                   connect_timeout_s: float = 10.0) -> AiohttpPool:
+                   connect_timeout_s: float = 10.0, max_body_bytes: int = MAX_BODY_BYTES) -> AiohttpPool:
     """Call from the event loop that will use it."""
     check_transport(kind)
-    return AiohttpPool(url, limit, headers, connect_timeout_s)
+    return AiohttpPool(url, limit, headers, connect_timeout_s, max_body_bytes)

@@ -26,8 +26,8 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from adapters.base import BackendFatalError, CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
-from adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, encode_body, retry_after_s
-from adapters.http_transport import check_transport, check_url
+from adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, Unwrap, encode_body, retry_after_s
+from adapters.http_transport import MAX_BODY_BYTES, check_transport, check_url
 from engine.registry import register_captioner, register_judge
 
 __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "subsample_indices", "user_content"]
@@ -54,6 +54,11 @@ class HTTPConfig:
     api_key_env: str | None = None
     revision: str = ""  # part of every cache key; defaults to the model name
     structured: str = "openai"  # "openai": response_format json_schema; "vllm": structured_outputs; "none"
+    # structured="openai" asks for a choice as the JSON object {"answer": "<choice>"}: these tokens are added to the
+    # request's max_tokens for the object around the choice (a protocol sizes max_tokens for the bare choice; a
+    # server that allows whitespace in JSON, as stock vLLM does, writes '{\n  "answer": "A"\n}')
+    choice_json_tokens: int = 32
+    max_reply_bytes: int = MAX_BODY_BYTES  # a response body (decompressed) longer than this is not read further
     # requests at the server at once: the judge loop's window and the connection pool's size (a caption actor's
     # window for the captioner); None: DEFAULT_WINDOW_OPENAI for the OpenAI API, DEFAULT_WINDOW_SERVER for a base_url
     max_in_flight: int | None = None
@@ -160,6 +165,8 @@ def check_http_config(cfg: HTTPConfig) -> None:
         _number(cfg, name, positive=True)
     _number(cfg, "max_attempts", positive=True, integer=True)
     _number(cfg, "max_in_flight", positive=True, integer=True, optional=True)
+    _number(cfg, "max_reply_bytes", positive=True, integer=True)
+    _number(cfg, "choice_json_tokens", positive=False, integer=True)
     for name in ("backoff_base_s", "backoff_max_s", "price_prompt_per_m", "price_completion_per_m"):
         _number(cfg, name, positive=False)
     _number(cfg, "price_cached_per_m", positive=False, optional=True)
@@ -219,7 +226,8 @@ class _HTTPBackend:
             cfg.resolved_base_url(), cfg.resolved_api_key(), max_in_flight=cfg.resolved_max_in_flight(), transport=cfg.transport,
             retry=RetryPolicy(cfg.timeout_s, cfg.max_attempts, cfg.backoff_base_s, cfg.backoff_max_s,
                               connect_timeout_s=cfg.connect_timeout_s),
-            prices=Prices(cfg.price_prompt_per_m, cfg.price_cached_per_m, cfg.price_completion_per_m))
+            prices=Prices(cfg.price_prompt_per_m, cfg.price_cached_per_m, cfg.price_completion_per_m),
+            max_reply_bytes=cfg.max_reply_bytes)
 
     @property
     def max_in_flight(self) -> int:
@@ -248,7 +256,8 @@ class _HTTPBackend:
 
 def _judge_response(key: str, res: ChatResult) -> JudgeResponse:
     return JudgeResponse(key, res.text, res.error, res.prompt_tokens, res.cached_prompt_tokens,
-                         res.completion_tokens, res.latency_s, res.cost_usd, reasoning_tokens=res.reasoning_tokens)
+                         res.completion_tokens, res.latency_s, res.cost_usd, reasoning_tokens=res.reasoning_tokens,
+                         raw_replies=res.raw_replies)
 
 
 @register_judge("openai")
@@ -257,19 +266,35 @@ class OpenAIJudge(_HTTPBackend):
 
     thread_safe = True  # judge() may be called from several threads at once (one shared runner)
 
-    def body(self, r: JudgeRequest) -> tuple[bytes, str | None]:
-        """The encoded /chat/completions body for `r` and the structured field to unwrap (ValueError if invalid)."""
+    def body(self, r: JudgeRequest) -> tuple[bytes, Unwrap | None]:
+        """The encoded /chat/completions body for `r` and how to read its structured answer (ValueError if
+        invalid). A choice asked for as a JSON object gets `choice_json_tokens` more tokens for the object."""
         content = user_content(r.user, [_jpeg_data_url(im, self.config.jpeg_quality) for im in r.images])
         messages = ([{"role": "system", "content": r.system}] if r.system else []) + [
             {"role": "user", "content": content}]
+        extra, field = structured_fields(self.config.structured, r.choices, r.json_schema)
+        max_tokens = self.sent_max_tokens(r.max_tokens, r.choices, r.json_schema)
         body = {"model": self.config.model, "messages": messages}
         # a sampling parameter the request leaves unset (None) is not sent: the official scripts send none
-        for name, value in (("max_tokens", r.max_tokens), ("seed", r.seed), ("temperature", r.temperature)):
+        for name, value in (("max_tokens", max_tokens), ("seed", r.seed), ("temperature", r.temperature)):
             if value is not None:
                 body[name] = value
-        extra, unwrap = structured_fields(self.config.structured, r.choices, r.json_schema)
         body.update(extra)
+        unwrap = None
+        if field:
+            unwrap = Unwrap(field, max_tokens, f"the judge option choice_json_tokens (now "
+                                               f"{self.config.choice_json_tokens}) adds tokens for the JSON object "
+                                               "around the choice; structured=vllm asks a vLLM server for the bare "
+                                               "choice")
         return encode_body(body), unwrap
+
+    def sent_max_tokens(self, max_tokens: int | None, choices, json_schema) -> int | None:
+        """The max_tokens a request with the protocol's `max_tokens` goes out with (transcripts show this one);
+        None: none sent."""
+        if max_tokens is None:
+            return None
+        _, field = structured_fields(self.config.structured, choices, json_schema)
+        return int(max_tokens) + self.config.choice_json_tokens if field else int(max_tokens)
 
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         calls, bad = [], {}

@@ -41,6 +41,18 @@ _POLL_S = 0.2  # how often keys claimed by another process are looked up again
 MAX_REPLY_CHARS = 1_000_000  # see the module docstring
 
 
+class BackendError(str):
+    """A backend's error text (what `Cell.answer` gets for a failed request), with the raw replies the backend
+    refused (`replies`, per attempt) for the transcript."""
+
+    replies: tuple[str, ...]
+
+    def __new__(cls, text: str, replies: tuple[str, ...] = ()):
+        obj = super().__new__(cls, text)
+        obj.replies = replies
+        return obj
+
+
 class JudgeLoop:
     def __init__(self, judge, cache_dir, *, max_in_flight: int | None = None, batch_size: int = 64, use_cache: bool = True,
                  progress: bool = False, claim_timeout_s: float | None = None, max_reply_chars: int | None = None,
@@ -301,6 +313,8 @@ class JudgeLoop:
             self._release(resp.key)  # a failed request is not ours any more: another run may ask it
             if resp.text is not None and callable(getattr(self.judge, "forget_answer", None)):
                 self.judge.forget_answer(resp.key)  # a batch judge keeps answers: a refused one must not come back
+            if resp.text is None:  # with what the server answered that the backend refused, for the transcript
+                failure = BackendError(failure, tuple(utf8_text(r) for r in getattr(resp, "raw_replies", ()) or ()))
             self._resolve(resp.key, failure)
             return
         cr = CachedResponse(resp.key, self.judge.name, utf8_text(resp.text), resp.prompt_tokens or 0,

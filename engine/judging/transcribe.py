@@ -30,6 +30,10 @@ def attempt(row, answer, source: str, outcome: dict, reask_temperature) -> dict:
     rec = {"attempt": row.attempt, "key": key if row.attempt else None, "source": source, "temperature": temperature, "seed": seed,
            "verdict": outcome.get("verdict"), "parse_status": outcome.get("parse_status"),
            "detail": outcome.get("detail"), "error": outcome.get("error")}
+    replies = getattr(answer, "replies", None) if isinstance(answer, str) else None
+    if replies:  # what the server answered before the backend refused it (a cut or malformed reply)
+        rec["reply"] = replies[0] if len(replies) == 1 else "\n".join(
+            f"[HTTP attempt {i}]\n{r}" for i, r in enumerate(replies, 1))
     if not isinstance(answer, str):
         cost = getattr(answer, "cost_usd", None)
         rec.update(reply=answer.text, prompt_tokens=answer.prompt_tokens,
@@ -68,11 +72,17 @@ class Transcriber:
         name, digest = self._schemas[schema]
         frames = ctx.get("frames_path")
         temperature = ctx.get("temperature", 0.0)
+        max_tokens = req.get("max_tokens")
+        # the limit the backend sends, when it differs from the protocol's (the OpenAI-compatible judge adds room
+        # for the JSON object around a structured choice)
+        sent = getattr(getattr(row.cell.loop, "judge", None), "sent_max_tokens", None)
+        if callable(sent) and max_tokens is not None:
+            max_tokens = sent(max_tokens, req.get("choices"), req.get("json_schema"))
         self._records.append({
             **ids, "judge": self.judge_name, "system": req.get("system"), "user": req.get("user"),
             "frames_path": frames, "images_digest": ctx.get("images_digest"),
             "n_images": row.n_images if row.n_images is not None else (_count_images(frames) if frames else 0),
-            "max_tokens": req.get("max_tokens"), "temperature": None if temperature is None else float(temperature),
+            "max_tokens": max_tokens, "temperature": None if temperature is None else float(temperature),
             "choices": req.get("choices"), "json_schema_name": name, "json_schema_digest": digest,
             "verdict": fields.get("verdict"), "parse_status": fields.get("parse_status"),
             "detail": fields.get("detail"), "error": fields.get("error"), "attempts": row.attempts or [],

@@ -47,7 +47,8 @@ ATTEMPT = pa.struct([
     pa.field("source", pa.string()),  # sent | cache | shared | not sent (see the module docstring)
     pa.field("temperature", pa.float64()),  # null: none sent (the backend's default)
     pa.field("seed", pa.int64()),
-    pa.field("reply", pa.string()),  # the raw reply (reasoning included), null when the backend failed
+    pa.field("reply", pa.string()),  # the raw reply (reasoning included); for a backend failure what the server
+    # answered that the backend refused (a cut or malformed reply; several attempts labelled), else null
     pa.field("verdict", pa.int8()),
     pa.field("parse_status", pa.int8()),  # engine.schemas.ParseStatus of this reply
     pa.field("detail", pa.string()),
@@ -83,7 +84,7 @@ TRANSCRIPTS = pa.schema([
     pa.field("frames_path", pa.string()),  # images: where the frames are, never their bytes
     pa.field("images_digest", pa.string()),
     pa.field("n_images", pa.int32()),
-    pa.field("max_tokens", pa.int32()),
+    pa.field("max_tokens", pa.int32()),  # as sent (a backend may add room for a structured answer: sent_max_tokens)
     pa.field("temperature", pa.float64()),  # of the first ask; null: none sent
     pa.field("choices", pa.list_(pa.string())),
     pa.field("json_schema_name", pa.string()),  # the schema's "title", when it has one
