@@ -2,11 +2,12 @@
 command line shows at one poll. A driver whose every child spends 1.5 s between fork and exec (a slow `preexec_fn`,
 longer than the watchdog's poll: it sees the GCS and the raylet while they still show the driver's command line)
 starts its private Ray (real Ray, real agents) and one child of its own; `kill -9` of the driver, repeated on fresh
-drivers, must leave no process of its Ray (GCS, raylet, DashboardAgent, RuntimeEnvAgent, workers), no slow child
-and no port behind within a bounded time."""
+drivers, then SIGHUP to a fresh driver's process group, must leave no process of its Ray (GCS, raylet,
+DashboardAgent, RuntimeEnvAgent, workers), no slow child and no port behind within a bounded time."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,9 @@ from _ray_session import (REPO, clean_env, kill_all, listening, listening_ports,
                           survivors, wait_until)
 
 BOUND_S = 30
-KILLS = 3
+#: how each fresh driver is stopped: `kill -9` of the driver alone (three times), then SIGHUP to its process group
+#: (a closed terminal)
+STOPS = ("kill -9", "kill -9", "kill -9", "SIGHUP")
 
 #: a driver whose children exec late: subprocess.Popen is slowed before Ray is imported (Ray's ConsolePopen, which
 #: starts the GCS and the raylet, subclasses it); then init_ray, a task, and a child of the run's own.
@@ -72,8 +75,8 @@ def _start(temp: str) -> tuple[subprocess.Popen, int]:
 
 
 @pytest.mark.slow
-def test_kill_9_of_a_driver_with_slow_exec_children_leaves_nothing_repeatedly():
-    for attempt in range(KILLS):
+def test_kill_9_and_sighup_of_drivers_with_slow_exec_children_leave_nothing():
+    for attempt, stop in enumerate(STOPS):
         temp = short_temp_dir()
         driver, child = _start(temp)
         procs: dict = {}
@@ -85,12 +88,15 @@ def test_kill_9_of_a_driver_with_slow_exec_children_leaves_nothing_repeatedly():
             assert wait_until(ray_up, 120, interval=0.1), f"Ray never came up: {survivors(procs)}"
             assert child in procs
             ports = {port for *_, port in listening(procs)}
-            driver.send_signal(signal.SIGKILL)
+            if stop == "kill -9":
+                driver.send_signal(signal.SIGKILL)
+            else:
+                os.killpg(driver.pid, signal.SIGHUP)  # the driver leads its own session (start_new_session)
             t0 = time.monotonic()
             gone = wait_until(lambda: not survivors(procs) and not (ports & listening_ports()), BOUND_S)
-            assert gone, (f"kill {attempt + 1} of {KILLS}: {BOUND_S}s after kill -9: alive {survivors(procs)}, "
+            assert gone, (f"stop {attempt + 1} of {len(STOPS)}: {BOUND_S}s after {stop}: alive {survivors(procs)}, "
                           f"listening {sorted(ports & listening_ports())}")
-            print(f"kill {attempt + 1}: {len(procs)} processes gone {time.monotonic() - t0:.1f}s after kill -9")
+            print(f"stop {attempt + 1}: {len(procs)} processes gone {time.monotonic() - t0:.1f}s after {stop}")
         finally:
             driver.kill()
             driver.wait()
