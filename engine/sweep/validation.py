@@ -162,6 +162,20 @@ def param_value_problems(cls, params: dict) -> list[tuple[str | None, str]]:
             out.append((k, msg))
     if not out and len(mine) > 1 and (msg := _construct(config_cls, mine)) is not None:
         out.append((next((k for k in mine if k in msg), None), msg))
+    return _without_secret_values(out, params)
+
+
+def _without_secret_values(problems: list, params: dict) -> list:
+    """The problems with a credential's value never shown (a key in `api_key`, in a URL's user or query): these
+    messages are printed and may be logged."""
+    from engine.secrets import REDACTED, is_secret_name, redact_message
+
+    out = []
+    for key, msg in problems:
+        value = params.get(key) if key else None
+        if key and is_secret_name(key) and value is not None:
+            msg = msg.replace(repr(value), REDACTED).replace(str(value), REDACTED)
+        out.append((key, redact_message(msg)))
     return out
 
 

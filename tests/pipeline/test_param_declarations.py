@@ -137,3 +137,21 @@ def test_a_sweep_passes_every_declared_metrics_param_to_the_metrics(tmp_path, ra
     families = {p: set(results.filter(pl.col("protocol") == p)["family"].drop_nulls().to_list())
                 for p in ("plain", "mapped")}
     assert "Mine" in families["mapped"] and "Mine" not in families["plain"], families
+
+
+def test_a_refused_credential_value_is_never_printed(tmp_path, capsys):
+    """A param value refused by its declaration is named in the message, except a credential's (the message is
+    printed and may be logged)."""
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"item_id": "q1", "video_id": "v", "task": "action", "annotation": "What moves?",
+                                 "options": ["a ball", "a cat"], "answer": "a ball"}) + "\n")
+    rc = cli_main(["judge", "--protocol", "capquiz", "--items", str(items), "--captions", str(_captions(tmp_path)),
+                   "--judge", "openai", "--judge-model", "m", "--base-url", "http://127.0.0.1:9/v1",
+                   "--judge-option", "api_key=987654321", "--out", str(tmp_path / "v.parquet"), "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == USAGE and "api_key" in err and "987654321" not in err, err
+    path = _sweep(tmp_path, '[[protocols]]\nname = "capquiz"\n[[judges]]\nname = "openai"\n'
+                            'params = { model = "m", base_url = "ftp://me:hunter2secret@host/v1" }\n')
+    problems = _problems(path)
+    assert any("judges[0].params.base_url" in p for p in problems), problems
+    assert not any("hunter2secret" in p for p in problems), problems
