@@ -70,13 +70,16 @@ def prompts() -> list[str]:
 
 def _components(kind: str) -> list[str]:
     from engine.registry import lookup, names
-    from engine.sweep.validation import accepted_params
+    from engine.sweep.validation import accepted_params, constructor_params
 
     out = []
     for n in names(kind):
         cls = lookup(kind, n)
         params, open_ended = accepted_params(cls)
-        shown = ", ".join(f"{k} ({_default(v)})" for k, v in params.items()) or "none"
+        declared = {p.name for p in getattr(cls, "param_limits", ())}  # ranges the backend declares
+        limits = {k: p.valid() for k, p in constructor_params(cls).items() if k in declared}
+        shown = ", ".join(f"{k} ({_default(v)}{'; ' + limits[k] if k in limits else ''})"
+                          for k, v in params.items()) or "none"
         out.append(f"  {n:<10} {_first_line(cls)[:100]}")
         out.append(f"      params: {shown}" + (" + backend options passed through" if open_ended else ""))
     return out

@@ -155,3 +155,13 @@ def test_a_refused_credential_value_is_never_printed(tmp_path, capsys):
     problems = _problems(path)
     assert any("judges[0].params.base_url" in p for p in problems), problems
     assert not any("hunter2secret" in p for p in problems), problems
+
+
+def test_capeval_list_prints_the_declarations(capsys):
+    assert cli_main(["list", "protocols"]) == 0
+    out = capsys.readouterr().out
+    assert "average" in out and "one of 'pooled', 'per_video'" in out, out
+    assert cli_main(["list", "captioners"]) == 0
+    out = capsys.readouterr().out
+    assert "gpu_memory_utilization (default 0.85; float > 0 and <= 1)" in out, out
+    assert "latency_s (default 0.0; float >= 0)" in out, out
