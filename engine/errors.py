@@ -20,3 +20,29 @@ class AbortedError(CapevalError):
     """The run stopped early (auth refused, lock held by another process, disk full); finished work is kept."""
 
     exit_code = exitcodes.ABORTED
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's time limit: Slurm, Kubernetes; `kill`): it unwinds as Ctrl-C does (finished work is
+    kept, a sweep records the run as interrupted) and the CLI exits TERMINATED."""
+
+    exit_code = exitcodes.TERMINATED
+
+
+def raise_on_sigterm():
+    """Until the returned function is called, a SIGTERM raises Terminated in the main thread (nothing changes in
+    another thread: only the main one can set handlers). A second SIGTERM while the first unwinds is ignored, so it
+    cannot cut the ending short. Ray replaces the handler when it starts (its C++ one dumps a stack and aborts, exit
+    134): engine/ray_local.py puts this one back."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+
+    def on_sigterm(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Terminated("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    return lambda: signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)

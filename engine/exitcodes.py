@@ -7,3 +7,4 @@ FAILURES = 3  # completed, but the share of items without a verdict (retryable f
 ABORTED = 4  # stopped early: authentication refused (HTTP 401/403), a lock held by another process, disk full
 PENDING = 75  # batch judges: batches submitted and not finished yet (`sweep --no-wait`); the same command collects
 INTERRUPTED = 130  # Ctrl-C: finished work is kept and a rerun resumes
+TERMINATED = 143  # SIGTERM (a scheduler's time limit, `kill`): like Ctrl-C, finished work is kept and a rerun resumes

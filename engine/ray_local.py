@@ -24,6 +24,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 
@@ -38,7 +39,8 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
         return
     level = logging.INFO if verbose else logging.ERROR
     if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=verbose, logging_level=level)
+        with _sigterm_handler_kept():
+            ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=verbose, logging_level=level)
         return
     # address="local": always a new private instance; a bare ray.init() would join any cluster started on this
     # machine with `ray start` (someone else's, listening who knows where).
@@ -51,7 +53,26 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
         _quiet_ray_loggers()
     _private_network()
     _watch()
-    ray.init(**kwargs)
+    with _sigterm_handler_kept():
+        ray.init(**kwargs)
+
+
+@contextlib.contextmanager
+def _sigterm_handler_kept():
+    """Ray sets its own SIGTERM handlers when it starts (a Python one that exits 1, then its core worker's C++ one,
+    which prints a stack dump and aborts: exit 134). A Python handler set before (the CLI's: SIGTERM ends a run as
+    Ctrl-C does, engine.errors.raise_on_sigterm) is put back; Ray's processes are still ended at exit and by the
+    watchdog."""
+    import signal
+    import threading
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if callable(before):
+            signal.signal(signal.SIGTERM, before)
 
 
 _WATCHDOG = None  # the watchdog of this process's local Ray (kept so its exit status is collected)

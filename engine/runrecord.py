@@ -105,7 +105,8 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
                       throughput: dict | None = None, extra: dict | None = None,
                       started_at: float | None = None, cost: dict | None = None,
                       no_value: list | None = None, judge_validation: dict | None = None,
-                      decide: dict | None = None, datasets: dict | None = None) -> Path:
+                      decide: dict | None = None, datasets: dict | None = None, status: str | None = None,
+                      interrupted_by: str | None = None) -> Path:
     """Append one run's record to `out_dir/run.json` (created if missing); returns the file's path.
 
     components: identities and revisions, e.g. {"captioners": {"local": "rev"}, "judges": {"local": "rev"}};
@@ -113,7 +114,8 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
     counts_by_status: e.g. {"cells": {"run": 4, "cached": 0}, "verdicts": {"ok": 90, "failed": 2}};
     throughput: e.g. {"judge_requests_per_s": 12.5}; cost: tokens and USD per judge and captioner, paid in this run
     and reused (engine/sweep/usage.py); datasets: per dataset name, what was read (path, digests, counts:
-    engine.sweep.datasets.LoadedDataset.record). Values are stored as JSON (dataclasses become objects)."""
+    engine.sweep.datasets.LoadedDataset.record); status: "finished", or "interrupted" for a run a signal ended
+    (`interrupted_by`: SIGINT, SIGTERM). Values are stored as JSON (dataclasses become objects)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     runs = read_run_records(out)
@@ -122,6 +124,8 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         "format": FORMAT_VERSION,
         "run_index": len(runs),
         "command": command,
+        **({"status": status} if status else {}),
+        **({"interrupted_by": interrupted_by} if interrupted_by else {}),
         "argv": redact_argv(list(sys.argv)),
         "finished_at": now.isoformat(timespec="seconds"),
         "started_at": (_dt.datetime.fromtimestamp(started_at, _dt.timezone.utc).isoformat(timespec="seconds")
@@ -155,11 +159,10 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["extra"] = to_jsonable(extra)
     record = redact(record)  # credentials never reach disk (engine/secrets.py): config, argv, extras alike
     runs.append(record)
-    path = out / RUN_RECORD
-    tmp = out / f".{RUN_RECORD}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"runs": runs}, indent=2, sort_keys=False, default=repr) + "\n")
-    os.replace(tmp, path)
-    return path
+    from engine.store.segments import write_text_atomic  # a full disk: one line naming run.json (exit 4)
+
+    return write_text_atomic(json.dumps({"runs": runs}, indent=2, sort_keys=False, default=repr) + "\n",
+                             out / RUN_RECORD, what="the run record")
 
 
 def verdict_status_counts(verdicts) -> dict[str, int]:

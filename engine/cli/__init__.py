@@ -8,7 +8,9 @@ exit USAGE (argparse); anything unexpected exits INTERNAL with a one-line messag
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import os
 import sys
 
 from engine import exitcodes
@@ -82,15 +84,19 @@ def main(argv: list[str] | None = None) -> int:
     # every line any command (or a library it runs) prints reaches the terminal escaped: labels, categories,
     # options and replies come from the user's files and the judge, and may hold escape sequences
     restore_streams = guard_terminal_streams()
+    from engine.errors import raise_on_sigterm
+
+    restore_sigterm = raise_on_sigterm()  # a scheduler's SIGTERM ends a command as Ctrl-C does (exit TERMINATED)
     try:
         return _main(argv)
     finally:
+        restore_sigterm()
         restore_streams()
 
 
 def _main(argv: list[str] | None) -> int:
     from engine.cli.validate import merge_subcommand
-    from engine.errors import CapevalError
+    from engine.errors import CapevalError, Terminated
 
     parser = build_parser()
     # `capeval judge validate ...`: one subcommand named "judge validate" (engine/cli/validate.py says why)
@@ -111,13 +117,12 @@ def _main(argv: list[str] | None) -> int:
         with capture_python_warnings(verbose):  # printed grouped at the end, libraries' only counted
             return int(args.func(args) or 0)
     except BrokenPipeError:  # output piped into `head` and the like: not an error of the command
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return exitcodes.OK
-    except KeyboardInterrupt:
-        print(f"{name}: interrupted; finished work is kept and a rerun resumes", file=sys.stderr)
-        return exitcodes.INTERRUPTED
+    except KeyboardInterrupt as exc:
+        how = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"{name}: {how}; finished work is kept and a rerun resumes", file=sys.stderr)
+        return getattr(exc, "exit_code", exitcodes.INTERRUPTED)
     except CapevalError as exc:
         if debug:
             raise
@@ -130,6 +135,13 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(exc, _usage_errors()) or isinstance(exc, FileNotFoundError):
             print(f"{name}: error: {terminal_text(redact_message(str(exc).strip()))}", file=sys.stderr)
             return exitcodes.USAGE
+        from engine.store.segments import storage_errno
+
+        if storage_errno(exc) in (errno.ENOSPC, errno.EDQUOT):  # a write no store wrapped: still a full disk
+            where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
+            print(f"{name}: aborted: {os.strerror(storage_errno(exc))}{where}: {_one_line(exc)}; finished work is "
+                  "kept, free space and rerun to resume", file=sys.stderr)
+            return exitcodes.ABORTED
         print(f"{name}: internal error: {type(exc).__name__}: {_one_line(exc)} (rerun with --debug for the "
               "traceback)", file=sys.stderr)
         return exitcodes.INTERNAL

@@ -2,7 +2,8 @@
 
 Exit codes (engine/exitcodes.py): 0 every item has a verdict (or the share without one is within
 --max-failure-share); 3 completed with failures; 2 invalid sweep file or options; 4 aborted (another run holds
---out, the judge refused authentication, disk full); 75 batches pending (--no-wait: run it again to collect)."""
+--out, the judge refused authentication, disk full); 75 batches pending (--no-wait: run it again to collect); 130
+Ctrl-C and 143 SIGTERM (finished work kept, run.json records the run as interrupted with its cost)."""
 
 from __future__ import annotations
 

@@ -285,8 +285,6 @@ def write_report(run_dir, out=None, **options) -> Path:
     """Write the report of `run_dir` to `out` (default `<run_dir>/report.html`) atomically; returns the path."""
     run = load_run(run_dir)
     path = Path(out) if out else run.path / "report.html"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(build_report(run, **options), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    from engine.store.segments import write_text_atomic
+
+    return write_text_atomic(build_report(run, **options), path, what="the report")

@@ -114,6 +114,40 @@ def write_parquet_atomic(table: pa.Table, path: str | Path, *, what: str = "a Pa
     return path
 
 
+def write_text_atomic(text: str, path: str | Path, *, what: str) -> Path:
+    """Write `text` (UTF-8) to `path` as write_parquet_atomic writes a table: whole or absent; a storage failure
+    (disk full, read-only) removes the temp file and raises StoreWriteError naming `path` and `what`."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        _fault_point(path)
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        _unlink_quietly(tmp)
+        raise storage_error(exc, path, what) from exc
+    except BaseException:
+        _unlink_quietly(tmp)
+        raise
+    return path
+
+
+def storage_errno(exc: BaseException) -> int | None:
+    """The errno of an OSError that says the storage refused a write (disk full, quota, read-only, ...), else None;
+    Arrow's errors carry it only in their text."""
+    if not isinstance(exc, OSError):
+        return None
+    code = exc.errno
+    if code is None:
+        code = next((c for c in _STORAGE_ERRNOS if os.strerror(c) in str(exc)), None)
+    return code if code in _STORAGE_ERRNOS else None
+
+
 def _fault_point(path: Path) -> None:
     from engine.sweep.faultpoints import hit
 

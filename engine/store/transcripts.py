@@ -157,17 +157,32 @@ class TranscriptSpool:
         self._done = False
 
     def append(self, chunk: pa.Table) -> None:
-        if self._writer is None:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            # fast settings for the spool: it is read once, at commit
-            self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
-        self._writer.write_table(chunk.cast(CAPTURE))
+        try:
+            if self._writer is None:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                # fast settings for the spool: it is read once, at commit
+                self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
+            self._writer.write_table(chunk.cast(CAPTURE))
+        except OSError as exc:
+            raise self._spool_error(exc) from exc
 
     def finish(self, fix: Fix | None = None) -> None:
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            try:
+                self._writer.close()
+            except OSError as exc:
+                raise self._spool_error(exc) from exc
+            finally:
+                self._writer = None
         self._fix, self._done = fix, True
+
+    def _spool_error(self, exc: OSError):
+        """A spool that cannot be written (disk full, read-only): the run stops with one line naming it (exit 4);
+        the spool is removed (the cell is not committed, its transcripts are redone with it)."""
+        from engine.store.segments import storage_error
+
+        self.discard()
+        return storage_error(exc, self._spool, "the cell's judge transcripts (spool)")
 
     def commit(self, *, captions: dict | None = None, cell_key: str | None = None) -> Path:
         """Write the committed file (row group by row group: memory stays one chunk) and rename it into place;
@@ -208,10 +223,13 @@ class TranscriptSpool:
             yield pf.read_row_group(i)
 
     def discard(self) -> None:
-        """Drop the spool (a cell that is not committed)."""
+        """Drop the spool (a cell that is not committed; a writer that cannot close, on a full disk, is let go)."""
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            except OSError:
+                pass  # its file is removed next: nothing it failed to write is wanted
         self._spool.unlink(missing_ok=True)
 
 

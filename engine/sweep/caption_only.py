@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from engine.ray_local import init_ray
+from engine.stages.pipeline import CaptionOutcome
 from engine.sweep import accounting
 from engine.sweep.config import ComponentSpec, SweepConfig
 from engine.sweep.datasets import dataset_records
@@ -27,8 +28,12 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     ccells = [c for c in caption_cells(config) if not getattr(c, "from_file", False)]
     log(f"[sweep {config.name}] caption-only: {len(ccells)} caption cells")
     init_ray(verbose=verbose)
-    outcome = caption_cells_for(ccells, datasets, config, stores, cap_rev, progress=progress,
-                                exit_once_marker=exit_once_marker)
+    interrupted = None
+    try:
+        outcome = caption_cells_for(ccells, datasets, config, stores, cap_rev, progress=progress,
+                                    exit_once_marker=exit_once_marker)
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the record says what was captioned, then the run ends
+        interrupted, outcome = stop, CaptionOutcome()
     inputs = cellmod.load_inputs(stores, outcome)
     account = accounting.RunAccount()
     tables = []
@@ -45,12 +50,15 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     if results.height:
         results = results.select(["dataset", "captioner", "prompt_id", "frame_spec", "video_id", "text", "item_status",
                                   "error", "n_tokens", "latency_s", "timestamps_mode"])
-    write_results_files(results, out)
-    parquet, csv = out / "results.parquet", out / "results.csv"
-    for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
-        src.replace(dst)
+    if interrupted is None:
+        write_results_files(results, out)
+        parquet, csv = out / "results.parquet", out / "results.csv"
+        for src, dst in ((parquet, out / "captions.parquet"), (csv, out / "captions.csv")):
+            src.replace(dst)
     result = SweepResult(results, len(ccells), 0, len(ccells), outcome.stats, {}, time.perf_counter() - t0, out,
                          account, account.exit_code(max_failure_share), 0,
                          datasets=dataset_records(datasets, config.path.parent))
-    record_run(result, config, cap_rev, {}, [], log)  # run.json, as a judged sweep writes it
+    record_run(result, config, cap_rev, {}, [], log, interrupted=interrupted)  # run.json, as a judged sweep writes it
+    if interrupted is not None:
+        raise interrupted
     return result

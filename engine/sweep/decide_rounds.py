@@ -197,10 +197,10 @@ def _num(x: float):
 
 
 def _write(stores, record: dict) -> None:
-    out = stores.metrics.root.parent / "decide.json"
-    tmp = out.with_name(".decide.json.tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    tmp.replace(out)
+    from engine.store.segments import write_text_atomic
+
+    write_text_atomic(json.dumps(record, indent=2), stores.metrics.root.parent / "decide.json",
+                      what="the adaptive run's decisions")
 
 
 def summary(record: dict) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from engine.errors import AbortedError, Terminated
 from engine.sweep import accounting
 from engine.sweep.config import SweepConfig
 
@@ -35,9 +36,11 @@ class SweepResult:
 
 
 def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_rev: dict, cell_keys: list[str],
-               log) -> None:
-    """Append this run's record to run.json (engine.runrecord), items by status included. A record that cannot be
-    written is reported, not fatal: the results are complete without it."""
+               log, interrupted: KeyboardInterrupt | None = None) -> None:
+    """Append this run's record to run.json (engine.runrecord), items by status included; status "finished", or
+    "interrupted" for a run that Ctrl-C or SIGTERM (`interrupted`) ended, `interrupted_by` naming the signal. A
+    record that cannot be made is reported, not fatal: the results are complete without it; a disk that refuses it
+    stops the run (exit 4) like every other write."""
     try:
         from engine.report.results import cells_without_value
         from engine.runrecord import append_run_record, sweep_record
@@ -52,7 +55,12 @@ def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_re
             record["cost"] = result.cost
         if result.datasets:
             record["datasets"] = result.datasets
+        record["status"] = "finished" if interrupted is None else "interrupted"
+        if interrupted is not None:
+            record["interrupted_by"] = "SIGTERM" if isinstance(interrupted, Terminated) else "SIGINT"
         append_run_record(result.out_dir, **record)
+    except AbortedError:  # the disk is full (or read-only): the run stops saying so, naming run.json
+        raise
     except Exception as exc:  # noqa: BLE001
         log(f"[sweep {config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")
 

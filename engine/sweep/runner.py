@@ -134,23 +134,37 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
                                       exit_once_marker=exit_once_marker, accept_failures=accept_failures, log=log,
                                       partial=partial)
 
-        if config.options.decide is not None:  # adaptive: videos in rounds until each pair is decided
-            from engine.sweep.decide_rounds import run_adaptive
+        try:
+            if config.options.decide is not None:  # adaptive: videos in rounds until each pair is decided
+                from engine.sweep.decide_rounds import run_adaptive
 
-            caption_stats, stats = run_adaptive(config, cells, pending, keys, datasets, stores, judge, log)
-        else:
-            caption_stats, stats = judge(pending, datasets)
+                caption_stats, stats = run_adaptive(config, cells, pending, keys, datasets, stores, judge, log)
+            else:
+                caption_stats, stats = judge(pending, datasets)
+        except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the record says what this run did and paid
+            _finish(config, out, stores, ledger, cells, keys, pending, datasets, cap_rev, judge_rev, recovered, t0,
+                    log, {}, judge_stats, max_failure_share, interrupted=stop)
+            raise
         judge_stats.update(stats)
+    return _finish(config, out, stores, ledger, cells, keys, pending, datasets, cap_rev, judge_rev, recovered, t0, log,
+                   caption_stats, judge_stats, max_failure_share)
+
+
+def _finish(config, out, stores, ledger, cells, keys, pending, datasets, cap_rev, judge_rev, recovered, t0, log,
+            caption_stats, judge_stats, max_failure_share, interrupted: KeyboardInterrupt | None = None) -> SweepResult:
+    """The run's accounting, cost and record (run.json); the results files too unless the run was `interrupted`
+    (then its record has status "interrupted" and the cost of what it made before the signal)."""
     account = _account(stores, [keys[c] for c in cells])
     from engine.report import results_table
 
     results = results_table(stores.metrics, [keys[c] for c in cells])
     results, cost = ledger.finish(results, cells, keys, datasets, cap_rev)  # tokens and USD per cell
-    write_results_files(results, out)
+    if interrupted is None:
+        write_results_files(results, out)
     result = SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
                          time.perf_counter() - t0, out, account, account.exit_code(max_failure_share),
                          len(recovered), cost=cost, datasets=dataset_records(datasets, config.path.parent))
-    record_run(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log)
+    record_run(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log, interrupted=interrupted)
     return result
 
 

@@ -10,9 +10,9 @@ Read after the judging, from what is stored, so a cell finished by an earlier ru
 - captions: the caption rows each cell was judged from (prompt tokens; completion = caption tokens + reasoning
   tokens); a caption stored before this run started is reused. Captions read from `[[captions]]` files cost
   nothing here (null: capeval did not make them).
-Steps whose rows carry no verdict (LVCap-Eval's extract, VidCapBench's answer: `intermediate_steps`) are named by no
-verdict row; their answers made in this run are added to their judge's totals in run.json (`untraced_requests`),
-not to a cell's columns. A caption cell's captions are shared by its protocols and judges: each of those result
+Steps whose rows carry no verdict (LVCap-Eval's extract, VidCapBench's answer: `intermediate_steps`), and cells a
+Ctrl-C or SIGTERM left uncommitted, are named by no verdict row; their answers made in this run are added to their
+judge's totals in run.json (`untraced_requests`), not to a cell's columns. A caption cell's captions are shared by its protocols and judges: each of those result
 cells shows their cost, run.json's totals count each caption once.
 """
 
@@ -136,6 +136,13 @@ class CostLedger:
             for a in answered.values():
                 names.setdefault(a[0], set()).add(label)
                 break
+        # a judge no verdict row names yet (a run interrupted before its first cell was committed): its answers are
+        # its by the name the cache stores (an HTTP judge's model, else the backend's name), or the only judge's
+        configured = {j.display: str((j.params or {}).get("model", j.name)) for j in getattr(self.config, "judges", ())}
+        for name in untraced:
+            if name not in names:
+                owners = {label for label, model in configured.items() if model == name}
+                names[name] = owners or (set(configured) if len(configured) == 1 else set())
         judges, notes = {}, []
         for label, answered in judge_keys.items():
             split = _split(answered.values(), self.started)
@@ -152,9 +159,9 @@ class CostLedger:
                 notes.append(f"{len(tokens)} answers made in this run by judge {name!r} are named by no verdict row "
                              f"and could not be given to one of the sweep's judges")
         if any(j["untraced_requests"] for j in judges.values()):
-            notes.append("untraced_requests: answers of steps whose rows carry no verdict (e.g. LVCap-Eval extract, "
-                         "VidCapBench answer), made in this run; counted in their judge's totals, not in a cell's "
-                         "columns")
+            notes.append("untraced_requests: answers made in this run that no committed verdict row names (steps "
+                         "whose rows carry no verdict, e.g. LVCap-Eval extract, VidCapBench answer, or cells an "
+                         "interruption left uncommitted); counted in their judge's totals, not in a cell's columns")
         captioners = {label: _split(made.values(), self.started).record(prices.get(("captioner", label)), "captions")
                       for label, made in caption_keys.items()}
         parts = [*judges.values(), *captioners.values()]
