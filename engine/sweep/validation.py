@@ -211,6 +211,8 @@ _SIMPLE_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": t
 
 def _annotation_types(annotation) -> tuple[type, ...] | None:
     """The types of a simple annotation ("float", "str | None", ...); None for anything else (not checked)."""
+    if annotation is inspect.Parameter.empty:  # no annotation (a class itself, so not a type to check against)
+        return None
     if isinstance(annotation, type):
         return (annotation,)
     if not isinstance(annotation, str):

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from adapters.replay import ReplayJudge
 from engine.cli import main as cli_main
 from engine.exitcodes import USAGE
-from engine.registry import lookup, names
+from engine.registry import lookup, names, register_judge
 from engine.sweep.config import SweepFileError, load_sweep
 
 
@@ -165,3 +166,31 @@ def test_capeval_list_prints_the_declarations(capsys):
     out = capsys.readouterr().out
     assert "gpu_memory_utilization (default 0.85; float > 0 and <= 1)" in out, out
     assert "latency_s (default 0.0; float >= 0)" in out, out
+
+
+@register_judge("unannotated-replay")
+class UnannotatedReplay(ReplayJudge):
+    def __init__(self, replies, delay_s: float = 0.0, **kwargs):
+        super().__init__(replies, **kwargs)
+        self.delay_s = delay_s
+
+
+def test_a_judge_constructor_param_without_annotation_takes_any_value(tmp_path, capsys):
+    """A judge plugin whose constructor leaves a parameter unannotated (tests/construct/_slow_judge.py's `replies`)
+    gets the value the user gives: nothing to check it against, so nothing refuses it."""
+    from engine.sweep.validation import param_value_problems
+
+    replies = tmp_path / "replies.jsonl"
+    replies.write_text(json.dumps({"item_id": "q1", "step": "answer", "text": "A"}) + "\n")
+    assert param_value_problems(UnannotatedReplay, {"replies": str(replies)}) == []
+    assert param_value_problems(UnannotatedReplay, {"replies": str(replies), "delay_s": "slow"})  # still checked
+    items = tmp_path / "items.jsonl"
+    items.write_text(json.dumps({"item_id": "q1", "video_id": "v", "task": "action", "annotation": "What moves?",
+                                 "options": ["a ball", "a cat"], "answer": "a ball"}) + "\n")
+    out = tmp_path / "v.parquet"
+    rc = cli_main(["judge", "--protocol", "capquiz", "--items", str(items), "--captions", str(_captions(tmp_path)),
+                   "--judge", "unannotated-replay", "--judge-option", f"replies={replies}", "--out", str(out),
+                   "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert out.is_file()
