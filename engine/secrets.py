@@ -59,9 +59,13 @@ def _known_values() -> list[str]:
 #: `token`, `access_token`, ...): signed-URL and SAS signatures, OAuth codes, short password spellings
 URL_SECRET_PARAMS = frozenset({"sig", "signature", "x-amz-signature", "x-amz-credential", "x-amz-security-token",
                                "x-goog-signature", "x-goog-credential", "code", "pass", "pwd", "session"})
-#: a URL with a scheme, up to white space, a quote or a closing bracket that cannot belong to it
-_URL = re.compile(r"\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`]+")
-_URL_PARAM = re.compile(r"(?P<name>[^&;=#?]+)=(?P<value>[^&;#]*)")
+#: a URL with a scheme, up to white space, a quote or a closing bracket that cannot belong to it. Redaction reads
+#: untrusted text, so every pattern here runs in linear time: a match is tried only where a run of scheme (or name)
+#: characters begins, never again from each position inside it (which made one long word cost seconds), and `lead`
+#: keeps the characters before the scheme's first letter at a word boundary (`-http://`, `_x+http://`)
+_URL = re.compile(r"(?<![A-Za-z0-9+.\-])(?=[A-Za-z0-9+.\-]*+://[^\s\"'<>`])(?P<lead>[A-Za-z0-9+.\-]*?)"
+                  r"(?P<url>\b[A-Za-z][A-Za-z0-9+.\-]*+://[^\s\"'<>`]+)")
+_URL_PARAM = re.compile(r"(?<![^&;=#?])(?P<name>[^&;=#?]+)=(?P<value>[^&;#]*)")
 
 
 def is_url_secret_param(name: str) -> bool:
@@ -107,7 +111,7 @@ def redact_urls(text: str) -> str:
     """`text` with every URL in it passed through `redact_url` (nothing else changed)."""
     if not isinstance(text, str) or "://" not in text:
         return text
-    return _URL.sub(lambda m: redact_url(m.group(0)), text)
+    return _URL.sub(lambda m: m.group("lead") + redact_url(m.group("url")), text)
 
 
 def redact_message(text: str) -> str:
@@ -136,8 +140,10 @@ def redact_text(text: str) -> str:
 
 
 #: `name=value`, `name: value`, `"name": "value"` (JSON, reprs of dicts and dataclasses); a quoted value is blanked
-#: whole, up to its closing quote (a password may hold spaces)
-_PAIR = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<nq>[\"']?)(?P<sep>\s*[=:]\s*)"
+#: whole, up to its closing quote (a password may hold spaces). The name is the run of name characters from its first
+#: letter (`lead` keeps the digits, `_`, `.` and `-` before it), tried only where such a run begins (linear time, as
+#: `_URL`)
+_PAIR = re.compile(r"(?<![A-Za-z0-9_.\-])(?P<lead>[0-9_.\-]*)(?P<name>[A-Za-z][A-Za-z0-9_.\-]*)(?P<nq>[\"']?)(?P<sep>\s*[=:]\s*)"
                    r"(?:(?P<quote>[\"'])(?P<qvalue>[^\"'\n]*)(?P=quote)|(?P<value>[^\s\"',})\]]+))")
 #: an HTTP Authorization value: the scheme stays, the credential after it goes
 _SCHEME = re.compile(r"(?i)\b(?P<scheme>bearer|basic)(?P<space>\s+)(?P<cred>[A-Za-z0-9._~+/=\-]{6,})")
@@ -150,7 +156,7 @@ def _blank_pair(m: re.Match) -> str:
             value.lower() in ("bearer", "basic"):  # a scheme whose credential _SCHEME has blanked
         return m.group(0)
     quote = m.group("quote") or ""
-    return f"{m.group('name')}{m.group('nq')}{m.group('sep')}{quote}{REDACTED}{quote}"
+    return f"{m.group('lead')}{m.group('name')}{m.group('nq')}{m.group('sep')}{quote}{REDACTED}{quote}"
 
 
 def redact_argv(argv: list[str]) -> list[str]:
