@@ -285,6 +285,11 @@ class JudgePool:
     def close(self) -> None:
         import ray
 
+        from engine.ray_local import ray_usable
+
+        if not ray_usable():  # after a SIGTERM the actors may be dead with the GCS: the watchdog ends them
+            self._actors = []
+            return
         for a in self._actors:
             try:
                 ray.get(a.close.remote(), timeout=60)

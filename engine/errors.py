@@ -3,6 +3,8 @@ line (no traceback unless --debug)."""
 
 from __future__ import annotations
 
+import threading
+
 from engine import exitcodes
 
 
@@ -29,6 +31,16 @@ class Terminated(KeyboardInterrupt):
     exit_code = exitcodes.TERMINATED
 
 
+_SIGTERM_SEEN = threading.Event()
+
+
+def sigterm_received() -> bool:
+    """True once this process got SIGTERM (under `raise_on_sigterm`). A scheduler signals the whole job at once, so
+    the local Ray's GCS, raylet and workers may be ending too: code on the way out then makes no Ray call
+    (engine/ray_local.py, `ray_usable`)."""
+    return _SIGTERM_SEEN.is_set()
+
+
 def raise_on_sigterm():
     """Until the returned function is called, a SIGTERM raises Terminated in the main thread (nothing changes in
     another thread: only the main one can set handlers). A second SIGTERM while the first unwinds is ignored, so it
@@ -42,6 +54,7 @@ def raise_on_sigterm():
 
     def on_sigterm(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _SIGTERM_SEEN.set()
         raise Terminated("SIGTERM")
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)

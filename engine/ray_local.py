@@ -57,6 +57,34 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
         ray.init(**kwargs)
 
 
+def ray_usable() -> bool:
+    """False once this process got SIGTERM. Slurm signals every process of a job at a time limit, Ray's GCS,
+    raylet and workers too, and a call that needs the GCS (ray.kill, ray.get or ray.wait on a dead actor's call,
+    ray.shutdown) then blocks until Ray's core worker ends the driver after 60 s with exit 1, before the run's record
+    is written. Clean-up on the way out skips Ray then: the watchdog SIGKILLs what is left once the driver exits."""
+    from engine.errors import sigterm_received
+
+    return not sigterm_received()
+
+
+def exit_without_ray(code: int) -> None:
+    """End the process now with `code` when it got SIGTERM while a Ray was up: Ray's exit hook (ray.shutdown) would
+    wait on a GCS the same signal may have ended (see `ray_usable`). The run's record and output are written by
+    then; streams are flushed here; the watchdog reaps Ray's processes (a private local Ray) once the driver is
+    gone, and a joined cluster's raylet notices the driver's exit itself."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray_usable() or ray is None or not ray.is_initialized():
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
+            pass
+    os._exit(code)
+
+
 @contextlib.contextmanager
 def _sigterm_handler_kept():
     """Ray sets its own SIGTERM handlers when it starts (a Python one that exits 1, then its core worker's C++ one,

@@ -88,10 +88,14 @@ def main(argv: list[str] | None = None) -> int:
 
     restore_sigterm = raise_on_sigterm()  # a scheduler's SIGTERM ends a command as Ctrl-C does (exit TERMINATED)
     try:
-        return _main(argv)
+        code = _main(argv)
     finally:
         restore_sigterm()
         restore_streams()
+    from engine.ray_local import exit_without_ray
+
+    exit_without_ray(code)  # after a SIGTERM, Ray's own exit hook could wait a minute on a dead GCS
+    return code
 
 
 def _main(argv: list[str] | None) -> int:

@@ -92,8 +92,11 @@ class DecodePool:
     def close(self) -> None:
         import ray
 
-        for w in self.workers:
-            ray.kill(w)
+        from engine.ray_local import ray_usable
+
+        if ray_usable():  # after a SIGTERM ray.kill may wait on a dead GCS; the watchdog ends the workers
+            for w in self.workers:
+                ray.kill(w)
         self.workers = []
 
 

@@ -169,6 +169,10 @@ class _Actors:
     def kill(self) -> None:
         import ray
 
+        from engine.ray_local import ray_usable
+
+        if not ray_usable():  # after a SIGTERM ray.kill may wait on a dead GCS; the watchdog ends the actors
+            return
         for a in self.handles:
             try:
                 ray.kill(a)

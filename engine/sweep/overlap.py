@@ -63,6 +63,9 @@ class CaptionWatch:
             return self._events[cursor:], self.done
 
 
+STOP_WAIT_AFTER_SIGTERM_S = 2.0
+
+
 class CaptionThread:
     """caption_cells_for on a daemon thread; `outcome` once it has ended (`watch.error` if it raised)."""
 
@@ -84,9 +87,13 @@ class CaptionThread:
         return self
 
     def stop(self) -> None:
-        """Ask the stage to end (no new video; batches in flight finish and are stored) and wait for it."""
+        """Ask the stage to end (no new video; batches in flight finish and are stored) and wait for it; after a
+        SIGTERM not for long: the thread may wait in Ray on actors the same signal ended, and a daemon thread does not
+        hold the process (engine/ray_local.py, `ray_usable`)."""
+        from engine.ray_local import ray_usable
+
         self.watch.stopped = True
-        self._thread.join()
+        self._thread.join(None if ray_usable() else STOP_WAIT_AFTER_SIGTERM_S)
 
 
 class CellFeed:
