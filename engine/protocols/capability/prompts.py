@@ -35,8 +35,12 @@ MODES = ("strict", "official")
 DICT_TASKS = ("object_number", "object_color", "dynamic_object_number")
 #: Official mode sends no max_tokens (None), as eval.py sends none: the API's default, until the model stops.
 MAX_TOKENS = {"official": None, "strict": 512}
-#: A copied '{object: number}' the official validator accepts: one ':' and an integer after it.
-NUMBER_FIELD_PATTERN = r"^[^:]*:[ ]*[0-9]+[ ]*\}*$"
+#: A copied '{object: number}' the official validator accepts: one ':' and an integer after it. Every repeat is
+#: bounded: structured decoding ignores maxLength beside a pattern, and a small judge (SmolLM2-135M) otherwise fills an
+#: open run ('[^:]*', '.*') until max_tokens, so the reply is cut and never parses.
+NUMBER_FIELD_PATTERN = r"^[^:]{0,80}:[ ]{0,4}[0-9]{1,9}[ ]{0,4}\}{0,2}$"
+#: A copied '{object: color}': the official validator takes the text after the last ':'.
+COLOR_FIELD_PATTERN = r"^[^:]{0,80}:.{0,80}$"
 
 
 def flag(value) -> bool:
@@ -88,9 +92,9 @@ def _score_schema(task: str) -> str:
     props = {"score": {"type": "integer", "enum": [1, 0, -1]}, "reason": {"type": "string", "maxLength": 400}}
     copied = {"type": "string", "maxLength": 300}
     if task in ("object_number", "dynamic_object_number"):
-        copied = {"type": "string", "pattern": NUMBER_FIELD_PATTERN}  # xgrammar ignores maxLength beside a pattern
+        copied = {"type": "string", "pattern": NUMBER_FIELD_PATTERN}
     elif task == "object_color":
-        copied = {"type": "string", "pattern": "^[^:]*:.*$"}
+        copied = {"type": "string", "pattern": COLOR_FIELD_PATTERN}
     field = COPIED_FIELD[task]
     return json.dumps({"type": "object", "properties": {field: copied, **props},
                        "required": [field, "score", "reason"]})
