@@ -98,6 +98,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -208,15 +209,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     """python -m adapters.random_vlm_families FAMILY OUT_DIR [SEED]: build once and print the folder."""
     import argparse
 
-    from engine.exitcodes import OK
+    from engine.exitcodes import OK, USAGE
 
+    families = ", ".join(sorted(FAMILIES))
     parser = argparse.ArgumentParser(prog="python -m adapters.random_vlm_families",
                                      description="Build (or reuse) a tiny random-weight checkpoint of one VLM family "
                                                  "and print its folder.")
-    parser.add_argument("family", choices=sorted(FAMILIES))
+    parser.add_argument("family", metavar="FAMILY", help=f"one of {families}")
     parser.add_argument("out_dir", help="where to build it")
     parser.add_argument("seed", nargs="?", type=int, default=0, help="weight seed (default 0)")
-    args = parser.parse_args(argv)  # a bad argument: usage and exit 2 (engine.exitcodes.USAGE)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a bad argument (2): returned, as main's callers expect a code
+        return int(stop.code or 0)
+    if args.family not in FAMILIES:
+        parser.print_usage(sys.stderr)
+        print(f"{parser.prog}: FAMILY one of {families}; got {args.family!r}", file=sys.stderr)
+        return USAGE
     print(build_tiny_vlm(args.family, args.out_dir, seed=args.seed))
     return OK
 
