@@ -178,9 +178,10 @@ def test_per_video_counts_no_verdict_like_pooling_and_bad_average_is_an_error():
 
 
 def test_a_sweep_passes_average_to_the_metrics():
-    from engine.sweep.judge_stage import _metric_params
+    from engine.protocols.capquiz import PROTOCOL
 
-    assert _metric_params({"mode": "official", "average": "per_video", "prompts": "p.toml"}) == \
+    # the sweep's judge stage hands a cell's metrics exactly protocol.metric_params(cell params)
+    assert PROTOCOL.metric_params({"mode": "official", "average": "per_video", "prompts": "p.toml"}) == \
         {"mode": "official", "average": "per_video"}
 
 
