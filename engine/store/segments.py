@@ -44,6 +44,7 @@ import time
 import uuid
 import weakref
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -94,12 +95,22 @@ def write_parquet_atomic(table: pa.Table, path: str | Path, *, what: str = "a Pa
     """Write `table` to `path` via temp file + fsync + rename: the file is complete or absent, never half-written.
     Storage failures remove the temp file and raise StoreWriteError naming `path` and `what`. `options`: for
     pyarrow's write_table (default: zstd compression)."""
+    return _write_atomic(path, what, lambda f: pq.write_table(table, f, **({"compression": "zstd"} | options)))
+
+
+def write_text_atomic(text: str, path: str | Path, *, what: str) -> Path:
+    """Write `text` (UTF-8) to `path` as write_parquet_atomic writes a table: whole or absent; a storage failure
+    (disk full, read-only) removes the temp file and raises StoreWriteError naming `path` and `what`."""
+    return _write_atomic(path, what, lambda f: f.write(text.encode("utf-8")))
+
+
+def _write_atomic(path: str | Path, what: str, write: Callable[[BinaryIO], object]) -> Path:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "wb") as f:
-            pq.write_table(table, f, **({"compression": "zstd"} | options))
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         _fault_point(path)
@@ -110,29 +121,6 @@ def write_parquet_atomic(table: pa.Table, path: str | Path, *, what: str = "a Pa
         raise storage_error(exc, path, what) from exc
     except BaseException:
         _unlink_quietly(tmp)  # e.g. an Arrow error or Ctrl-C mid-write: no stray temp file
-        raise
-    return path
-
-
-def write_text_atomic(text: str, path: str | Path, *, what: str) -> Path:
-    """Write `text` (UTF-8) to `path` as write_parquet_atomic writes a table: whole or absent; a storage failure
-    (disk full, read-only) removes the temp file and raises StoreWriteError naming `path` and `what`."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        _fault_point(path)
-        os.replace(tmp, path)
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        _unlink_quietly(tmp)
-        raise storage_error(exc, path, what) from exc
-    except BaseException:
-        _unlink_quietly(tmp)
         raise
     return path
 
