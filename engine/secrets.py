@@ -131,10 +131,7 @@ def redact_text(text: str) -> str:
     REDACTED, and `name=value` / `name: value` pairs whose name is a secret name blanked."""
     if not isinstance(text, str) or not text:
         return text
-    text = redact_urls(text)
-    for value in _known_values():
-        if value in text:
-            text = text.replace(value, REDACTED)
+    text = redact_message(text)
     text = _SCHEME.sub(lambda m: f"{m.group('scheme')}{m.group('space')}{REDACTED}", text)
     return _PAIR.sub(_blank_pair, text)
 
