@@ -1,1 +1,1 @@
-"""Backends behind small protocols (adapters.base): judges and captioners."""
+"""Backends behind small protocols (capeval.adapters.base): judges and captioners."""

@@ -93,7 +93,7 @@ class CaptionRequest:
     temperature: float = 0.0
     seed: int = 0
     context: str | None = None  # LVCap segmental mode: captions of the previous segments
-    # "image": `frames` is ONE still image (engine.frames.images), to be sent as an image, never as a video
+    # "image": `frames` is ONE still image (capeval.engine.frames.images), to be sent as an image, never as a video
     media_type: str = "video"
     system: str | None = None  # system message of the prompt, when it has one (prompts read from packs)
     # the same frames already JPEG-encoded (one bytes object per frame) when the frame cache stores them so: a
@@ -118,7 +118,7 @@ class CaptionResponse:
     truncated: bool = False  # generation stopped at max_tokens (finish_reason "length"): flagged in the caption row
     frames_sent: int | None = None  # frames actually sent, when a backend cap reduced them (recorded, never silent)
     # as JudgeResponse.reasoning_tokens; `text` is the whole reply until the caption stage strips the reasoning
-    # (engine.reasoning.strip_caption), which keeps the whole reply in `raw_text`
+    # (capeval.engine.reasoning.strip_caption), which keeps the whole reply in `raw_text`
     reasoning_tokens: int | None = None
     raw_text: str | None = None
 
@@ -126,7 +126,7 @@ class CaptionResponse:
 @runtime_checkable
 class Judge(Protocol):
     """Optional attribute `max_in_flight` (int): the requests the backend takes at once, which the judge loop keeps
-    in flight (engine.judging.window.judge_window; its default is chosen per backend, docs/judges.md). A judge
+    in flight (capeval.engine.judging.window.judge_window; its default is chosen per backend, docs/judges.md). A judge
     without it gets the loop's default window."""
 
     name: str  # model name as recorded in verdicts

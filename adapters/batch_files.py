@@ -2,7 +2,7 @@
 
 Input: one JSON object per line, `{"custom_id": KEY, "method": "POST", "url": "/v1/chat/completions", "body": BODY}`.
 capeval writes the request key as `custom_id` and BODY as the very bytes the streaming judge would POST
-(`adapters.openai_http.OpenAIJudge.body`): the line is put together around the encoded body, never re-encoded, so a
+(`capeval.adapters.openai_http.OpenAIJudge.body`): the line is put together around the encoded body, never re-encoded, so a
 batch asks exactly what a stream would ask and the judgment cache may hold answers of either.
 
 Output and error files: one object per answered request, `{"custom_id", "response": {"status_code", "body"},
@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from typing import Iterable, Iterator
 
-from adapters.http_chat import encode_body
+from capeval.adapters.http_chat import encode_body
 
 CHAT_URL = "/v1/chat/completions"
 _LINE_HEAD = b'{"custom_id":'
@@ -34,7 +34,7 @@ def body_digest(body: bytes) -> str:
 class BatchLine:
     key: str  # the judge request's key, written as custom_id
     body_sha: str
-    unwrap: str | None  # the structured-output field to unwrap from the answer (adapters.openai_http)
+    unwrap: str | None  # the structured-output field to unwrap from the answer (capeval.adapters.openai_http)
     line: bytes  # the JSONL line, without its newline
 
 

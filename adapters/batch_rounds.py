@@ -6,7 +6,7 @@ steps alike), writes them as batch files (adapters/batch_files.py: the streaming
 provider run them, and yields each batch's answers when it is done; the loop parses, re-asks and caches them as it
 does a stream's, then hands over the next round. Subclasses are the providers: OpenAI's Batch API
 (adapters/openai_batch.py) and vLLM's offline runner (adapters/vllm_batch.py). They implement `settle`, `submit`,
-`poll` and `fetch` over `adapters.batch_state.BatchState`.
+`poll` and `fetch` over `capeval.adapters.batch_state.BatchState`.
 
 Before anything is sent, each request is looked up in the state: an answer downloaded earlier (same key, same body)
 is served at once; a request that a batch not yet collected holds waits for that batch (made by this process or by
@@ -27,12 +27,12 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
-from adapters.batch_files import BatchLine, batch_line, read_results, split
-from adapters.batch_state import BatchesPending, BatchState, no_wait
-from adapters.http_chat import RAW_REPLY_CHARS, Prices, TruncatedReply, parse_completion
-from adapters.openai_http import HTTPConfig, OpenAIJudge
-from engine.errors import AbortedError
+from capeval.adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
+from capeval.adapters.batch_files import BatchLine, batch_line, read_results, split
+from capeval.adapters.batch_state import BatchesPending, BatchState, no_wait
+from capeval.adapters.http_chat import RAW_REPLY_CHARS, Prices, TruncatedReply, parse_completion
+from capeval.adapters.openai_http import HTTPConfig, OpenAIJudge
+from capeval.engine.errors import AbortedError
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +94,7 @@ class _Waiting:
 
 
 class _ListFeed:
-    """adapters.base.RequestFeed over a fixed list (for `judge(batch)`)."""
+    """capeval.adapters.base.RequestFeed over a fixed list (for `judge(batch)`)."""
 
     def __init__(self, requests: Sequence[JudgeRequest]):
         self._items = deque(requests)

@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from engine import exitcodes
-from engine.errors import AbortedError
+from capeval.engine import exitcodes
+from capeval.engine.errors import AbortedError
 
 #: statuses after which a batch answers nothing more (OpenAI's; vLLM's runner ends `completed` or `failed`)
 TERMINAL = ("completed", "expired", "failed", "cancelled")

@@ -18,7 +18,7 @@ or the status), on the runner's thread: the judge loop's progress line counts th
 HTTP 401/403 is fatal for the whole run: the first request of a runner goes alone and the others wait for its first
 answer, but at most `connect_timeout_s` (a server refuses a key at once; a longer wait means it is generating, so a
 stalled first request holds nobody); once a 401/403 came back nothing more is sent; callers raise
-`adapters.base.BackendFatalError`. A stalled request holds only its own slot: each attempt has its own timeout, and
+`capeval.adapters.base.BackendFatalError`. A stalled request holds only its own slot: each attempt has its own timeout, and
 waiting for a connection slot is not counted in it (adapters/http_transport.py).
 """
 
@@ -35,10 +35,10 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
-from adapters.base import BackendFatalError
-from adapters.http_transport import (MAX_BODY_BYTES, ReplyTooLarge, TransportError, TransportTimeout, check_transport,
+from capeval.adapters.base import BackendFatalError
+from capeval.adapters.http_transport import (MAX_BODY_BYTES, ReplyTooLarge, TransportError, TransportTimeout, check_transport,
                                      check_url, make_transport)
-from engine.reasoning import wrap_reasoning
+from capeval.engine.reasoning import wrap_reasoning
 
 # The openai package's exception class for each status (openai._client._make_status_error), for error texts.
 STATUS_ERRORS = {400: "BadRequestError", 401: "AuthenticationError", 403: "PermissionDeniedError",
@@ -310,7 +310,7 @@ class ChatRunner:
 
     def stream(self, feed, max_in_flight: int, encode: Callable[[Any], tuple[bytes, str | None]]
                ) -> Iterator[tuple[Any, ChatResult]]:
-        """Bounded window over `feed` (adapters.base.RequestFeed): pulls `feed.take(room)` whenever fewer than
+        """Bounded window over `feed` (capeval.adapters.base.RequestFeed): pulls `feed.take(room)` whenever fewer than
         `max_in_flight` calls are outstanding, yields (request, result) in completion order. `encode(request)` ->
         (body, unwrap); a ValueError/TypeError from it is yielded at once as that request's error."""
         limit = max(1, int(max_in_flight))

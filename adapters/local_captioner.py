@@ -11,7 +11,7 @@ The prompt only changes verbosity: prompts that ask for something short ("brief"
 "short") get colours and counts only; every other prompt gets shapes, positions and motion as well. With `context`
 (LVCap segmental mode) the caption says it continues the previous segments.
 
-Questions (CAPability-QA: a request with `question`, adapters.base.CaptionRequest) are answered from the same
+Questions (CAPability-QA: a request with `question`, capeval.adapters.base.CaptionRequest) are answered from the same
 description (`answer_question`): a multiple-choice question gets the letter of the option its caption supports, an
 open one the part of the caption about the quoted subject. With `answers=FILE` (JSONL lines {"task", "item_id",
 "sub_index" (optional), "text"}) it answers from that script instead, so tests know every answer in advance; a
@@ -29,9 +29,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from adapters.base import CaptionRequest, CaptionResponse
-from engine.params import Param
-from engine.registry import register_captioner
+from capeval.adapters.base import CaptionRequest, CaptionResponse
+from capeval.engine.params import Param
+from capeval.engine.registry import register_captioner
 
 #: Named colours (RGB); a blob gets the nearest name. Covers what the synthetic videos draw.
 PALETTE: dict[str, tuple[int, int, int]] = {
@@ -216,7 +216,7 @@ class LocalCaptioner:
                  answers: str | None = None, **_: object):
         """latency_s: seconds each caption takes on top of the pixel statistics (a stand-in for a model's generation
         time, for benchmarks and tests of stage overlap). max_in_flight: captions one caption actor works on at
-        once (adapters.base.StreamingCaptioner; the latency waits overlap, the pixel statistics share the GIL).
+        once (capeval.adapters.base.StreamingCaptioner; the latency waits overlap, the pixel statistics share the GIL).
         answers: a JSONL script of answers to questions (see the module docstring)."""
         self.name = name
         self.latency_s = float(latency_s)

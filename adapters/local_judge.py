@@ -17,10 +17,10 @@ from typing import Sequence
 
 import numpy as np
 
-from adapters import local_judge_lvcap, local_judge_lvcap_gt
-from adapters.base import JudgeRequest, JudgeResponse
-from adapters.local_judge_text import overlap, sentences, stem, words
-from engine.registry import register_judge
+from capeval.adapters import local_judge_lvcap, local_judge_lvcap_gt
+from capeval.adapters.base import JudgeRequest, JudgeResponse
+from capeval.adapters.local_judge_text import overlap, sentences, stem, words
+from capeval.engine.registry import register_judge
 
 # task -> (t_hi, t_lo, code between, code below) for "is X mentioned" tasks; feature = max(cosine, word overlap).
 CALIBRATION: dict[str, tuple[float, float, int, int]] = {  # fitted on qwen2.5vl_7b, 150 items per task
@@ -272,7 +272,7 @@ def _capability(task: str, f: dict, caption: str, emb: _Embeddings) -> str:
     """A CAPability reply that both the official parser (a Python literal: only strings and integers, no
     true/false/null) and capeval's strict parser accept: the copied annotation field, score and reason, or pred
     (exact category names from the request) and reason."""
-    from engine.protocols.capability.official import COPIED_FIELD
+    from capeval.engine.protocols.capability.official import COPIED_FIELD
 
     if "categories" in f:
         pred = _classify(task, caption, json.loads(f["categories"]))

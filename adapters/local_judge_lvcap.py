@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 
-from adapters.local_judge_text import NEGATIONS, overlap, pick, sentences, words
+from capeval.adapters.local_judge_text import NEGATIONS, overlap, pick, sentences, words
 
 SUPPORT = 0.6
 RELATED = 0.35
@@ -90,7 +90,7 @@ def _event_match(request, embedder) -> str:
 
 
 def answer(request, embedder=None) -> str:
-    """Reply text for one LVCap/AutoDQ request (adapters.base.JudgeRequest)."""
+    """Reply text for one LVCap/AutoDQ request (capeval.adapters.base.JudgeRequest)."""
     _, _task, step = (request.task.split("/") + ["", "", ""])[:3]
     f = request.fields
     caption = f.get("caption", "")

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 import re
 
-from adapters.local_judge_lvcap import extract_events
-from adapters.local_judge_text import overlap
+from capeval.adapters.local_judge_lvcap import extract_events
+from capeval.adapters.local_judge_text import overlap
 
 MERGE = 0.95
 _TIMES = re.compile(r"\s*\(from [\d.]+ s to [\d.]+ s\)")
@@ -71,7 +71,7 @@ def _paper_qa(scenes: list[dict], n: int) -> str:
 
 
 def answer(request) -> str:
-    """Reply text for one `lvcap/gt/<step>` request (adapters.base.JudgeRequest)."""
+    """Reply text for one `lvcap/gt/<step>` request (capeval.adapters.base.JudgeRequest)."""
     step = (request.task.split("/") + ["", "", ""])[2]
     f = request.fields
     paper = f.get("reply_format") == "paper"

@@ -12,7 +12,7 @@ Every step is recorded in the state (adapters/batch_state.py) before the next is
   by its name, `capeval-<sha>.jsonl`).
 
 Params: every option of the streaming `openai` judge (model, base_url, api_key_env, structured, prices, ...) plus
-`adapters.batch_rounds.BatchOptions` (state_dir, round_requests, max_file_requests, max_file_bytes, poll_s,
+`capeval.adapters.batch_rounds.BatchOptions` (state_dir, round_requests, max_file_requests, max_file_bytes, poll_s,
 poll_max_s, max_unknown_polls, batch_discount, wait) and `completion_window` ("24h").
 
 A batch whose status capeval does not know (none of the Batch API's documented statuses) is polled at most
@@ -25,13 +25,13 @@ from __future__ import annotations
 import logging
 import time
 
-from adapters.base import BackendFatalError
-from adapters.batch_files import CHAT_URL, BatchLine, file_bytes, file_digest
-from adapters.batch_rounds import BatchJudge, BatchOptions, http_params
-from adapters.batch_state import KNOWN_STATUSES, TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
-from adapters.openai_http import HTTPConfig
-from engine.registry import register_judge
-from engine.secrets import redact_url
+from capeval.adapters.base import BackendFatalError
+from capeval.adapters.batch_files import CHAT_URL, BatchLine, file_bytes, file_digest
+from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params
+from capeval.adapters.batch_state import KNOWN_STATUSES, TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
+from capeval.adapters.openai_http import HTTPConfig
+from capeval.engine.registry import register_judge
+from capeval.engine.secrets import redact_url
 
 log = logging.getLogger(__name__)
 

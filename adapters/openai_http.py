@@ -1,8 +1,8 @@
 """OpenAI-compatible HTTP backends: a judge (`OpenAIJudge`) and a multimodal captioner (`OpenAICaptioner`).
 
-Both build /chat/completions bodies and hand them to `adapters.http_chat.ChatRunner` (private event-loop thread,
+Both build /chat/completions bodies and hand them to `capeval.adapters.http_chat.ChatRunner` (private event-loop thread,
 an aiohttp keep-alive connection pool, the openai SDK's retry rules, 401/403 fatal). The judge also streams
-(`stream(feed, max_in_flight)`, adapters.base.StreamingJudge): a bounded window with no batch barrier. Failures are
+(`stream(feed, max_in_flight)`, capeval.adapters.base.StreamingJudge): a bounded window with no batch barrier. Failures are
 reported per request; a batch never raises for one request (only BackendFatalError, for the whole run).
 
 Message layout: system (when given), then one user message whose content lists the images first and the text last,
@@ -25,10 +25,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from adapters.base import BackendFatalError, CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
-from adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, Unwrap, encode_body, retry_after_s
-from adapters.http_transport import MAX_BODY_BYTES, check_transport, check_url
-from engine.registry import register_captioner, register_judge
+from capeval.adapters.base import BackendFatalError, CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
+from capeval.adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, Unwrap, encode_body, retry_after_s
+from capeval.adapters.http_transport import MAX_BODY_BYTES, check_transport, check_url
+from capeval.engine.registry import register_captioner, register_judge
 
 __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "subsample_indices", "user_content"]
 
@@ -85,7 +85,7 @@ class HTTPConfig:
         check_http_config(self)
 
     def resolved_base_url(self) -> str:
-        from engine.secrets import redact_url
+        from capeval.engine.secrets import redact_url
 
         redact_url(self.base_url)  # a key inside the URL is remembered: blanked from every record and log line
         return self.base_url or "https://api.openai.com/v1"
@@ -96,7 +96,7 @@ class HTTPConfig:
         return DEFAULT_WINDOW_SERVER if self.base_url else DEFAULT_WINDOW_OPENAI
 
     def resolved_api_key(self) -> str:
-        from engine.secrets import remember_secret
+        from capeval.engine.secrets import remember_secret
 
         if self.api_key_env and not self.api_key and not os.environ.get(self.api_key_env):
             # named on purpose: falling back to another variable would send a key the user did not choose
@@ -138,7 +138,7 @@ def check_http_config(cfg: HTTPConfig) -> None:
     that is not http(s), an unknown structured mode or transport, an empty model name."""
     if not isinstance(cfg.model, str) or not cfg.model.strip():
         raise HTTPConfigError("model", f"expected a model name, got {cfg.model!r}")
-    from engine.reasoning import ReasoningTagsError, parse_tags
+    from capeval.engine.reasoning import ReasoningTagsError, parse_tags
 
     try:
         parse_tags(cfg.reasoning_tags)
@@ -231,8 +231,8 @@ class _HTTPBackend:
 
     @property
     def max_in_flight(self) -> int:
-        """Requests at the server at once (the connection pool): the judge loop's window (adapters.base.Judge), the
-        caption stage's window per actor (adapters.base.StreamingCaptioner)."""
+        """Requests at the server at once (the connection pool): the judge loop's window (capeval.adapters.base.Judge), the
+        caption stage's window per actor (capeval.adapters.base.StreamingCaptioner)."""
         return self.config.resolved_max_in_flight()
 
     def watch_retries(self, callback) -> None:
@@ -310,7 +310,7 @@ class OpenAIJudge(_HTTPBackend):
                 for i, r in enumerate(requests)]
 
     def stream(self, feed, max_in_flight: int | None = None) -> Iterator[JudgeResponse]:
-        """adapters.base.StreamingJudge: at most `max_in_flight` requests outstanding (default: the config's, the
+        """capeval.adapters.base.StreamingJudge: at most `max_in_flight` requests outstanding (default: the config's, the
         connection pool's size; more than that is a ValueError: the pool cannot hold them), responses in completion
         order. Raises BackendFatalError (after the requests in flight) on HTTP 401/403."""
         limit = int(max_in_flight or self.max_in_flight)
@@ -364,7 +364,7 @@ class OpenAICaptioner(_HTTPBackend):
     `prompt` is the whole question with its options, the frames go before it, and the reply is the answer; the
     question's fields are not sent."""
 
-    actor_cpus = 0  # a caption actor waits on the server: it reserves no core (engine.stages.caption.actor_cpus)
+    actor_cpus = 0  # a caption actor waits on the server: it reserves no core (capeval.engine.stages.caption.actor_cpus)
 
     def _body(self, r: CaptionRequest) -> tuple[bytes, int, str | None]:
         frames = np.asarray(r.frames)
@@ -392,7 +392,7 @@ class OpenAICaptioner(_HTTPBackend):
         return encode_body(body), len(idx), note
 
     async def acaption(self, request: CaptionRequest) -> HTTPCaptionResponse:
-        """adapters.base.StreamingCaptioner: one request on the shared ChatRunner (its retries, timeouts and 401/403
+        """capeval.adapters.base.StreamingCaptioner: one request on the shared ChatRunner (its retries, timeouts and 401/403
         rule), awaited from the caller's event loop (the caption actor's). Failures come back as the response's
         `error`; a 401/403 too (every later request then fails at once with it, unsent)."""
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.random_vlm_families import HEAD_DIM, randomize_and_save, rename_weights, text_dims, tokenizer_for
+from capeval.adapters.random_vlm_families import HEAD_DIM, randomize_and_save, rename_weights, text_dims, tokenizer_for
 
 # ---- LLaVA-OneVision / LLaVA-NeXT-Video: a SigLIP/CLIP tower, one <video> placeholder, pooled frame features -----
 LLAVA_SPECIAL_TOKENS = ["<unk>", "<s>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]

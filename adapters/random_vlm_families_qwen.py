@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adapters.random_vlm_families import HEAD_DIM, randomize_and_save, text_dims, tokenizer_for
+from capeval.adapters.random_vlm_families import HEAD_DIM, randomize_and_save, text_dims, tokenizer_for
 
 # ---- Qwen2-VL / Qwen2.5-VL / Qwen3-VL: ChatML with <|vision_start|><|video_pad|><|vision_end|> placeholders -------
 QWEN_SPECIAL_TOKENS = [

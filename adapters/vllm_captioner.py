@@ -1,6 +1,6 @@
 """vLLM offline-engine captioner ("vllm"): frames in as one video (or as images), captions streamed out.
 
-One instance holds one `vllm.LLM` and feeds it continuously: `acaption(request)` (adapters.base.StreamingCaptioner)
+One instance holds one `vllm.LLM` and feeds it continuously: `acaption(request)` (capeval.adapters.base.StreamingCaptioner)
 hands the request to the engine thread, which adds it to the running engine at once (`LLM.enqueue`) and steps the
 engine while anything is unfinished, so vLLM's scheduler batches whatever is in flight (up to `max_num_seqs`) and a
 finished caption frees its slot for the next request without waiting for the others. `max_in_flight` (default 256)
@@ -41,11 +41,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from adapters.base import CaptionRequest, CaptionResponse
-from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
-from adapters.vlm_video_inputs import check_frames, video_input
-from engine.params import Param
-from engine.registry import register_captioner
+from capeval.adapters.base import CaptionRequest, CaptionResponse
+from capeval.adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
+from capeval.adapters.vlm_video_inputs import check_frames, video_input
+from capeval.engine.params import Param
+from capeval.engine.registry import register_captioner
 
 DEFAULT_MAX_IN_FLIGHT = 256
 # model_type of families whose vLLM 0.32 model crashes the whole engine when videos of different frame counts are
@@ -241,7 +241,7 @@ class VLLMCaptioner:
 
     @classmethod
     def static_revision(cls, params: dict) -> str:
-        """Used for content keys before the engine is loaded (engine.sweep.runner.component_revision)."""
+        """Used for content keys before the engine is loaded (capeval.engine.sweep.runner.component_revision)."""
         return params.get("revision") or _model_revision(params["model"])
 
     # -- prompts ----------------------------------------------------------------------------------------------------

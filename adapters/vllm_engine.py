@@ -29,10 +29,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from adapters.base import JudgeRequest, JudgeResponse
-from adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
-from engine.params import Param
-from engine.registry import register_judge
+from capeval.adapters.base import JudgeRequest, JudgeResponse
+from capeval.adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
+from capeval.engine.params import Param
+from capeval.engine.registry import register_judge
 
 # Files that define what a local model computes; their bytes make the default revision.
 _REVISION_GLOBS = ("config.json", "generation_config.json", "*.safetensors", "*.bin", "tokenizer*.json", "*.model")
@@ -130,7 +130,7 @@ class VLLMJudge:
         self._default_sampling = {k: v for k, v in defaults.items()
                                   if k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")}
         self._stream_ids = 0
-        # The judge loop's window (engine.judging.window.judge_window): twice the engine's batch (max_num_seqs, as
+        # The judge loop's window (capeval.engine.judging.window.judge_window): twice the engine's batch (max_num_seqs, as
         # vLLM chose it for this device), so that a finished sequence's slot is taken by a request already waiting
         # in the engine at the next step, while new requests are rendered and tokenized between steps.
         self.max_in_flight = max_in_flight or 2 * int(self._llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)

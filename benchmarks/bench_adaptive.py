@@ -41,7 +41,7 @@ def simulate_stats(n_videos: int, rng: np.random.Generator, spec) -> tuple[np.nd
     """(systems, videos, 1 task, S) CapQuiz statistics per video from simulated verdict rows, and items per video."""
     import polars as pl
 
-    from engine.protocols.capquiz.codes import CapQuizVerdict
+    from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
 
     effects = np.concatenate([[0.0], EFFECTS])
     k = rng.integers(4, 17, n_videos)
@@ -66,7 +66,7 @@ def simulate_stats(n_videos: int, rng: np.random.Generator, spec) -> tuple[np.nd
 def one_run(stats: np.ndarray, items: np.ndarray, pairs: list[tuple[int, int]], statistic, dspec, span: float,
             rng: np.random.Generator) -> dict:
     """The adaptive run on one set of simulated verdicts, scored against the full run of the same verdicts."""
-    from engine.sweep.decide import OPEN, Decider, agrees, round_sizes
+    from capeval.engine.sweep.decide import OPEN, Decider, agrees, round_sizes
 
     n_sys, n_videos = stats.shape[:2]
     order = rng.permutation(n_videos)
@@ -94,8 +94,8 @@ def one_run(stats: np.ndarray, items: np.ndarray, pairs: list[tuple[int, int]], 
 
 
 def run(n_videos: int, repeats: int, delta: float, alpha: float, all_pairs: bool, seed: int = 0) -> dict:
-    from engine.registry import lookup
-    from engine.sweep.decide import ALL_PAIRS, DecideSpec, metric_span, metric_statistic, plan_pairs
+    from capeval.engine.registry import lookup
+    from capeval.engine.sweep.decide import ALL_PAIRS, DecideSpec, metric_span, metric_statistic, plan_pairs
 
     spec = lookup("protocol", "capquiz").paired_spec("strict")
     statistic = metric_statistic(spec, "CapF1")

@@ -29,7 +29,7 @@ BATCH = 4
 
 
 def _model_dir() -> Path:
-    from adapters.random_vlm_families import build_tiny_vlm
+    from capeval.adapters.random_vlm_families import build_tiny_vlm
 
     cache = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[1] / ".capeval" / "models"))
     return build_tiny_vlm(FAMILY, cache / f"tiny-{FAMILY.replace('_', '-')}")
@@ -37,7 +37,7 @@ def _model_dir() -> Path:
 
 def requests(n: int, seed: int = 0, tag: str = "r") -> list:
     """n caption requests, each with its own random 4-frame video and a caption length drawn per request."""
-    from adapters.base import CaptionRequest
+    from capeval.adapters.base import CaptionRequest
 
     rng = np.random.default_rng(seed)
     lengths = np.clip(np.round(24 * np.exp(0.6 * rng.standard_normal(n))), 4, 96).astype(int)
@@ -77,7 +77,7 @@ def vllm_section(quick: bool = True, say=lambda m: None, engine_kwargs: dict | N
     # vLLM logs to stdout, where `capeval bench caption --json` prints its JSON: only errors, unless asked otherwise
     # (takes effect when vLLM is first imported, which is here in a bench process)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    from adapters.vllm_captioner import VLLMCaptioner
+    from capeval.adapters.vllm_captioner import VLLMCaptioner
 
     n = 32 if quick else 128
     say(f"vllm: building/loading the tiny {FAMILY} ...")
@@ -109,7 +109,7 @@ if __name__ == "__main__":
     import json
     import sys
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_caption_vllm",
+    parser = argparse.ArgumentParser(prog="python -m capeval.benchmarks.bench_caption_vllm",
                                      description="The vLLM captioner's batch loop against its stream (one JSON object).")
     parser.add_argument("--quick", action="store_true", help="a small workload")
     args = parser.parse_args()

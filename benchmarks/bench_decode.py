@@ -4,7 +4,7 @@ Measured on one generated H.264 clip with B-frames as x264 writes them by defaul
 full: 120 s 1280x720 25 fps, keyframe every 2 s; --quick: 60 s 320x180), cached under the temp dir so it is
 encoded once:
 
-* uniform_s       engine.frames.decode_frames, 32 uniform frames (seek to a keyframe only across GOPs; frames
+* uniform_s       capeval.engine.frames.decode_frames, 32 uniform frames (seek to a keyframe only across GOPs; frames
                   no other frame references are skipped on the way to a target, skip_frame=NONREF)
 * uniform_no_skip_s  the same without that skipping (skip_nonref=False): what the skipping buys
 * decode_all_s    what lmms-eval's / vLLM's PyAV loaders do: decode every frame, convert the picked ones
@@ -34,7 +34,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from engine.datasets.synthetic_videos import make_video
+from capeval.engine.datasets.synthetic_videos import make_video
 
 TARGETS = {"speedup_vs_all": 10.0, "ratio_to_lower_bound": 1.5, "ray_scaling": 1.7}
 
@@ -126,8 +126,8 @@ RAY_SIZE = 448
 def _ray_scaling(videos: list[Path], spec: str, work: Path, repeats: int) -> dict:
     import ray
 
-    from engine.frames.ray_decode import DecodePool
-    from engine.ray_local import init_ray
+    from capeval.engine.frames.ray_decode import DecodePool
+    from capeval.engine.ray_local import init_ray
 
     started = not ray.is_initialized()
     if started:
@@ -163,7 +163,7 @@ def _ray_scaling(videos: list[Path], spec: str, work: Path, repeats: int) -> dic
 
 def _compare(clip: Path, spec: str, repeats: int) -> dict:
     """Our decoder vs decode-all vs the lower bound for one spec; all three must return the same pixels."""
-    from engine.frames.decode import decode_frames
+    from capeval.engine.frames.decode import decode_frames
 
     ours = decode_frames(clip, spec)  # warm-up; its timestamps define the frames every method must return
     keep = ours.timestamps

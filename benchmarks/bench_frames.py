@@ -1,12 +1,12 @@
 """`capeval bench frames [--json] [--quick]`: frame cache bytes and JPEG cost per frame on natural-like video.
 
-    capeval bench frames [--json] [--quick]     (or: python -m benchmarks.bench_frames)
+    capeval bench frames [--json] [--quick]     (or: python -m capeval.benchmarks.bench_frames)
 
 The demo's synthetic videos (flat shapes on a flat background) compress ~10x better than camera footage, so the
 disk projection in docs/frames.md is measured here on `make_textured_video`: a 1/f ("pink") noise field, the
 power spectrum natural images have, panned across the frame, plus sensor noise (sigma 2), encoded as H.264 at
-CRF 20. For each decode size (engine.frames.sizes) it decodes `uniform:N` from a 1080p clip, encodes the frames
-as the cache does (Pillow JPEG at engine.frames.shards.JPEG_QUALITY) and reports bytes per frame, the share of
+CRF 20. For each decode size (capeval.engine.frames.sizes) it decodes `uniform:N` from a 1080p clip, encodes the frames
+as the cache does (Pillow JPEG at capeval.engine.frames.shards.JPEG_QUALITY) and reports bytes per frame, the share of
 raw 1080p RGB bytes, and encode / decode milliseconds per frame (best of 3, one thread).
 """
 
@@ -77,9 +77,9 @@ def _best_ms(fn, repeats: int = 3) -> float:
 
 
 def measure(clip: Path, size, frames: int = 16, quality: int | None = None) -> dict:
-    from engine.frames.decode import decode_frames
-    from engine.frames.shards import JPEG_QUALITY, decode_jpegs, encode_jpegs
-    from engine.frames.sizes import size_text
+    from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.frames.shards import JPEG_QUALITY, decode_jpegs, encode_jpegs
+    from capeval.engine.frames.sizes import size_text
 
     quality = JPEG_QUALITY if quality is None else quality
     result = decode_frames(clip, f"uniform:{frames}", size, threads=1)
@@ -94,7 +94,7 @@ def measure(clip: Path, size, frames: int = 16, quality: int | None = None) -> d
 
 
 def run(quick: bool = False) -> dict:
-    from engine.frames.sizes import DEFAULT_SIZE
+    from capeval.engine.frames.sizes import DEFAULT_SIZE
 
     with tempfile.TemporaryDirectory() as tmp:
         clip = make_textured_video(Path(tmp) / "textured_1080p.mp4", seconds=1.0 if quick else 2.0)

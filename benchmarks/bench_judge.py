@@ -56,7 +56,7 @@ def capability_workload(data: Path, n_items: int, trials: int, seed: int = 0, sp
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from benchmarks.judge_endpoint import build_requests, read_inputs
+    from capeval.benchmarks.judge_endpoint import build_requests, read_inputs
 
     class _Judge:
         name = revision = "smollm2-bench"
@@ -117,7 +117,7 @@ def prefix_cache_ceiling(prompts: list[list[int]], block_size: int) -> float:
 
 
 def _run(judge, requests, *, stream: bool, window: int) -> tuple[list, float]:
-    from benchmarks.judge_endpoint import _ListFeed
+    from capeval.benchmarks.judge_endpoint import _ListFeed
 
     t0 = time.perf_counter()
     if stream:
@@ -154,7 +154,7 @@ def engine_dtype() -> str:
 def _bench_judge_class():
     """VLLMJudge with `skip_cache_reads`: when set, every request skips the prefix-cache lookup (vLLM's per-request
     `SamplingParams.skip_reading_prefix_cache`), so one engine also serves the uncached baseline."""
-    from adapters.vllm_engine import VLLMJudge
+    from capeval.adapters.vllm_engine import VLLMJudge
 
     class BenchVLLMJudge(VLLMJudge):
         skip_cache_reads = False
@@ -175,7 +175,7 @@ def _skips_cache_reads_per_request() -> bool:
 
 
 def vllm_section(data: Path, quick: bool, model_dir: Path | None, say) -> dict:
-    from adapters.smollm2 import build_smollm2
+    from capeval.adapters.smollm2 import build_smollm2
 
     # --quick: 4 items (16 prompts: the first 4 of the full run's draw), one engine for both phases. The share of
     # prompt tokens a cache can serve hardly depends on the item count up to a dozen items (ceiling 0.729-0.739 for
@@ -268,12 +268,12 @@ def vllm_section(data: Path, quick: bool, model_dir: Path | None, say) -> dict:
 
 def _lazy(name: str, quick: bool) -> dict:
     try:
-        import benchmarks.bench_streaming as bs
+        import capeval.benchmarks.bench_streaming as bs
     except ImportError as exc:
         return {"note": f"not available: {exc}"}
     fn = getattr(bs, name, None)
     if fn is None:
-        return {"note": f"not available: benchmarks.bench_streaming.{name} is missing"}
+        return {"note": f"not available: capeval.benchmarks.bench_streaming.{name} is missing"}
     try:
         return fn(quick)
     except Exception as exc:  # noqa: BLE001 - report, keep the other sections
@@ -281,7 +281,7 @@ def _lazy(name: str, quick: bool) -> dict:
 
 
 def http_section(quick: bool) -> dict:
-    from benchmarks.http_loopback import measure_http_client, measure_sdk
+    from capeval.benchmarks.http_loopback import measure_http_client, measure_sdk
 
     n = 3000 if quick else 10000
     ours = measure_http_client(in_flight=256, n_requests=n)
@@ -314,7 +314,7 @@ def section_runners(args, say) -> dict:
 
 
 def _sweep_section(quick: bool) -> dict:
-    from benchmarks.bench_sweep import sweep
+    from capeval.benchmarks.bench_sweep import sweep
 
     return sweep(quick)
 
@@ -322,7 +322,7 @@ def _sweep_section(quick: bool) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a == "--judge" or a.startswith("--judge=") for a in argv):  # the user's own judge
-        from benchmarks.judge_endpoint import main as endpoint_main
+        from capeval.benchmarks.judge_endpoint import main as endpoint_main
 
         return endpoint_main(argv)
     p = argparse.ArgumentParser(prog="capeval bench judge", description=__doc__.split("\n\n")[0],
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(f"[bench judge] {msg}", file=sys.stderr, flush=True)
 
-    from benchmarks.judge_endpoint import stdout_to_stderr
+    from capeval.benchmarks.judge_endpoint import stdout_to_stderr
 
     runners = section_runners(args, say)
     t_start = time.perf_counter()

@@ -12,7 +12,7 @@ Streaming judge loop benchmarks (issue 11), as functions returning dicts (wired 
   cache and commit thread and the protocol's parser included; building the requests is not counted), the parser's
   share measured alone on a sample, and the process's peak RSS.
 
-`capeval bench streaming [--quick] [streaming|overhead|scale]` (or `python -m benchmarks.bench_streaming`) prints
+`capeval bench streaming [--quick] [streaming|overhead|scale]` (or `python -m capeval.benchmarks.bench_streaming`) prints
 the JSON.
 """
 
@@ -38,8 +38,8 @@ def capability_requests(n: int, judge: str = "bench-judge", revision: str = "r1"
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine.protocols.capability.release import load_captions, load_items
-    from engine.registry import lookup
+    from capeval.engine.protocols.capability.release import load_captions, load_items
+    from capeval.engine.registry import lookup
 
     items, captions = _release(load_items, load_captions)
     protocol = lookup("protocol", "capability")
@@ -74,7 +74,7 @@ class InstantJudge:
     name, revision = "bench-judge", "r1"
 
     def stream(self, feed, max_in_flight):
-        from adapters.base import JudgeResponse
+        from capeval.adapters.base import JudgeResponse
 
         while True:
             batch = feed.take(max_in_flight)
@@ -92,7 +92,7 @@ class InstantJudge:
         return '{"object_number": "thing: 2", "object_color": "thing: red", "score": 1, "reason": "instant"}'
 
     def judge(self, requests):
-        from adapters.base import JudgeResponse
+        from capeval.adapters.base import JudgeResponse
 
         return [JudgeResponse(r.key, self._text(r), prompt_tokens=len(r.user) // 4, completion_tokens=12)
                 for r in requests]
@@ -107,7 +107,7 @@ class _Schema:
 
 
 def overhead(quick: bool = True) -> dict:
-    from engine.judging.runner import run_judging
+    from capeval.engine.judging.runner import run_judging
 
     n = 100_000 if quick else 300_000
     protocol, reqs = capability_requests(n)
@@ -171,15 +171,15 @@ def scale(n: int = 1_000_000, *, batch_rows: int = 65_536) -> dict:
 
     import pyarrow.parquet as pq
 
-    from engine.judging.runner import run_judging
-    from engine.registry import lookup
+    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.registry import lookup
 
     with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
         # built in a child process: loading the release leaves this process's heap untouched, so the peak RSS
         # below is what the engine needs (the batches it holds, the verdicts it builds). Row groups of batch_rows:
         # Parquet is read a row group at a time, so a file of one huge row group would be read whole.
         path = Path(tmp) / "requests.parquet"
-        code = ("import sys, pyarrow.parquet as pq; from benchmarks.bench_streaming import scale_requests; "
+        code = ("import sys, pyarrow.parquet as pq; from capeval.benchmarks.bench_streaming import scale_requests; "
                 f"pq.write_table(scale_requests({int(n)})[1], {str(path)!r}, row_group_size={int(batch_rows)})")
         subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parents[1])
         protocol = lookup("protocol", "capability")
@@ -218,10 +218,10 @@ def _old_barrier_loop(judge, requests, batch: int) -> int:
 
 
 def streaming(quick: bool = True) -> dict:
-    from adapters.openai_http import OpenAIJudge
-    from benchmarks.loopback_server import FaultConfig, LoopbackServer
-    from engine.judging.requests import to_judge_request
-    from engine.judging.runner import run_judging
+    from capeval.adapters.openai_http import OpenAIJudge
+    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from capeval.engine.judging.requests import to_judge_request
+    from capeval.engine.judging.runner import run_judging
 
     n = 3000 if quick else 6000
     n_barrier = 320 if quick else 1280  # a rate: 5 rounds of 64 show the barrier's cost
@@ -265,7 +265,7 @@ def streaming(quick: bool = True) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.bench_streaming", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m capeval.benchmarks.bench_streaming", description=__doc__.split("\n\n")[0])
     p.add_argument("which", nargs="*", default=["overhead", "streaming"], choices=["overhead", "streaming", "scale"])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--requests", type=int, default=1_000_000, help="for scale")

@@ -14,7 +14,7 @@ which is where overlapping matters most: stage after stage takes their sum, over
 what neither can overlap (starting the caption actor, the last answers, the cells' metrics). Each run writes to a
 fresh folder (nothing cached); runs alternate.
 
-`capeval bench sweep [--quick]` (or `python -m benchmarks.bench_sweep`) prints the JSON.
+`capeval bench sweep [--quick]` (or `python -m capeval.benchmarks.bench_sweep`) prints the JSON.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ overlap = {"true" if overlap else "false"}
 
 def _items(root: Path, n_videos: int) -> Path:
     """Generated videos and their CapQuiz items as an items table (both runs read the same files)."""
-    from engine.datasets.kinds.synthetic import load
+    from capeval.engine.datasets.kinds.synthetic import load
 
     loaded = load({"n_videos": n_videos, "seed": 11, "duration_s": 1.0}, base_dir=root, out_dir=root / "data",
                   name="shapes")
@@ -79,7 +79,7 @@ def sweep(quick: bool = True, *, n_videos: int | None = None, repeats: int | Non
     """Both runs `repeats` times (medians); `n_videos`/`repeats` override the quick/full sizes (tests use tiny ones)."""
     import ray
 
-    from engine.ray_local import init_ray
+    from capeval.engine.ray_local import init_ray
 
     n_videos = n_videos or (24 if quick else 48)
     repeats = repeats or (1 if quick else 2)
@@ -93,9 +93,9 @@ def sweep(quick: bool = True, *, n_videos: int | None = None, repeats: int | Non
 
 
 def _measure(n_videos: int, repeats: int, caption_latency_s: float) -> dict:
-    from benchmarks.loopback_server import FaultConfig, LoopbackServer
-    from engine.sweep.config import load_sweep
-    from engine.sweep.runner import run_sweep
+    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
     times: dict[bool, list[float]] = {True: [], False: []}
     counts: dict[bool, dict] = {}
@@ -125,7 +125,7 @@ def _measure(n_videos: int, repeats: int, caption_latency_s: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.bench_sweep")
+    ap = argparse.ArgumentParser(prog="python -m capeval.benchmarks.bench_sweep")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     print(json.dumps({"sweep": sweep(args.quick)}, indent=2))

@@ -21,8 +21,8 @@ import sys
 import time
 from pathlib import Path
 
-from adapters.base import StreamingJudge
-from adapters.http_chat import Prices
+from capeval.adapters.base import StreamingJudge
+from capeval.adapters.http_chat import Prices
 
 PLACEHOLDER_CAPTION = ("A placeholder caption standing in for a model's description of this video: a person walks "
                        "across a room, picks up a cup from a wooden table, looks toward the window and sits down, "
@@ -42,28 +42,28 @@ def _pct(values: list[float], q: float) -> float | None:
 def read_inputs(items_path: Path, captions_path: Path | None, protocol: str):
     """ITEMS and CAPTIONS tables: a CAPability release folder/file, or a user's JSONL/CSV/Parquet file
     (engine/inputs/tables.py). Without captions, each video gets one placeholder caption (shape-only workload)."""
-    from engine.protocols.capability import release as capability
+    from capeval.engine.protocols.capability import release as capability
 
     if capability.is_release_file(items_path):
         items = capability.load_items(items_path)
     else:
-        from engine.inputs.tables import read_items
+        from capeval.engine.inputs.tables import read_items
 
         items = read_items(items_path, benchmark=protocol, resolve_media=False)
     if captions_path is None:
         return _placeholder_captions(items)
     if Path(captions_path).is_dir():
         return items, capability.load_captions(captions_path, items), str(captions_path)
-    from engine.inputs.tables import read_captions
+    from capeval.engine.inputs.tables import read_captions
 
     return items, read_captions(captions_path), str(captions_path)
 
 
 def build_requests(protocol_name: str, items, captions, judge, params: dict, seeds=(0,)) -> list:
     """First-step JudgeRequests, in the protocol's order (requests sharing a caption adjacent)."""
-    from engine.judging.requests import to_judge_request
-    from engine.protocols.base import parse_context
-    from engine.registry import lookup
+    from capeval.engine.judging.requests import to_judge_request
+    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.registry import lookup
 
     protocol = lookup("protocol", protocol_name)
     table = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
@@ -78,8 +78,8 @@ def build_requests(protocol_name: str, items, captions, judge, params: dict, see
 
 def no_requests_reason(protocol_name: str, items_path, items, captions, params: dict) -> str:
     """Why a protocol gave no request to send for these inputs, in words the user can act on."""
-    from engine.protocols.base import parse_context
-    from engine.registry import lookup
+    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.registry import lookup
 
     protocol = lookup("protocol", protocol_name)
     if protocol.judge_frames is not None:
@@ -164,8 +164,8 @@ def project_sweep(sweep_path: Path, levels: list[dict], *, backend: str | None =
     (the sweep judge of backend `backend` and model `model`) also gets, per level, its wall time at the level's
     requests/s, the level's prefix-cache share, and the --price-* flags when the sweep gives it no prices; a judge
     that was not measured has no wall time here, and one without prices no cost (null, never another judge's)."""
-    from engine.sweep.config import load_sweep
-    from engine.sweep.plan import plan_sweep
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.plan import plan_sweep
 
     config = load_sweep(sweep_path, check_paths=False)
     plan = plan_sweep(config, sample=0)  # first steps only: later steps and re-asks are not projected here
@@ -214,7 +214,7 @@ def _sweep_prices(p: dict | None) -> Prices | None:
 
 
 def _caption_cells(config) -> int:
-    from engine.sweep.grid import caption_cells
+    from capeval.engine.sweep.grid import caption_cells
 
     return len(caption_cells(config))
 
@@ -222,7 +222,7 @@ def _caption_cells(config) -> int:
 def _placeholder_captions(items):
     import pyarrow as pa
 
-    from engine import schemas
+    from capeval.engine import schemas
 
     videos = sorted(set(items.column("video_id").to_pylist()))
     captions = schemas.conform(pa.table({
@@ -307,9 +307,9 @@ def stdout_to_stderr():
 
 
 def run(args, levels: list[int]) -> dict:
-    from adapters.base import BackendFatalError
-    from engine.errors import AbortedError, UsageError
-    from engine.judging.backends import make_judge
+    from capeval.adapters.base import BackendFatalError
+    from capeval.engine.errors import AbortedError, UsageError
+    from capeval.engine.judging.backends import make_judge
 
     options = _options(args.judge_option)
     prices = None
@@ -321,7 +321,7 @@ def run(args, levels: list[int]) -> dict:
     params = _options(args.param)
     judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url, **options)
     try:
-        from engine.judging.window import declared_window
+        from capeval.engine.judging.window import declared_window
 
         takes = declared_window(judge)
         if takes is not None and max(levels) > takes:
@@ -350,7 +350,7 @@ def run(args, levels: list[int]) -> dict:
                 raise AbortedError(f"judge refused the run: {exc}") from None
     finally:
         judge.close()
-    from engine.secrets import redact
+    from capeval.engine.secrets import redact
 
     result = {
         "judge": {"backend": args.judge, "model": args.judge_model, "base_url": args.base_url,

@@ -2,7 +2,7 @@
 
 Builds CAPability judge requests from annotations + captions, answers them with `LocalJudge`, maps both answers to
 verdict codes (engine/protocols/capability/codes.py) and compares per task. `--calibrate` fits the thresholds of
-`adapters.local_judge.CALIBRATION` on the qwen2.5vl_7b split (run once; the result is pasted into that module);
+`capeval.adapters.local_judge.CALIBRATION` on the qwen2.5vl_7b split (run once; the result is pasted into that module);
 the evaluation split is gpt-4o-0806, never used for fitting.
 """
 
@@ -17,9 +17,9 @@ from pathlib import Path
 
 import numpy as np
 
-from adapters.base import JudgeRequest
-from adapters.local_judge import CALIBRATION, LocalJudge, _Embeddings, overlap, sentences
-from engine.protocols.capability.codes import CLASSIFICATION_TASKS, FROM_SCORE, TASKS, CapabilityVerdict
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.local_judge import CALIBRATION, LocalJudge, _Embeddings, overlap, sentences
+from capeval.engine.protocols.capability.codes import CLASSIFICATION_TASKS, FROM_SCORE, TASKS, CapabilityVerdict
 
 # Official CAPability categories (ali-vilab/CAPability evaluation/prompt.py).
 CATEGORIES = {

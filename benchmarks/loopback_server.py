@@ -288,7 +288,7 @@ class LoopbackServer:
 
     def start(self) -> "LoopbackServer":
         if self.mode == "process":
-            cmd = [sys.executable, "-m", "benchmarks.loopback_server", "--config", json.dumps(asdict(self.faults))]
+            cmd = [sys.executable, "-m", "capeval.benchmarks.loopback_server", "--config", json.dumps(asdict(self.faults))]
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             self._proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=root, text=True)
             line = self._proc.stdout.readline()

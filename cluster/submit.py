@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine.cli import main  # noqa: E402
+from capeval.engine.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main(["submit", *sys.argv[1:]]))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 
 class CapevalError(Exception):

@@ -161,7 +161,7 @@ _ENTRY_KEYS = {"id", "text", "file", "image", "video", "pack", "prompt", "segmen
 
 def prompt_from_entry(entry: dict[str, Any], base_dir: Path, where: str = "prompts") -> CaptionPrompt:
     """A prompt from one `[[prompts]]` table (see the module doc); PromptError names `where` and the field."""
-    from engine.packs import PackError, load_pack
+    from capeval.engine.packs import PackError, load_pack
 
     unknown = set(entry) - _ENTRY_KEYS
     if unknown:

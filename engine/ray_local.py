@@ -62,7 +62,7 @@ def ray_usable() -> bool:
     raylet and workers too, and a call that needs the GCS (ray.kill, ray.get or ray.wait on a dead actor's call,
     ray.shutdown) then blocks until Ray's core worker ends the driver after 60 s with exit 1, before the run's record
     is written. Clean-up on the way out skips Ray then: the watchdog SIGKILLs what is left once the driver exits."""
-    from engine.errors import sigterm_received
+    from capeval.engine.errors import sigterm_received
 
     return not sigterm_received()
 
@@ -89,7 +89,7 @@ def exit_without_ray(code: int) -> None:
 def _sigterm_handler_kept():
     """Ray sets its own SIGTERM handlers when it starts (a Python one that exits 1, then its core worker's C++ one,
     which prints a stack dump and aborts: exit 134). A Python handler set before (the CLI's: SIGTERM ends a run as
-    Ctrl-C does, engine.errors.raise_on_sigterm) is put back; Ray's processes are still ended at exit and by the
+    Ctrl-C does, capeval.engine.errors.raise_on_sigterm) is put back; Ray's processes are still ended at exit and by the
     watchdog."""
     import signal
     import threading
@@ -111,7 +111,7 @@ def _watch() -> None:
     then mark this process's environment: every process started from here on (Ray's GCS, raylet, agents, workers)
     inherits the run's marker, which is how the watchdog knows them."""
     global _WATCHDOG
-    from engine.ray_reaper import MARKER_ENV, new_marker, start_watchdog
+    from capeval.engine.ray_reaper import MARKER_ENV, new_marker, start_watchdog
 
     if _WATCHDOG is not None:
         _WATCHDOG.poll()  # the previous one exited after a ray.shutdown(): collect it

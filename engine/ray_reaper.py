@@ -5,7 +5,7 @@ RuntimeEnvAgent (started by the raylet, renamed `ray::…`, deaf to SIGTERM) kee
 Ray 2.60 has no option to start a local node without those two agents, so they are reaped instead.
 
 The run's processes are told apart by something fixed when each is created, never by a command line (a child looked
-at between its fork and its exec still shows the driver's): an environment marker. engine.ray_local.init_ray sets
+at between its fork and its exec still shows the driver's): an environment marker. capeval.engine.ray_local.init_ray sets
 `MARKER_ENV` to a value unique to the run (`new_marker()`) in the driver's environment just before it starts Ray;
 every process started from then on inherits it (Ray copies the driver's environment into the GCS and raylet, the
 raylet into its agents and workers), and the environment a process was started with stays readable in
@@ -264,8 +264,8 @@ if __name__ == "__main__":
         signal.signal(sig, signal.SIG_IGN)
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m engine.ray_reaper", description=(
-        "The local Ray watchdog (started by engine.ray_local): once the driver process is gone, end every Ray "
+    parser = argparse.ArgumentParser(prog="python -m capeval.engine.ray_reaper", description=(
+        "The local Ray watchdog (started by capeval.engine.ray_local): once the driver process is gone, end every Ray "
         "process it started."))
     parser.add_argument("driver_pid", type=int)
     parser.add_argument("driver_started", type=float, help="the driver's start time (tells a recycled pid apart)")

@@ -68,7 +68,7 @@ def parse_tags(value: Any, field: str = "reasoning_tags") -> tuple[str, str] | N
 
 def tags_of(backend: Any) -> tuple[str, str] | None:
     """The reasoning tags a judge or captioner is configured with: its `reasoning_tags` attribute, else its
-    config's (adapters.openai_http.HTTPConfig), else the default."""
+    config's (capeval.adapters.openai_http.HTTPConfig), else the default."""
     for holder in (backend, getattr(backend, "config", None)):
         if holder is not None and hasattr(holder, "reasoning_tags"):
             return parse_tags(getattr(holder, "reasoning_tags"))
@@ -192,6 +192,6 @@ def empty_caption_reason(text: str, truncated: bool = False) -> str:
 
 
 def caption_row_fields(response) -> dict:
-    """The caption row's reasoning columns (engine.schemas.CAPTIONS) from a stripped CaptionResponse."""
+    """The caption row's reasoning columns (capeval.engine.schemas.CAPTIONS) from a stripped CaptionResponse."""
     return {"raw_text": getattr(response, "raw_text", None),
             "reasoning_tokens": getattr(response, "reasoning_tokens", None)}

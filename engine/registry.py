@@ -4,7 +4,7 @@ itself; the CLI and sweep files refer to it by name.
 Besides the builtin modules, packages installed elsewhere register through entry points (group `capeval.<kind>`s,
 e.g. `capeval.protocols`: `toy = "my_pkg.toy"`); loading the entry point's module runs its registration, so a
 protocol defined outside engine/ needs no engine file edited (docs/architecture.md). An entry point that names an
-object (`kernels = "benchmarks.bench_kernels:main"`) registers that object under the entry point's name: that is
+object (`kernels = "capeval.benchmarks.bench_kernels:main"`) registers that object under the entry point's name: that is
 how benchmarks register (engine/cli/bench.py), so no module of theirs imports the engine's registry."""
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ T = TypeVar("T")
 _REGISTRIES: dict[str, dict[str, object]] = {"protocol": {}, "judge": {}, "captioner": {}, "benchmark": {}}
 # Modules imported on first lookup so that registration does not depend on import order elsewhere.
 _BUILTIN_MODULES = {
-    "protocol": [f"engine.protocols.{p}" for p in ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")],
-    "judge": ["adapters.local_judge", "adapters.vllm_engine", "adapters.openai_http", "adapters.replay",
-              "adapters.openai_batch", "adapters.vllm_batch"],
-    "captioner": ["adapters.vllm_captioner", "adapters.openai_http", "adapters.local_captioner"],
+    "protocol": [f"capeval.engine.protocols.{p}" for p in ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")],
+    "judge": ["capeval.adapters.local_judge", "capeval.adapters.vllm_engine", "capeval.adapters.openai_http", "capeval.adapters.replay",
+              "capeval.adapters.openai_batch", "capeval.adapters.vllm_batch"],
+    "captioner": ["capeval.adapters.vllm_captioner", "capeval.adapters.openai_http", "capeval.adapters.local_captioner"],
     "benchmark": [],
 }
 ENTRY_POINT_GROUPS = {kind: f"capeval.{kind}s" for kind in _REGISTRIES}

@@ -24,7 +24,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from engine.secrets import redact, redact_argv
+from capeval.engine.secrets import redact, redact_argv
 
 RUN_RECORD = "run.json"
 FORMAT_VERSION = 1
@@ -114,7 +114,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
     counts_by_status: e.g. {"cells": {"run": 4, "cached": 0}, "verdicts": {"ok": 90, "failed": 2}};
     throughput: e.g. {"judge_requests_per_s": 12.5}; cost: tokens and USD per judge and captioner, paid in this run
     and reused (engine/sweep/usage.py); datasets: per dataset name, what was read (path, digests, counts:
-    engine.sweep.datasets.LoadedDataset.record); status: "finished", or "interrupted" for a run a signal ended
+    capeval.engine.sweep.datasets.LoadedDataset.record); status: "finished", or "interrupted" for a run a signal ended
     (`interrupted_by`: SIGINT, SIGTERM). Values are stored as JSON (dataclasses become objects)."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,7 +147,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["sweep_file"] = str(Path(path).resolve())
     if cost:
         record["cost"] = to_jsonable(cost)
-    if no_value:  # metrics left null and why (engine.report.results.cells_without_value): never a number
+    if no_value:  # metrics left null and why (capeval.engine.report.results.cells_without_value): never a number
         record["no_value"] = to_jsonable(no_value)
     if judge_validation:  # per judge: its validation file's summary, or unvalidated (engine/metrics/validation.py)
         record["judge_validation"] = to_jsonable(judge_validation)
@@ -159,7 +159,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["extra"] = to_jsonable(extra)
     record = redact(record)  # credentials never reach disk (engine/secrets.py): config, argv, extras alike
     runs.append(record)
-    from engine.store.segments import write_text_atomic  # a full disk: one line naming run.json (exit 4)
+    from capeval.engine.store.segments import write_text_atomic  # a full disk: one line naming run.json (exit 4)
 
     return write_text_atomic(json.dumps({"runs": runs}, indent=2, sort_keys=False, default=repr) + "\n",
                              out / RUN_RECORD, what="the run record")
@@ -167,7 +167,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
 
 def verdict_status_counts(verdicts) -> dict[str, int]:
     """Counts of verdict rows by parse status name (ok, repaired, failed, error, missing) of a verdict table."""
-    from engine.schemas import ParseStatus
+    from capeval.engine.schemas import ParseStatus
 
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -198,7 +198,7 @@ def stored_verdict_status(out_dir: str | Path, cell_keys) -> dict[str, int]:
 
 def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict | None = None,
                  verdict_tables=(), cell_keys=None) -> dict:
-    """Keyword arguments of append_run_record for a finished sweep (engine.sweep.runner.SweepResult + config):
+    """Keyword arguments of append_run_record for a finished sweep (capeval.engine.sweep.runner.SweepResult + config):
     what the runner passes at its end. Verdict counts come from `verdict_tables`, or, given `cell_keys`, from the
     verdict segments of those cells under result.out_dir (what this sweep's results rest on, cached cells too)."""
     from collections import Counter
@@ -221,7 +221,7 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
     if status:
         counts["verdicts"] = dict(status)
     started = time.time() - result.wall_s
-    from engine.metrics.validation import judge_validation_record
+    from capeval.engine.metrics.validation import judge_validation_record
 
     extra = {}
     options = getattr(config, "options", None)
@@ -243,7 +243,7 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
 def _pack_digests(protocol: str, params: dict) -> dict:
     """{pack param: {path, digest}} for every pack the protocol's run used (JudgeProtocol.packs_used), so the record
     names the judge prompts behind every number. Never fails a finished run: an unreadable pack says why."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     try:
         packs = lookup("protocol", protocol).packs_used(params.get("mode") or "strict", params)

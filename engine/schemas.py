@@ -1,7 +1,7 @@
 """Arrow schemas shared by every stage: dataset → frames → captions → judge requests → verdicts → metrics.
 
 Every stage hands the next an Arrow table of one of these shapes, and every row carries a content key
-(`*_key`) computed by `engine.keys` from its inputs, config and model, so a rerun can skip what exists.
+(`*_key`) computed by `capeval.engine.keys` from its inputs, config and model, so a rerun can skip what exists.
 Structured annotations (a `{object: number}` dict, a list of events) travel as JSON text in `annotation`,
 so one schema serves every benchmark.
 """

@@ -14,8 +14,8 @@
   `--allow-root`; below its root no path component may be hidden (`.ssh`, `.aws`), and media must have a video or
   image suffix. Anything else is refused (exit 2) naming the field, or the table's row, and the resolved path.
 - Size: the total is computed from the plan and refused above the cap before anything is copied.
-- Credentials: a credential value anywhere in the sweep (engine.secrets.is_secret_name), or a URL holding one
-  (userinfo, a `?api-key=` / `token=` parameter: engine.secrets.redact_url), is refused; the user names an
+- Credentials: a credential value anywhere in the sweep (capeval.engine.secrets.is_secret_name), or a URL holding one
+  (userinfo, a `?api-key=` / `token=` parameter: capeval.engine.secrets.redact_url), is refused; the user names an
   environment variable instead (`api_key_env`), resolved where the judge runs.
 - Layout: files keep their place relative to their root (`data/<n>_<root name>/...`), so relative references
   between them still hold; an items table whose media would no longer resolve gets a rewritten copy (JSONL) whose
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine.errors import UsageError
-from engine.secrets import is_secret_name, redact_urls
+from capeval.engine.errors import UsageError
+from capeval.engine.secrets import is_secret_name, redact_urls
 
 MAX_SHIPPED_BYTES = 400 * 1024 * 1024  # Ray refuses working_dirs above ~500 MiB; refuse clearly before
 SHIPPED_LIST = "SHIPPED.txt"
@@ -73,7 +73,7 @@ class StagePlan:
 
 def credential_problems(raw: Any, sweep: Path, text: str) -> list[str]:
     """Every credential value in the sweep, as 'file, line N: field: message'."""
-    from engine.sweep.lines import LineFinder
+    from capeval.engine.sweep.lines import LineFinder
 
     lines, out = LineFinder(text), []
 
@@ -134,7 +134,7 @@ class _Planner:
 
     def place(self, path: Path, why: str, *, media: bool = False) -> str | None:
         """Staged relative path of `path` (resolved), or None after recording why it may not be shipped."""
-        from engine.datasets.kinds._media import media_suffixes
+        from capeval.engine.datasets.kinds._media import media_suffixes
 
         real = path.resolve()
         root = next((r for r in self.roots if real.is_relative_to(r)), None)
@@ -166,7 +166,7 @@ class _Planner:
 
     # ---- the sweep's declared fields ----
     def dataset_roots(self, raw: dict) -> None:
-        from engine.datasets.registry import get_kind
+        from capeval.engine.datasets.registry import get_kind
 
         for d in _entries(raw, "datasets"):
             try:
@@ -188,7 +188,7 @@ class _Planner:
         return self.ship(path, why) if self.ship_data else str(path.resolve())
 
     def datasets(self, raw: dict) -> None:
-        from engine.datasets.registry import get_kind
+        from capeval.engine.datasets.registry import get_kind
 
         for i, d in enumerate(_entries(raw, "datasets")):
             try:
@@ -225,7 +225,7 @@ class _Planner:
     def media(self, i: int, d: dict, kind: str) -> None:
         """Ship the media the kind's own loader lists; an items table whose rows would no longer find them is
         rewritten."""
-        from engine.datasets.registry import load
+        from capeval.engine.datasets.registry import load
 
         original = self.original_datasets[i]  # the user's paths, not the staged ones
         params = {k: v for k, v in original.items() if k not in ("name", "kind", "limit")}
@@ -235,7 +235,7 @@ class _Planner:
         except (ValueError, OSError, KeyError) as exc:
             self.problems.append(f"datasets[{i}]: {exc}")
             return
-        from engine.staging_items import media_rows
+        from capeval.engine.staging_items import media_rows
 
         rows = media_rows(self.absolute(original["path"])) if kind == "items" else {}
         staged_media = {}
@@ -251,7 +251,7 @@ class _Planner:
             self.rewrite_items(d, self.absolute(original["path"]), staged_media)
 
     def rewrite_items(self, d: dict, table: Path, staged_media: dict[Path, str]) -> None:
-        from engine.staging_items import rewritten_table
+        from capeval.engine.staging_items import rewritten_table
 
         new = rewritten_table(table, d["path"], staged_media)
         if new is not None:
@@ -267,7 +267,7 @@ class _Planner:
             for key in PROMPT_FILE_KEYS:
                 if isinstance(e.get(key), str):
                     e[key] = self.staged_value(e[key], f"prompts[{i}].{key}") or e[key]
-        from engine.sweep.validation import protocol_pack_params
+        from capeval.engine.sweep.validation import protocol_pack_params
 
         for i, e in enumerate(_entries(raw, "protocols")):
             params = e.get("params") if isinstance(e.get("params"), dict) else {}

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from kernels import _aggregate
+from capeval.kernels import _aggregate
 
 
 def _as(values, dtype, name: str) -> np.ndarray:

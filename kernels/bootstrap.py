@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from kernels._numba import njit, prange
+from capeval.kernels._numba import njit, prange
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

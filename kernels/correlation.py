@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels._numba import njit
+from capeval.kernels._numba import njit
 
 
 @njit(cache=True)

@@ -44,7 +44,7 @@ videos. tests/kernels/test_sequential.py measures the time-uniform coverage on s
 
 The linearisation (`linearise`)
 -------------------------------
-A metric is a smooth function f of the summed per-video statistics (engine.metrics.paired.PairedSpec), e.g. a
+A metric is a smooth function f of the summed per-video statistics (capeval.engine.metrics.paired.PairedSpec), e.g. a
 ratio sum(num) / sum(den), not a mean of per-video values. Its first-order (delta-method) expansion around the
 current estimate of the population sums S^ = N * mean_t(s) makes it one:
 

@@ -3,7 +3,7 @@ sampling variance that is judge noise.
 
 A metric pooled over V videos, each judged in K trials (judge seeds, or several judges), has sampling variance
 B + J: B because videos differ, J because the judge answers the same (video, item) differently from trial to
-trial. Resampling videos alone (kernels.bootstrap) already estimates B + J -- each video's counts carry their own
+trial. Resampling videos alone (capeval.kernels.bootstrap) already estimates B + J -- each video's counts carry their own
 judge noise -- but cannot say how much of it is J. Resampling, in addition, the K trials of every drawn video
 measures J, but adding that on top of the video stage counts J twice (the naive two-stage bootstrap's intervals
 are too wide: with pure judge noise and K = 3, 5/3 of the variance). So, per metric (`judge_noise`):
@@ -32,8 +32,8 @@ from typing import Callable
 
 import numpy as np
 
-from kernels._numba import njit, prange
-from kernels.bootstrap import _GOLDEN, _S32, DEFAULT_CHUNK, _check_seed, _draw, _mix, _stream_start, _strata_layout
+from capeval.kernels._numba import njit, prange
+from capeval.kernels.bootstrap import _GOLDEN, _S32, DEFAULT_CHUNK, _check_seed, _draw, _mix, _stream_start, _strata_layout
 
 #: xor-ed into a replicate's video-stream start so that its trial stream is another, independent sequence
 _TRIAL_STREAM = np.uint64(0xD1B54A32D192ED03)
@@ -42,7 +42,7 @@ _LOW32 = np.uint64(0xFFFFFFFF)
 
 @njit(cache=True, parallel=True)
 def _fill_two_stage(video_w, trial_w, members, offsets, unit_start, n_trials, seed, first):
-    """video_w[r, v] = times video v is drawn in replicate first + r (the draws of kernels.bootstrap._fill_weights);
+    """video_w[r, v] = times video v is drawn in replicate first + r (the draws of capeval.kernels.bootstrap._fill_weights);
     trial_w[r, u] = times trial unit u is drawn over all draws of its video, minus video_w[r, its video]. Units of
     video v are unit_start[v] .. unit_start[v] + n_trials[v] - 1; videos with one trial have none. Rows must be
     zeroed; replicates run in parallel, each owning its rows and streams."""
@@ -114,7 +114,7 @@ def unit_layout(unit_cluster, n_clusters: int) -> UnitLayout:
 
 
 def _exact32(flat: np.ndarray, bound: float) -> bool:
-    """float32 BLAS is exact while every partial sum is an integer below 2**24 (see kernels.bootstrap)."""
+    """float32 BLAS is exact while every partial sum is an integer below 2**24 (see capeval.kernels.bootstrap)."""
     return (np.issubdtype(flat.dtype, np.integer) and flat.size > 0 and flat.min() >= 0
             and float(flat.max()) * bound < 2**24)
 
@@ -122,7 +122,7 @@ def _exact32(flat: np.ndarray, bound: float) -> bool:
 def two_stage_weights(unit_cluster, n_clusters: int, n_resamples: int, seed: int, strata=None,
                       first: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """(video weights (B, V), trial weights (B, U)) of replicates first .. first + B - 1, as float64. Video weights
-    equal kernels.bootstrap.resample_weights; a unit's trial weight is the times it is drawn minus the times its
+    equal capeval.kernels.bootstrap.resample_weights; a unit's trial weight is the times it is drawn minus the times its
     video is drawn (0 for units of videos with one trial), unscaled."""
     layout = unit_layout(unit_cluster, n_clusters)
     members, offsets = _strata_layout(n_clusters, strata)
@@ -202,7 +202,7 @@ def two_stage_bootstrap(cluster_counts: np.ndarray, unit_counts: np.ndarray, uni
         raise ValueError("unit_cluster needs one entry per unit")
     patterns = _patterns(units, unit_cluster, n_clusters, present)
     flat = counts.reshape(n_clusters, -1)
-    dtype = np.float32 if _exact32(flat, n_clusters) else np.float64  # as kernels.bootstrap.cluster_bootstrap
+    dtype = np.float32 if _exact32(flat, n_clusters) else np.float64  # as capeval.kernels.bootstrap.cluster_bootstrap
     flat = np.ascontiguousarray(flat, dtype=dtype)
     members, offsets = _strata_layout(n_clusters, strata)
     seed = _check_seed(seed)

@@ -12,7 +12,7 @@ PIP=("$VENV/bin/python" -m pip --disable-pip-version-check -q)
 # The torchvision import hook runs in every interpreter of the venv (Ray workers and vLLM engine
 # processes too); a no-op until capeval is installed into the venv below.
 SITE="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-HOOK='import sys; exec("try:\n from adapters.vllm_compat import install_torchvision_hook\n install_torchvision_hook()\nexcept Exception:\n pass")'
+HOOK='import sys; exec("try:\n from capeval.adapters.vllm_compat import install_torchvision_hook\n install_torchvision_hook()\nexcept Exception:\n pass")'
 [ "$(cat "$SITE/zz_capeval_torchvision.pth" 2>/dev/null)" = "$HOOK" ] || printf '%s\n' "$HOOK" > "$SITE/zz_capeval_torchvision.pth"
 stamp="$VENV/.capeval-deps-$(cat scripts/env.sh pyproject.toml requirements-constraints.txt | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then

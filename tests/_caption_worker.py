@@ -3,8 +3,8 @@ records what it is asked, for tests of the worker's own logic (segments, context
 
 from __future__ import annotations
 
-from adapters.base import CaptionResponse
-from engine.stages.caption import CaptionWorker
+from capeval.adapters.base import CaptionResponse
+from capeval.engine.stages.caption import CaptionWorker
 
 
 class RecordingCaptioner:

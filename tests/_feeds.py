@@ -1,11 +1,11 @@
 """A request feed over a fixed list, for tests that drive a streaming backend's `stream()` directly (the judge loop
-uses engine.judging.window.WindowFeed, which also takes requests added while the stream runs)."""
+uses capeval.engine.judging.window.WindowFeed, which also takes requests added while the stream runs)."""
 
 from __future__ import annotations
 
 
 class FixedFeed:
-    """adapters.base.RequestFeed over `requests`: `take(n)` hands out the next n, `closed` once all are taken."""
+    """capeval.adapters.base.RequestFeed over `requests`: `take(n)` hands out the next n, `closed` once all are taken."""
 
     def __init__(self, requests):
         self.items = list(requests)

@@ -1,7 +1,7 @@
 """Fixtures that encode real videos with PyAV (H.264/VP9/AV1, short and long) and corrupt variants.
 
 Session-scoped so the whole suite encodes each video once (all small: 160x120, a few seconds). Each entry of
-`test_videos` is {"path": Path, "truth": ground-truth dict from engine.datasets.synthetic_videos.make_video}.
+`test_videos` is {"path": Path, "truth": ground-truth dict from capeval.engine.datasets.synthetic_videos.make_video}.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ __all__ = ["video_codecs", "test_videos", "broken_videos", "frame_cache_dir"]
 @pytest.fixture(scope="session")
 def video_codecs() -> dict[str, str]:
     """{logical codec: encoder} this PyAV build can encode and decode (h264 always; vp9, av1 when present)."""
-    from engine.datasets.synthetic_videos import available_encoders
+    from capeval.engine.datasets.synthetic_videos import available_encoders
 
     codecs = available_encoders()
     assert "h264" in codecs, f"PyAV build lacks libx264: {codecs}"
@@ -27,7 +27,7 @@ def video_codecs() -> dict[str, str]:
 def test_videos(tmp_path_factory, video_codecs) -> dict[str, dict]:
     """Short clips per codec ("h264", "vp9", "av1" when available), H.264 with B-frames ("h264_bframes") and a
     longer H.264 one ("h264_long", 10 s, keyframe every 2 s)."""
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     d = tmp_path_factory.mktemp("videos")
     ext = {"h264": "mp4", "vp9": "webm", "av1": "mkv"}
@@ -47,7 +47,7 @@ def test_videos(tmp_path_factory, video_codecs) -> dict[str, dict]:
 def broken_videos(tmp_path_factory) -> dict[str, Path]:
     """Bad inputs by name: missing, zero_bytes, not_a_video, truncated, corrupt_packets, audio_only, unknown_duration, vfr,
     rotated, large (4096x2160)."""
-    from engine.datasets.synthetic_videos import make_broken_videos
+    from capeval.engine.datasets.synthetic_videos import make_broken_videos
 
     return make_broken_videos(tmp_path_factory.mktemp("broken_videos"))
 

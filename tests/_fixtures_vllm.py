@@ -58,15 +58,15 @@ def _model_cache() -> Path:
 @pytest.fixture(scope="session")
 def tiny_lm_dir(shared_data) -> Path:
     """A 2-layer random-weight Llama (hidden 64) with a BPE tokenizer trained on the real captions/questions."""
-    from adapters.random_models import build_tiny_lm, default_corpus
+    from capeval.adapters.random_models import build_tiny_lm, default_corpus
 
     return build_tiny_lm(_model_cache() / TINY_LM_NAME, corpus=default_corpus(shared_data))
 
 
 @pytest.fixture(scope="session")
 def vllm_judge(tiny_lm_dir):
-    """One offline vLLM engine (adapters.vllm_engine.VLLMJudge) over the tiny model, shared by the suite."""
-    from adapters.vllm_engine import VLLMJudge
+    """One offline vLLM engine (capeval.adapters.vllm_engine.VLLMJudge) over the tiny model, shared by the suite."""
+    from capeval.adapters.vllm_engine import VLLMJudge
 
     judge = VLLMJudge(tiny_lm_dir, name=TINY_LM_NAME, max_model_len=TINY_LM_MAX_MODEL_LEN, seed=0)
     yield judge
@@ -79,9 +79,9 @@ TINY_VLM_MAX_IMAGES = 4
 
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(shared_data) -> Path:
-    """A random-weight Idefics3 (vision hidden 64, 2-layer Llama) that vLLM's CPU build accepts (adapters.random_vlm)."""
-    from adapters.random_models import default_corpus
-    from adapters.random_vlm import build_tiny_vlm
+    """A random-weight Idefics3 (vision hidden 64, 2-layer Llama) that vLLM's CPU build accepts (capeval.adapters.random_vlm)."""
+    from capeval.adapters.random_models import default_corpus
+    from capeval.adapters.random_vlm import build_tiny_vlm
 
     return build_tiny_vlm(_model_cache() / TINY_VLM_NAME, corpus=default_corpus(shared_data))
 
@@ -89,7 +89,7 @@ def tiny_vlm_dir(shared_data) -> Path:
 @pytest.fixture(scope="session")
 def vllm_vlm_judge(tiny_vlm_dir):
     """One multimodal offline engine (VLLMJudge over the tiny VLM) for judge requests with images (VC-Inspector)."""
-    from adapters.vllm_engine import VLLMJudge
+    from capeval.adapters.vllm_engine import VLLMJudge
 
     judge = VLLMJudge(tiny_vlm_dir, name=TINY_VLM_NAME, max_model_len=1024, seed=0,
                       limit_mm_per_prompt={"image": TINY_VLM_MAX_IMAGES})

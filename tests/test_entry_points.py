@@ -23,20 +23,20 @@ def entry_points() -> list[str]:
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).with_suffix("")
             if path.name == "__main__.py":
-                found.append(".".join(rel.parts[:-1]))
+                found.append(".".join(("capeval",) + rel.parts[:-1]))
             elif _MAIN.search(path.read_text(encoding="utf-8")):
-                found.append(".".join(rel.parts))
+                found.append(".".join(("capeval",) + rel.parts))
     return sorted(set(found))
 
 
 def test_entry_points_are_found():
     points = entry_points()
-    assert {"adapters.smollm2", "engine.cli", "engine.ray_reaper", "benchmarks.loopback_server"} <= set(points)
+    assert {"capeval.adapters.smollm2", "capeval.engine.cli", "capeval.engine.ray_reaper", "capeval.benchmarks.loopback_server"} <= set(points)
 
 
 @pytest.mark.parametrize("module", entry_points())
 def test_help_exits_0_and_bad_option_exits_2(module, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "CAPEVAL_MODEL_CACHE": str(tmp_path / "models")}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "CAPEVAL_MODEL_CACHE": str(tmp_path / "models")}
     run = dict(cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     helped = subprocess.run([sys.executable, "-m", module, "--help"], **run)
     assert helped.returncode == 0, (module, helped.stdout[-500:], helped.stderr[-1500:])

@@ -50,14 +50,14 @@ def shell_blocks_text(text: str) -> list[str]:
 
 
 def test_first_hour_commands_verbatim(tmp_path):
-    smollm2 = pytest.importorskip("adapters.smollm2")
+    smollm2 = pytest.importorskip("capeval.adapters.smollm2")
     try:
         smollm2.find_gguf()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
     script = "\n".join(shell_blocks(PAGE))
     assert "capeval judge" in script and "api_server" in script
-    env = {**os.environ, "PORT": str(_free_port()), "PYTHONPATH": str(ROOT),
+    env = {**os.environ, "PORT": str(_free_port()), "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)  # an in-process engine setting of the suite, not the server's
     proc = subprocess.Popen(["bash", "-c", script], cwd=tmp_path, env=env, stdout=subprocess.PIPE,

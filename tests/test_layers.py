@@ -10,7 +10,7 @@ The rules:
 * a protocol (engine/protocols/**) sees only what lies below it: never the judging loop, the stages, the sweep, the
   report, the CLI, the staging, or a backend (adapters); a backend reaches it through an interface it is handed;
 * the generic engine (report, sweep, judging, datasets, metrics, stages, store, frames, inputs, staging) never names
-  one protocol: it goes through engine.protocols.base / the registry, so a new protocol needs no engine edit;
+  one protocol: it goes through capeval.engine.protocols.base / the registry, so a new protocol needs no engine edit;
 * no import cycles among the modules of engine/, adapters/, kernels/.
 """
 
@@ -23,13 +23,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SCANNED = ("engine", "adapters", "kernels", "benchmarks", "cluster")
-CYCLE_SCOPE = ("engine", "adapters", "kernels")
+CYCLE_SCOPE = ("capeval.engine", "capeval.adapters", "capeval.kernels")
 
-PROTOCOL_FORBIDDEN = ("engine.judging", "engine.stages", "engine.sweep", "engine.report", "engine.cli",
-                      "engine.staging", "adapters")
-GENERIC_ENGINE = tuple(f"engine.{p}" for p in ("report", "sweep", "judging", "datasets", "metrics", "stages", "store",
-                                               "frames", "inputs")) + ("engine.staging", "engine.staging_items")
-PROTOCOL_INTERFACE = ("engine.protocols", "engine.protocols.base")
+PROTOCOL_FORBIDDEN = ("capeval.engine.judging", "capeval.engine.stages", "capeval.engine.sweep", "capeval.engine.report", "capeval.engine.cli",
+                      "capeval.engine.staging", "capeval.adapters")
+GENERIC_ENGINE = tuple(f"capeval.engine.{p}" for p in ("report", "sweep", "judging", "datasets", "metrics", "stages", "store",
+                                               "frames", "inputs")) + ("capeval.engine.staging", "capeval.engine.staging_items")
+PROTOCOL_INTERFACE = ("capeval.engine.protocols", "capeval.engine.protocols.base")
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ def module_files(root: Path, tops=SCANNED) -> dict[str, Path]:
             parts = path.relative_to(root).with_suffix("").parts
             if parts[-1] == "__init__":
                 parts = parts[:-1]
-            found[".".join(parts)] = path
+            found[".".join(("capeval",) + parts)] = path
     return found
 
 
@@ -100,13 +100,13 @@ def rule_violations(imports: list[Import]) -> dict[str, list[str]]:
     """Rule name -> the imports breaking it, each as 'file:line imports module'."""
     broken = defaultdict(list)
     for imp in sorted(imports, key=lambda i: (i.path, i.line, i.target)):
-        if _within(imp.source, "kernels") and any(_within(imp.target, p) for p in ("engine", "adapters", "benchmarks")):
+        if _within(imp.source, "capeval.kernels") and any(_within(imp.target, "capeval." + p) for p in ("engine", "adapters", "benchmarks")):
             broken["kernels"].append(imp.where())
-        if (_within(imp.source, "engine") or _within(imp.source, "adapters")) and _within(imp.target, "benchmarks"):
+        if (_within(imp.source, "capeval.engine") or _within(imp.source, "capeval.adapters")) and _within(imp.target, "capeval.benchmarks"):
             broken["benchmarks"].append(imp.where())
-        if _within(imp.source, "engine.protocols") and any(_within(imp.target, p) for p in PROTOCOL_FORBIDDEN):
+        if _within(imp.source, "capeval.engine.protocols") and any(_within(imp.target, p) for p in PROTOCOL_FORBIDDEN):
             broken["protocols"].append(imp.where())
-        if (any(_within(imp.source, g) for g in GENERIC_ENGINE) and _within(imp.target, "engine.protocols")
+        if (any(_within(imp.source, g) for g in GENERIC_ENGINE) and _within(imp.target, "capeval.engine.protocols")
                 and imp.target not in PROTOCOL_INTERFACE):
             broken["generic_engine"].append(imp.where())
     return broken
@@ -190,7 +190,7 @@ def test_protocols_import_only_what_lies_below_them():
 def test_generic_engine_names_no_single_protocol():
     assert not _BROKEN["generic_engine"], (
         "report/sweep/judging/datasets/metrics/stages/store/frames/inputs/staging import a protocol's own module "
-        "(only engine.protocols and engine.protocols.base are allowed):" + _report(_BROKEN["generic_engine"]))
+        "(only capeval.engine.protocols and capeval.engine.protocols.base are allowed):" + _report(_BROKEN["generic_engine"]))
 
 
 def test_no_import_cycles():
@@ -202,8 +202,8 @@ def test_no_import_cycles():
 def test_the_checker_sees_the_project():
     """The scan really reads the project: a module-level import and one inside a function are both found."""
     seen = {(imp.source, imp.target) for imp in _IMPORTS}
-    assert ("engine.replies.repair", "engine.replies.fences") in seen  # module level
-    assert ("engine.cli.capquiz", "adapters.local_judge") in seen  # inside sentence_embeddings()
+    assert ("capeval.engine.replies.repair", "capeval.engine.replies.fences") in seen  # module level
+    assert ("capeval.engine.cli.capquiz", "capeval.adapters.local_judge") in seen  # inside sentence_embeddings()
     assert len(_MODULES) > 100 and len(_IMPORTS) > 500
 
 
@@ -216,32 +216,32 @@ def test_the_checker_reports_a_protocol_reaching_up_and_a_cycle(tmp_path):
         "engine/protocols/base.py": "",
         "engine/protocols/toy/__init__.py": "",
         # the upward import is inside a function, where Python would only run it late
-        "engine/protocols/toy/parsing.py": "import json\n\n\ndef parse():\n    from engine.judging import loop\n",
-        "engine/protocols/toy/prompts.py": "import importlib\nm = importlib.import_module('adapters.backend')\n",
+        "engine/protocols/toy/parsing.py": "import json\n\n\ndef parse():\n    from capeval.engine.judging import loop\n",
+        "engine/protocols/toy/prompts.py": "import importlib\nm = importlib.import_module('capeval.adapters.backend')\n",
         "engine/report/__init__.py": "",
-        "engine/report/tables.py": "from engine.protocols import base\nfrom engine.protocols.toy import parsing\n",
+        "engine/report/tables.py": "from capeval.engine.protocols import base\nfrom capeval.engine.protocols.toy import parsing\n",
         "engine/store/__init__.py": "",
         "engine/store/a.py": "from . import b\n",
-        "engine/store/b.py": "def f():\n    from engine.store.a import g\n",
-        "engine/store/c.py": "from engine import store\nfrom engine.store import a\n",  # into the cycle, not part of it
-        "engine/store/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import benchmarks.bench\n",
+        "engine/store/b.py": "def f():\n    from capeval.engine.store.a import g\n",
+        "engine/store/c.py": "from capeval.engine import store\nfrom capeval.engine.store import a\n",  # into the cycle, not part of it
+        "engine/store/d.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import capeval.benchmarks.bench\n",
         "adapters/__init__.py": "",
         "adapters/backend.py": "",
         "benchmarks/__init__.py": "",
         "benchmarks/bench.py": "",
         "kernels/__init__.py": "",
-        "kernels/k.py": "from engine.store.c import x\n",
+        "kernels/k.py": "from capeval.engine.store.c import x\n",
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     imports, modules = collect_imports(tmp_path)
     broken = rule_violations(imports)
-    assert broken["kernels"] == ["kernels/k.py:1 imports engine.store.c"]
-    assert broken["benchmarks"] == ["engine/store/d.py:3 imports benchmarks.bench"]
-    assert broken["protocols"] == ["engine/protocols/toy/parsing.py:5 imports engine.judging.loop",
-                                   "engine/protocols/toy/prompts.py:2 imports adapters.backend"]
-    assert broken["generic_engine"] == ["engine/report/tables.py:2 imports engine.protocols.toy.parsing"]
+    assert broken["kernels"] == ["kernels/k.py:1 imports capeval.engine.store.c"]
+    assert broken["benchmarks"] == ["engine/store/d.py:3 imports capeval.benchmarks.bench"]
+    assert broken["protocols"] == ["engine/protocols/toy/parsing.py:5 imports capeval.engine.judging.loop",
+                                   "engine/protocols/toy/prompts.py:2 imports capeval.adapters.backend"]
+    assert broken["generic_engine"] == ["engine/report/tables.py:2 imports capeval.engine.protocols.toy.parsing"]
     cycles = import_cycles(imports, modules)
     assert [[imp.where() for imp in cycle] for cycle in cycles] == [
-        ["engine/store/a.py:1 imports engine.store.b", "engine/store/b.py:2 imports engine.store.a"]]
+        ["engine/store/a.py:1 imports capeval.engine.store.b", "engine/store/b.py:2 imports capeval.engine.store.a"]]

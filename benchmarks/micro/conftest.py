@@ -23,8 +23,8 @@ N_ITEMS = 200
 def capability_rows():
     """(items, captions, request rows) for the first N_ITEMS object_color items with gpt-4o-0806's released
     captions, read in place."""
-    from engine.protocols.capability import release as capability
-    from engine.registry import lookup
+    from capeval.engine.protocols.capability import release as capability
+    from capeval.engine.registry import lookup
 
     annotations = SHARED_DATA / "capability" / "annotations" / "object_color.jsonl"
     if not annotations.is_file():

@@ -18,7 +18,7 @@ def verdict_columns():
 
 
 def test_count_codes_by_cluster(benchmark, verdict_columns):
-    from kernels.aggregate import count_codes_by_cluster
+    from capeval.kernels.aggregate import count_codes_by_cluster
 
     videos, groups, codes = verdict_columns
     table = benchmark(count_codes_by_cluster, videos, groups, codes, N_VIDEOS, N_GROUPS, N_CODES)
@@ -31,8 +31,8 @@ def test_count_codes_by_cluster(benchmark, verdict_columns):
 
 
 def test_cluster_bootstrap_precision(benchmark, verdict_columns):
-    from kernels.aggregate import count_codes_by_cluster
-    from kernels.bootstrap import cluster_bootstrap, percentile_ci
+    from capeval.kernels.aggregate import count_codes_by_cluster
+    from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
 
     videos, groups, codes = verdict_columns
     table = count_codes_by_cluster(videos, groups, codes, N_VIDEOS, N_GROUPS, N_CODES)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from engine.protocols.base import make_row
+from capeval.engine.protocols.base import make_row
 
 
 def _pairs(capability_rows):
@@ -15,7 +15,7 @@ def _pairs(capability_rows):
 
 def test_render_and_key(benchmark, capability_rows):
     """Protocol render + content key (make_row) for 200 items: what build_requests does per item."""
-    from engine.protocols.capability import PROTOCOL, _prompts
+    from capeval.engine.protocols.capability import PROTOCOL, _prompts
 
     pairs = _pairs(capability_rows)
     pack = _prompts.pack_for("strict")
@@ -30,7 +30,7 @@ def test_render_and_key(benchmark, capability_rows):
 
 
 def test_to_judge_request(benchmark, capability_rows):
-    from engine.judging.requests import to_judge_request
+    from capeval.engine.judging.requests import to_judge_request
 
     _, _, rows = capability_rows
     reqs = benchmark(lambda: [to_judge_request(r) for r in rows])
@@ -39,8 +39,8 @@ def test_to_judge_request(benchmark, capability_rows):
 
 def test_http_body(benchmark, capability_rows):
     """The OpenAI-compatible judge's body encoding (no network: the body is built and encoded only)."""
-    from adapters.openai_http import OpenAIJudge
-    from engine.judging.requests import to_judge_request
+    from capeval.adapters.openai_http import OpenAIJudge
+    from capeval.engine.judging.requests import to_judge_request
 
     _, _, rows = capability_rows
     reqs = [to_judge_request(r) for r in rows]
@@ -52,8 +52,8 @@ def test_http_body(benchmark, capability_rows):
 
 def test_parse_replies(benchmark, capability_rows):
     """Strict parsing of well-formed replies (the common case) for 200 object_color requests."""
-    from engine.protocols.capability import PROTOCOL, CapabilityVerdict
-    from engine.schemas import ParseStatus
+    from capeval.engine.protocols.capability import PROTOCOL, CapabilityVerdict
+    from capeval.engine.schemas import ParseStatus
 
     _, _, rows = capability_rows
     replies = [json.dumps({"object_color": _annotation_text(r), "score": 1, "reason": "stated"}) for r in rows]
@@ -64,7 +64,7 @@ def test_parse_replies(benchmark, capability_rows):
 
 def test_parse_completion_body(benchmark):
     """Decoding a chat.completion body with usage (what the HTTP client does per answer)."""
-    from adapters.http_chat import Prices, parse_completion
+    from capeval.adapters.http_chat import Prices, parse_completion
 
     body = json.dumps({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {
         "role": "assistant", "content": '{"score": 1, "reason": "ok"}'}, "finish_reason": "stop"}], "usage": {
@@ -75,7 +75,7 @@ def test_parse_completion_body(benchmark):
 
 
 def _annotation_text(row) -> str:
-    from engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import parse_context
 
     fields = parse_context(row).get("fields") or {}
     return fields.get("annotation") or ""

@@ -2,7 +2,7 @@
 heavy imports (Ray, vLLM, torch) happen inside the command functions so `capeval --help` stays fast.
 
 Exit codes are the same for every command (engine/exitcodes.py): a command returns OK or FAILURES; errors raised
-as engine.errors.CapevalError end with their own code (USAGE, ABORTED) and a one-line message; bad command lines
+as capeval.engine.errors.CapevalError end with their own code (USAGE, ABORTED) and a one-line message; bad command lines
 exit USAGE (argparse); anything unexpected exits INTERNAL with a one-line message (the traceback with --debug)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import importlib
 import os
 import sys
 
-from engine import exitcodes
-from engine.secrets import redact_message
+from capeval.engine import exitcodes
+from capeval.engine.secrets import redact_message
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
 _COMMAND_MODULES = ("demo", "capability", "capquiz", "construct", "score", "judge", "validate", "align", "sweep",
@@ -29,9 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
         try:
-            module = importlib.import_module(f"engine.cli.{name}")
+            module = importlib.import_module(f"capeval.engine.cli.{name}")
         except ModuleNotFoundError as exc:
-            if exc.name == f"engine.cli.{name}":
+            if exc.name == f"capeval.engine.cli.{name}":
                 continue
             raise
         module.register(sub)
@@ -46,22 +46,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _usage_errors() -> tuple[type, ...]:
-    """Input errors raised by modules that predate engine.errors: they are the user's to fix (exit USAGE)."""
+    """Input errors raised by modules that predate capeval.engine.errors: they are the user's to fix (exit USAGE)."""
     kinds: list[type] = []
     try:
-        from engine.sweep.config import SweepFileError
+        from capeval.engine.sweep.config import SweepFileError
 
         kinds.append(SweepFileError)
     except ImportError:  # pragma: no cover
         pass
     try:
-        from engine.frames.sampling import FrameSpecError
+        from capeval.engine.frames.sampling import FrameSpecError
 
         kinds.append(FrameSpecError)
     except ImportError:  # pragma: no cover
         pass
     try:  # a pack that is missing (official mode without --prompts), unreadable or malformed: named in the message
-        from engine.packs import PackError
+        from capeval.engine.packs import PackError
 
         kinds.append(PackError)
     except ImportError:  # pragma: no cover
@@ -73,18 +73,18 @@ def terminal_text(text: str) -> str:
     """`text` with every line that holds control or format characters escaped (engine/safetext.py): messages and
     tables carry ids, captions and file contents, which may hold escape sequences. Printable lines stay as they are,
     so the backslashes of an id that a message already shows with repr() are not doubled."""
-    from engine.safetext import for_terminal
+    from capeval.engine.safetext import for_terminal
 
     return "\n".join(line if line.isprintable() else for_terminal(line) for line in text.split("\n"))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.safetext import guard_terminal_streams
+    from capeval.engine.safetext import guard_terminal_streams
 
     # every line any command (or a library it runs) prints reaches the terminal escaped: labels, categories,
     # options and replies come from the user's files and the judge, and may hold escape sequences
     restore_streams = guard_terminal_streams()
-    from engine.errors import raise_on_sigterm
+    from capeval.engine.errors import raise_on_sigterm
 
     restore_sigterm = raise_on_sigterm()  # a scheduler's SIGTERM ends a command as Ctrl-C does (exit TERMINATED)
     try:
@@ -92,15 +92,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         restore_sigterm()
         restore_streams()
-    from engine.ray_local import exit_without_ray
+    from capeval.engine.ray_local import exit_without_ray
 
     exit_without_ray(code)  # after a SIGTERM, Ray's own exit hook could wait a minute on a dead GCS
     return code
 
 
 def _main(argv: list[str] | None) -> int:
-    from engine.cli.validate import merge_subcommand
-    from engine.errors import CapevalError, Terminated
+    from capeval.engine.cli.validate import merge_subcommand
+    from capeval.engine.errors import CapevalError, Terminated
 
     parser = build_parser()
     # `capeval judge validate ...`: one subcommand named "judge validate" (engine/cli/validate.py says why)
@@ -113,8 +113,8 @@ def _main(argv: list[str] | None) -> int:
     if getattr(args, "verbose_all", False) and hasattr(args, "verbose"):
         args.verbose = True
     name = f"capeval {args.command}"
-    from engine.ray_local import quiet_libraries
-    from engine.warning_groups import capture_python_warnings
+    from capeval.engine.ray_local import quiet_libraries
+    from capeval.engine.warning_groups import capture_python_warnings
 
     quiet_libraries(verbose)  # third-party log lines stay out of the terminal unless --verbose
     try:
@@ -139,7 +139,7 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(exc, _usage_errors()) or isinstance(exc, FileNotFoundError):
             print(f"{name}: error: {terminal_text(redact_message(str(exc).strip()))}", file=sys.stderr)
             return exitcodes.USAGE
-        from engine.store.segments import storage_errno
+        from capeval.engine.store.segments import storage_errno
 
         if storage_errno(exc) in (errno.ENOSPC, errno.EDQUOT):  # a write no store wrapped: still a full disk
             where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""

@@ -4,7 +4,7 @@ Ratings: `--dataset vatex_eval --data DIR` (VATEX-EVAL: 3,000 videos x 6 candida
 `--ratings FILE`, any table (Parquet, CSV, JSON lines) with `video_id`, `candidate_index` and one column per
 annotator (`--rating-columns`, default: every column whose name starts with "rating").
 Scores: `--scores FILE` keyed by `video_id`, `candidate_index`, the value in `--column` (default `score`). A verdict
-table (engine.schemas.VERDICTS, e.g. VC-Inspector's) works the same way: the candidate comes from `item_id`
+table (capeval.engine.schemas.VERDICTS, e.g. VC-Inspector's) works the same way: the candidate comes from `item_id`
 "<video>/<k>" (engine/datasets/vatex_eval.py), the value is the verdict code (+1 for VC-Inspector's 1-5 scale), and
 rows without a verdict are left out and counted.
 
@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.errors import UsageError
+from capeval.engine.errors import UsageError
 
 USAGE = """examples:
   capeval align --dataset vatex_eval --data ../shared/data/vatex_eval \\
@@ -75,8 +75,8 @@ def ratings_table(args):
     if args.dataset == "vatex_eval":
         if args.data is None:
             raise UsageError("--dataset vatex_eval needs --data DIR (the folder holding vid_cans_score_dict.json)")
-        from engine.datasets.jsonl import DatasetFormatError
-        from engine.datasets.vatex_eval import load_ratings
+        from capeval.engine.datasets.jsonl import DatasetFormatError
+        from capeval.engine.datasets.vatex_eval import load_ratings
 
         try:
             table = load_ratings(args.data)
@@ -142,7 +142,7 @@ def compute(ratings, rating_columns, scores, *, round4=False, n_resamples=1000, 
     """The alignment figures for joined ratings x scores (importable API behind the command)."""
     import numpy as np
 
-    from engine.metrics.alignment import align
+    from capeval.engine.metrics.alignment import align
 
     joined = ratings.join(scores, on=KEYS, how="left")
     usable = joined.filter(joined["score"].is_not_null() & joined["score"].is_finite())

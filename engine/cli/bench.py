@@ -2,7 +2,7 @@
 
 A benchmark is a callable `main(argv: list[str]) -> int` (the exit code) registered under its name in the registry's
 "benchmark" kind. Benchmarks register through the entry point group `capeval.benchmarks`, each entry point naming
-its `main` (`kernels = "benchmarks.bench_kernels:main"` in pyproject.toml); engine/registry.py registers the loaded
+its `main` (`kernels = "capeval.benchmarks.bench_kernels:main"` in pyproject.toml); engine/registry.py registers the loaded
 callable under the entry point's name. So the engine names no benchmark module (engine/ never imports benchmarks/),
 and a benchmark from another distribution registers the same way. The list shows the first line of the docstring of
 the module that defines each `main`.
@@ -36,7 +36,7 @@ def summary(main) -> str:
 
 
 def listing() -> str:
-    from engine.registry import lookup, names
+    from capeval.engine.registry import lookup, names
 
     found = names("benchmark")
     if not found:
@@ -46,8 +46,8 @@ def listing() -> str:
 
 
 def run(args) -> int:
-    from engine.errors import UsageError
-    from engine.registry import lookup, names
+    from capeval.engine.errors import UsageError
+    from capeval.engine.registry import lookup, names
 
     if args.list or not args.name:
         print(listing())

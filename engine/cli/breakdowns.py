@@ -4,7 +4,7 @@ the tables: engine/report/breakdowns.py; docs/breakdowns.md)."""
 
 from __future__ import annotations
 
-from engine.errors import UsageError
+from capeval.engine.errors import UsageError
 
 
 def add_by_option(p) -> None:
@@ -18,7 +18,7 @@ def add_by_option(p) -> None:
 def _by(text: str) -> tuple[str, ...]:
     import argparse
 
-    from engine.metrics.breakdowns import parse_by
+    from capeval.engine.metrics.breakdowns import parse_by
 
     try:
         return parse_by(text)
@@ -31,8 +31,8 @@ def check_by(by, items, verdicts=None) -> None:
     anything expensive (judging) runs."""
     if not by:
         return
-    from engine.frames.decode import probe_duration
-    from engine.metrics.breakdowns import UnknownColumnError, check_columns
+    from capeval.engine.frames.decode import probe_duration
+    from capeval.engine.metrics.breakdowns import UnknownColumnError, check_columns
 
     try:
         check_columns(by, _polars(items), _polars(verdicts), media_duration=probe_duration)
@@ -47,10 +47,10 @@ def add_breakdowns(metrics, compute, verdicts, by, *, protocol: str, items=None,
     `show`, the breakdown tables with their small-sample warnings."""
     import sys
 
-    from engine.cli import terminal_text
-    from engine.frames.decode import probe_duration
-    from engine.metrics.breakdowns import UnknownColumnError, with_breakdowns
-    from engine.report.breakdowns import breakdown_tables, format_breakdowns
+    from capeval.engine.cli import terminal_text
+    from capeval.engine.frames.decode import probe_duration
+    from capeval.engine.metrics.breakdowns import UnknownColumnError, with_breakdowns
+    from capeval.engine.report.breakdowns import breakdown_tables, format_breakdowns
 
     if not by:
         return metrics
@@ -79,7 +79,7 @@ def _polars(table):
 def metrics_of(protocol, n_resamples: int, params: dict, seed: int = 0):
     """compute(verdicts, items=, captions=) of a registered protocol as the scoring commands run it: its
     compute_metrics with these params, then a reason for every null value (engine/metrics/reasons.py)."""
-    from engine.metrics.reasons import explain_nulls
+    from capeval.engine.metrics.reasons import explain_nulls
 
     def compute(verdicts, items=None, captions=None):
         frame = protocol.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples,

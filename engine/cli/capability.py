@@ -45,9 +45,9 @@ def register(subparsers) -> None:
 def run_kt(args) -> int:
     import polars as pl
 
-    from engine.construct.capability_qa import load_caption_verdicts
-    from engine.errors import UsageError
-    from engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide
+    from capeval.engine.construct.capability_qa import load_caption_verdicts
+    from capeval.engine.errors import UsageError
+    from capeval.engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide
 
     if not args.qa_verdicts.is_file():
         raise UsageError(f"--qa-verdicts {args.qa_verdicts}: not found")
@@ -74,8 +74,8 @@ def release_verdicts(path: Path, items, flag: str):
     (the judgments/ root lists its model folders) or lacks a task of the items."""
     import polars as pl
 
-    from engine.errors import UsageError
-    from engine.protocols.capability.release import judgments_folder_problem, load_judgments
+    from capeval.engine.errors import UsageError
+    from capeval.engine.protocols.capability.release import judgments_folder_problem, load_judgments
 
     problem = judgments_folder_problem(path)
     if problem:
@@ -94,8 +94,8 @@ def score_table(annotations: Path, judgments: Path, *, mode: str = "official", r
     that made it and a note saying why a value is empty (0/0)."""
     import polars as pl
 
-    from engine.protocols.capability.release import load_items, load_judgments
-    from engine.protocols.capability.metrics import METRICS, compute_metrics, wide
+    from capeval.engine.protocols.capability.release import load_items, load_judgments
+    from capeval.engine.protocols.capability.metrics import METRICS, compute_metrics, wide
 
     items = load_items(annotations)
     loaded = load_judgments(judgments, items, on_unknown=unknown_ids)
@@ -110,8 +110,8 @@ def score_table(annotations: Path, judgments: Path, *, mode: str = "official", r
 
 
 def run_score(args) -> int:
-    from engine.errors import UsageError
-    from engine.protocols.capability.release import judgments_folder_problem
+    from capeval.engine.errors import UsageError
+    from capeval.engine.protocols.capability.release import judgments_folder_problem
 
     problem = judgments_folder_problem(args.judgments)
     if problem:
@@ -127,11 +127,11 @@ def run_score(args) -> int:
 
 
 def _leaderboard(table, model: str) -> str:
-    """The leaderboard every scoring command prints (engine.report.leaderboard), with the judged model as the
+    """The leaderboard every scoring command prints (capeval.engine.report.leaderboard), with the judged model as the
     captioner, its per-dimension breakdown below it (the counts per dimension are in the CSV)."""
     import polars as pl
 
-    from engine.report.leaderboard import format_leaderboard, leaderboards
+    from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
 
     boards = leaderboards(table.with_columns(pl.lit(model).alias("captioner")), protocol="capability")
     return "\n\n".join(format_leaderboard(lb) for lb in boards)
@@ -141,7 +141,7 @@ def _unfinished_rounds(per_task) -> list[str]:
     """Official mode, released judgments: a task with more items unjudged than the official script leaves behind.
     eval.py re-asks in rounds until at most max_allow_missing items are missing (427-468), so such files are not
     where an official run ends: the figures of an official rerun may differ."""
-    from engine.protocols.capability import OFFICIAL_MAX_ALLOW_MISSING as k
+    from capeval.engine.protocols.capability import OFFICIAL_MAX_ALLOW_MISSING as k
 
     return [f"note: {d}: {n} items have no judgment, more than the official max_allow_missing ({k}): the official "
             f"eval.py would re-ask them in another retry round (eval.py:427-468) instead of leaving them out, so "

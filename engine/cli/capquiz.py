@@ -50,7 +50,7 @@ def register(subparsers) -> None:
 
 def _judge_specs(args) -> list[tuple[str, str]]:
     """[(backend name, label)] from --judges / --judge; labels are unique."""
-    from engine.errors import UsageError
+    from capeval.engine.errors import UsageError
 
     text = args.judges or args.judge or "local"
     specs = []
@@ -68,7 +68,7 @@ def _judge_specs(args) -> list[tuple[str, str]]:
 
 
 def _judge_options(pairs: list[str], labels: list[str]) -> dict[str, dict]:
-    from engine.errors import UsageError
+    from capeval.engine.errors import UsageError
 
     out: dict[str, dict] = {label: {} for label in labels}
     for pair in pairs:
@@ -115,7 +115,7 @@ def _write(table, path: Path, what: str) -> None:
             for row in table.to_pylist():
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
     else:
-        from engine.errors import UsageError
+        from capeval.engine.errors import UsageError
 
         raise UsageError(f"{what} {path}: use a .parquet, .csv or .jsonl file name")
 
@@ -123,7 +123,7 @@ def _write(table, path: Path, what: str) -> None:
 def sentence_embeddings(texts: list[str]):
     """The de-duplication's embeddings: the local judge's bundled all-MiniLM-L6-v2, unit-norm rows (loaded on the
     first call, once per process)."""
-    from adapters.local_judge import embedding_model
+    from capeval.adapters.local_judge import embedding_model
 
     return embedding_model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
 
@@ -131,11 +131,11 @@ def sentence_embeddings(texts: list[str]):
 def run_filter(args) -> int:
     import pyarrow.compute as pc
 
-    from engine.errors import UsageError
-    from engine.inputs.tables import read_items
-    from engine.cli.judge_checks import build_judge
-    from engine.judging.runner import run_judging
-    from engine.protocols.capquiz.filtering import BlindProtocol, FilterSettings, blind_counts, decide
+    from capeval.engine.errors import UsageError
+    from capeval.engine.inputs.tables import read_items
+    from capeval.engine.cli.judge_checks import build_judge
+    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.protocols.capquiz.filtering import BlindProtocol, FilterSettings, blind_counts, decide
 
     if args.trials < 1 or not 1 <= args.min_correct <= args.trials:
         raise UsageError(f"--trials {args.trials} / --min-correct {args.min_correct}: need 1 <= min-correct <= trials")

@@ -57,9 +57,9 @@ def run_modes(results, overrides: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
-    from engine.errors import UsageError
-    from engine.report.compare import FACTORS, FIXED, compare_run, format_comparison, selector_problems
-    from engine.report.rundir import load_run
+    from capeval.engine.errors import UsageError
+    from capeval.engine.report.compare import FACTORS, FIXED, compare_run, format_comparison, selector_problems
+    from capeval.engine.report.rundir import load_run
 
     if args.resamples < 1:
         raise ValueError(f"--resamples must be >= 1, got {args.resamples}")
@@ -90,9 +90,9 @@ def run(args) -> int:
 
 
 def run_across(args, data) -> int:
-    """--across: text or JSON of engine.report.across; exit 2 when no two protocols (judges) share a system."""
-    from engine.errors import UsageError
-    from engine.report.across import across_for_run, across_json, format_across
+    """--across: text or JSON of capeval.engine.report.across; exit 2 when no two protocols (judges) share a system."""
+    from capeval.engine.errors import UsageError
+    from capeval.engine.report.across import across_for_run, across_json, format_across
 
     if not args.across:
         raise UsageError("--reference-words goes with --across protocols|judges")

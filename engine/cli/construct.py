@@ -28,7 +28,7 @@ COMMON = """common options (every pipeline):
 
 
 def register(subparsers) -> None:
-    from engine import construct
+    from capeval.engine import construct
 
     p = subparsers.add_parser("construct", help="build benchmark items with a paper's construction pipeline "
                               "(cached, resumable, per-item record)", epilog=COMMON,
@@ -72,7 +72,7 @@ def _common_options(q) -> None:
 
 
 def _list_or_help(args) -> int:
-    from engine import construct
+    from capeval.engine import construct
 
     if args.list:
         for name in construct.names():
@@ -86,8 +86,8 @@ def _list_or_help(args) -> int:
 
 def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[dict, dict]:
     """(role -> [label], label -> (backend name, options)) from --judge / --step-judge / --judge-option."""
-    from engine.cli.capquiz import _judge_options
-    from engine.errors import UsageError
+    from capeval.engine.cli.capquiz import _judge_options
+    from capeval.engine.errors import UsageError
 
     specs: dict[str, str] = {}  # label -> backend name
     roles: dict[str, list[str]] = {}
@@ -125,14 +125,14 @@ def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[
 
 
 def run(args) -> int:
-    from engine import construct
-    from engine.cli.capquiz import _as_option_text
-    from engine.cli.judge_checks import build_judge
-    from engine import exitcodes
-    from engine.construct.base import ConstructContext, failure_lines
-    from engine.construct.outputs import write_outputs
-    from engine.errors import UsageError
-    from engine.sweep.validation import writable_problem
+    from capeval.engine import construct
+    from capeval.engine.cli.capquiz import _as_option_text
+    from capeval.engine.cli.judge_checks import build_judge
+    from capeval.engine import exitcodes
+    from capeval.engine.construct.base import ConstructContext, failure_lines
+    from capeval.engine.construct.outputs import write_outputs
+    from capeval.engine.errors import UsageError
+    from capeval.engine.sweep.validation import writable_problem
 
     started = time.time()
     pipeline = construct.lookup(args.pipeline)

@@ -23,7 +23,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run the no-GPU, no-network demo sweep (a plumbing check)")
     p.add_argument("--out", default=".capeval/demo", help="output folder (default .capeval/demo); reruns resume")
     p.add_argument("--sweep", default=str(DEMO_FILE), help="sweep file (default examples/demo.toml)")
-    from engine.cli.sweep import add_run_options
+    from capeval.engine.cli.sweep import add_run_options
 
     add_run_options(p)
     p.set_defaults(func=main)
@@ -32,11 +32,11 @@ def register(subparsers) -> None:
 def main(args) -> int:
     import time
 
-    from engine.cli.sweep import exit_line, print_results
-    from engine.sweep.config import load_sweep
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.cli.sweep import exit_line, print_results
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
-    from engine.ray_local import quiet_libraries
+    from capeval.engine.ray_local import quiet_libraries
 
     quiet_libraries(args.verbose)
     t0 = time.perf_counter()
@@ -56,9 +56,9 @@ def main(args) -> int:
 
 
 def _report(out: Path) -> None:
-    """The HTML report of the demo's run folder (engine.report.write_report), its path printed last."""
+    """The HTML report of the demo's run folder (capeval.engine.report.write_report), its path printed last."""
     try:
-        from engine.report import write_report
+        from capeval.engine.report import write_report
 
         path = write_report(out)
     except Exception as exc:  # noqa: BLE001 - the results are complete without the report; say why it is missing

@@ -13,10 +13,10 @@ import inspect
 import sys
 from pathlib import Path
 
-from engine.cli.breakdowns import add_breakdowns, add_by_option, check_by, metrics_of
-from engine.cli.judge_checks import build_judge, check_pairs, key_values
-from engine.errors import UsageError
-from engine.safetext import clip
+from capeval.engine.cli.breakdowns import add_breakdowns, add_by_option, check_by, metrics_of
+from capeval.engine.cli.judge_checks import build_judge, check_pairs, key_values
+from capeval.engine.errors import UsageError
+from capeval.engine.safetext import clip
 
 USAGE = """examples:
   capeval judge --protocol capability --items ../shared/data/capability/annotations/object_color.jsonl \\
@@ -84,7 +84,7 @@ def add_protocol_options(p) -> None:
 
 def protocol_params(args) -> dict:
     """Protocol params from --param, --mode and --prompts, checked like a sweep's protocols[].params."""
-    from engine.sweep.validation import protocol_param_problems
+    from capeval.engine.sweep.validation import protocol_param_problems
 
     params = key_values(args.param, "--param")
     if args.mode:
@@ -108,9 +108,9 @@ def accepted(fn, params: dict) -> dict:
 
 def load_dataset(path: Path, dataset: str | None, media_root: Path | None, protocol: str):
     """(ITEMS, CAPTIONS that came with the dataset or None) from --items as the given or detected kind."""
-    from engine.protocols.capability.release import is_release_file
-    from engine.datasets.registry import load
-    from engine.inputs import read_items
+    from capeval.engine.protocols.capability.release import is_release_file
+    from capeval.engine.datasets.registry import load
+    from capeval.engine.inputs import read_items
 
     kind = dataset or ("capability" if path.is_dir() or is_release_file(path) else "items")
     if kind == "items":
@@ -133,7 +133,7 @@ def load_items(path: Path, dataset: str | None, media_root: Path | None, protoco
 
 def caption_file_rules(protocol: str, params: dict) -> dict:
     """How a run of `protocol` with these params reads a user's caption file (read_captions keywords)."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     try:
         return lookup("protocol", protocol).caption_file_rules(params.get("mode"))
@@ -143,13 +143,13 @@ def caption_file_rules(protocol: str, params: dict) -> dict:
 
 def load_captions(path: Path, items, rules: dict | None = None):
     """CAPTIONS from --captions; `rules`: read_captions keywords (caption_file_rules)."""
-    from engine.inputs import read_captions
+    from capeval.engine.inputs import read_captions
 
     if path.is_dir():  # a CAPability captions/<model>/ folder: one <task>.jsonl per task
-        from engine.protocols.capability.release import load_captions as load_release_captions
+        from capeval.engine.protocols.capability.release import load_captions as load_release_captions
 
         return load_release_captions(path, items)
-    from engine.datasets.video_ids import with_dataset_video_ids
+    from capeval.engine.datasets.video_ids import with_dataset_video_ids
 
     # a caption may name its video by the media file (docs/inputs.md "Video ids")
     captions, _ = with_dataset_video_ids(read_captions(path, **(rules or {})), items)
@@ -157,7 +157,7 @@ def load_captions(path: Path, items, rules: dict | None = None):
         # released captions: label them as `capeval capability score` does (per-media prompt, frames "released")
         import pyarrow as pa
 
-        from engine.protocols.capability.release import RELEASED_FRAME_SPEC, prompt_id_for
+        from capeval.engine.protocols.capability.release import RELEASED_FRAME_SPEC, prompt_id_for
 
         media = dict(zip(items.column("video_id").to_pylist(), items.column("media_type").to_pylist()))
         prompts = [prompt_id_for(media.get(v) or "video") if p == "file" else p
@@ -183,7 +183,7 @@ def limit_items(items, n: int | None):
 
 
 def check_out(path: Path, flag: str = "--out") -> None:
-    from engine.sweep.validation import writable_problem
+    from capeval.engine.sweep.validation import writable_problem
 
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a folder; name the file to write")
@@ -195,12 +195,12 @@ def check_out(path: Path, flag: str = "--out") -> None:
 def run(args) -> int:
     import polars as pl
 
-    from engine.judging.runner import run_judging
-    from engine.store.segments import write_parquet_atomic
+    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.store.segments import write_parquet_atomic
 
     import time
 
-    from engine.cli import terminal_text
+    from capeval.engine.cli import terminal_text
 
     started = time.time()
     if not 0.0 <= args.max_failure_share <= 1.0:
@@ -218,7 +218,7 @@ def run(args) -> int:
     frames = frames_for_judge(args, protocol, params, items)
     check_pairs(items, captions, args.captions or args.items)
     judge = build_judge(args.judge, args.judge_model, args.base_url, args.judge_option)
-    from engine.store.transcripts import TranscriptSpool, beside
+    from capeval.engine.store.transcripts import TranscriptSpool, beside
 
     spool = TranscriptSpool(args.out.parent, beside(args.out).stem)  # what the judge was sent: capeval show
     try:
@@ -241,14 +241,14 @@ def run(args) -> int:
     spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist())))
     print(f"[judge] {summary}")
     print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}")
-    from engine.metrics.report import format_table
+    from capeval.engine.metrics.report import format_table
 
     # CAPability's metrics take their groups from the verdicts; given CAPTIONS they fail on the missing verdict
     # column (engine/protocols/capability/metrics.py _with_groups), and they need nothing from them here.
     caps = None if protocol.name == "capability" else pl.from_arrow(captions)
     metrics = protocol.compute_metrics(pl.from_arrow(verdicts), items=pl.from_arrow(items), captions=caps,
                                        n_resamples=args.resamples, seed=0, **_for_metrics(args.protocol, params))
-    from engine.metrics.reasons import explain_nulls
+    from capeval.engine.metrics.reasons import explain_nulls
 
     metrics = explain_nulls(metrics, verdicts, captions=captions)  # no verdicts: null and why, never a number
     metrics = add_breakdowns(metrics, metrics_of(protocol, args.resamples, _for_metrics(args.protocol, params)),
@@ -256,7 +256,7 @@ def run(args) -> int:
     if args.metrics:
         metrics.write_csv(args.metrics)
         print(f"[judge] wrote {metrics.height} metric rows to {args.metrics}", file=sys.stderr)
-    from engine.report.leaderboard import videos_per_system
+    from capeval.engine.report.leaderboard import videos_per_system
 
     # the leaderboard and its breakdown; the long table of every metric row goes to --metrics (CSV)
     print(terminal_text(format_table(metrics, n_videos=videos_per_system(pl.from_arrow(verdicts)), every_row=False)))
@@ -282,8 +282,8 @@ def _record_run(args, protocol, judge, params: dict, verdicts, summary, started:
     """run.json beside the verdict file (appended, never replaced): config, revisions, packs, counts, throughput."""
     import time
 
-    from engine.packs import PackError, load_pack, resolve_pack
-    from engine.runrecord import append_run_record, verdict_status_counts
+    from capeval.engine.packs import PackError, load_pack, resolve_pack
+    from capeval.engine.runrecord import append_run_record, verdict_status_counts
 
     mode = params.get("mode", "strict")
     packs = {}
@@ -315,8 +315,8 @@ def _exit_code(verdicts, max_failure_share: float, intermediate_steps=()) -> int
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine import exitcodes
-    from engine.schemas import NO_VERDICT
+    from capeval.engine import exitcodes
+    from capeval.engine.schemas import NO_VERDICT
 
     if intermediate_steps and verdicts.num_rows:
         verdicts = verdicts.filter(pc.invert(pc.is_in(verdicts.column("step"),
@@ -336,7 +336,7 @@ def _why_no_verdict(verdicts) -> str:
     again: a missing caption or an unparseable, cached answer comes back the same)."""
     import pyarrow.compute as pc
 
-    from engine.schemas import NO_VERDICT, ParseStatus
+    from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
     status = verdicts.filter(pc.equal(verdicts.column("verdict"), NO_VERDICT)).column("parse_status").to_pylist()
     errors, unparsed = status.count(ParseStatus.ERROR), status.count(ParseStatus.FAILED)
@@ -356,7 +356,7 @@ def _why_no_verdict(verdicts) -> str:
 def protocol_and_items(args):
     """(params, protocol, items, captions the dataset brings or None) from the options `capeval judge` and
     `capeval judge validate` share: --param/--mode/--prompts, --protocol, --items/--dataset/--media-root, --limit."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     params = protocol_params(args)
     try:
@@ -385,7 +385,7 @@ def given_captions(args, items, bundled):
 
 def frames_for_judge(args, protocol, params: dict, items):
     """FRAMES from --frames, else decoded for a protocol whose judge sees frames, else None."""
-    from engine.schemas import FRAMES
+    from capeval.engine.schemas import FRAMES
 
     frames = _read_frames(args.frames, FRAMES) if args.frames else None
     if frames is None and protocol.judge_frames is not None:
@@ -397,7 +397,7 @@ def judge_frames(items, params: dict, default_spec: str, cache_dir: Path, size: 
     """FRAMES for a multimodal judge, decoded from the items' media with `judge_frames` (set to the protocol's
     default spec, JudgeProtocol.judge_frames, when absent, so the requests name the frames they show); images give
     their one frame."""
-    from engine.frames.cache import decode_videos_table
+    from capeval.engine.frames.cache import decode_videos_table
 
     spec = params.setdefault("judge_frames", default_spec)
     media = {v: p for v, p in zip(items.column("video_id").to_pylist(), items.column("media_path").to_pylist())
@@ -421,7 +421,7 @@ def _for_metrics(protocol: str, params: dict) -> dict:
     import importlib
 
     try:
-        module = importlib.import_module(f"engine.protocols.{protocol}.metrics")
+        module = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics")
     except ModuleNotFoundError:
         return params
     return accepted(module.compute_metrics, params)
@@ -430,7 +430,7 @@ def _for_metrics(protocol: str, params: dict) -> dict:
 def _read_frames(path: Path, schema):
     import pyarrow.parquet as pq
 
-    from engine.schemas import conform
+    from capeval.engine.schemas import conform
 
     if not path.is_file():
         raise UsageError(f"frames file not found: {path}")

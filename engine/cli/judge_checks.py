@@ -10,9 +10,9 @@ from __future__ import annotations
 import inspect
 import json
 
-from engine.errors import UsageError
-from engine.safetext import clip
-from engine.secrets import redact_urls
+from capeval.engine.errors import UsageError
+from capeval.engine.safetext import clip
+from capeval.engine.secrets import redact_urls
 
 #: constructor parameters with their own flag (make_judge offers --judge-model under any of these names)
 _FLAGS = {"model": "--judge-model", "model_path": "--judge-model", "model_name": "--judge-model",
@@ -50,15 +50,15 @@ def judge_options(model: str | None, base_url: str | None, option_pairs: list[st
 
 def _shown(options: dict) -> str:
     """The options as the user wrote them, credentials blanked (the message may end up in a log)."""
-    from engine.secrets import is_secret_name
+    from capeval.engine.secrets import is_secret_name
 
     return ", ".join(f"{k}={'***' if is_secret_name(k) else clip(redact_urls(v), 60)}" for k, v in options.items())
 
 
 def build_judge(name: str, model: str | None, base_url: str | None, option_pairs: list[str]):
     """The judge backend for the command line, or a UsageError naming --judge, the flag or the --judge-option."""
-    from engine.judging.backends import make_judge
-    from engine.registry import lookup
+    from capeval.engine.judging.backends import make_judge
+    from capeval.engine.registry import lookup
 
     model, base_url, options = judge_options(model, base_url, option_pairs)
     try:
@@ -74,7 +74,7 @@ def build_judge(name: str, model: str | None, base_url: str | None, option_pairs
     if required:
         needed = ", ".join(_FLAGS.get(r, f"--judge-option {r}=…") for r in required)
         raise UsageError(f"--judge {name} needs {needed}")
-    from engine.sweep.validation import constructor_problems, param_value_problems
+    from capeval.engine.sweep.validation import constructor_problems, param_value_problems
 
     # names and values checked as a sweep's judges[].params are, before the backend starts (an engine, a connection)
     problems = [m for m in constructor_problems(factory, options, f"--judge {name}") if " needs " not in m]

@@ -26,7 +26,7 @@ def _default(v) -> str:
 
 
 def protocols() -> list[str]:
-    from engine.registry import lookup, names
+    from capeval.engine.registry import lookup, names
 
     out = []
     for n in names("protocol"):
@@ -43,7 +43,7 @@ def protocols() -> list[str]:
 
 
 def kinds() -> list[str]:
-    from engine.datasets.registry import get_kind, kind_names
+    from capeval.engine.datasets.registry import get_kind, kind_names
 
     out = []
     for n in kind_names():
@@ -57,7 +57,7 @@ def kinds() -> list[str]:
 
 
 def prompts() -> list[str]:
-    from engine.prompts_library import BUILTIN
+    from capeval.engine.prompts_library import BUILTIN
 
     out = []
     for pid, p in BUILTIN.items():
@@ -69,8 +69,8 @@ def prompts() -> list[str]:
 
 
 def _components(kind: str) -> list[str]:
-    from engine.registry import lookup, names
-    from engine.sweep.validation import accepted_params, constructor_params
+    from capeval.engine.registry import lookup, names
+    from capeval.engine.sweep.validation import accepted_params, constructor_params
 
     out = []
     for n in names(kind):

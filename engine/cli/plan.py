@@ -58,11 +58,11 @@ def _share(text: str) -> float | str:
 
 
 def main(args) -> int:
-    from engine.cli.sweep import with_limit
-    from engine.sweep.config import load_sweep
-    from engine.sweep.plan import plan_sweep
+    from capeval.engine.cli.sweep import with_limit
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.plan import plan_sweep
 
-    from engine.ray_local import quiet_libraries
+    from capeval.engine.ray_local import quiet_libraries
 
     quiet_libraries(False)  # the stand-in judge's model loader stays quiet
     config = with_limit(load_sweep(args.file), args.limit)  # every problem of the file at once (exit 2)
@@ -72,7 +72,7 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(plan, indent=1))
     else:
-        from engine.cli import terminal_text
+        from capeval.engine.cli import terminal_text
 
         print(terminal_text(format_plan(plan)))
     return 0

@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def register(sub) -> None:
-    from engine.cli.breakdowns import add_by_option
+    from capeval.engine.cli.breakdowns import add_by_option
 
     p = sub.add_parser("report", help="leaderboards + a self-contained HTML report of a run folder")
     p.add_argument("run_dir", type=Path, help="a sweep's output folder (results.parquet, verdicts/, metrics/)")
@@ -23,8 +23,8 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from engine.report.leaderboard import format_leaderboard, leaderboards
-    from engine.report.rundir import load_run
+    from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
+    from capeval.engine.report.rundir import load_run
 
     if args.resamples < 1:
         raise ValueError(f"--resamples must be >= 1, got {args.resamples}")
@@ -35,14 +35,14 @@ def run(args) -> int:
             print(format_leaderboard(lb))
             print()
     if not args.quiet:
-        from engine.report.breakdowns import format_breakdowns, section_tables
+        from capeval.engine.report.breakdowns import format_breakdowns, section_tables
 
         text = format_breakdowns(section_tables(data, computed))
         if text:
             print(text + "\n")
     if args.no_html:
         return 0
-    from engine.report.html import write_report
+    from capeval.engine.report.html import write_report
 
     path = write_report(args.run_dir, args.out, n_resamples=args.resamples, max_samples=args.max_samples,
                         breakdowns=computed)
@@ -55,9 +55,9 @@ def _breakdowns(data, by):
     a usage error when no cell's items carry one of them."""
     import sys
 
-    from engine.errors import UsageError
-    from engine.frames.decode import probe_duration
-    from engine.report.breakdowns import run_breakdowns
+    from capeval.engine.errors import UsageError
+    from capeval.engine.frames.decode import probe_duration
+    from capeval.engine.report.breakdowns import run_breakdowns
 
     try:
         frame, notes = run_breakdowns(data, by, media_duration=probe_duration)

@@ -12,14 +12,14 @@ import importlib
 import sys
 from pathlib import Path
 
-from engine.errors import UsageError
+from capeval.engine.errors import UsageError
 
 PROTOCOLS = ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")
 
 
 def register(sub) -> None:
-    from engine.cli.breakdowns import add_by_option
-    from engine.cli.judge import add_protocol_options
+    from capeval.engine.cli.breakdowns import add_by_option
+    from capeval.engine.cli.judge import add_protocol_options
 
     p = sub.add_parser("score", help="compute a protocol's metrics (with CIs) from a verdict table")
     p.add_argument("--protocol", required=True, choices=PROTOCOLS)
@@ -45,12 +45,12 @@ def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: in
     """compute_metrics of `protocol` (importable API behind the command), with a `reason` for every null value (a
     group without a single verdict: "no verdicts: <first error> (xN)"); options it does not take are left out
     (a sweep's protocol params include build-only ones such as `prompts`)."""
-    from engine.cli.judge import accepted
-    from engine.metrics.reasons import explain_nulls
+    from capeval.engine.cli.judge import accepted
+    from capeval.engine.metrics.reasons import explain_nulls
 
     if protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    module = importlib.import_module(f"engine.protocols.{protocol}.metrics")
+    module = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics")
     frame = module.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
                                    **accepted(module.compute_metrics, options))
     return explain_nulls(frame, verdicts, captions=captions)
@@ -60,7 +60,7 @@ def _items(path: Path | None, protocol: str):
     """ITEMS as read for `protocol` (a pyarrow Table), None without --items."""
     if path is None:
         return None
-    from engine.cli.judge import load_items
+    from capeval.engine.cli.judge import load_items
 
     return load_items(path, None, None, protocol)
 
@@ -68,12 +68,12 @@ def _items(path: Path | None, protocol: str):
 def read_verdicts_or_release(path: Path, protocol: str, items):
     """--verdicts: a verdict table, or (CAPability) one model's released judgments/<model>/ folder, the layouts
     `capeval judge validate --reference` reads; any other folder is answered with what it holds."""
-    from engine.inputs import read_verdicts
+    from capeval.engine.inputs import read_verdicts
 
     if not path.is_dir():
         return read_verdicts(path)
     if protocol == "capability":
-        from engine.cli.capability import release_verdicts
+        from capeval.engine.cli.capability import release_verdicts
 
         if items is None:
             raise UsageError(f"--verdicts {path}: a folder is read as CAPability's released judgments/<model>/, "
@@ -96,7 +96,7 @@ def _captions(path: Path | None, rules: dict):
 
     if path is None:
         return None
-    from engine.inputs import read_captions
+    from capeval.engine.inputs import read_captions
 
     return pl.from_arrow(read_captions(path, **rules))
 
@@ -104,10 +104,10 @@ def _captions(path: Path | None, rules: dict):
 def run(args) -> int:
     import polars as pl
 
-    from engine.cli import terminal_text
-    from engine.cli.breakdowns import add_breakdowns, check_by
-    from engine.cli.judge import caption_file_rules, check_out, protocol_params
-    from engine.metrics.report import format_table
+    from capeval.engine.cli import terminal_text
+    from capeval.engine.cli.breakdowns import add_breakdowns, check_by
+    from capeval.engine.cli.judge import caption_file_rules, check_out, protocol_params
+    from capeval.engine.metrics.report import format_table
 
     if args.resamples < 0:
         raise UsageError(f"--resamples must be >= 0, got {args.resamples}")
@@ -131,7 +131,7 @@ def run(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.write_csv(args.out)
     if not args.quiet:
-        from engine.report.leaderboard import videos_per_system
+        from capeval.engine.report.leaderboard import videos_per_system
 
         videos = videos_per_system(verdicts if isinstance(verdicts, pl.DataFrame) else pl.from_arrow(verdicts))
         # the leaderboard and its breakdown; every metric row is in --out

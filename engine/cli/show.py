@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from engine.safetext import json_for_terminal
+from capeval.engine.safetext import json_for_terminal
 
 USAGE = """examples:
   capeval show runs/demo --item shapes-001/action
@@ -47,9 +47,9 @@ def register(sub) -> None:
 def run(args) -> int:
     import polars as pl
 
-    from engine.errors import UsageError
-    from engine.report.transcripts import format_request, load_transcripts, request_records, select
-    from engine.store.transcripts import beside
+    from capeval.engine.errors import UsageError
+    from capeval.engine.report.transcripts import format_request, load_transcripts, request_records, select
+    from capeval.engine.store.transcripts import beside
 
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
@@ -88,11 +88,11 @@ def run(args) -> int:
 
 
 def _provenance(args) -> int:
-    from engine.report.provenance import format_provenance, provenance
+    from capeval.engine.report.provenance import format_provenance, provenance
 
     records = provenance(args.run_dir)
     if args.system:
-        from engine.report.compare import _matches
+        from capeval.engine.report.compare import _matches
 
         records = [r for r in records if _matches(r["system"], args.system)]
     print(json_for_terminal(records, default=str, indent=1) if args.json else format_provenance(records))
@@ -101,7 +101,7 @@ def _provenance(args) -> int:
 
 def _choices(t, shown: int = 8) -> str:
     """What the run holds, for a selector that matched nothing."""
-    from engine.report.rundir import CELL_COLUMNS
+    from capeval.engine.report.rundir import CELL_COLUMNS
 
     parts = []
     for c in ("protocol", *[c for c in CELL_COLUMNS if c != "protocol"]):

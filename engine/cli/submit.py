@@ -45,7 +45,7 @@ import time
 from pathlib import Path
 
 # staging (what is shipped, checked before any copy) lives in engine/staging.py; stage_sweep is re-exported
-from engine.staging import MAX_SHIPPED_BYTES, SHIPPED_LIST, plan_staging, stage_sweep, write_staging  # noqa: F401
+from capeval.engine.staging import MAX_SHIPPED_BYTES, SHIPPED_LIST, plan_staging, stage_sweep, write_staging  # noqa: F401
 
 #: the job's output folder on the cluster when --remote-out is not given: <sweep name>-<digest> below it
 REMOTE_OUT_ROOT = "/tmp/capeval-jobs"
@@ -121,9 +121,9 @@ def pack_results(out_dir: Path) -> bytes:
 
 
 def job_side(args) -> int:
-    from engine.secrets import remember_secret
-    from engine.sweep.config import load_sweep
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.secrets import remember_secret
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
     for name in args.secret_env:  # forwarded credentials: blanked from every record and log line of this job
         remember_secret(os.environ.get(name))
@@ -157,7 +157,7 @@ def extract_payload(logs: str) -> bytes | None:
 
 def unpack_results(payload: bytes, out: Path) -> None:
     """Unpack into `out`; segments are keyed by content (same name = same rows); run records are merged."""
-    from engine.runrecord import RUN_RECORD
+    from capeval.engine.runrecord import RUN_RECORD
 
     out.mkdir(parents=True, exist_ok=True)
     local_runs = []
@@ -192,8 +192,8 @@ def _stream(client, job_id: str, show) -> None:
 
 
 def _forwarded_env(names: list[str]) -> dict[str, str]:
-    from engine.cli.submit_job_server import AUTH_ENV
-    from engine.errors import UsageError
+    from capeval.engine.cli.submit_job_server import AUTH_ENV
+    from capeval.engine.errors import UsageError
 
     auth = [n for n in names if n in AUTH_ENV]
     if auth:
@@ -206,7 +206,7 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
 
 
 def _print_plan(plan, forwarded: dict) -> None:
-    from engine.safetext import for_terminal
+    from capeval.engine.safetext import for_terminal
 
     for f in plan.files:
         print(f"[submit]   ships {for_terminal(str(f.source))} as {f.staged} ({f.size} bytes)", file=sys.stderr)
@@ -229,8 +229,8 @@ def job_server_address(given: str | None) -> str:
 def run(args) -> int:
     if args.job_side:
         return job_side(args)
-    from engine.secrets import REDACTED
-    from engine.sweep.config import load_sweep
+    from capeval.engine.secrets import REDACTED
+    from capeval.engine.sweep.config import load_sweep
 
     config = load_sweep(args.file)  # fail here, with file/line/field, not on the cluster
     forwarded = _forwarded_env(args.forward_env)
@@ -242,7 +242,7 @@ def run(args) -> int:
         staged = write_staging(plan, staging)
         remote_out = args.remote_out or default_remote_out(args.file, config.name)
         derived_id = args.submission_id or submission_id(args.file, args.remote_out, args.resubmit)
-        entry = [args.python, "-m", "engine.cli", "submit", "--job-side", staged.name, "--remote-out", remote_out]
+        entry = [args.python, "-m", "capeval.engine.cli", "submit", "--job-side", staged.name, "--remote-out", remote_out]
         for name in forwarded:
             entry += ["--secret-env", name]
         import shlex
@@ -268,7 +268,7 @@ def run(args) -> int:
 def _submit_and_fetch(args, name: str, entrypoint: str, runtime_env: dict, derived_id: str, remote_out: str) -> int:
     from ray.job_submission import JobStatus
 
-    from engine.cli.submit_job_server import JobServer, auth_from_env
+    from capeval.engine.cli.submit_job_server import JobServer, auth_from_env
 
     address = job_server_address(args.address)
     auth = auth_from_env()

@@ -76,8 +76,8 @@ def register(subparsers) -> None:
 def print_results(result, stream=None) -> None:
     # sys.stdout is looked up at call time: a default bound at import would keep whatever stream was current then
     stream = stream if stream is not None else sys.stdout
-    from engine.cli import terminal_text
-    from engine.report import format_table, headline
+    from capeval.engine.cli import terminal_text
+    from capeval.engine.report import format_table, headline
 
     table = headline(result.results)
     print(terminal_text(format_table(table)), file=stream)  # labels and ids come from user files: escaped
@@ -99,8 +99,8 @@ def exit_line(result, max_failure_share: float) -> str | None:
 
 
 def run_and_report(config, out: Path, args) -> int:
-    from engine.ray_local import quiet_libraries
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.ray_local import quiet_libraries
+    from capeval.engine.sweep.runner import run_sweep
 
     quiet_libraries(args.verbose)
     result = run_sweep(config, out, progress=not args.no_progress, accept_failures=args.accept_failures,
@@ -113,21 +113,21 @@ def run_and_report(config, out: Path, args) -> int:
 
 
 def main(args) -> int:
-    from engine.sweep.config import load_sweep
-    from engine.sweep.grid import expand
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.grid import expand
 
     config = with_limit(load_sweep(args.file), args.limit)  # every problem of the file at once (exit 2)
     out = Path(args.out) if args.out else Path("runs") / config.name
     try:
-        from engine.sweep.validation import writable_problem
+        from capeval.engine.sweep.validation import writable_problem
     except ImportError:  # pragma: no cover
         writable_problem = None
     if writable_problem is not None and (problem := writable_problem(out)):
-        from engine.errors import UsageError
+        from capeval.engine.errors import UsageError
 
         raise UsageError(f"output folder {problem}")
     if getattr(args, "no_wait", False):
-        from adapters.batch_state import set_no_wait
+        from capeval.adapters.batch_state import set_no_wait
 
         set_no_wait(True)
     if args.check:

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from engine.errors import UsageError
+from capeval.engine.errors import UsageError
 
 COMMAND = "judge validate"
 
@@ -48,7 +48,7 @@ def merge_subcommand(argv: list[str]) -> list[str]:
 
 
 def register(subparsers) -> None:
-    from engine.cli.judge import add_protocol_options
+    from capeval.engine.cli.judge import add_protocol_options
 
     p = subparsers.add_parser(COMMAND, help="a judge's agreement with a reference judge's verdicts, and each "
                               "metric's bias", description=__doc__.split("\n\n")[0], epilog=USAGE,
@@ -105,7 +105,7 @@ def reference_table(path: Path, protocol: str):
         if protocol != "capability":
             raise UsageError(f"--reference {path}: a folder is read as CAPability's released judgments/<model>/; "
                              f"for {protocol!r} give a VERDICTS table (Parquet or CSV)")
-        from engine.protocols.capability.release import judgments_folder_problem
+        from capeval.engine.protocols.capability.release import judgments_folder_problem
 
         problem = judgments_folder_problem(path)
         if problem:
@@ -129,8 +129,8 @@ def check_fits_protocol(table, protocol: str, path: Path) -> None:
     registered protocol, it holds verdict codes the protocol does not have, or tasks it does not have."""
     import polars as pl
 
-    from engine.registry import lookup, names
-    from engine.schemas import NO_VERDICT
+    from capeval.engine.registry import lookup, names
+    from capeval.engine.schemas import NO_VERDICT
 
     try:
         proto = lookup("protocol", protocol)
@@ -162,7 +162,7 @@ def read_reference(path: Path, table, items):
     """(reference VERDICTS rows (polars), released records that match no item of `items`): `table` (from
     reference_table) as it is, or, for a folder, CAPability's released judgments of those items."""
     if table is None:
-        from engine.cli.capability import release_verdicts
+        from capeval.engine.cli.capability import release_verdicts
 
         return release_verdicts(path, items, "--reference")
     return table, 0
@@ -221,11 +221,11 @@ def run(args) -> int:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine.cli import terminal_text
-    from engine.cli.judge import check_out, frames_for_judge, given_captions, protocol_and_items
-    from engine.cli.judge_checks import build_judge, check_pairs
-    from engine.judging.runner import run_judging
-    from engine.metrics.validation import ValidationInputError, format_report, validate
+    from capeval.engine.cli import terminal_text
+    from capeval.engine.cli.judge import check_out, frames_for_judge, given_captions, protocol_and_items
+    from capeval.engine.cli.judge_checks import build_judge, check_pairs
+    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.metrics.validation import ValidationInputError, format_report, validate
 
     started = time.time()
     if args.tolerance is not None and not args.tolerance >= 0:
@@ -271,7 +271,7 @@ def run(args) -> int:
     finally:
         judge.close()
     if args.verdicts is not None:
-        from engine.store.segments import write_parquet_atomic
+        from capeval.engine.store.segments import write_parquet_atomic
 
         write_parquet_atomic(verdicts, args.verdicts)
     try:

@@ -16,10 +16,10 @@ from .pipeline import ConstructionPipeline, PipelineResult  # noqa: F401
 _PIPELINES: dict[str, ConstructionPipeline] = {}
 #: name -> module that registers it (imported on first lookup)
 _BUILTIN_MODULES = {
-    "capquiz": "engine.construct.capquiz",
-    "lvcap": "engine.construct.lvcap",
-    "capability-qa": "engine.construct.capability_qa",
-    "vcinspector": "engine.construct.vcinspector",
+    "capquiz": "capeval.engine.construct.capquiz",
+    "lvcap": "capeval.engine.construct.lvcap",
+    "capability-qa": "capeval.engine.construct.capability_qa",
+    "vcinspector": "capeval.engine.construct.vcinspector",
 }
 
 

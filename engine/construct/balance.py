@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 
-from engine.keys import derived_seed
+from capeval.engine.keys import derived_seed
 
 
 def balanced_positions(n_items: int, n_options: int, seed: int = 0) -> list[int]:

@@ -1,7 +1,7 @@
 """The shared machinery of construction pipelines: a pipeline is a sequence of generation steps, each step renders
 chat requests from a pack prompt and sends them through a judge backend on the ordinary judging path.
 
-Why the judging path (engine.judging.runner.run_judging) and not a loop of its own: it already streams requests
+Why the judging path (capeval.engine.judging.runner.run_judging) and not a loop of its own: it already streams requests
 through a bounded window, stores every answer in the content-keyed judgment cache as it arrives (group commits that
 survive kill -9), re-asks malformed answers per a JudgingPolicy and never sends a key another process holds. So a
 construction run killed half-way and started again answers the finished requests from the cache and sends only the
@@ -25,9 +25,9 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
-from engine.packs import PromptPack
-from engine.protocols.base import JudgeProtocol, JudgingPolicy, Rendered, make_row, parse_context, rows_to_table
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.packs import PromptPack
+from capeval.engine.protocols.base import JudgeProtocol, JudgingPolicy, Rendered, make_row, parse_context, rows_to_table
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 
 class GenerationCode(enum.IntEnum):
@@ -46,7 +46,7 @@ class Ask:
 
     `appendix`: input sent after the rendered prompt, for prompts that take their input below the text (the paper's
     dedup prompt ends "process the following list" and has no slot). `backend_fields`: what structured and local
-    backends answer from (adapters.base.JudgeRequest.fields); LLM backends read only the prompt. `context`: handed
+    backends answer from (capeval.adapters.base.JudgeRequest.fields); LLM backends read only the prompt. `context`: handed
     back to the step's parser with the reply. (item_id, sub_index, trial) must be unique within a step."""
 
     item_id: str
@@ -185,10 +185,10 @@ class ConstructContext:
     cache_dir: Path
     #: role (a step name, or "*" for every step without its own) -> judge labels answering it
     roles: dict[str, list[str]] = field(default_factory=dict)
-    #: label -> a new judge (adapters.base.Judge); called once per label, on first use
+    #: label -> a new judge (capeval.adapters.base.Judge); called once per label, on first use
     factory: Callable[[str], Any] | None = None
     progress: bool = True
-    max_in_flight: int | None = None  # None: each judge's own max_in_flight (engine.judging.window.judge_window)
+    max_in_flight: int | None = None  # None: each judge's own max_in_flight (capeval.engine.judging.window.judge_window)
     stats: dict[str, StepStats] = field(default_factory=dict)
     judges: dict[str, Any] = field(default_factory=dict)  # label -> built judge
 
@@ -248,7 +248,7 @@ def render_asks(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, ju
 
 def run_step(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, judge) -> list[Generated]:
     """Send the asks through `judge` on the judging path (cached, resumable); one Generated per ask, in order."""
-    from engine.judging.runner import run_judging
+    from capeval.engine.judging.runner import run_judging
 
     t0 = time.perf_counter()
     stats = ctx.stats.setdefault(step.name, StepStats())

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from engine.replies.fences import fence
-from engine.replies.repair import ParseError, extract_json, match_choice
-from engine.protocols.capquiz.types import normalize_type
+from capeval.engine.replies.fences import fence
+from capeval.engine.replies.repair import ParseError, extract_json, match_choice
+from capeval.engine.protocols.capquiz.types import normalize_type
 
 from .base import Ask, GenerationStep, ParseFailure
 

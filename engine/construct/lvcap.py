@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine.errors import UsageError
-from engine.packs import load_pack, resolve_pack
-from engine.replies.fences import fence
-from engine.schemas import ITEMS
+from capeval.engine.errors import UsageError
+from capeval.engine.packs import load_pack, resolve_pack
+from capeval.engine.replies.fences import fence
+from capeval.engine.schemas import ITEMS
 
 from . import register_pipeline
 from .base import Ask, ConstructContext, RecordLog, run_step
@@ -84,7 +84,7 @@ class LVCapPipeline(ConstructionPipeline):
     epilog = EPILOG
 
     def add_arguments(self, p) -> None:
-        from engine.frames.scenes import DEFAULT_MIN_SHOT_S, DEFAULT_THRESHOLD
+        from capeval.engine.frames.scenes import DEFAULT_MIN_SHOT_S, DEFAULT_THRESHOLD
 
         p.add_argument("--videos", action="append", default=[], type=Path, metavar="PATH",
                        help="a video file or a folder of videos (repeatable)")
@@ -175,7 +175,7 @@ def _captioner_params(args) -> dict:
 
 def read_videos(paths: list[Path], table: Path | None, limit: int | None) -> list[dict]:
     """[{video_id, media_path, category}] from --videos files/folders and an --input table, in the order given."""
-    from engine.inputs.rows import pick, read_rows, text_value
+    from capeval.engine.inputs.rows import pick, read_rows, text_value
 
     found: list[dict] = []
     for path in paths:

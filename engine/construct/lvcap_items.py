@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from engine.frames.scenes import ShotList
+from capeval.engine.frames.scenes import ShotList
 
 from .base import RecordLog
 

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine.frames.scenes import ShotList, detect_shots
-from engine.keys import content_key
-from engine.secrets import without_secrets
+from capeval.engine.frames.scenes import ShotList, detect_shots
+from capeval.engine.keys import content_key
+from capeval.engine.secrets import without_secrets
 
 from .base import ConstructContext, RecordLog, StepStats
 
@@ -46,12 +46,12 @@ class CaptionerSpec:
 
     def revision(self) -> str:
         """The captioner's weights identity without loading it, exactly as sweeps key captions."""
-        from engine.sweep.runner import component_revision
+        from capeval.engine.sweep.runner import component_revision
 
         return component_revision("captioner", self)
 
     def build(self):
-        from engine.registry import lookup
+        from capeval.engine.registry import lookup
 
         return lookup("captioner", self.name)(**self.params)
 
@@ -59,9 +59,9 @@ class CaptionerSpec:
 def detect_all(videos: list[dict], out: Path, *, threshold: float, min_shot_s: float, ctx: ConstructContext,
                log: RecordLog) -> dict[str, ShotList]:
     """{video_id: shots} for every video that could be read; a video that could not is recorded and left out."""
-    from engine.frames.cache import video_digest
-    from engine.frames.scenes import SceneDetectionError
-    from engine.store import SegmentStore
+    from capeval.engine.frames.cache import video_digest
+    from capeval.engine.frames.scenes import SceneDetectionError
+    from capeval.engine.store import SegmentStore
 
     store = SegmentStore(out / "shots", SHOTS)
     known = {r["shots_key"]: r["shots"] for r in store.read().to_pylist()}
@@ -97,7 +97,7 @@ def detect_all(videos: list[dict], out: Path, *, threshold: float, min_shot_s: f
 
 
 def _frame_spec(shots: ShotList, per_shot: int) -> str:
-    from engine.frames.sampling import Segments, Uniform
+    from capeval.engine.frames.sampling import Segments, Uniform
 
     cuts = [c for c in shots.cuts if 0 < c < shots.duration]
     return str(Segments(per_shot, boundaries=tuple(cuts))) if cuts else str(Uniform(per_shot))
@@ -106,9 +106,9 @@ def _frame_spec(shots: ShotList, per_shot: int) -> str:
 def caption_all(videos: list[dict], shots: dict[str, ShotList], spec: CaptionerSpec, out: Path,
                 ctx: ConstructContext, log: RecordLog) -> dict[str, list[str | None]]:
     """{video_id: [caption of each shot, None where it failed]}, captions stored as each video's finish."""
-    from engine.frames.cache import video_digest
-    from engine.frames.sizes import frame_size_for, size_text
-    from engine.store import SegmentStore
+    from capeval.engine.frames.cache import video_digest
+    from capeval.engine.frames.sizes import frame_size_for, size_text
+    from capeval.engine.store import SegmentStore
 
     store = SegmentStore(out / "shot_captions", SHOT_CAPTIONS)
     done = {r["caption_key"]: r for r in store.read().to_pylist() if r["error"] is None}
@@ -160,9 +160,9 @@ def _caption_video(video: dict, shots: ShotList, frame_spec: str, size, keys: li
     """Caption rows of the shots `todo` (indices) of one video: one decode, one request per shot."""
     import numpy as np
 
-    from adapters.base import CaptionRequest, CaptionResponse
-    from engine.frames.decode import decode_frames
-    from engine.reasoning import strip_caption, tags_of
+    from capeval.adapters.base import CaptionRequest, CaptionResponse
+    from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.reasoning import strip_caption, tags_of
 
     try:
         decoded = decode_frames(video["media_path"], frame_spec, size)

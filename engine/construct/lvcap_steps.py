@@ -20,8 +20,8 @@ from __future__ import annotations
 import json
 import re
 
-from engine.protocols.lvcap import paper_events
-from engine.replies.repair import ParseError, extract_json, strip_fences
+from capeval.engine.protocols.lvcap import paper_events
+from capeval.engine.replies.repair import ParseError, extract_json, strip_fences
 
 from .base import GenerationStep, ParseFailure
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from engine.packs import PromptPack
+from capeval.engine.packs import PromptPack
 
 from .base import ConstructContext, RecordLog
 
@@ -42,7 +42,7 @@ class ConstructionPipeline:
 
     def step_caps(self, args) -> dict[str, int]:
         """`default_caps` with the --max-per-item overrides; UsageError for a step without a cap or a bad N."""
-        from engine.errors import UsageError
+        from capeval.engine.errors import UsageError
 
         caps = dict(self.default_caps(args))
         for text in getattr(args, "max_per_item", None) or []:
@@ -72,7 +72,7 @@ class ConstructionPipeline:
         return tuple(s for s in self.steps if s not in self.local_steps)
 
     def check(self, args) -> None:
-        """Raise engine.errors.UsageError for option mistakes, before any judge starts."""
+        """Raise capeval.engine.errors.UsageError for option mistakes, before any judge starts."""
 
     def run(self, args, ctx: ConstructContext) -> PipelineResult:
         raise NotImplementedError

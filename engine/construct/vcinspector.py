@@ -27,17 +27,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine import schemas
-from engine.construct import register_pipeline
-from engine.construct.base import ConstructContext, RecordLog, run_step
-from engine.construct.outputs import replace_text
-from engine.construct.pipeline import ConstructionPipeline, PipelineResult
-from engine.construct.vcinspector_steps import (EXTRACT, REPLACE, STEPS, SUBSTITUTE, AugmentStep, extract_ask,
+from capeval.engine import schemas
+from capeval.engine.construct import register_pipeline
+from capeval.engine.construct.base import ConstructContext, RecordLog, run_step
+from capeval.engine.construct.outputs import replace_text
+from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
+from capeval.engine.construct.vcinspector_steps import (EXTRACT, REPLACE, STEPS, SUBSTITUTE, AugmentStep, extract_ask,
                                                 replace_ask, substitute_ask)
-from engine.errors import UsageError
-from engine.packs import PackError, PromptPack, load_pack, resolve_pack
-from engine.protocols.vcinspector import augment
-from engine.protocols.vcinspector.prompts import pack_for
+from capeval.engine.errors import UsageError
+from capeval.engine.packs import PackError, PromptPack, load_pack, resolve_pack
+from capeval.engine.protocols.vcinspector import augment
+from capeval.engine.protocols.vcinspector.prompts import pack_for
 
 AUGMENT_PACK = Path(augment.__file__).with_name("augment_pack.toml")
 DEFAULT_VARIANTS = {"official": augment.VARIANTS, "strict": ("obj_act",)}
@@ -71,7 +71,7 @@ class Candidate:
 
 
 def read_sources(path: Path, limit: int | None) -> list[Source]:
-    from engine.inputs.rows import read_rows, text_value
+    from capeval.engine.inputs.rows import read_rows, text_value
 
     out, ids = [], set()
     for n, rec in read_rows(path):

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 
-from engine.construct.base import Ask, GenerationStep, ParseFailure
-from engine.protocols.vcinspector.augment import clean_elements, parse_list_literal
-from engine.replies.fences import fence
-from engine.replies.repair import ParseError, extract_verdict
+from capeval.engine.construct.base import Ask, GenerationStep, ParseFailure
+from capeval.engine.protocols.vcinspector.augment import clean_elements, parse_list_literal
+from capeval.engine.replies.fences import fence
+from capeval.engine.replies.repair import ParseError, extract_verdict
 
 TASK = "augment"
 EXTRACT = {"objects": "extract_objects", "actions": "extract_actions"}

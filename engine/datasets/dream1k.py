@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine import schemas
-from engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
+from capeval.engine import schemas
+from capeval.engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
 
 BENCHMARK = "dream1k"
 TASK = "events"  # the LVCap-Eval task that judges a clip's events (AutoDQ)

@@ -36,7 +36,7 @@ class Param:
 
 @dataclass
 class DatasetLoad:
-    items: pa.Table  # engine.schemas.ITEMS
+    items: pa.Table  # capeval.engine.schemas.ITEMS
     media: dict[str, str] = field(default_factory=dict)  # video_id -> path of the video or image
     captions: pa.Table | None = None  # CAPTIONS that come with the dataset (VATEX-EVAL's rated candidates)
 
@@ -95,7 +95,7 @@ class DatasetKind:
 
     def load(self, params: dict, *, base_dir: str | Path = ".", out_dir: str | Path = ".capeval",
              name: str = "data") -> DatasetLoad:
-        from engine.errors import UsageError
+        from capeval.engine.errors import UsageError
 
         errors = self.validate(params, base_dir)
         if errors:
@@ -132,10 +132,10 @@ def register_kind(kind: DatasetKind) -> DatasetKind:
 
 
 def _load_builtins() -> None:
-    from engine.registry import lookup, names
+    from capeval.engine.registry import lookup, names
 
     for name in KIND_MODULES:
-        importlib.import_module(f"engine.datasets.kinds.{name}")
+        importlib.import_module(f"capeval.engine.datasets.kinds.{name}")
     for protocol in names("protocol"):
         for module in lookup("protocol", protocol).dataset_kind_modules:
             importlib.import_module(module)

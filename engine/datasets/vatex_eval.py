@@ -8,7 +8,7 @@ three annotators, with 9 reference captions per video.
   table `capeval align` correlates against);
 * `load_items(folder)` / `load_captions(folder)`: the candidates as judge inputs (one ITEMS row per candidate,
   item_id "<video>/<k>", and per-item CAPTIONS rows whose video_id is that item id), with the annotators' ratings
-  and the references in `extra`; verdicts on them join back through item_id (see engine.metrics.alignment).
+  and the references in `extra`; verdicts on them join back through item_id (see capeval.engine.metrics.alignment).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from engine import schemas
-from engine.datasets.jsonl import DatasetFormatError
+from capeval.engine import schemas
+from capeval.engine.datasets.jsonl import DatasetFormatError
 
 BENCHMARK = "vatex_eval"
 FILE = "vid_cans_score_dict.json"

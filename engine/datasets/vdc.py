@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine import schemas
-from engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
+from capeval.engine import schemas
+from capeval.engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
 
 BENCHMARK = "vdc"
 KINDS = ("short", "detailed", "background", "main_object", "camera")

@@ -15,7 +15,7 @@ from pathlib import PurePosixPath
 
 import pyarrow as pa
 
-from engine.errors import UsageError
+from capeval.engine.errors import UsageError
 
 
 def _forms(path: str) -> set[str]:

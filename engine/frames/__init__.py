@@ -1,12 +1,12 @@
 """Frames stage: sampling specs, sparse PyAV decoding, decode sizes, the JPEG frame cache and Ray decode workers.
 
-    from engine.frames import parse_frame_spec, decode_frames, decode_frames_cached, decode_videos_table
-    from engine.frames.ray_decode import decode_videos_ray, DecodePool   # needs ray.init()
+    from capeval.engine.frames import parse_frame_spec, decode_frames, decode_frames_cached, decode_videos_table
+    from capeval.engine.frames.ray_decode import decode_videos_ray, DecodePool   # needs ray.init()
 """
 
-from engine.frames.cache import (decode_frames_cached, decode_videos_table, frames_key, frames_row, load_encoded_frames,
+from capeval.engine.frames.cache import (decode_frames_cached, decode_videos_table, frames_key, frames_row, load_encoded_frames,
                                  load_frames)
-from engine.frames.decode import (
+from capeval.engine.frames.decode import (
     CorruptVideoError,
     EmptyVideoError,
     FramesResult,
@@ -18,9 +18,9 @@ from engine.frames.decode import (
     probe_duration,
     size_text,
 )
-from engine.frames.sizes import DEFAULT_SIZE, SizeError, frame_size_for, parse_size
-from engine.frames.images import decode_image, is_image_path, media_type_of
-from engine.frames.sampling import (FPS, FrameSpecError, KeyframeSnap, Linspace, Segments, Uniform, parse_frame_spec,
+from capeval.engine.frames.sizes import DEFAULT_SIZE, SizeError, frame_size_for, parse_size
+from capeval.engine.frames.images import decode_image, is_image_path, media_type_of
+from capeval.engine.frames.sampling import (FPS, FrameSpecError, KeyframeSnap, Linspace, Segments, Uniform, parse_frame_spec,
                                     target_timestamps)
 
 __all__ = [

@@ -1,9 +1,9 @@
 """Decoded-frame cache: each (video content, sampling spec, size) is decoded once, stored as JPEG in shards.
 
-Frames are decoded at the size their consumer uses (engine.frames.sizes), JPEG-encoded once
-(engine.frames.shards.JPEG_QUALITY) and appended to this process's shard under `cache_dir/shards/`; the cache is
-capped (`cap_bytes`, default engine.frames.shards.default_cap_bytes) and evicts whole shards by last use. The key
-is content-based (`engine.keys.file_digest`), so a renamed or copied video still hits, and an edited one misses.
+Frames are decoded at the size their consumer uses (capeval.engine.frames.sizes), JPEG-encoded once
+(capeval.engine.frames.shards.JPEG_QUALITY) and appended to this process's shard under `cache_dir/shards/`; the cache is
+capped (`cap_bytes`, default capeval.engine.frames.shards.default_cap_bytes) and evicts whole shards by last use. The key
+is content-based (`capeval.engine.keys.file_digest`), so a renamed or copied video still hits, and an edited one misses.
 
 A FRAMES row's `path` is a locator, not a file: `frames:<cache dir>?key=…&spec=…&size=…&src=<video>`. It names
 the entry and how to make it again, so `load_frames` / `load_encoded_frames` decode the video again when the
@@ -23,12 +23,12 @@ from urllib.parse import parse_qs, quote, unquote, urlencode
 import numpy as np
 import pyarrow as pa
 
-from engine import schemas
-from engine.frames import shards
-from engine.frames.decode import FramesResult, VideoDecodeError, decode_frames
-from engine.frames.sampling import FrameSpec, parse_frame_spec
-from engine.frames.sizes import Size, parse_size, size_text
-from engine.keys import content_key, file_digest
+from capeval.engine import schemas
+from capeval.engine.frames import shards
+from capeval.engine.frames.decode import FramesResult, VideoDecodeError, decode_frames
+from capeval.engine.frames.sampling import FrameSpec, parse_frame_spec
+from capeval.engine.frames.sizes import Size, parse_size, size_text
+from capeval.engine.keys import content_key, file_digest
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 

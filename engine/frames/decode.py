@@ -16,7 +16,7 @@ Images (JPEG, PNG, WebP, BMP) are one frame, read with Pillow: every spec return
 `media_type == "image"`, never a one-frame video repeated N times.
 
 Bad inputs raise a `VideoDecodeError` subclass whose message names the file and what is wrong; batch callers
-(engine.frames.cache) turn it into an error row and go on.
+(capeval.engine.frames.cache) turn it into an error row and go on.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 import av
 import numpy as np
 
-from engine.frames.images import decode_image, is_image_path
-from engine.frames.results import (CorruptVideoError, EmptyVideoError, FramesResult, NoVideoStreamError,  # noqa: F401
+from capeval.engine.frames.images import decode_image, is_image_path
+from capeval.engine.frames.results import (CorruptVideoError, EmptyVideoError, FramesResult, NoVideoStreamError,  # noqa: F401
                                    TruncatedVideoError, VideoDecodeError, VideoNotFoundError)  # re-exported here too
-from engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec, spec_timestamps
-from engine.frames.sizes import Size, output_size, size_text  # noqa: F401 - re-exported (older imports)
+from capeval.engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec, spec_timestamps
+from capeval.engine.frames.sizes import Size, output_size, size_text  # noqa: F401 - re-exported (older imports)
 
 
 def _open(path: Path):

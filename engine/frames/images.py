@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from engine.frames.results import CorruptVideoError, EmptyVideoError, FramesResult, VideoNotFoundError
-from engine.frames.sampling import FrameSpec, parse_frame_spec
-from engine.frames.sizes import Size, output_size, size_text
+from capeval.engine.frames.results import CorruptVideoError, EmptyVideoError, FramesResult, VideoNotFoundError
+from capeval.engine.frames.sampling import FrameSpec, parse_frame_spec
+from capeval.engine.frames.sizes import Size, output_size, size_text
 
 #: still-image suffixes decoded with Pillow as one frame (animated GIFs go through PyAV as videos)
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".webp", ".bmp"})

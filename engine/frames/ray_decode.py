@@ -12,9 +12,9 @@ from typing import Callable, Iterable
 
 import pyarrow as pa
 
-from engine.frames.cache import frames_row, rows_to_table
-from engine.frames.decode import Size
-from engine.frames.sampling import FrameSpec, parse_frame_spec
+from capeval.engine.frames.cache import frames_row, rows_to_table
+from capeval.engine.frames.decode import Size
+from capeval.engine.frames.sampling import FrameSpec, parse_frame_spec
 
 _WORKER_CLS = None
 
@@ -92,7 +92,7 @@ class DecodePool:
     def close(self) -> None:
         import ray
 
-        from engine.ray_local import ray_usable
+        from capeval.engine.ray_local import ray_usable
 
         if ray_usable():  # after a SIGTERM ray.kill may wait on a dead GCS; the watchdog ends the workers
             for w in self.workers:
@@ -101,8 +101,8 @@ class DecodePool:
 
 
 def frames_row_error(path: str, video_id: str, spec_text: str, size: Size, message: str) -> dict:
-    from engine.frames.decode import size_text
-    from engine.keys import content_key
+    from capeval.engine.frames.decode import size_text
+    from capeval.engine.keys import content_key
 
     return {"frames_key": content_key("frames", f"path:{Path(path).resolve()}", spec_text, size_text(size)),
             "video_id": video_id, "frame_spec": spec_text, "timestamps": None, "height": None, "width": None,

@@ -51,7 +51,7 @@ class FramesResult:
     frames_decoded: int = 0  # frames the decoder produced (0 on a cache hit)
     seeks: int = 0
     rotation: int = 0
-    path: str | None = None  # frame-cache locator when cached (engine.frames.cache.locator)
+    path: str | None = None  # frame-cache locator when cached (capeval.engine.frames.cache.locator)
     cache_hit: bool = False
     info: dict = field(default_factory=dict)
     media_type: str = "video"  # "image": one frame from a still image (timestamps [0.0], duration 0)

@@ -17,7 +17,7 @@ Segment centres are used by uniform, fps and segments (never t=0 or t=duration):
 often black or a fade, and a centre is always strictly inside the decodable range. `linspace` exists because an
 official protocol samples endpoints; it needs the frame rate (`timestamps(duration, rate)`).
 
-An image is one frame: every spec gives it once (engine.frames.decode).
+An image is one frame: every spec gives it once (capeval.engine.frames.decode).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ nothing the kernel already has; after a power loss the CRC catches what did not 
 
 Eviction, by last use: a read touches its shard's mtime (at most once a minute per shard and process); when the
 shards pass the cap, the writer removes whole shards, least recently used first, never its own open shard. A
-reader that loses an entry to eviction (even mid-use) decodes it again (engine.frames.cache); never an error.
+reader that loses an entry to eviction (even mid-use) decodes it again (capeval.engine.frames.cache); never an error.
 """
 
 from __future__ import annotations

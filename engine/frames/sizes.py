@@ -130,7 +130,7 @@ def family_size(model: str | None) -> str | None:
 
 
 def frame_size_for(component) -> Size:
-    """The decode size of a captioner or judge (engine.sweep.config.ComponentSpec or a dict of params): its
+    """The decode size of a captioner or judge (capeval.engine.sweep.config.ComponentSpec or a dict of params): its
     `frame_size`, else its model family's size, else DEFAULT_SIZE."""
     explicit = getattr(component, "frame_size", None)
     if explicit is not None:

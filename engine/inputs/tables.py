@@ -25,11 +25,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from engine import schemas
-from engine.errors import UsageError
-from engine.inputs.rows import FORMATS, int_value, is_missing, pick, read_rows, text_value, warn, where
-from engine.keys import canonical_json, content_key
-from engine.safetext import clip
+from capeval.engine import schemas
+from capeval.engine.errors import UsageError
+from capeval.engine.inputs.rows import FORMATS, int_value, is_missing, pick, read_rows, text_value, warn, where
+from capeval.engine.keys import canonical_json, content_key
+from capeval.engine.safetext import clip
 
 _ITEM_COLUMNS = {"benchmark", "task", "item_id", "video_id", "media_path", "media_type", "annotation", "question",
                  "options", "answer", "category", "extra"}
@@ -109,7 +109,7 @@ def read_items(path: str | Path, *, benchmark: str | None = None, resolve_media:
         acol, anno = pick(rec, ("annotation", "question"))
         media_type = text_value(rec.get("media_type"), path, n, "media_type", required=False)
         if media_type is None and media is not None:
-            from engine.frames.images import media_type_of
+            from capeval.engine.frames.images import media_type_of
 
             media_type = media_type_of(media)
         if media_type not in (None, "image", "video"):
@@ -215,7 +215,7 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
 def _captioner_from_path(path: Path) -> str:
     """`<model>/<task>.jsonl` (a task a registered protocol declares, e.g. CAPability's released captions) names
     its captioner by the folder; any other file by its own name."""
-    from engine.registry import lookup, names
+    from capeval.engine.registry import lookup, names
 
     tasks = {t for n in names("protocol") for t in lookup("protocol", n).tasks}
     return path.parent.name if path.stem in tasks and path.parent.name else path.stem

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.errors import UsageError
-from engine.inputs.rows import not_utf8, table_format
+from capeval.engine.errors import UsageError
+from capeval.engine.inputs.rows import not_utf8, table_format
 
 #: the columns that identify one verdict (those present are used); a repeat is a duplicate
 IDENTITY = ("cell_key", "protocol", "task", "item_id", "video_id", "captioner", "prompt_id", "frame_spec", "step",

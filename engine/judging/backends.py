@@ -8,7 +8,7 @@ import inspect
 def make_judge(name: str, *, model: str | None = None, base_url: str | None = None, **kwargs):
     """lookup("judge", name) and call it with the options its signature accepts (`model` is also offered as
     `model_path`/`model_name`); an option the backend cannot take is an error naming it."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     factory = lookup("judge", name)
     params = inspect.signature(factory).parameters

@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.protocols.base import REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
-from engine.reasoning import DEFAULT_TAGS, empty_answer_reason, reasoning_tokens, split_reasoning
-from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
+from capeval.engine.protocols.base import REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
+from capeval.engine.reasoning import DEFAULT_TAGS, empty_answer_reason, reasoning_tokens, split_reasoning
+from capeval.engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
 
 from .requests import attempt_key, to_judge_request
 from .rounds import NOT_ASKED, RetryRounds, apply_drops, group_of, small_groups

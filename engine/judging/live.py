@@ -118,6 +118,6 @@ class LiveCounts:
         elif self.bar is not None:
             self.bar.warn(text)
         else:
-            from engine.stages.progress import note
+            from capeval.engine.stages.progress import note
 
             note(text)

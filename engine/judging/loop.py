@@ -5,18 +5,18 @@ unless the caller asks for a window: window.judge_window) (`stream(feed, max_in_
 the backend has it, else `window.batch_stream` over `judge(batch)`), topping the window up after every answer with,
 first, the re-asks and next-step requests that answer released (they share the caption that is being judged, which
 keeps the prefix cache warm), then new rows in caption order. Before a key is sent it is re-checked in the judgment
-cache and claimed there (engine.store.judgment_cache: a key another live process claimed is waited for, never sent
+cache and claimed there (capeval.engine.store.judgment_cache: a key another live process claimed is waited for, never sent
 twice); rows sharing a key share one request. Answers go to the cache through `window.Committer` (group commits from
 a background thread), so a kill -9 loses at most the window.
 
-Replies are stored as valid UTF-8 (engine.schemas.utf8_text: a backend may hand over lone surrogates decoded from
+Replies are stored as valid UTF-8 (capeval.engine.schemas.utf8_text: a backend may hand over lone surrogates decoded from
 JSON escapes). A reply longer than `max_reply_chars` (default MAX_REPLY_CHARS, 1,000,000 characters: far beyond any
 verdict, scene list or event list a protocol asks for; a judge object may set its own `max_reply_chars`) is neither
 parsed nor cached: its row fails as a judge error whose reason says "reply too large" (retryable, like any judge
 error: a rerun asks again), so a rambling judge never fills the cache with megabytes.
 
 Stops: a `BackendFatalError` (401/403) ends the run after the requests in flight, with everything finished committed,
-as `engine.errors.AbortedError`; so does a cache that cannot be written (disk full, read-only), naming the path.
+as `capeval.engine.errors.AbortedError`; so does a cache that cannot be written (disk full, read-only), naming the path.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import time
 from collections import deque
 from pathlib import Path
 
-from adapters.base import BackendFatalError, JudgeResponse
-from engine.errors import AbortedError
-from engine.reasoning import tags_of
-from engine.schemas import utf8_text
-from engine.secrets import redact_message
-from engine.store.judgment_cache import CachedResponse, JudgmentCache
+from capeval.adapters.base import BackendFatalError, JudgeResponse
+from capeval.engine.errors import AbortedError
+from capeval.engine.reasoning import tags_of
+from capeval.engine.schemas import utf8_text
+from capeval.engine.secrets import redact_message
+from capeval.engine.store.judgment_cache import CachedResponse, JudgmentCache
 
 from .cells import Cell, Row
 from .live import WARN_FAILURE_SHARE, LiveCounts
@@ -92,7 +92,7 @@ class JudgeLoop:
             raise AbortedError(f"judgment cache {cache_dir}: cannot open for writing: {exc}") from None
         self._bar = None
         if progress:  # rate and ETA from the first answer on: a judge model's loading is not counted as work
-            from engine.stages.progress import Bar
+            from capeval.engine.stages.progress import Bar
 
             self._bar = Bar(0, f"judge {getattr(judge, 'name', '')}", "req", True, growing=True)
         # retries, rate limits and failures as they happen: on the bar, and a warning past warn_failure_share

@@ -1,4 +1,4 @@
-"""Request rows (REQUESTS_WITH_CONTEXT) -> adapters.base.JudgeRequest, loading frames as JPEG bytes when sending."""
+"""Request rows (REQUESTS_WITH_CONTEXT) -> capeval.adapters.base.JudgeRequest, loading frames as JPEG bytes when sending."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from adapters.base import JudgeRequest
-from engine.keys import content_key
-from engine.protocols.base import REASK_TEMPERATURE, parse_context, reask_seed
+from capeval.adapters.base import JudgeRequest
+from capeval.engine.keys import content_key
+from capeval.engine.protocols.base import REASK_TEMPERATURE, parse_context, reask_seed
 
 
 @lru_cache(maxsize=64)
 def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
-    """JPEG bytes of the frames at `frames_path`: an .npy of uint8 (T, H, W, 3) (engine.schemas.FRAMES.path), a
+    """JPEG bytes of the frames at `frames_path`: an .npy of uint8 (T, H, W, 3) (capeval.engine.schemas.FRAMES.path), a
     directory of .jpg files, or one .jpg file; a frame-cache locator gives its stored JPEG bytes (never re-encoded)."""
-    from engine.frames.cache import is_locator, load_encoded_frames
+    from capeval.engine.frames.cache import is_locator, load_encoded_frames
 
     if is_locator(frames_path):
         return load_encoded_frames(frames_path)
@@ -27,7 +27,7 @@ def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
     if path.suffix.lower() == ".npy":
         import numpy as np
 
-        from engine.frames.shards import encode_jpegs
+        from capeval.engine.frames.shards import encode_jpegs
 
         frames = np.load(path)
         if frames.ndim != 4 or frames.shape[-1] != 3:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
+from capeval.engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
 
 DROPPED = ("dropped by the official retry rule: accepted at attempt {attempt}, but only {rounds} re-ask round(s) "
            "would have run ({failed} item(s) still failed after round {last}, at most {k} allowed)")

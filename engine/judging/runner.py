@@ -19,7 +19,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine.protocols.base import JudgeProtocol, JudgingPolicy
+from capeval.engine.protocols.base import JudgeProtocol, JudgingPolicy
 
 from .cells import Cell
 from .loop import JudgeLoop
@@ -31,7 +31,7 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
                 keep_intermediate: bool = False, return_summary: bool = False, max_in_flight: int | None = None,
                 policy: JudgingPolicy | None = None, protocol_params: dict | None = None, use_cache: bool = True,
                 claim_timeout_s: float | None = None, transcripts=None):
-    """Judge `requests` (from protocol.build_requests) with `judge` (adapters.base.Judge); returns VERDICTS (one row
+    """Judge `requests` (from protocol.build_requests) with `judge` (capeval.adapters.base.Judge); returns VERDICTS (one row
     per request of every step, with the attempt that produced its answer), or (verdicts, JudgingSummary) with
     return_summary=True. The summary is also in the table's schema metadata under b"capeval.judging_summary".
 
@@ -45,7 +45,7 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
     Rows of intermediate steps (protocol.intermediate_steps: VidCapBench "answer", LVCap "extract") carry no verdict
     code; they are left out unless keep_intermediate=True. Nothing is lost: their text is in the judgment cache and
     in the next step's `detail`, and a failed intermediate step yields a next-step row without a verdict whose
-    parse_status says why. Raises engine.errors.AbortedError when the backend refuses the run (401/403) or the
+    parse_status says why. Raises capeval.engine.errors.AbortedError when the backend refuses the run (401/403) or the
     cache cannot be written; what finished before is committed.
 
     `requests` may also be an iterable of tables or record batches (e.g. `pyarrow.parquet.ParquetFile.iter_batches`
@@ -53,9 +53,9 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
     all. Each part must hold whole items (every row of an (item, caption) in one part); the verdict rows come in the
     parts' order.
 
-    `transcripts`: a sink (engine.store.transcripts.MemoryTranscripts, TranscriptSpool) that receives one transcript
+    `transcripts`: a sink (capeval.engine.store.transcripts.MemoryTranscripts, TranscriptSpool) that receives one transcript
     row per request row (what was sent, every attempt, what came back); finished when this returns."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     t0 = time.perf_counter()
     parts = None

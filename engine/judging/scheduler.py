@@ -33,7 +33,7 @@ from typing import Callable
 
 import pyarrow as pa
 
-from engine.protocols.base import JudgeProtocol, JudgingPolicy
+from capeval.engine.protocols.base import JudgeProtocol, JudgingPolicy
 
 from .cells import Cell
 from .live import WARN_FAILURE_SHARE
@@ -62,7 +62,7 @@ class JudgeScheduler:
         """Queue one cell. `policy` defaults to protocol.judging_policy(**protocol_params) (as run_judging).
         sealed=False: more of its requests will come (`extend`), until `seal`. `transcripts`: a sink
         (engine/store/transcripts.py) that gets the cell's transcript rows, finished before `on_complete`."""
-        from engine.registry import lookup
+        from capeval.engine.registry import lookup
 
         if name in self._cells:
             raise ValueError(f"JudgeScheduler: a cell named {name!r} was added already")
@@ -100,7 +100,7 @@ class JudgeScheduler:
 
     def run(self, source=None) -> dict[str, tuple[pa.Table, JudgingSummary]]:
         """Judge every added cell (and, with `source`, every cell it adds while open); returns (verdicts, summary)
-        per cell added without a callback. Raises engine.errors.AbortedError like run_judging (cells completed
+        per cell added without a callback. Raises capeval.engine.errors.AbortedError like run_judging (cells completed
         before are delivered already)."""
         self._loop.source = source
         self._loop.run()

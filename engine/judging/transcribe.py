@@ -12,8 +12,8 @@ import operator
 
 import pyarrow as pa
 
-from engine.keys import content_key
-from engine.store.transcripts import CAPTURE
+from capeval.engine.keys import content_key
+from capeval.engine.store.transcripts import CAPTURE
 
 from .requests import attempt_sampling
 

@@ -1,6 +1,6 @@
 """The in-flight window between the judge loop and a backend, and the group committer of answers.
 
-`WindowFeed` is the `adapters.base.RequestFeed` the loop fills and a backend pulls from. `batch_stream` turns a
+`WindowFeed` is the `capeval.adapters.base.RequestFeed` the loop fills and a backend pulls from. `batch_stream` turns a
 backend that only has `judge(batch)` into a stream: small batches, one after another (or several at once from a
 thread pool when the judge says `thread_safe = True`), yielding each batch's responses as soon as it returns, so
 there is no barrier across the whole window. `Committer` writes answers to the judgment cache from its own thread in
@@ -20,16 +20,16 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterator
 
-from adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
-from engine.errors import UsageError
-from engine.store.judgment_cache import CachedResponse, JudgmentCache
+from capeval.adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
+from capeval.engine.errors import UsageError
+from capeval.engine.store.judgment_cache import CachedResponse, JudgmentCache
 
 #: the window for a judge that declares none (in-process judges that answer batches: local, replay)
 DEFAULT_WINDOW = 64
 
 
 def declared_window(judge) -> int | None:
-    """The judge's `max_in_flight` (adapters.base.Judge: the requests it takes at once), or None when it has none."""
+    """The judge's `max_in_flight` (capeval.adapters.base.Judge: the requests it takes at once), or None when it has none."""
     value = getattr(judge, "max_in_flight", None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 

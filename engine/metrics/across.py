@@ -14,7 +14,7 @@ averaged over tasks where the protocol averages over them (`compare_average_over
    `n_videos` counts the videos of those cells and `n_videos_a` / `n_videos_b` the videos each rater judged for
    the shared systems. Without a video both judged, tau_b is undefined (null) and the warning says why.
    The interval resamples the videos both raters judged, jointly: every replicate draws the same videos for both
-   raters and every system (kernels.bootstrap.cluster_bootstrap over the stacked per-video statistics),
+   raters and every system (capeval.kernels.bootstrap.cluster_bootstrap over the stacked per-video statistics),
    recomputes every headline value, then tau_b; percentile interval over the replicates.
 
 2. Length sensitivity, per rater and metric. Length is the caption's word count (whitespace-separated tokens of
@@ -51,10 +51,10 @@ from itertools import combinations
 import numpy as np
 import polars as pl
 
-from engine.metrics.paired import PairedSpec, task_mean_values
-from engine.registry import lookup
-from kernels.bootstrap import cluster_bootstrap, percentile_ci
-from kernels.correlation import kendall_tau_b, spearman_rho
+from capeval.engine.metrics.paired import PairedSpec, task_mean_values
+from capeval.engine.registry import lookup
+from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
+from capeval.kernels.correlation import kendall_tau_b, spearman_rho
 
 #: what varies between raters, and what is held fixed, for each `--across`
 ACROSS = {"protocols": ("protocol", ("dataset", "judge")), "judges": ("judge", ("dataset", "protocol"))}
@@ -130,7 +130,7 @@ def across_run(verdicts: pl.DataFrame, captions: pl.DataFrame | None = None, *, 
                seed: int = 0, confidence: float = 0.95) -> AcrossResult:
     """Rank agreement between the raters that vary `across` and length sensitivity of every rater.
 
-    verdicts: labelled verdict rows (engine.report.rundir.load_run(...).verdicts); captions: the run's captions
+    verdicts: labelled verdict rows (capeval.engine.report.rundir.load_run(...).verdicts); captions: the run's captions
     (text per system and video), None: no length analysis; modes: protocol label or name -> metric mode (default
     the protocol's `compare_default_mode`); reference_words: the controlled scores' length (default: the median
     word count of the judged captions)."""

@@ -13,7 +13,7 @@
 * `swap_caption(caption, swaps, seed)`: VC-Inspector's data recipe makes captions with controlled factual errors
   by replacing objects and actions; this swaps whole words/phrases from a given table, deterministically.
 
-Correlations use kernels.correlation (O(n log n) Numba, exact tie handling; the tests check them against scipy).
+Correlations use capeval.kernels.correlation (O(n log n) Numba, exact tie handling; the tests check them against scipy).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from kernels.correlation import kendall_tau_b, kendall_tau_c, spearman_rho
+from capeval.kernels.correlation import kendall_tau_b, kendall_tau_c, spearman_rho
 
 
 def _clean(metric, human) -> tuple[np.ndarray, np.ndarray]:

@@ -15,7 +15,7 @@ carry one item's id). For each level the protocol's own metrics are computed on 
 (the caller's `compute`: protocol.compute_metrics with the run's params, so the intervals come from the same
 bootstrap on the subset), labelled with the column `by` (the attribute's name) and the attribute's column (the
 level); the unsplit rows are kept as they were with `by` and every attribute column = "all". `level_videos` says
-how many videos each row rests on (the report warns below engine.report.leaderboard.MIN_VIDEOS). A column the
+how many videos each row rests on (the report warns below capeval.engine.report.leaderboard.MIN_VIDEOS). A column the
 protocol's metrics already have (CAPability's task, VC-Inspector's category) is left to the protocol: its own rows
 are that breakdown.
 """
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.metrics.buckets import UNKNOWN, duration_bucket, duration_edges
-from engine.schemas import ITEMS
+from capeval.engine.metrics.buckets import UNKNOWN, duration_bucket, duration_edges
+from capeval.engine.schemas import ITEMS
 
 ALL = "all"
 BY_COLUMN = "by"

@@ -1,6 +1,6 @@
 """Duration buckets as LVCap-Eval labels them (Table 3: "<2min", "2-5min", "6-10min", "11-15min", "16-20min",
 ">20min"), shared by the LVCap protocol's metrics and the generic `--by duration_bucket` breakdown so that both
-label a video the same way (the protocol may import engine.metrics; the generic engine may not import the protocol).
+label a video the same way (the protocol may import capeval.engine.metrics; the generic engine may not import the protocol).
 """
 
 from __future__ import annotations

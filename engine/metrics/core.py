@@ -2,7 +2,7 @@
 
 Every metric here is a function of *sums over videos* (clusters) of a few per-video statistics: code counts, or
 per-video ratios with presence flags for macro averages. One mechanism, `bootstrap_frame`, evaluates such metrics
-on the totals and on every bootstrap replicate (videos resampled, kernels.bootstrap) and writes the long frame.
+on the totals and on every bootstrap replicate (videos resampled, capeval.kernels.bootstrap) and writes the long frame.
 A protocol builds a `CountTable` (per video, per group, per code: `count_table`; or per-unit statistics:
 `sum_table`) and names its metrics as vectorised functions of counts (..., n_codes + 1) -- the last column is
 NO_VERDICT -- and `metrics_frame` runs the mechanism on it:
@@ -13,7 +13,7 @@ NO_VERDICT -- and `metrics_frame` runs the mechanism on it:
     frame = metrics_frame(table, {"precision": precision, "hit": hit}, n_resamples=1000, seed=0,
                           average_over="task", average_label="avg")            # adds per-captioner "avg" rows
 
-The result is long format (engine.schemas.metrics_schema): group columns (strings), metric, value, ci_low,
+The result is long format (capeval.engine.schemas.metrics_schema): group columns (strings), metric, value, ci_low,
 ci_high, n (verdicts with a code), n_no_verdict (rows without one: never dropped silently). Protocols with their
 own count columns (CAPability: n_missing, n_failed) call `bootstrap_frame` on their own array.
 """
@@ -27,9 +27,9 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from engine.metrics.trials import TrialCounts, trial_counts, trial_metrics_frame
-from kernels.aggregate import count_codes_by_cluster
-from kernels.bootstrap import cluster_bootstrap, percentile_ci
+from capeval.engine.metrics.trials import TrialCounts, trial_counts, trial_metrics_frame
+from capeval.kernels.aggregate import count_codes_by_cluster
+from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
 
 MetricFn = Callable[[np.ndarray], np.ndarray]
 

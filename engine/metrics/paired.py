@@ -1,6 +1,6 @@
-"""What a protocol hands `capeval compare` (engine.report.compare): how its verdict rows become per-video statistics
+"""What a protocol hands `capeval compare` (capeval.engine.report.compare): how its verdict rows become per-video statistics
 and which functions of their sums are its headline metrics. A protocol returns one from `paired_spec(mode)`
-(engine.protocols.base.JudgeProtocol); the comparison itself knows no protocol.
+(capeval.engine.protocols.base.JudgeProtocol); the comparison itself knows no protocol.
 
 The statistics are sums, so the paired bootstrap can resample videos by summing rows: per (video, task) the spec's
 columns `_s0.._s{n_stats-1}` are added up, and each metric is a vectorised function of those sums (..., n_stats).
@@ -28,7 +28,7 @@ class PairedSpec:
 
 def code_stats(n_codes: int, steps_out: tuple[str, ...] = ()):
     """One-hot code columns (the last one: no verdict) per row; optionally without some judge steps. This is the
-    statistic of every protocol whose metrics are functions of verdict-code counts (engine.metrics.core)."""
+    statistic of every protocol whose metrics are functions of verdict-code counts (capeval.engine.metrics.core)."""
 
     def stats(v: pl.DataFrame, opts: dict) -> pl.DataFrame:
         if steps_out and "step" in v.columns:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
-from engine.schemas import ParseStatus
+from capeval.engine.schemas import ParseStatus
 
 #: the prefix of every reason for a group without a single verdict (leaderboards and reports look for it)
 NO_VERDICTS = "no verdicts"
@@ -26,7 +26,7 @@ OVERALL_LABELS = ("all", "avg", "overall", "-")
 #: columns that never identify the verdict rows behind a metric row
 NOT_GROUPS = frozenset({"metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "reason", "note", "mode",
                         "cell_key", "cell_status", "protocol"})
-#: what a row without a verdict and without an error text failed at (engine.schemas.ParseStatus)
+#: what a row without a verdict and without an error text failed at (capeval.engine.schemas.ParseStatus)
 STATUS_TEXT = {int(ParseStatus.FAILED): "the judge's answer could not be parsed",
                int(ParseStatus.ERROR): "the judge backend failed", int(ParseStatus.MISSING): "no judgment for the item"}
 NO_CAPTION_STATUS = "no_caption"

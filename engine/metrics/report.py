@@ -1,6 +1,6 @@
-"""A readable plain-text table of a long-format metrics frame (the metrics themselves: engine.metrics.core).
+"""A readable plain-text table of a long-format metrics frame (the metrics themselves: capeval.engine.metrics.core).
 
-`format_table` puts the protocol's leaderboard (engine.report.leaderboard: the shape every scoring command prints)
+`format_table` puts the protocol's leaderboard (capeval.engine.report.leaderboard: the shape every scoring command prints)
 above the long table when the protocol can be told from the metric names (a headline metric of exactly one
 registered protocol marks it: `metric_markers`)."""
 
@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import polars as pl
 
-from engine.schemas import METRIC_VALUE_NAMES
+from capeval.engine.schemas import METRIC_VALUE_NAMES
 
 VALUE_COLUMNS = METRIC_VALUE_NAMES
 
@@ -19,14 +19,14 @@ VALUE_COLUMNS = METRIC_VALUE_NAMES
 def metric_markers() -> dict[str, str]:
     """headline metric name -> protocol, for the names in exactly one registered protocol's `headline` (such a name
     in a metrics table tells which protocol wrote it). Computed once per set of registered protocols."""
-    from engine.registry import names
+    from capeval.engine.registry import names
 
     return _markers(tuple(names("protocol")))
 
 
 @functools.lru_cache(maxsize=8)
 def _markers(protocols: tuple[str, ...]) -> dict[str, str]:
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     owners: dict[str, set[str]] = {}
     for name in protocols:
@@ -47,12 +47,12 @@ def format_table(frame: pl.DataFrame, digits: int = 2, protocol: str | None = No
                  leaderboard: bool = True, *, n_videos: pl.DataFrame | None = None, every_row: bool = True) -> str:
     """The protocol's leaderboard (when known), then every row (group columns, metric, value [ci_low, ci_high], n,
     n_no_verdict) unless `every_row` is False (a command that writes the rows to a file says where instead).
-    `n_videos`: videos behind each system (engine.report.leaderboard.videos_per_system) for the videos column."""
+    `n_videos`: videos behind each system (capeval.engine.report.leaderboard.videos_per_system) for the videos column."""
     rows = format_rows(frame, digits)
     protocol = protocol or guess_protocol(frame)
     if not leaderboard or protocol is None or frame.is_empty():
         return rows
-    from engine.report.leaderboard import format_leaderboard, leaderboards
+    from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
 
     try:
         boards = leaderboards(frame, protocol=protocol, n_videos=n_videos)

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import polars as pl
 
-from kernels.aggregate import count_codes_by_cluster
-from kernels.two_stage import judge_noise, two_stage_bootstrap
+from capeval.kernels.aggregate import count_codes_by_cluster
+from capeval.kernels.two_stage import judge_noise, two_stage_bootstrap
 
 #: verdict columns whose values tell the trials of one (video, item) apart, unless they are group columns
 TRIAL_COLUMNS = ("judge", "seed", "trial")

@@ -11,7 +11,7 @@ verdict take part (the pairs the reference actually judged). For each block -- `
     so chance agreement is 1 (a task where every item is a hit).
   * for each headline metric of the protocol's paired statistic (`paired_spec(mode)`): the judge's value, the
     reference's, `bias = metric(judge) - metric(reference)` and its paired bootstrap interval, resampling videos
-    (both judges' rows of a video move together: kernels.bootstrap.paired_bootstrap_diff), and
+    (both judges' rows of a video move together: capeval.kernels.bootstrap.paired_bootstrap_diff), and
     `outside_tolerance`: the interval leaves [-T, T] (None without a tolerance). Metrics are on the protocol's
     own scale (percent for most). Rows the judge failed count as the protocol's metrics count them in `mode`.
     `overall` averages the per-task values when the protocol averages over tasks (`compare_average_over`), else
@@ -35,11 +35,11 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from engine.metrics.paired import per_video_stats
-from engine.registry import lookup
-from engine.schemas import NO_VERDICT
-from kernels.agreement import cohen_kappa, gwet_ac1
-from kernels.bootstrap import paired_bootstrap_diff
+from capeval.engine.metrics.paired import per_video_stats
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import NO_VERDICT
+from capeval.kernels.agreement import cohen_kappa, gwet_ac1
+from capeval.kernels.bootstrap import paired_bootstrap_diff
 
 #: how rows of the two tables are matched (sub_index null = 0, step null = ""; see aligned_rows)
 ROW_KEY = ("task", "item_id", "sub_index", "step")

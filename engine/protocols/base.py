@@ -4,9 +4,9 @@ A protocol renders judge requests from items x captions (`build_requests`), turn
 code (`parse`), builds the next step's requests for multi-step flows (`next_requests`: VidCapBench answer -> score,
 LVCap extract -> entail), and delegates metrics to its `metrics` module.
 
-Request tables have the columns of `engine.schemas.JUDGE_REQUESTS` plus one trailing `context` column (JSON text,
+Request tables have the columns of `capeval.engine.schemas.JUDGE_REQUESTS` plus one trailing `context` column (JSON text,
 see REQUESTS_WITH_CONTEXT): what the parser and the next step need (the correct letter, the reference answer), the
-`fields`/`task` a structured backend answers from (adapters.base.JudgeRequest), the frames path for multimodal judges
+`fields`/`task` a structured backend answers from (capeval.adapters.base.JudgeRequest), the frames path for multimodal judges
 and the sampling temperature. `conform(table, JUDGE_REQUESTS)` drops it when only the public columns are wanted.
 """
 
@@ -20,9 +20,9 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from engine.keys import content_key, derived_seed
-from engine.params import Param, param_problems
-from engine.schemas import JUDGE_REQUESTS, ParseStatus
+from capeval.engine.keys import content_key, derived_seed
+from capeval.engine.params import Param, param_problems
+from capeval.engine.schemas import JUDGE_REQUESTS, ParseStatus
 
 REQUESTS_WITH_CONTEXT = JUDGE_REQUESTS.append(pa.field("context", pa.string()))
 #: Sort order that puts requests sharing a caption (and so a prompt prefix) next to each other.
@@ -178,7 +178,7 @@ class JudgeProtocol:
     """Base class; subclasses set `name`, `version`, `codes` and implement `render` and `parse`.
 
     Everything the rest of capeval needs to know about a protocol is declared here, so report/, sweep/, judging/,
-    datasets/ and metrics/ find it through the registry (engine.registry.lookup("protocol", name)) and never import
+    datasets/ and metrics/ find it through the registry (capeval.engine.registry.lookup("protocol", name)) and never import
     a protocol package by name (docs/architecture.md; tests/test_layers.py enforces it)."""
 
     name: str = ""
@@ -209,7 +209,7 @@ class JudgeProtocol:
     compare_average_over: str | None = None
     #: `capeval compare`: the metrics mode used when the run does not say
     compare_default_mode: str = "strict"
-    #: modules (importable names) that register dataset kinds this protocol brings along (engine.datasets.registry)
+    #: modules (importable names) that register dataset kinds this protocol brings along (capeval.engine.datasets.registry)
     dataset_kind_modules: tuple[str, ...] = ()
     #: every param the protocol reads (engine/params.py: name, type, default, valid values); a param it does not
     #: declare is refused at --check and before a run. None: undeclared (any name passes: a plugin's choice)
@@ -218,7 +218,7 @@ class JudgeProtocol:
     def dataset_problem(self, kind: str, items: pa.Table | None = None, media: dict | None = None,
                         source=None) -> str | None:
         """Why this protocol cannot judge a dataset of kind `kind` (None: it can), from its declarations: the kind
-        (`dataset_kinds`), then, given the dataset's items (only the rows it reads: engine.sweep.pairs), the columns
+        (`dataset_kinds`), then, given the dataset's items (only the rows it reads: capeval.engine.sweep.pairs), the columns
         every item must fill (`item_columns`) and the tasks it knows (`tasks`), and, when its judge sees frames
         (`judge_frames`) and `media` ({video_id: path}) is given, a media path for every video. Without `items`
         only the kind is checked (a dataset not loaded yet). `source`: the table file the items were read from, so
@@ -245,7 +245,7 @@ class JudgeProtocol:
     def columns_problem(self, items: pa.Table, source=None) -> str | None:
         """Why some item lacks a column this protocol needs (`item_columns`), naming the first such item by file,
         row and column when `source` (its table file) is given; None when every item has them."""
-        from engine.inputs import item_location
+        from capeval.engine.inputs import item_location
 
         ids = items.column("item_id").to_pylist()
         for column in self.item_columns:
@@ -265,7 +265,7 @@ class JudgeProtocol:
     def items_problems(self, items: pa.Table, source=None, limit: int = 5) -> list[str]:
         """The first `limit` items `item_problem` refuses, each as "FILE: row N, column 'C': why" (or by item id
         without a `source` file), and a count of the rest."""
-        from engine.inputs import item_location
+        from capeval.engine.inputs import item_location
 
         out, n = [], 0
         for item in items.to_pylist():
@@ -288,7 +288,7 @@ class JudgeProtocol:
         return {k: v for k, v in params.items() if k in wanted}
 
     def caption_file_rules(self, mode: str | None) -> dict:
-        """Keyword arguments for engine.inputs.read_captions when a run of this protocol in `mode` reads a user's
+        """Keyword arguments for capeval.engine.inputs.read_captions when a run of this protocol in `mode` reads a user's
         caption file: {} (the generic rules) unless the protocol's official script reads such files differently."""
         return {}
 
@@ -304,7 +304,7 @@ class JudgeProtocol:
         """{pack param: PromptPack} of the packs a run with these params renders from: the files its `pack_params`
         name, else (for `prompts`) the pack the mode resolves to (capeval's own in strict mode). Run records name
         these behind every number; a protocol whose default pack lives elsewhere overrides this."""
-        from engine.packs import load_pack, resolve_pack
+        from capeval.engine.packs import load_pack, resolve_pack
 
         out = {}
         for key in self.pack_params:
@@ -315,7 +315,7 @@ class JudgeProtocol:
         return out
 
     def paired_spec(self, mode: str):
-        """How `capeval compare` pairs two systems' verdicts: an engine.metrics.paired.PairedSpec, or None when
+        """How `capeval compare` pairs two systems' verdicts: an capeval.engine.metrics.paired.PairedSpec, or None when
         the protocol has no paired statistic (compare then skips it, saying so)."""
         return None
 

@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from engine.replies.fences import strip_fenced
+from capeval.engine.replies.fences import strip_fenced
 
 _FENCE = re.compile(r"```[a-zA-Z0-9_-]*\s*\n?(.*?)```", re.DOTALL)
 _SMART_QUOTES = str.maketrans({"\u201c": '"', "\u201d": '"', "\u2018": "'", "\u2019": "'"})

@@ -13,9 +13,9 @@ import html
 
 import polars as pl
 
-from engine.metrics.across import ACROSS, SYSTEM, AcrossResult, across_run, rater_pairs
-from engine.report.ordering import system_sort_key
-from engine.report.rundir import RunData
+from capeval.engine.metrics.across import ACROSS, SYSTEM, AcrossResult, across_run, rater_pairs
+from capeval.engine.report.ordering import system_sort_key
+from capeval.engine.report.rundir import RunData
 
 #: what a reader must know to read the numbers, said under the tables and in the JSON
 READING = {

@@ -2,10 +2,10 @@
 paired cluster-bootstrap CI and a two-sided p-value, Holm-adjusted over every comparison shown.
 
 Pairing is by video (the bootstrap's cluster): both systems' per-video statistics are stacked and every replicate
-resamples the SAME videos for both (kernels.bootstrap.paired_bootstrap_diff, one BLAS product per chunk of
+resamples the SAME videos for both (capeval.kernels.bootstrap.paired_bootstrap_diff, one BLAS product per chunk of
 replicates, no Python loop over replicates). Only videos both systems have verdicts for enter. Each protocol says,
-through the protocol interface (engine.protocols.base), how its verdict rows become per-video statistics and which
-functions of their sums are its headline metrics (`paired_spec(mode)`, an engine.metrics.paired.PairedSpec), the
+through the protocol interface (capeval.engine.protocols.base), how its verdict rows become per-video statistics and which
+functions of their sums are its headline metrics (`paired_spec(mode)`, an capeval.engine.metrics.paired.PairedSpec), the
 mode used when the run names none (`compare_default_mode`) and the verdict column its headline averages over
 (`compare_average_over`: the mean of the values defined in that replicate). A protocol without a paired statistic
 gets one note row instead of differences.
@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.paired import PairedSpec, per_video_stats, task_mean_values
-from engine.registry import lookup
-from engine.report.ordering import sorted_values, system_sort_key
-from kernels.bootstrap import paired_bootstrap_diff
+from capeval.engine.metrics.paired import PairedSpec, per_video_stats, task_mean_values
+from capeval.engine.registry import lookup
+from capeval.engine.report.ordering import sorted_values, system_sort_key
+from capeval.kernels.bootstrap import paired_bootstrap_diff
 
 FACTORS = ["captioner", "prompt_id", "frame_spec"]
 FIXED = ["dataset", "protocol", "judge"]
@@ -154,7 +154,7 @@ def compare_run(verdicts: pl.DataFrame, *, a: str | None = None, b: str | None =
                 confidence: float = 0.95, min_videos: int = MIN_VIDEOS) -> pl.DataFrame:
     """Paired differences (a - b) of every headline metric for the selected pairs of systems.
 
-    verdicts: labelled verdict rows (engine.report.rundir.load_run(...).verdicts). modes: protocol label or name ->
+    verdicts: labelled verdict rows (capeval.engine.report.rundir.load_run(...).verdicts). modes: protocol label or name ->
     mode used for the metric functions (default: the protocol's `compare_default_mode`). Columns: RESULT_SCHEMA
     (dataset, protocol, judge, differs, same (the factors held equal), a, b, metric, a_value, b_value, diff,
     ci_low, ci_high, p_value, p_holm, n_videos, warning). A protocol that has no paired statistic (or is not

@@ -15,18 +15,18 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.report import plots
-from engine.report.across import across_html
-from engine.report.assets import CSS, JS
-from engine.report.breakdowns import breakdowns_html, section_tables
-from engine.report.compare import compare_run
-from engine.report.cost import cost_html
-from engine.report.kt import kt_html
-from engine.report.leaderboard import Leaderboard, leaderboards
-from engine.report.rundir import RunData, load_items, load_run
-from engine.report.transcripts import verdict_labels as _verdict_labels
-from engine.report.transcripts import with_transcripts
-from engine.report.validation import validation_html
+from capeval.engine.report import plots
+from capeval.engine.report.across import across_html
+from capeval.engine.report.assets import CSS, JS
+from capeval.engine.report.breakdowns import breakdowns_html, section_tables
+from capeval.engine.report.compare import compare_run
+from capeval.engine.report.cost import cost_html
+from capeval.engine.report.kt import kt_html
+from capeval.engine.report.leaderboard import Leaderboard, leaderboards
+from capeval.engine.report.rundir import RunData, load_items, load_run
+from capeval.engine.report.transcripts import verdict_labels as _verdict_labels
+from capeval.engine.report.transcripts import with_transcripts
+from capeval.engine.report.validation import validation_html
 
 #: rows embedded in the per-sample browser; failures always, the rest in order up to this many
 MAX_SAMPLES = 5000
@@ -134,7 +134,7 @@ def _sample_rows(run: RunData, max_samples: int) -> tuple[dict, pl.DataFrame]:
     prompts = {}
     for pid in v["prompt_id"].unique().to_list():
         try:
-            from engine.prompts_library import get_prompt
+            from capeval.engine.prompts_library import get_prompt
 
             prompts[pid] = get_prompt(pid).text
         except Exception:  # a prompt id the library does not know (an external pack): show none
@@ -285,6 +285,6 @@ def write_report(run_dir, out=None, **options) -> Path:
     """Write the report of `run_dir` to `out` (default `<run_dir>/report.html`) atomically; returns the path."""
     run = load_run(run_dir)
     path = Path(out) if out else run.path / "report.html"
-    from engine.store.segments import write_text_atomic
+    from capeval.engine.store.segments import write_text_atomic
 
     return write_text_atomic(build_report(run, **options), path, what="the report")

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from engine.metrics.reasons import is_no_verdicts
-from engine.registry import lookup
-from engine.schemas import METRIC_VALUE_NAMES
-from engine.warning_groups import WarningGroups
+from capeval.engine.metrics.reasons import is_no_verdicts
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import METRIC_VALUE_NAMES
+from capeval.engine.warning_groups import WarningGroups
 
 #: labels that mark an overall row in a breakdown column ("avg" rows are averages over that column)
 OVERALL_LABELS = ("all", "avg", "overall", "-")

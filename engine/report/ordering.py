@@ -9,7 +9,7 @@ their axes, series and legends by it.
 
 from __future__ import annotations
 
-from engine.frames.sampling import FrameSpecError, KeyframeSnap, Linspace, Uniform, parse_frame_spec
+from capeval.engine.frames.sampling import FrameSpecError, KeyframeSnap, Linspace, Uniform, parse_frame_spec
 
 
 def frame_count(spec) -> int | None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from engine.report.ordering import sorted_values, system_sort_key
+from capeval.engine.report.ordering import sorted_values, system_sort_key
 
 #: more series than this in one chart: small multiples instead
 MAX_SERIES = 6

@@ -5,7 +5,7 @@ mode produced a published number, and find it undocumented. A run folder already
 `results.parquet` (the systems) and `run.json` (the sweep file as run, each dataset as read -- path, file and
 content digests, items and videos --, component revisions, pack digests, capeval's git revision): this module joins
 them into one record per system (dataset, captioner, prompt_id, frame_spec,
-protocol, judge, seed), credentials left out (engine.secrets.without_secrets), so a number can be cited with its
+protocol, judge, seed), credentials left out (capeval.engine.secrets.without_secrets), so a number can be cited with its
 whole recipe.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.secrets import without_secrets
+from capeval.engine.secrets import without_secrets
 
 SYSTEM_COLUMNS = ["dataset", "captioner", "prompt_id", "frame_spec", "protocol", "judge", "seed"]
 
@@ -33,7 +33,7 @@ def _prompt_record(prompt_id: str, config: dict) -> dict:
         text = json.dumps(defined, sort_keys=True, ensure_ascii=False)
         return {"id": prompt_id, "source": "sweep file", "definition": defined,
                 "digest": hashlib.sha256(text.encode()).hexdigest()[:16]}
-    from engine.prompts_library import get_prompt
+    from capeval.engine.prompts_library import get_prompt
 
     try:
         prompt = get_prompt(prompt_id)
@@ -49,7 +49,7 @@ def _protocol_record(name: str, spec: dict, record: dict) -> dict:
            "mode": (record.get("modes") or {}).get(name, params.get("mode", "strict")),
            "pack_digests": (record.get("pack_digests") or {}).get(name)}
     try:
-        from engine.registry import lookup
+        from capeval.engine.registry import lookup
 
         out["version"] = lookup("protocol", spec.get("name", name)).version
     except KeyError:
@@ -122,7 +122,7 @@ def provenance(run_dir: str | Path) -> list[dict]:
 
 def format_provenance(records: list[dict]) -> str:
     """Plain text: one block per system, each line `field: value` (values as compact JSON)."""
-    from engine.safetext import for_terminal
+    from capeval.engine.safetext import for_terminal
 
     blocks = []
     for r in records:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.runrecord import read_run_records
+from capeval.engine.runrecord import read_run_records
 
 CELL_COLUMNS = ["dataset", "captioner", "prompt_id", "frame_spec", "protocol", "judge"]
 #: what identifies one scored row of a protocol across systems (the pairing key of a comparison)
@@ -37,7 +37,7 @@ class RunData:
 
     @property
     def transcripts_at(self) -> Path:
-        """Where its judge transcripts are looked up (engine.report.transcripts.load_transcripts)."""
+        """Where its judge transcripts are looked up (capeval.engine.report.transcripts.load_transcripts)."""
         return self.source or self.path
 
     @property
@@ -132,8 +132,8 @@ def load_items(run: RunData) -> pl.DataFrame | None:
     if not path.is_file():
         return None
     try:
-        from engine.datasets.registry import load
-        from engine.sweep.config import load_sweep
+        from capeval.engine.datasets.registry import load
+        from capeval.engine.sweep.config import load_sweep
 
         sweep = load_sweep(path, check_paths=False)
         frames = []

@@ -4,7 +4,7 @@
 table names the systems) or, for a verdict table written by `capeval judge --out V.parquet`, `V.transcripts.parquet`
 beside it. `request_records` turns rows into one JSON-ready dict per request (the same content the text shows);
 `format_request` renders one for a terminal, every untrusted string (captions, prompts, replies, ids) escaped by
-engine.safetext."""
+capeval.engine.safetext."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import polars as pl
 
-from engine.report.rundir import CELL_COLUMNS, cell_labels
-from engine.safetext import for_terminal
-from engine.schemas import ParseStatus
-from engine.store.transcripts import TRANSCRIPT_KEY, beside, transcript_files
+from capeval.engine.report.rundir import CELL_COLUMNS, cell_labels
+from capeval.engine.safetext import for_terminal
+from capeval.engine.schemas import ParseStatus
+from capeval.engine.store.transcripts import TRANSCRIPT_KEY, beside, transcript_files
 
 STATUS = {int(s): s.name.lower() for s in ParseStatus}
 _ORDER = [*CELL_COLUMNS, "item_id", "task", "step", "sub_index", "trial", "seed"]
@@ -79,7 +79,7 @@ def verdict_labels(protocol_name: str) -> dict[int, str]:
     """code -> name, as the protocol declares (`verdict_labels()`); empty (codes shown as numbers) for a protocol
     that is not registered here, or whose codes mean different things in different steps (the code alone would be
     ambiguous there)."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     try:
         return lookup("protocol", protocol_name).verdict_labels()

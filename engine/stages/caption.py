@@ -26,9 +26,9 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from engine.keys import content_key
-from engine.schemas import CAPTIONS, conform
-from engine.stages.caption_worker import (TIMESTAMP_MODES, CaptionTask, CaptionWorker,  # noqa: F401 (re-exported)
+from capeval.engine.keys import content_key
+from capeval.engine.schemas import CAPTIONS, conform
+from capeval.engine.stages.caption_worker import (TIMESTAMP_MODES, CaptionTask, CaptionWorker,  # noqa: F401 (re-exported)
                                           prompt_with_timestamps, row, segment_chunks)
 
 
@@ -56,7 +56,7 @@ def read_captions(store, keys: Iterable[str] | None = None) -> pa.Table:
         t = t.filter(pc.is_in(t.column("caption_key"), value_set=pa.array(list(set(keys)), pa.string())))
     ok = t.filter(pc.is_null(t.column("error")))
     failed = t.filter(pc.invert(pc.is_in(t.column("caption_key"), value_set=ok.column("caption_key"))))
-    from engine.store.segments import _first_per_key
+    from capeval.engine.store.segments import _first_per_key
 
     parts = [x for x in (ok, failed) if x.num_rows]
     if not parts:
@@ -71,7 +71,7 @@ def actor_cpus(captioner: str) -> float:
     fewer), else 1."""
     if captioner == "vllm":  # not imported here just to ask (vLLM is heavy); it computes on the node
         return 1
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     try:
         return float(getattr(lookup("captioner", captioner), "actor_cpus", 1))
@@ -169,7 +169,7 @@ class _Actors:
     def kill(self) -> None:
         import ray
 
-        from engine.ray_local import ray_usable
+        from capeval.engine.ray_local import ray_usable
 
         if not ray_usable():  # after a SIGTERM ray.kill may wait on a dead GCS; the watchdog ends the actors
             return
@@ -246,8 +246,8 @@ def run_caption_stage(
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
-    from engine.stages.progress import Bar, note
-    from engine.sweep.faultpoints import hit
+    from capeval.engine.stages.progress import Bar, note
+    from capeval.engine.sweep.faultpoints import hit
 
     del batch_size  # no meaning left: see the docstring
     params = dict(params or {})
@@ -264,7 +264,7 @@ def run_caption_stage(
             seen.add(t.caption_key)
             yield t
 
-    from adapters.vllm_replicas import gpu_groups  # tensor_parallel_size GPUs per actor, one per GPU group
+    from capeval.adapters.vllm_replicas import gpu_groups  # tensor_parallel_size GPUs per actor, one per GPU group
 
     num_actors, gpus_per_actor = gpu_groups(params, num_actors, gpus_per_actor,
                                           ray.cluster_resources().get("GPU") if gpus_per_actor else None)

@@ -2,11 +2,11 @@
 
 `CaptionWorker.caption_one(task)` is a coroutine: a Ray actor with it is an async actor (one event loop per
 actor), so the stage keeps up to `window` calls outstanding per actor and each finishes on its own (no batch
-barrier). A streaming captioner (adapters.base.StreamingCaptioner: `acaption`) is awaited directly; a sync captioner
+barrier). A streaming captioner (capeval.adapters.base.StreamingCaptioner: `acaption`) is awaited directly; a sync captioner
 (`caption(batch)` only) runs in worker threads, one request per call, so a slow request holds only its own slot
 (`threads` of them when the captioner says it is `thread_safe`, else one thread and one request queued behind it).
 
-Frames are read only when a call starts (engine.frames.cache.load_frames), so decoded frames are held for the
+Frames are read only when a call starts (capeval.engine.frames.cache.load_frames), so decoded frames are held for the
 requests in the window and no longer. LVCap segmental tasks caption their segments one after another (each is
 conditioned on the previous captions) inside one call; different videos stream concurrently.
 
@@ -26,7 +26,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from engine.reasoning import caption_row_fields, strip_caption, tags_of
+from capeval.engine.reasoning import caption_row_fields, strip_caption, tags_of
 
 TIMESTAMP_MODES = ("none", "text")
 SYNC_THREADS = 8  # threads for a thread-safe sync captioner that names no max_in_flight
@@ -36,7 +36,7 @@ SYNC_THREADS = 8  # threads for a thread-safe sync captioner that names no max_i
 class CaptionTask:
     caption_key: str
     video_id: str
-    frames_path: str  # frames of the decode stage, read through engine.frames.cache.load_frames
+    frames_path: str  # frames of the decode stage, read through capeval.engine.frames.cache.load_frames
     timestamps: tuple[float, ...]
     frame_spec: str
     prompt_id: str
@@ -46,7 +46,7 @@ class CaptionTask:
     media_type: str = "video"  # "image": the frames are one still image, sent as an image
     timestamps_mode: str = "none"  # "text": the frame timestamps are appended to the video prompt
     system: str | None = None  # the prompt's system message (packs), sent as it is
-    question: str | None = None  # CAPability-QA: the question's fields as JSON text (adapters.base.CaptionRequest)
+    question: str | None = None  # CAPability-QA: the question's fields as JSON text (capeval.adapters.base.CaptionRequest)
     # segmental mode: the video's own scene cuts (seconds, from its items' extra): segments split there
     boundaries: tuple[float, ...] = ()
 
@@ -66,7 +66,7 @@ def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=(
     equal parts."""
     import numpy as np
 
-    from engine.frames.sampling import KeyframeSnap, Segments, parse_frame_spec
+    from capeval.engine.frames.sampling import KeyframeSnap, Segments, parse_frame_spec
 
     idx = np.arange(n_frames)
     if len(boundaries):
@@ -91,7 +91,7 @@ def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=(
 def load_task_frames(task: CaptionTask):
     """(frames, JPEG bytes or None) of a task, through the frame cache (its `load_encoded_frames`, when the cache
     offers it, gives the frames already JPEG-encoded so HTTP captioners send them without re-encoding)."""
-    from engine.frames import cache, shards
+    from capeval.engine.frames import cache, shards
 
     # one read of the stored entry: the arrays are decoded from the same JPEG bytes the backend may send as they are
     encoded = cache.load_encoded_frames(task.frames_path)
@@ -123,10 +123,10 @@ def _drive(coro):
 
 class CaptionWorker:
     def __init__(self, captioner: str, params: dict, exit_once_marker: str | None = None):
-        from engine.registry import lookup
+        from capeval.engine.registry import lookup
 
         if captioner == "vllm":
-            import adapters.vllm_captioner  # noqa: F401  (registers "vllm"; not among the registry's builtins)
+            import capeval.adapters.vllm_captioner  # noqa: F401  (registers "vllm"; not among the registry's builtins)
         self.name = captioner
         self.model = lookup("captioner", captioner)(**params)
         self.reasoning_tags = tags_of(self.model)
@@ -174,7 +174,7 @@ class CaptionWorker:
 
     # -- one request ------------------------------------------------------------------------------------------------
     async def _one(self, request, sync: bool):
-        from adapters.base import CaptionResponse
+        from capeval.adapters.base import CaptionResponse
 
         try:
             if sync:
@@ -190,7 +190,7 @@ class CaptionWorker:
         return strip_caption(r, self._reasoning_tags())
 
     def _request(self, task: CaptionTask, frames, encoded, *, key=None, context=None, idx=None):
-        from adapters.base import CaptionRequest
+        from capeval.adapters.base import CaptionRequest
 
         image = task.media_type == "image"
         ts = () if image else task.timestamps
@@ -222,7 +222,7 @@ class CaptionWorker:
     def caption(self, tasks: list[CaptionTask]) -> list[dict]:
         """The old batch call (a barrier: every plain task in one `caption(requests)` call); kept for backends
         driven without the stage and as the benchmark's baseline."""
-        from adapters.base import CaptionResponse
+        from capeval.adapters.base import CaptionResponse
 
         self._maybe_exit()
         loaded = {t.frames_path: load_task_frames(t) for t in tasks}

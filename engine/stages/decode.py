@@ -1,5 +1,5 @@
 """The CPU decode stage on Ray: one task per distinct video decodes every frame spec the sweep needs for it (through
-the frame cache of engine.frames), with a bounded number of tasks in flight and a progress bar.
+the frame cache of capeval.engine.frames), with a bounded number of tasks in flight and a progress bar.
 
 `decode_stream` is a generator: it submits at most `max_inflight` videos ahead and yields each video's rows as soon
 as its task finishes. The caption stage pulls from it lazily, so decoding never runs more than `max_inflight` videos
@@ -8,7 +8,7 @@ ahead of captioning (backpressure), and frames of finished videos are captioned 
 Videos with identical bytes are decoded once (content keys share work): files are grouped by size first (a stat),
 and only files that share a size are hashed; each video id of a group still gets its own rows.
 
-Every row says whether it failed and how (`failure`: an engine.sweep.accounting.Failure, or None): a file the
+Every row says whether it failed and how (`failure`: an capeval.engine.sweep.accounting.Failure, or None): a file the
 decoder rejects is `bad_media` (permanent); a frame cache that cannot be written (disk full) or read is `io_error`
 (retryable, never a silent loss); a decode task lost with its worker is `frames_missing` (retryable).
 """
@@ -19,15 +19,15 @@ import os
 from collections import defaultdict
 from typing import Iterator
 
-from engine.sweep.accounting import BAD_MEDIA, FRAMES_MISSING, IO_ERROR, Failure
+from capeval.engine.sweep.accounting import BAD_MEDIA, FRAMES_MISSING, IO_ERROR, Failure
 
 
 def decode_one(path: str, video_id: str, spec: str, cache_dir: str, size=None, cap_bytes: int | None = None) -> dict:
-    """One FRAMES row (+ `failure`) of one video and spec at `size` (engine.frames.sizes), through the frame
+    """One FRAMES row (+ `failure`) of one video and spec at `size` (capeval.engine.frames.sizes), through the frame
     cache (capped at `cap_bytes`)."""
-    from engine.frames.cache import ensure_frames
-    from engine.frames.decode import VideoDecodeError
-    from engine.frames.sampling import parse_frame_spec
+    from capeval.engine.frames.cache import ensure_frames
+    from capeval.engine.frames.decode import VideoDecodeError
+    from capeval.engine.frames.sampling import parse_frame_spec
 
     spec_text = str(parse_frame_spec(spec))
     row = {"frames_key": "", "video_id": video_id, "frame_spec": spec_text, "timestamps": None, "height": None,
@@ -72,7 +72,7 @@ def decode_video_specs(video_id: str, path: str, specs: list[str], cache_dir: st
 
 def content_groups(videos: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     """(video_id, path) grouped by identical bytes, in first-seen order. Only same-size files are hashed."""
-    from engine.frames.cache import video_digest
+    from capeval.engine.frames.cache import video_digest
 
     by_size: dict[object, list[tuple[str, str]]] = defaultdict(list)
     for vid, path in videos:
@@ -98,15 +98,15 @@ def content_groups(videos: list[tuple[str, str]]) -> list[list[tuple[str, str]]]
 def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir: str, max_inflight: int = 64,
                   progress: bool = False, desc: str = "decode", size="default",
                   cap_bytes: int | None = None) -> Iterator[list[dict]]:
-    """Yield the rows of each (video_id, path), all `specs` at once at `size` (engine.frames.sizes; None is
+    """Yield the rows of each (video_id, path), all `specs` at once at `size` (capeval.engine.frames.sizes; None is
     native, "default" the size for consumers of unknown family), as Ray decode tasks finish. `cap_bytes`: the
-    frame cache's cap (default engine.frames.shards.default_cap_bytes(), read here so all workers use one)."""
+    frame cache's cap (default capeval.engine.frames.shards.default_cap_bytes(), read here so all workers use one)."""
     import ray
 
-    from engine.frames.shards import default_cap_bytes
-    from engine.frames.sizes import DEFAULT_SIZE, parse_size
-    from engine.stages.progress import Bar
-    from engine.sweep.faultpoints import hit
+    from capeval.engine.frames.shards import default_cap_bytes
+    from capeval.engine.frames.sizes import DEFAULT_SIZE, parse_size
+    from capeval.engine.stages.progress import Bar
+    from capeval.engine.sweep.faultpoints import hit
 
     size = parse_size(DEFAULT_SIZE if size == "default" else size)
     cap_bytes = default_cap_bytes() if cap_bytes is None else int(cap_bytes)

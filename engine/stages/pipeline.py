@@ -18,12 +18,12 @@ from typing import Iterator
 
 import pyarrow as pa
 
-from engine.secrets import without_secrets
-from engine.frames.cache import frames_key_at
-from engine.frames.sizes import frame_size_for
-from engine.prompts_library import get_prompt
-from engine.schemas import FRAMES
-from engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
+from capeval.engine.secrets import without_secrets
+from capeval.engine.frames.cache import frames_key_at
+from capeval.engine.frames.sizes import frame_size_for
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.schemas import FRAMES
+from capeval.engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
 
 SEGMENTS_PER_VIDEO = 4  # LVCap segmental prompts: consecutive segments, each conditioned on the previous ones
 # Caption length per request when a captioner sets none: room for detailed captions (the LVCap-Eval paper's
@@ -44,7 +44,7 @@ def _index_store(stores):
     store = getattr(stores, "frames_index", None)
     if store is not None:
         return store
-    from engine.store import SegmentStore
+    from capeval.engine.store import SegmentStore
 
     return SegmentStore(stores.frames.parent / "frames_index", FRAMES)
 
@@ -75,7 +75,7 @@ def _key(row: dict, captioner, cap_rev: dict, prompt_id: str, media_type: str | 
     if getattr(prompt, "system", None) is not None:  # sent with the prompt (packs): it changes the caption
         params["system"] = prompt.system
     text = prompt.text_for(media_type) if hasattr(prompt, "text_for") else prompt.text
-    # the frames at this captioner's size (engine.frames.sizes): the index holds one row per (video, spec)
+    # the frames at this captioner's size (capeval.engine.frames.sizes): the index holds one row per (video, spec)
     frames = frames_key_at(row, frame_size_for(captioner))
     return caption_key(frames, captioner.name, cap_rev[captioner.display], text, params)
 
@@ -122,10 +122,10 @@ def cell_caption_keys(cell, data, stores, cap_rev: dict) -> list[str]:
 def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progress: bool = True,
                       exit_once_marker: str | None = None, watch=None) -> CaptionOutcome:
     """Decode and caption everything the pending cells (result cells or caption cells) need; returns counts and
-    what failed. Caption cells read from `[[captions]]` files need no captioning. `watch` (engine.sweep.overlap
+    what failed. Caption cells read from `[[captions]]` files need no captioning. `watch` (capeval.engine.sweep.overlap
     .CaptionWatch) hears of every decoded frames row, frame failure and finished caption as it happens, and can
     stop the work early (`watch.stopped`: no new video is started)."""
-    from engine.stages.decode import decode_stream
+    from capeval.engine.stages.decode import decode_stream
 
     groups: dict[tuple[str, str], dict] = {}
     for cell in pending:

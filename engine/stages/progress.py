@@ -25,7 +25,7 @@ import time
 def note(text: str, enabled: bool = True) -> None:
     """One line on stderr (model loading and other phases that are not counted work)."""
     if enabled:
-        from engine.safetext import for_terminal
+        from capeval.engine.safetext import for_terminal
 
         print(for_terminal(text), file=sys.stderr, flush=True)
 
@@ -56,7 +56,7 @@ class Bar:
         if _is_terminal(self.stream):
             from tqdm import tqdm
 
-            from engine.safetext import TerminalStream, for_terminal
+            from capeval.engine.safetext import TerminalStream, for_terminal
 
             # tqdm moves the cursor with escape sequences (one bar above another, a warning above the bars), which a
             # TerminalStream would print escaped: the bar writes to the stream under it, and the only untrusted text
@@ -104,7 +104,7 @@ class Bar:
             return
         self.counts = text
         if self.bar is not None:
-            from engine.safetext import for_terminal
+            from capeval.engine.safetext import for_terminal
 
             self.bar.set_postfix_str(for_terminal(text), refresh=True)
         elif self.plain and time.monotonic() - self._last_line >= self.every_s:
@@ -112,7 +112,7 @@ class Bar:
 
     def warn(self, text: str) -> None:
         """A warning line: above a terminal bar, or between the plain lines."""
-        from engine.safetext import for_terminal
+        from capeval.engine.safetext import for_terminal
 
         if self.bar is not None:
             self.bar.write(for_terminal(text), file=self.bar_stream)
@@ -147,7 +147,7 @@ class Bar:
         return ", ".join(parts)
 
     def _line(self, now: float) -> None:
-        from engine.safetext import for_terminal
+        from capeval.engine.safetext import for_terminal
 
         with self._lock:
             self._last_line = now

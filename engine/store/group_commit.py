@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from engine.errors import UsageError
+from capeval.engine.errors import UsageError
 
 COMMIT_ENV = "CAPEVAL_STORE_COMMIT"
 

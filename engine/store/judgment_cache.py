@@ -1,7 +1,7 @@
 """Content-addressed judgment cache: request_key -> the judge's raw response.
 
 request_key = content_key(judge name, judge revision, system, user, images digest, sampling params, seed) is
-computed when requests are built (engine.protocols.base.request_key), so the same rendered prompt to the same judge
+computed when requests are built (capeval.engine.protocols.base.request_key), so the same rendered prompt to the same judge
 weights with the same sampling is answered once, by any run, in any order.
 
 Why SQLite in WAL mode (not Parquet segments): the cache is a point-lookup map that grows one batch at a time and is
@@ -11,7 +11,7 @@ workers answer the same key) and, in WAL mode, readers that never block the sing
 synchronous=NORMAL survives a kill -9 of the process (only an OS crash/power loss can lose the last commits); so a
 killed run keeps every batch it committed and a rerun asks only for the rest. Only successful responses are stored:
 backend errors are retried by the next run instead of being cached.
-Stage *outputs* (verdict tables) go to the Parquet segment store instead (engine.store.segments).
+Stage *outputs* (verdict tables) go to the Parquet segment store instead (capeval.engine.store.segments).
 
 One writer per key (issue 8): processes that share a cache never pay twice for one key. Before sending, a process
 `claim`s its keys in the `claims` table (pid, host, heartbeat time) in the same transaction that re-checks
@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from engine.schemas import utf8_text
+from capeval.engine.schemas import utf8_text
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS judgments (

@@ -15,7 +15,7 @@ import socket
 import time
 from pathlib import Path
 
-from engine.errors import AbortedError, UsageError
+from capeval.engine.errors import AbortedError, UsageError
 
 LOCK_NAME = ".capeval.lock"
 

@@ -50,8 +50,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.errors import AbortedError
-from engine.store.group_commit import GroupCommit
+from capeval.engine.errors import AbortedError
+from capeval.engine.store.group_commit import GroupCommit
 
 _SUFFIX = ".parquet"
 _NAME = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -137,7 +137,7 @@ def storage_errno(exc: BaseException) -> int | None:
 
 
 def _fault_point(path: Path) -> None:
-    from engine.sweep.faultpoints import hit
+    from capeval.engine.sweep.faultpoints import hit
 
     hit(f"write:{path.name}")
 
@@ -190,7 +190,7 @@ class SegmentStore:
         if table.num_rows == 0:
             return None
         if self.schema is not None:
-            from engine.schemas import conform
+            from capeval.engine.schemas import conform
 
             table = conform(table, self.schema)
         if self.group is None:
@@ -232,7 +232,7 @@ class SegmentStore:
         for store in self.flush_before_put:
             store.flush()
         if self.schema is not None:
-            from engine.schemas import conform
+            from capeval.engine.schemas import conform
 
             table = conform(table, self.schema)
         with self._lock:
@@ -392,7 +392,7 @@ def _read(path: Path, columns: list[str] | None) -> pa.Table:
 
 
 def _fault_point_named(point: str) -> None:
-    from engine.sweep.faultpoints import hit
+    from capeval.engine.sweep.faultpoints import hit
 
     hit(point)
 

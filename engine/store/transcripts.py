@@ -50,7 +50,7 @@ ATTEMPT = pa.struct([
     pa.field("reply", pa.string()),  # the raw reply (reasoning included); for a backend failure what the server
     # answered that the backend refused (a cut or malformed reply; several attempts labelled), else null
     pa.field("verdict", pa.int8()),
-    pa.field("parse_status", pa.int8()),  # engine.schemas.ParseStatus of this reply
+    pa.field("parse_status", pa.int8()),  # capeval.engine.schemas.ParseStatus of this reply
     pa.field("detail", pa.string()),
     pa.field("error", pa.string()),  # what went wrong: the backend's error or why the reply was rejected
     pa.field("prompt_tokens", pa.int32()),
@@ -61,7 +61,7 @@ ATTEMPT = pa.struct([
     pa.field("cost_usd", pa.float64()),  # null when the backend reported none (no prices set)
 ])
 
-#: identity columns shared with the verdict rows (engine.schemas.VERDICTS): the join key
+#: identity columns shared with the verdict rows (capeval.engine.schemas.VERDICTS): the join key
 TRANSCRIPT_KEY = ["request_key", "protocol", "task", "item_id", "video_id", "step", "sub_index", "trial"]
 
 TRANSCRIPTS = pa.schema([
@@ -179,7 +179,7 @@ class TranscriptSpool:
     def _spool_error(self, exc: OSError):
         """A spool that cannot be written (disk full, read-only): the run stops with one line naming it (exit 4);
         the spool is removed (the cell is not committed, its transcripts are redone with it)."""
-        from engine.store.segments import storage_error
+        from capeval.engine.store.segments import storage_error
 
         self.discard()
         return storage_error(exc, self._spool, "the cell's judge transcripts (spool)")
@@ -189,7 +189,7 @@ class TranscriptSpool:
         `captions`: caption_key -> the caption text judged."""
         if not self._done:
             raise RuntimeError(f"transcripts {self.name}: commit before the cell finished")
-        from engine.store.segments import _fsync_dir, storage_error
+        from capeval.engine.store.segments import _fsync_dir, storage_error
 
         tmp = self.folder / f".{self.name}.{uuid.uuid4().hex[:8]}.tmp"
         try:
@@ -259,7 +259,7 @@ def beside(verdicts_path: str | Path) -> Path:
 
 def write_table(table: pa.Table, path: str | Path) -> Path:
     """A whole transcript table (MemoryTranscripts.table()) to `path`, atomically, with the committed settings."""
-    from engine.store.segments import write_parquet_atomic
+    from capeval.engine.store.segments import write_parquet_atomic
 
     return write_parquet_atomic(table.cast(TRANSCRIPTS), path, what="judge transcripts", row_group_size=1 << 16,
                                 **WRITE_OPTIONS)

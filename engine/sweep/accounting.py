@@ -14,7 +14,7 @@ A verdict row without a verdict gets an `item_status` (and `retryable`) next to 
 
 A cell whose rows include retryable failures is not finished (a rerun redoes exactly those), unless the run
 accepts failures. The run's exit code says whether the share of items without a verdict stayed within
-`max_failure_share` (engine.exitcodes: OK or FAILURES).
+`max_failure_share` (capeval.engine.exitcodes: OK or FAILURES).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from engine import exitcodes
-from engine.safetext import clip
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine import exitcodes
+from capeval.engine.safetext import clip
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 OK = "ok"
 BAD_MEDIA = "bad_media"

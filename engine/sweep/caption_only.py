@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from engine.ray_local import init_ray
-from engine.stages.pipeline import CaptionOutcome
-from engine.sweep import accounting
-from engine.sweep.config import ComponentSpec, SweepConfig
-from engine.sweep.datasets import dataset_records
-from engine.sweep.grid import Cell
-from engine.sweep.results import SweepResult, record_run, write_results_files
+from capeval.engine.ray_local import init_ray
+from capeval.engine.stages.pipeline import CaptionOutcome
+from capeval.engine.sweep import accounting
+from capeval.engine.sweep.config import ComponentSpec, SweepConfig
+from capeval.engine.sweep.datasets import dataset_records
+from capeval.engine.sweep.grid import Cell
+from capeval.engine.sweep.results import SweepResult, record_run, write_results_files
 
 
 def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: dict, stores, *, progress, log, verbose,
@@ -21,9 +21,9 @@ def run_caption_only(config: SweepConfig, out: Path, datasets: dict, cap_rev: di
     one row per video and caption cell, to captions.parquet/.csv, and the run record to run.json; exit FAILURES when a video has no caption."""
     import polars as pl
 
-    from engine.stages.pipeline import caption_cells_for
-    from engine.sweep import cells as cellmod
-    from engine.sweep.grid import caption_cells
+    from capeval.engine.stages.pipeline import caption_cells_for
+    from capeval.engine.sweep import cells as cellmod
+    from capeval.engine.sweep.grid import caption_cells
 
     ccells = [c for c in caption_cells(config) if not getattr(c, "from_file", False)]
     log(f"[sweep {config.name}] caption-only: {len(ccells)} caption cells")

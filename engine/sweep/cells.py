@@ -2,10 +2,10 @@
 
 Captions are looked up per *video id*, not per content key: videos with identical bytes share one decode and one
 caption (same keys), and each still gets its own caption row, so each of their items gets its own verdict rows.
-A video without a usable caption gets a caption row without text whose error says why (engine.sweep.accounting),
+A video without a usable caption gets a caption row without text whose error says why (capeval.engine.sweep.accounting),
 so its items become verdict rows without a verdict instead of vanishing.
 
-Commit protocol (one writer holds the output folder's lock; engine.store.lock):
+Commit protocol (one writer holds the output folder's lock; capeval.engine.store.lock):
   0. transcripts/<cell_key>.parquet what the judge was sent and answered (engine/store/transcripts.py)
   1. verdicts/<cell_key>.parquet   the cell's verdict rows (+ cell_key, item_status, retryable)
   2. metrics/<cell_key>.parquet    the cell's metrics (+ cell columns, cell_key, cell_status)  <- the commit point
@@ -24,10 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from engine.schemas import CAPTIONS, conform
-from engine.sweep import accounting
-from engine.sweep.accounting import CAPTION_FAILED, FRAMES_MISSING, Failure
-from engine.sweep.grid import CELL_COLUMNS
+from capeval.engine.schemas import CAPTIONS, conform
+from capeval.engine.sweep import accounting
+from capeval.engine.sweep.accounting import CAPTION_FAILED, FRAMES_MISSING, Failure
+from capeval.engine.sweep.grid import CELL_COLUMNS
 
 
 def recover(stores) -> list[str]:
@@ -86,8 +86,8 @@ class CellInputs:
 
 
 def load_inputs(stores, outcome) -> CellInputs:
-    from engine.stages.caption import read_captions
-    from engine.stages.pipeline import frames_index
+    from capeval.engine.stages.caption import read_captions
+    from capeval.engine.stages.pipeline import frames_index
 
     table = read_captions(stores.captions)
     ok = table.filter(pc.is_null(table.column("error"))) if table.num_rows else table
@@ -98,7 +98,7 @@ def load_inputs(stores, outcome) -> CellInputs:
 def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) -> tuple[pa.Table, dict[str, Failure]]:
     """One caption row per video of the cell's dataset (video_id = that video), and the failure of each video
     without a usable caption; with `videos`, of those videos only (in the dataset's order)."""
-    from engine.stages.pipeline import caption_key_for
+    from capeval.engine.stages.pipeline import caption_key_for
 
     cc = cell.caption
     if cc.from_file:
@@ -132,15 +132,15 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) ->
 
 
 def cell_items(cell, data) -> pa.Table:
-    """The items of the cell's dataset its protocol reads (engine.sweep.pairs.protocol_items)."""
-    from engine.sweep.pairs import protocol_items
+    """The items of the cell's dataset its protocol reads (capeval.engine.sweep.pairs.protocol_items)."""
+    from capeval.engine.sweep.pairs import protocol_items
 
     return protocol_items(data.items, cell.protocol.name)
 
 
 def commit(stores, key: str, verdicts: pa.Table, metrics: pa.Table) -> None:
     """Verdicts first, then metrics (the commit point); see the module docstring."""
-    from engine.sweep.faultpoints import hit
+    from capeval.engine.sweep.faultpoints import hit
 
     stores.verdicts.put(verdicts, key)
     hit("cell_verdicts")
@@ -158,9 +158,9 @@ def label_metrics(metrics, cell, key: str, status: str):
 def file_cell_captions(cell, data) -> tuple[pa.Table, dict[str, Failure]]:
     """Captions of a `[[captions]]` cell: the file's rows (matched to items by item_id, else video_id), plus a row
     without text for every item the file does not caption (permanent: the rerun reads the same file)."""
-    from engine.sweep.grid import file_captions
+    from capeval.engine.sweep.grid import file_captions
 
-    from engine.datasets.video_ids import with_dataset_video_ids
+    from capeval.engine.datasets.video_ids import with_dataset_video_ids
 
     items = cell_items(cell, data)
     # a caption may name its video by the media file (docs/inputs.md "Video ids"): one file serves every kind
@@ -188,7 +188,7 @@ def judge_frames_spec(cell) -> str:
     from a file (their `frame_spec` is a label, "file" by default, not frames anyone decoded); else, strict mode's
     rule, the frames the captioner saw (the caption cell's frame spec). The judge stage passes this spec to the
     protocol as `judge_frames`, so its requests look up the very frames decoded here."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     params = cell.protocol.params
     if params.get("judge_frames"):
@@ -201,10 +201,10 @@ def judge_frames_spec(cell) -> str:
 def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> tuple[pa.Table, dict[str, Failure]]:
     """FRAMES rows of the cell's videos at the judge's frame spec, decoding (through the frame cache, on Ray) the
     videos the frames index does not hold yet; returns them and the failure of each video without frames."""
-    from engine.frames.sizes import frame_size_for
-    from engine.schemas import FRAMES
-    from engine.stages.decode import decode_stream
-    from engine.stages.pipeline import _index_store
+    from capeval.engine.frames.sizes import frame_size_for
+    from capeval.engine.schemas import FRAMES
+    from capeval.engine.stages.decode import decode_stream
+    from capeval.engine.stages.pipeline import _index_store
 
     spec = judge_frames_spec(cell)
     missing = [(vid, path) for vid, path in data.videos.items() if (vid, spec) not in inputs.index]

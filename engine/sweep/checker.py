@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from engine.errors import UsageError
-from engine.sweep.lines import LineFinder
+from capeval.engine.errors import UsageError
+from capeval.engine.sweep.lines import LineFinder
 
 
 class SweepFileError(UsageError):

@@ -56,8 +56,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from engine.sweep.checker import SweepChecker, SweepFileError, as_tuple, type_ok
-from engine.sweep.validation import check_config, read_prompts
+from capeval.engine.sweep.checker import SweepChecker, SweepFileError, as_tuple, type_ok
+from capeval.engine.sweep.validation import check_config, read_prompts
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class ComponentSpec:
     label: str | None = None  # how it shows in the results table; defaults to the name
     max_tokens: int | None = None  # captioners: caption length per request (None: the stage's default)
     timestamps: str = "none"  # captioners: "none" sends the prompt as written; "text" appends the frame times
-    frame_size: str | None = None  # captioners: decode size text (engine.frames.sizes); None: family default
+    frame_size: str | None = None  # captioners: decode size text (capeval.engine.frames.sizes); None: family default
     datasets: tuple[str, ...] | None = None  # protocols: the datasets it judges (None: every one it can read)
     # protocols: the judges (names or labels) that judge it (None: every judge); checked against [[judges]]
     judges: tuple[str, ...] | None = None
@@ -132,7 +132,7 @@ class SweepOptions:
     judge_batch_size: int = 64
     max_restarts: int = 3
     # 0: the judge runs in the sweep driver (local judge, HTTP judges); N: a pool of N Ray actors
-    # (adapters.ray_pool.JudgePool), e.g. one vLLM engine per GPU; GPUs per actor follow tensor_parallel_size.
+    # (capeval.adapters.ray_pool.JudgePool), e.g. one vLLM engine per GPU; GPUs per actor follow tensor_parallel_size.
     judge_actors: int = 0
     # warn (once, then each further 10 points) when this share of a judge's finished requests failed (judging/live.py)
     warn_failure_share: float = 0.05
@@ -152,7 +152,7 @@ class SweepConfig:
     path: Path
     datasets: tuple[DatasetSpec, ...]
     captioners: tuple[ComponentSpec, ...]
-    prompts: tuple[str, ...]  # prompt ids; texts via engine.prompts_library.get_prompt (or prompt_defs)
+    prompts: tuple[str, ...]  # prompt ids; texts via capeval.engine.prompts_library.get_prompt (or prompt_defs)
     frames: tuple[str, ...]
     protocols: tuple[ComponentSpec, ...]  # empty: a caption-only sweep
     judges: tuple[ComponentSpec, ...]
@@ -173,7 +173,7 @@ _DATASET_COMMON = {"name": (str, True), "kind": (str, True), "limit": (int, Fals
 _COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False)}
 _CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False), "frame_size": ((int, str), False),
               "prices": (dict, False)}
-CAPTION_TIMESTAMPS = ("none", "text")  # engine.stages.caption_worker.TIMESTAMP_MODES
+CAPTION_TIMESTAMPS = ("none", "text")  # capeval.engine.stages.caption_worker.TIMESTAMP_MODES
 _JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False), "validated": (str, False)}
 _PROTOCOL = {**_COMPONENT, "datasets": (list, False), "judges": (list, False)}
 _CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
@@ -193,7 +193,7 @@ def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bo
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        from engine.inputs.rows import not_utf8
+        from capeval.engine.inputs.rows import not_utf8
 
         raise SweepFileError(str(not_utf8(path) or f"{path}: not UTF-8 text; save the file as UTF-8")) from None
     if path.suffix == ".toml":
@@ -250,7 +250,7 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
         options = replace(options, breakdowns=tuple(dict.fromkeys(b.strip() for b in options.breakdowns
                                                                   if isinstance(b, str) and b.strip())))
     if options.decide is not None:  # a table, kept as a frozen DecideSpec (the options are hashed)
-        from engine.sweep.decide import parse_decide
+        from capeval.engine.sweep.decide import parse_decide
 
         options = replace(options, decide=parse_decide(c, options.decide))
     if not 0 <= options.warn_failure_share <= 1:
@@ -278,7 +278,7 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
                          tuple(protocols), tuple(judges), options, tuple(captions), prompt_defs)
     check_config(config, c, check_registry=check_registry, check_paths=check_paths)
     c.raise_problems()
-    from engine.prompts_library import register_prompts
+    from capeval.engine.prompts_library import register_prompts
 
     register_prompts(prompt_defs)
     return config
@@ -315,7 +315,7 @@ def _dataset(c: SweepChecker, d: Any, where: str, base: Path, check_paths: bool)
     params = {k: v for k, v in d.items() if k not in _DATASET_COMMON}
     if not ok:  # dropped; its kind's parameters are still checked, so one run of --check shows every problem
         if isinstance(d.get("kind"), str):
-            from engine.datasets.registry import validate as validate_dataset
+            from capeval.engine.datasets.registry import validate as validate_dataset
 
             for problem in validate_dataset(d["kind"], params, base, check_paths=check_paths):
                 key, _, msg = problem.partition(": ")
@@ -327,7 +327,7 @@ def _dataset(c: SweepChecker, d: Any, where: str, base: Path, check_paths: bool)
 
 
 def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[ComponentSpec]:
-    from engine.keys import canonical_json
+    from capeval.engine.keys import canonical_json
 
     out, seen = [], {}
     entries = raw.get(key) or []
@@ -418,8 +418,8 @@ def _dataset_names(c: SweepChecker, comp: dict, where: str) -> tuple[str, ...] |
 
 
 def _frame_size(c: SweepChecker, comp: dict, where: str) -> str | None:
-    """Canonical text of a captioner's `frame_size` (engine.frames.sizes), or None when it sets none."""
-    from engine.frames.sizes import SizeError, size_text
+    """Canonical text of a captioner's `frame_size` (capeval.engine.frames.sizes), or None when it sets none."""
+    from capeval.engine.frames.sizes import SizeError, size_text
 
     if "frame_size" not in comp or not type_ok(comp["frame_size"], (int, str)):
         return None
@@ -431,8 +431,8 @@ def _frame_size(c: SweepChecker, comp: dict, where: str) -> str | None:
 
 
 def _frame_spec(c: SweepChecker, value: Any, where: str) -> str | None:
-    """Canonical text of a frame spec, parsed by the run's own parser (engine.frames.sampling)."""
-    from engine.frames.sampling import FrameSpecError, parse_frame_spec
+    """Canonical text of a frame spec, parsed by the run's own parser (capeval.engine.frames.sampling)."""
+    from capeval.engine.frames.sampling import FrameSpecError, parse_frame_spec
 
     if isinstance(value, int) and not isinstance(value, bool):
         value = f"uniform:{value}"

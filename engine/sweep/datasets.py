@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine.errors import UsageError
-from engine.keys import content_key, file_digest
-from engine.sweep.config import DatasetSpec
+from capeval.engine.errors import UsageError
+from capeval.engine.keys import content_key, file_digest
+from capeval.engine.sweep.config import DatasetSpec
 
 
 @dataclass
@@ -51,7 +51,7 @@ class LoadedDataset:
     def scene_boundaries(self) -> dict[str, tuple[float, ...]]:
         """video_id -> scene cuts (seconds) its items give (extra.scene_boundaries / shot_boundaries): segmental
         prompts caption those videos scene by scene (engine/frames/scenes.py)."""
-        from engine.frames.scenes import video_boundaries
+        from capeval.engine.frames.scenes import video_boundaries
 
         try:
             return video_boundaries(self.items)
@@ -60,8 +60,8 @@ class LoadedDataset:
 
 
 def _file_digest(path: Path | None) -> str | None:
-    """SHA-256 of the file at `path` (engine.keys.file_digest), None for a folder, a glob or a file gone since."""
-    from engine.keys import file_digest
+    """SHA-256 of the file at `path` (capeval.engine.keys.file_digest), None for a folder, a glob or a file gone since."""
+    from capeval.engine.keys import file_digest
 
     try:
         return file_digest(path) if path is not None and path.is_file() else None
@@ -75,8 +75,8 @@ def dataset_records(datasets: dict[str, LoadedDataset], sweep_dir: Path) -> dict
 
 
 def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_media: bool = True) -> LoadedDataset:
-    from engine.datasets.kinds._media import filter_limit
-    from engine.datasets.registry import load
+    from capeval.engine.datasets.kinds._media import filter_limit
+    from capeval.engine.datasets.registry import load
 
     loaded = load(spec.kind, spec.kind_params(), base_dir=sweep_dir, out_dir=out_dir, name=spec.name)
     items = filter_limit(loaded.items, spec.limit)
@@ -104,7 +104,7 @@ def _finish(spec: DatasetSpec, items: pa.Table, videos: dict[str, str], require_
 def judge_sees_frames(protocol: str) -> bool:
     """Whether protocol `protocol`'s judge looks at the media itself (it declares `judge_frames`), so its datasets
     need media files even when every caption comes from a file."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     return lookup("protocol", protocol).judge_frames is not None
 
@@ -115,7 +115,7 @@ def media_required(config, spec: DatasetSpec) -> bool:
     text-only protocols needs no media."""
     if config.captioners:
         return True
-    from engine.sweep.pairs import plan_pairs
+    from capeval.engine.sweep.pairs import plan_pairs
 
     plan = plan_pairs(config)
     return any(plan.judges(i, spec.name) and judge_sees_frames(p.name) for i, p in enumerate(config.protocols))

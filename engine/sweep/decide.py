@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kernels.sequential import linearise, wor_mixture_cs
+from capeval.kernels.sequential import linearise, wor_mixture_cs
 
 PENDING = "pending"  # cell_status of a cell whose judging an adaptive sweep stopped early (not finished)
 ALL_PAIRS = "all-pairs"
@@ -129,7 +129,7 @@ def plan_pairs(systems: list[dict], baseline: str) -> tuple[list[tuple[int, int]
 
 def metric_span(statistic, n_tasks: int, n_stats: int, scale: float) -> float:
     """The spread of the metric over videos whose every item got one verdict code (the one-hot statistics of
-    engine.metrics.paired.code_stats); [0, scale] when fewer than two such values are defined."""
+    capeval.engine.metrics.paired.code_stats); [0, scale] when fewer than two such values are defined."""
     values = []
     with np.errstate(all="ignore"):
         for k in range(n_stats):

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 
 import polars as pl
 
-from engine.errors import UsageError
-from engine.sweep import decide as dec
+from capeval.engine.errors import UsageError
+from capeval.engine.sweep import decide as dec
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _add(caption_stats: dict, judge_stats: dict, stats) -> None:
 
 def _groups(cells, datasets, spec, orders) -> tuple[list[_Group], list[str]]:
     """The comparison groups: cells of one (dataset, protocol, judge) whose protocol has the metric."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     by: dict[tuple, list] = {}
     for c in cells:
@@ -127,7 +127,7 @@ def _restrict(data, videos: list[str]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from engine.sweep.datasets import LoadedDataset
+    from capeval.engine.sweep.datasets import LoadedDataset
 
     keep = pa.array(sorted(set(videos)), pa.string())
     items = data.items.filter(pc.is_in(data.items.column("video_id"), value_set=keep))
@@ -136,8 +136,8 @@ def _restrict(data, videos: list[str]):
 
 
 def _update(g: _Group, upto: int, stores, keys) -> None:
-    from engine.metrics.paired import per_video_stats
-    from engine.sweep.cells import stored_verdicts
+    from capeval.engine.metrics.paired import per_video_stats
+    from capeval.engine.sweep.cells import stored_verdicts
 
     open_now = g.decider.open_systems()
     if not open_now:
@@ -164,7 +164,7 @@ def _label(cell) -> str:
 
 
 def _record(groups, spec, keys, datasets, orders, pending) -> dict:
-    from engine.sweep.cells import cell_items
+    from capeval.engine.sweep.cells import cell_items
 
     pairs, total, judged = [], 0, 0
     for g in groups:
@@ -197,7 +197,7 @@ def _num(x: float):
 
 
 def _write(stores, record: dict) -> None:
-    from engine.store.segments import write_text_atomic
+    from capeval.engine.store.segments import write_text_atomic
 
     write_text_atomic(json.dumps(record, indent=2), stores.metrics.root.parent / "decide.json",
                       what="the adaptive run's decisions")
@@ -228,8 +228,8 @@ def replay(verdicts: dict[str, pl.DataFrame], protocol_name: str, spec, *, mode:
     """An adaptive run replayed on recorded verdicts (e.g. a finished full run's, or a benchmark's released ones):
     `verdicts` maps a system's label to its verdict rows on the same videos. Returns what decide.json holds for a
     sweep (pairs, requests), the requests counted as verdict rows of the videos each system needed."""
-    from engine.registry import lookup
-    from engine.metrics.paired import per_video_stats
+    from capeval.engine.registry import lookup
+    from capeval.engine.metrics.paired import per_video_stats
 
     protocol = lookup("protocol", protocol_name)
     pspec = protocol.paired_spec(mode or protocol.compare_default_mode)

@@ -12,9 +12,9 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from engine.secrets import without_secrets
-from engine.keys import content_key
-from engine.sweep.config import CaptionSource, ComponentSpec, DatasetSpec, SweepConfig
+from capeval.engine.secrets import without_secrets
+from capeval.engine.keys import content_key
+from capeval.engine.sweep.config import CaptionSource, ComponentSpec, DatasetSpec, SweepConfig
 
 #: the captioner name of caption cells read from a `[[captions]]` file
 FILE_CAPTIONER = "file"
@@ -37,7 +37,7 @@ class CaptionCell:
         (the file's bytes enter through `source_digest` in Cell.key)."""
         if self.source is not None:
             return f"file:{self.source.path}"
-        from engine.prompts_library import get_prompt
+        from capeval.engine.prompts_library import get_prompt
 
         return get_prompt(self.prompt_id).key_text
 
@@ -64,7 +64,7 @@ class Cell:
     def key(self, *, dataset_digest: str, captioner_revision: str, prompt_text: str, judge_revision: str,
             source_digest: str | None = None) -> str:
         """Content key of the cell's result: everything that determines its metrics. `source_digest`: the bytes
-        of a `[[captions]]` file (engine.keys.file_digest); new settings enter only when set, so the keys of
+        of a `[[captions]]` file (capeval.engine.keys.file_digest); new settings enter only when set, so the keys of
         existing sweeps do not change."""
         cap = self.caption
         parts = [
@@ -98,8 +98,8 @@ def caption_cells(config: SweepConfig) -> list[CaptionCell]:
 
 
 def file_captions(cell: CaptionCell):
-    """The CAPTIONS table of a `[[captions]]` cell (checked by engine.inputs.read_captions)."""
-    from engine.inputs import read_captions
+    """The CAPTIONS table of a `[[captions]]` cell (checked by capeval.engine.inputs.read_captions)."""
+    from capeval.engine.inputs import read_captions
 
     if cell.source is None:
         raise ValueError("not a caption cell read from a file")
@@ -115,12 +115,12 @@ def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> l
     skips (default: printed to stderr)."""
     if not config.protocols:
         return []
-    from engine.sweep.pairs import plan_pairs
+    from capeval.engine.sweep.pairs import plan_pairs
 
     plan = plan_pairs(config, datasets)
     if plan.problems:
-        from engine.sweep.checker import SweepChecker
-        from engine.sweep.pairs import report_problems
+        from capeval.engine.sweep.checker import SweepChecker
+        from capeval.engine.sweep.pairs import report_problems
 
         checker = SweepChecker(config.path, config.path.read_text(encoding="utf-8") if config.path.is_file() else "")
         report_problems(plan, checker)

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from engine.sweep import accounting
-from engine.sweep import cells as cellmod
-from engine.sweep.breakdowns import cell_breakdowns
-from engine.sweep.config import ComponentSpec, SweepConfig
-from engine.sweep.datasets import LoadedDataset, judge_sees_frames
-from engine.sweep.decide import PENDING
-from engine.sweep.grid import Cell
+from capeval.engine.sweep import accounting
+from capeval.engine.sweep import cells as cellmod
+from capeval.engine.sweep.breakdowns import cell_breakdowns
+from capeval.engine.sweep.config import ComponentSpec, SweepConfig
+from capeval.engine.sweep.datasets import LoadedDataset, judge_sees_frames
+from capeval.engine.sweep.decide import PENDING
+from capeval.engine.sweep.grid import Cell
 
 
 @dataclass
@@ -60,7 +60,7 @@ class JudgeStage:
 
     def transcripts(self, key: str):
         """The sink of the cell's judge transcripts (spooled under the run folder's transcripts/)."""
-        from engine.store.transcripts import TranscriptSpool
+        from capeval.engine.store.transcripts import TranscriptSpool
 
         self.spools[key] = TranscriptSpool(cellmod.transcripts_folder(self.stores), key)
         return self.spools[key]
@@ -72,12 +72,12 @@ class JudgeStage:
         return list(groups.values())
 
     def judge_for(self, jspec: ComponentSpec):
-        from engine.registry import lookup
+        from capeval.engine.registry import lookup
 
         if jspec.display not in self.judges:
             opts = self.config.options
             if opts.judge_actors:  # engines on Ray actors (one per GPU), fed with backpressure
-                from adapters.ray_pool import JudgePool
+                from capeval.adapters.ray_pool import JudgePool
 
                 self.judges[jspec.display] = JudgePool(jspec.name, jspec.params, num_actors=opts.judge_actors,
                                                        batch_size=opts.judge_batch_size,
@@ -87,7 +87,7 @@ class JudgeStage:
         return self.judges[jspec.display]
 
     def scheduler(self, judge):
-        from engine.judging.scheduler import JudgeScheduler
+        from capeval.engine.judging.scheduler import JudgeScheduler
 
         return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
                               progress=self.progress, warn_failure_share=self.config.options.warn_failure_share)
@@ -98,7 +98,7 @@ class JudgeStage:
 
     def prepare(self, cell: Cell, judge, inputs, *, requests: bool = True) -> tuple[Prepared, pa.Table | None]:
         """The cell's captions, items and video failures (and, with `requests`, its whole request table)."""
-        from engine.registry import lookup
+        from capeval.engine.registry import lookup
 
         protocol = lookup("protocol", cell.protocol.name)
         data = self.data(cell)
@@ -125,7 +125,7 @@ class JudgeStage:
         """Account for every item, compute the metrics and commit the cell."""
         import polars as pl
 
-        from engine.metrics.reasons import explain_nulls
+        from capeval.engine.metrics.reasons import explain_nulls
 
         cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
@@ -175,8 +175,8 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
 def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
     """Captions are being made on another thread (`watch` hears of them): per judge, each cell starts empty and
     grows by the requests of its videos as they are captioned (engine/sweep/overlap.CellFeed)."""
-    from engine.registry import lookup
-    from engine.sweep.overlap import CellFeed
+    from capeval.engine.registry import lookup
+    from capeval.engine.sweep.overlap import CellFeed
 
     for cells in stage.by_judge():
         judge = stage.judge_for(cells[0].judge)
@@ -186,7 +186,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
                     if not judge_sees_frames(c.protocol.name) and not c.caption.from_file}
 
         def start(cell: Cell) -> None:
-            from engine.protocols.base import REQUESTS_WITH_CONTEXT
+            from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
 
             protocol = lookup("protocol", cell.protocol.name)
             key = stage.keys[cell]
@@ -225,7 +225,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
 
 def _part_items(cell: Cell, data: LoadedDataset) -> tuple[pa.Table, dict[str, list[int]], list[int]]:
     """The cell's items, the row indices of each video's items, and the rows of items with no video of the
-    dataset. An item belongs to the video its caption is matched by (engine.protocols.base.pair_items_captions:
+    dataset. An item belongs to the video its caption is matched by (capeval.engine.protocols.base.pair_items_captions:
     its own item_id when the dataset has media per item, else its video_id)."""
     items = cellmod.cell_items(cell, data)
     videos = data.videos

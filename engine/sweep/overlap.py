@@ -1,7 +1,7 @@
 """Captioning and judging at once (issue 11): a cell's judging starts with its first captions.
 
 Stage after stage, a sweep's judge idles while every caption is made, then its caption GPUs idle while it judges.
-Here the caption stage runs on a background thread (`CaptionThread`: engine.stages.pipeline.caption_cells_for, with a
+Here the caption stage runs on a background thread (`CaptionThread`: capeval.engine.stages.pipeline.caption_cells_for, with a
 `CaptionWatch` that hears of every decoded frames row, frame failure and finished caption), while the judge loop runs
 on the calling thread with a `CellFeed` as its source: whenever the loop could use more work, the feed turns the
 videos whose captions now exist (or failed) into a part of each waiting cell's requests, and seals a cell once all of
@@ -10,7 +10,7 @@ only appends events under a lock.
 
 Nothing changes in the results: a part holds all the items of its videos, built by the protocol exactly as the whole
 cell's request table would be (protocols render each (item, caption) on its own), and the cell's verdict rows come
-out in the order of that one table (engine.judging.cells.Cell.table). The failures of a cell's videos are the ones
+out in the order of that one table (capeval.engine.judging.cells.Cell.table). The failures of a cell's videos are the ones
 stage after stage would record, since a video counts as settled only when its caption or its failure is known (or
 the caption stage has ended). Cells whose judge sees frames (VC-Inspector) are judged whole once their captions are
 settled (their judge frames are decoded then).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from engine.sweep import cells as cellmod
+from capeval.engine.sweep import cells as cellmod
 
 _FRAMES, _FRAME_FAILURE, _CAPTIONS = "frames", "frame_failure", "captions"
 
@@ -90,7 +90,7 @@ class CaptionThread:
         """Ask the stage to end (no new video; batches in flight finish and are stored) and wait for it; after a
         SIGTERM not for long: the thread may wait in Ray on actors the same signal ended, and a daemon thread does not
         hold the process (engine/ray_local.py, `ray_usable`)."""
-        from engine.ray_local import ray_usable
+        from capeval.engine.ray_local import ray_usable
 
         self.watch.stopped = True
         self._thread.join(None if ray_usable() else STOP_WAIT_AFTER_SIGTERM_S)
@@ -138,7 +138,7 @@ class CellFeed:
 
     # -- which videos are settled -----------------------------------------------------------------------------------
     def _check(self, cell, vid: str) -> None:
-        from engine.stages.pipeline import caption_key_for
+        from capeval.engine.stages.pipeline import caption_key_for
 
         spec = cell.caption.frame_spec
         if (vid, spec) in self.inputs.frame_failures:

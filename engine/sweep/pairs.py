@@ -50,8 +50,8 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
     with `items` and `videos` or `media` (a LoadedDataset or DatasetView); with `read_tables`, datasets not in it
     are read here when their kind only reads files (cached while the files are unchanged); the others are judged
     by their kind."""
-    from engine.datasets.registry import kind_names
-    from engine.registry import lookup
+    from capeval.engine.datasets.registry import kind_names
+    from capeval.engine.registry import lookup
 
     known_kinds = set(kind_names())
     base = config.path.parent
@@ -157,9 +157,9 @@ def read_view(spec, base: Path) -> DatasetView | None:
     loader (its errors raised: UsageError names file, row and column); None for an unknown kind or one that
     generates its data (`DatasetKind.reads_only` false). Kept while the files its parameters name are unchanged:
     the checks and the grid read the same tables."""
-    from engine.datasets.kinds._media import filter_limit
-    from engine.datasets.registry import get_kind, load
-    from engine.keys import canonical_json
+    from capeval.engine.datasets.kinds._media import filter_limit
+    from capeval.engine.datasets.registry import get_kind, load
+    from capeval.engine.keys import canonical_json
 
     try:
         if not get_kind(spec.kind).reads_only:

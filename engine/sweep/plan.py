@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from engine.sweep.plan_tokens import (PrefixCache, TokenCounter, frames_per_request, judge_tokenizer,
+from capeval.engine.sweep.plan_tokens import (PrefixCache, TokenCounter, frames_per_request, judge_tokenizer,
                                       placeholder_captions, placeholder_frames, typical_completion)
 
 #: the reply bound planned for a request that sends no max_tokens (official mode: the API's default has none)
@@ -62,14 +62,14 @@ def plan_sweep(config, *, rate: float | None = None, cached_share: float | str |
                tokenizer: str | None = None, run_dir: str | Path | None = None, tokens_per_image: int = 0,
                sample: int = 8) -> dict:
     """The plan as a JSON-ready dict (see the module docstring)."""
-    from engine.sweep.plan_measured import Measured
+    from capeval.engine.sweep.plan_measured import Measured
 
     notes: list[str] = []
     measured = Measured.read(run_dir)
     counters = {j.display: TokenCounter(tokenizer or judge_tokenizer(j)) for j in config.judges}
     with tempfile.TemporaryDirectory(prefix="capeval-plan-") as tmp:
         datasets = _datasets(config, Path(tmp))
-        from engine.sweep.grid import caption_cells, expand
+        from capeval.engine.sweep.grid import caption_cells, expand
 
         cells = expand(config, datasets, note=notes.append)
         captions = {cc: _captions(cc, datasets[cc.dataset.name], notes) for cc in caption_cells(config)}
@@ -86,9 +86,9 @@ def plan_sweep(config, *, rate: float | None = None, cached_share: float | str |
 
 def _datasets(config, work: Path) -> dict:
     """name -> LoadedDataset (items and media paths; media are not read, so no digest)."""
-    from engine.datasets.kinds._media import filter_limit
-    from engine.datasets.registry import load
-    from engine.sweep.datasets import LoadedDataset
+    from capeval.engine.datasets.kinds._media import filter_limit
+    from capeval.engine.datasets.registry import load
+    from capeval.engine.sweep.datasets import LoadedDataset
 
     out = {}
     for spec in config.datasets:
@@ -104,13 +104,13 @@ def _videos(data) -> list[str]:
 
 
 def _captions(cc, data, notes: list[str]):
-    from engine.sweep.grid import file_captions
+    from capeval.engine.sweep.grid import file_captions
 
     if cc.from_file:
-        from engine.datasets.video_ids import with_dataset_video_ids
+        from capeval.engine.datasets.video_ids import with_dataset_video_ids
 
         return with_dataset_video_ids(file_captions(cc), data.items)[0]
-    from engine.stages.pipeline import MAX_TOKENS
+    from capeval.engine.stages.pipeline import MAX_TOKENS
 
     max_tokens = cc.captioner.max_tokens or MAX_TOKENS
     note = (f"captions not made yet stand in at their captioner's max_tokens ({cc.captioner.display}: {max_tokens} "
@@ -124,10 +124,10 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
     """StepPlans of every cell's first-step requests (identical requests of a judge once), per (protocol, judge)
     one cell's request table (the later steps' sample) and the first-step rows asked (what later steps grow from:
     a request shared by two cells leads to the later steps of each)."""
-    from engine.protocols.base import parse_context
-    from engine.registry import lookup
-    from engine.sweep.cells import cell_items, judge_frames_spec
-    from engine.sweep.datasets import judge_sees_frames
+    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.registry import lookup
+    from capeval.engine.sweep.cells import cell_items, judge_frames_spec
+    from capeval.engine.sweep.datasets import judge_sees_frames
 
     steps: dict[tuple, StepPlan] = {}
     seen: dict[str, set] = {}
@@ -174,7 +174,7 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
 
 
 def _multi_step(protocol) -> bool:
-    from engine.protocols.base import JudgeProtocol
+    from capeval.engine.protocols.base import JudgeProtocol
 
     return type(protocol).next_requests is not JudgeProtocol.next_requests
 
@@ -198,7 +198,7 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
     answered by the local stand-in judge (the caller scales them to the first-step requests of every cell)."""
     import pyarrow as pa
 
-    from engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import parse_context
 
     label = f"{cell.protocol.display} / {cell.judge.display}"
     if sample <= 0:
@@ -211,8 +211,8 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
     part = table.filter(pa.array(mask))
     first_keys = set(part.column("request_key").to_pylist())
     try:
-        from adapters.local_judge import LocalJudge
-        from engine.judging.scheduler import JudgeScheduler
+        from capeval.adapters.local_judge import LocalJudge
+        from capeval.engine.judging.scheduler import JudgeScheduler
 
         judge = _Recorder(LocalJudge())
         with tempfile.TemporaryDirectory(prefix="capeval-plan-sample-") as cache:
@@ -240,7 +240,7 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
 
 
 def _reasks(steps: list[StepPlan], cells, measured, notes: list[str]) -> list[StepPlan]:
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     names = {c.protocol.display: c.protocol for c in cells}
     out = []
@@ -274,8 +274,8 @@ def _share_cache(steps, cached_share, measured, notes) -> None:
 
 
 def _caption_plan(captions, tokens_per_image: int) -> dict[str, StepPlan]:
-    from engine.prompts_library import get_prompt
-    from engine.stages.pipeline import MAX_TOKENS
+    from capeval.engine.prompts_library import get_prompt
+    from capeval.engine.stages.pipeline import MAX_TOKENS
 
     out: dict[str, StepPlan] = {}
     counter = TokenCounter()
@@ -300,7 +300,7 @@ def _by(items, key) -> dict:
 
 
 def _summarise(config, cells, steps, caption_plan, counters, rate, measured, notes, tokens_per_image) -> dict:
-    from engine.sweep.prices import resolve_prices
+    from capeval.engine.sweep.prices import resolve_prices
 
     prices = resolve_prices(config)
     judges = {}

@@ -22,7 +22,7 @@ class Measured:
         if run_dir is None or not Path(run_dir).is_dir():
             return cls()
         out = cls(Path(run_dir))
-        from engine.runrecord import read_run_records
+        from capeval.engine.runrecord import read_run_records
 
         try:
             records = read_run_records(run_dir)

@@ -91,7 +91,7 @@ def placeholder_captions(cell, videos: list[str], max_tokens: int) -> pa.Table:
     """CAPTIONS rows standing in for captions not made yet: one per video, each as long as the captioner may write
     (`max_tokens` tokens, at CHARS_PER_TOKEN characters each: the longest the judge prompts can get). The text names
     the caption cell and video, so two cells' prompts differ as the real ones would."""
-    from engine import schemas
+    from capeval.engine import schemas
 
     n_chars = CHARS_PER_TOKEN * int(max_tokens)
     rows = []
@@ -107,7 +107,7 @@ def placeholder_captions(cell, videos: list[str], max_tokens: int) -> pa.Table:
 def placeholder_frames(videos: list[str], spec: str) -> pa.Table:
     """FRAMES rows for a judge that sees frames: the request is rendered as it would be (the frames are not
     decoded; none is sent)."""
-    from engine import schemas
+    from capeval.engine import schemas
 
     rows = [{"frames_key": f"plan:{vid}:{spec}", "video_id": vid, "frame_spec": spec, "path": f"plan:{vid}"}
             for vid in videos]
@@ -118,7 +118,7 @@ def frames_per_request(spec: str | None) -> int | None:
     """Frames a spec such as uniform:8 / linspace:32 asks for; None when it depends on the video (fps:1, ...)."""
     if not spec:
         return None
-    from engine.frames.sampling import FrameSpecError, parse_frame_spec
+    from capeval.engine.frames.sampling import FrameSpecError, parse_frame_spec
 
     try:
         n = getattr(parse_frame_spec(spec), "n", None)

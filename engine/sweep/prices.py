@@ -98,7 +98,7 @@ def read_prices_file(path: Path) -> tuple[dict[str, Prices], list[str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        from engine.inputs.rows import not_utf8
+        from capeval.engine.inputs.rows import not_utf8
 
         return {}, [str(not_utf8(path) or f"{path}: not UTF-8 text; save the file as UTF-8")]
     try:
@@ -133,7 +133,7 @@ def _at(lines: list[str], name: str, key: str | None) -> str:
 
 
 def check_prices(config, c, *, check_paths: bool = True) -> None:
-    """Price problems of a parsed sweep, into checker `c` (engine.sweep.checker): each component's `prices` table
+    """Price problems of a parsed sweep, into checker `c` (capeval.engine.sweep.checker): each component's `prices` table
     (file, line, field) and the prices file (its own file and line)."""
     for key in ("judges", "captioners"):
         for i, comp in enumerate(getattr(config, key)):
@@ -166,7 +166,7 @@ def batch_prices(comp, prices: Prices | None) -> Prices | None:
     """A batch judge (adapters/batch_rounds.py: openai-batch, vllm-batch) pays its prices x (1 - batch_discount):
     its `batch_discount` param, else the backend's default (OpenAI's Batch API: 0.5). Prices that are batch prices
     already go with batch_discount = 0 (docs/batch.md)."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     try:
         default = getattr(lookup("judge", comp.name), "default_batch_discount", None)

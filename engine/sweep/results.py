@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from engine.errors import AbortedError, Terminated
-from engine.sweep import accounting
-from engine.sweep.config import SweepConfig
+from capeval.engine.errors import AbortedError, Terminated
+from capeval.engine.sweep import accounting
+from capeval.engine.sweep.config import SweepConfig
 
 
 @dataclass
@@ -37,13 +37,13 @@ class SweepResult:
 
 def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_rev: dict, cell_keys: list[str],
                log, interrupted: KeyboardInterrupt | None = None) -> None:
-    """Append this run's record to run.json (engine.runrecord), items by status included; status "finished", or
+    """Append this run's record to run.json (capeval.engine.runrecord), items by status included; status "finished", or
     "interrupted" for a run that Ctrl-C or SIGTERM (`interrupted`) ended, `interrupted_by` naming the signal. A
     record that cannot be made is reported, not fatal: the results are complete without it; a disk that refuses it
     stops the run (exit 4) like every other write."""
     try:
-        from engine.report.results import cells_without_value
-        from engine.runrecord import append_run_record, sweep_record
+        from capeval.engine.report.results import cells_without_value
+        from capeval.engine.runrecord import append_run_record, sweep_record
     except ImportError:  # pragma: no cover
         return
     try:
@@ -79,12 +79,12 @@ def cost_line(cost: dict) -> str:
 
 def write_results_files(results, out: Path) -> None:
     """results.parquet/.csv; a full or read-only disk ends the run with one line (the stores are complete)."""
-    from engine.report import write_results
+    from capeval.engine.report import write_results
 
     try:
         write_results(results, out)
     except OSError as exc:
-        from engine.store.segments import storage_error
+        from capeval.engine.store.segments import storage_error
 
         for stray in out.glob(".results*.tmp"):
             stray.unlink(missing_ok=True)

@@ -1,6 +1,6 @@
 """`run_sweep`: expand the grid, skip finished cells, caption what is missing, judge, compute metrics, report.
 
-Output folder layout (one writer at a time: `.capeval.lock`, engine.store.lock):
+Output folder layout (one writer at a time: `.capeval.lock`, capeval.engine.store.lock):
 
     videos/      generated videos (synthetic datasets)       frames/       decoded frame cache (.npy)
     frames_index/ FRAMES rows of decoded (video, spec)        captions/     successful CAPTIONS rows, one per key
@@ -10,7 +10,7 @@ Output folder layout (one writer at a time: `.capeval.lock`, engine.store.lock):
                  + cell_key + cell_status                     results.parquet, results.csv: this sweep's cells
 
 Guarantees (docs/guarantees.md): every item of every cell yields verdict rows, with a verdict or with an
-`item_status` saying why not (engine.sweep.accounting); work is shared through content keys (one decode, one
+`item_status` saying why not (capeval.engine.sweep.accounting); work is shared through content keys (one decode, one
 caption, one judge call per key), rows never are. A cell is finished when its metrics segment is committed as
 `complete` (or `failures_accepted`); a cell with retryable failures is committed as `incomplete` and the next run
 redoes it, sending only what the caches do not hold. A kill -9 anywhere loses at most the work in flight.
@@ -23,16 +23,16 @@ import sys
 import time
 from pathlib import Path
 
-from engine.keys import content_key
-from engine.prompts_library import get_prompt
-from engine.ray_local import init_ray
-from engine.sweep import accounting
-from engine.sweep.caption_only import run_caption_only
-from engine.sweep.config import ComponentSpec, SweepConfig
-from engine.sweep.datasets import LoadedDataset, dataset_records, load_dataset
-from engine.sweep.grid import Cell, expand
-from engine.sweep.results import SweepResult, record_run, write_results_files
-from engine.sweep.usage import CostLedger
+from capeval.engine.keys import content_key
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.ray_local import init_ray
+from capeval.engine.sweep import accounting
+from capeval.engine.sweep.caption_only import run_caption_only
+from capeval.engine.sweep.config import ComponentSpec, SweepConfig
+from capeval.engine.sweep.datasets import LoadedDataset, dataset_records, load_dataset
+from capeval.engine.sweep.grid import Cell, expand
+from capeval.engine.sweep.results import SweepResult, record_run, write_results_files
+from capeval.engine.sweep.usage import CostLedger
 
 __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_fingerprint"]
 
@@ -40,10 +40,10 @@ __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_
 def component_revision(kind: str, spec: ComponentSpec) -> str:
     """Identity of a captioner's/judge's weights without loading them: the class's `revision` when it is plain
     text, or its `static_revision(params)` classmethod (e.g. a hash of the model folder); params are keyed too."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     if kind == "captioner" and spec.name == "vllm":
-        import adapters.vllm_captioner  # noqa: F401
+        import capeval.adapters.vllm_captioner  # noqa: F401
     cls = lookup(kind, spec.name)
     if hasattr(cls, "static_revision"):
         return str(cls.static_revision(spec.params))
@@ -59,8 +59,8 @@ class _Stores:
     was judged from, so a committed cell never refers to rows a kill could still lose."""
 
     def __init__(self, out: Path):
-        from engine.schemas import CAPTIONS, FRAMES
-        from engine.store import GroupCommit, SegmentStore
+        from capeval.engine.schemas import CAPTIONS, FRAMES
+        from capeval.engine.store import GroupCommit, SegmentStore
 
         group = GroupCommit.from_env()
         self.captions = SegmentStore(out / "captions", CAPTIONS, group=group)
@@ -82,7 +82,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True
     """Run every unfinished cell of `config`, writing under `out_dir` (holding its lock); returns the results of
     all its cells, the item accounting and the exit code (OK, or FAILURES when the share of items without a
     verdict exceeds `max_failure_share`). Raises AbortedError (lock held, auth refused, disk full)."""
-    from engine.store.lock import FolderLock
+    from capeval.engine.store.lock import FolderLock
 
     out = Path(out_dir)
     with FolderLock(out, purpose=f"sweep {config.name}"):
@@ -103,7 +103,7 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True
 
 def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, log, exit_once_marker, accept_failures,
                 max_failure_share, verbose) -> SweepResult:
-    from engine.sweep import cells as cellmod
+    from capeval.engine.sweep import cells as cellmod
 
     t0 = time.perf_counter()
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
@@ -136,7 +136,7 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
 
         try:
             if config.options.decide is not None:  # adaptive: videos in rounds until each pair is decided
-                from engine.sweep.decide_rounds import run_adaptive
+                from capeval.engine.sweep.decide_rounds import run_adaptive
 
                 caption_stats, stats = run_adaptive(config, cells, pending, keys, datasets, stores, judge, log)
             else:
@@ -155,7 +155,7 @@ def _finish(config, out, stores, ledger, cells, keys, pending, datasets, cap_rev
     """The run's accounting, cost and record (run.json); the results files too unless the run was `interrupted`
     (then its record has status "interrupted" and the cost of what it made before the signal)."""
     account = _account(stores, [keys[c] for c in cells])
-    from engine.report import results_table
+    from capeval.engine.report import results_table
 
     results = results_table(stores.metrics, [keys[c] for c in cells])
     results, cost = ledger.finish(results, cells, keys, datasets, cap_rev)  # tokens and USD per cell
@@ -173,7 +173,7 @@ def _load(spec, config, out: Path) -> LoadedDataset:
     import errno
 
     try:
-        from engine.sweep.datasets import media_required
+        from capeval.engine.sweep.datasets import media_required
 
         extra = {"require_media": media_required(config, spec)}
     except ImportError:  # pragma: no cover - older dataset module
@@ -183,13 +183,13 @@ def _load(spec, config, out: Path) -> LoadedDataset:
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
             raise
-        from engine.store.segments import storage_error
+        from capeval.engine.store.segments import storage_error
 
         raise storage_error(exc, out / "videos", f"the videos of dataset {spec.name!r}") from exc
 
 
 def _cell_key(cell: Cell, datasets: dict, cap_rev: dict, judge_rev: dict) -> str:
-    from engine.keys import file_digest
+    from capeval.engine.keys import file_digest
 
     cc = cell.caption
     from_file = getattr(cc, "from_file", False)
@@ -202,7 +202,7 @@ def _cell_key(cell: Cell, datasets: dict, cap_rev: dict, judge_rev: dict) -> str
 
 def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
     """Items by status over every cell of the sweep (run now or earlier), from the committed verdicts."""
-    from engine.sweep import cells as cellmod
+    from capeval.engine.sweep import cells as cellmod
 
     states = cellmod.cell_states(stores)
     account = accounting.RunAccount()
@@ -220,9 +220,9 @@ def _caption_and_judge(pending: list[Cell], keys: dict, datasets: dict, config: 
     captions are made on a background thread while the judge works on the cells' captioned videos) or stage after
     stage. Returns the caption stage's and the judge stage's counts. `partial`: keys of cells judged on part of
     their videos (an adaptive sweep's round), committed as pending."""
-    from engine.stages.pipeline import CaptionOutcome, caption_cells_for
-    from engine.sweep import cells as cellmod
-    from engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
+    from capeval.engine.stages.pipeline import CaptionOutcome, caption_cells_for
+    from capeval.engine.sweep import cells as cellmod
+    from capeval.engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
 
     stage = JudgeStage(pending, keys, datasets, config, stores, cap_rev, progress=progress,
                        accept_failures=accept_failures, log=log, partial=partial)
@@ -239,7 +239,7 @@ def _caption_and_judge(pending: list[Cell], keys: dict, datasets: dict, config: 
             outcome = caption()
             judge_after_captions(stage, cellmod.load_inputs(stores, outcome))
             return outcome.stats, stage.stats
-        from engine.sweep.overlap import CaptionThread
+        from capeval.engine.sweep.overlap import CaptionThread
 
         inputs = cellmod.load_inputs(stores, CaptionOutcome())  # what exists now; the feed adds what is made
         thread = CaptionThread(caption).start()

@@ -3,7 +3,7 @@ paid for them or reused them from the caches an earlier run filled.
 
 Read after the judging, from what is stored, so a cell finished by an earlier run is costed like one run now:
 - judge: the answers a cell's verdict rows rest on, every attempt included (a re-ask is its own request, under
-  `engine.judging.requests.attempt_key`), each counted once per cell (rows sharing a request share one answer),
+  `capeval.engine.judging.requests.attempt_key`), each counted once per cell (rows sharing a request share one answer),
   with the tokens the server reported when the answer was made (the judgment cache keeps them, and when: an answer
   stored after this run started was paid by this run, an older one is reused). Server-reported cached prompt tokens
   are priced as cached (engine/sweep/prices.py).
@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, fields
 
 import polars as pl
 
-from engine.sweep.grid import CELL_COLUMNS
-from engine.sweep.prices import Prices, resolve_prices
+from capeval.engine.sweep.grid import CELL_COLUMNS
+from capeval.engine.sweep.prices import Prices, resolve_prices
 
 #: the results table's cost columns, in order (engine/sweep/results.py documents them)
 COST_COLUMNS = ["judge_requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens",
@@ -226,7 +226,7 @@ class _Answers:
     """The judgment cache, read: the answers a cell's verdicts rest on, and the answers made since a time."""
 
     def __init__(self, cache_dir):
-        from engine.store.judgment_cache import JudgmentCache
+        from capeval.engine.store.judgment_cache import JudgmentCache
 
         path = cache_dir / JudgmentCache.FILENAME
         self.db = sqlite3.connect(path, timeout=60.0) if path.is_file() else None
@@ -240,13 +240,13 @@ class _Answers:
         """request_key -> (judge, prompt, cached, completion, reasoning, created) of every attempt of every verdict
         row of the cell; an answer missing from the cache (the cache was removed) counts with the row's own tokens,
         as reused."""
-        from engine.sweep.cells import stored_verdicts
+        from capeval.engine.sweep.cells import stored_verdicts
 
         verdicts = stored_verdicts(stores, cell_key)
         if verdicts is None or verdicts.num_rows == 0:
             return {}
         temperature = self._reask_temperature(cell)
-        from engine.judging.requests import attempt_key
+        from capeval.engine.judging.requests import attempt_key
 
         cols = verdicts.select(["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens",
                                 "completion_tokens", "reasoning_tokens"]).to_pylist()
@@ -266,7 +266,7 @@ class _Answers:
         return found
 
     def _reask_temperature(self, cell):
-        from engine.registry import lookup
+        from capeval.engine.registry import lookup
 
         name = cell.protocol.name
         key = (name, repr(sorted(cell.protocol.params.items())))
@@ -310,15 +310,15 @@ def _stored_caption_keys(stores) -> set[str]:
 
 
 def _inputs(stores):
-    from engine.stages.pipeline import CaptionOutcome
-    from engine.sweep.cells import load_inputs
+    from capeval.engine.stages.pipeline import CaptionOutcome
+    from capeval.engine.sweep.cells import load_inputs
 
     return load_inputs(stores, CaptionOutcome())
 
 
 def _caption_usage(cell, datasets: dict, inputs, cap_rev: dict, before: set[str]) -> dict[str, tuple]:
     """caption_key -> (captioner, prompt, 0, completion, reasoning, created-or-None) of the cell's captions."""
-    from engine.sweep.cells import cell_captions
+    from capeval.engine.sweep.cells import cell_captions
 
     captions, _ = cell_captions(cell, datasets[cell.caption.dataset.name], inputs, cap_rev)
     out = {}

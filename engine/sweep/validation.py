@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.sweep.checker import SweepChecker
+from capeval.engine.sweep.checker import SweepChecker
 
 #: protocol params understood by every protocol (the rest go to the protocol as they are)
 PROTOCOL_MODES = ("strict", "official")
@@ -24,7 +24,7 @@ PROTOCOL_MODES = ("strict", "official")
 
 def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
     """Prompt ids of the sweep and the CaptionPrompts it defines ({id: prompt}); problems go to checker `c`."""
-    from engine.prompts_library import BUILTIN, PromptError, prompt_from_entry
+    from capeval.engine.prompts_library import BUILTIN, PromptError, prompt_from_entry
 
     # a table with only an id names a built-in prompt, as a plain string does (TOML cannot mix both forms)
     entries = [e["id"] if isinstance(e, dict) and set(e) == {"id"} else e for e in entries]
@@ -56,8 +56,8 @@ def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
 
 
 def check_config(config, c, *, check_registry: bool = True, check_paths: bool = True) -> None:
-    """Semantic checks of a parsed config; every problem goes to checker `c` (engine.sweep.checker)."""
-    from engine.datasets.registry import validate as validate_dataset
+    """Semantic checks of a parsed config; every problem goes to checker `c` (capeval.engine.sweep.checker)."""
+    from capeval.engine.datasets.registry import validate as validate_dataset
 
     base = config.path.parent
     names = [d.name for d in config.datasets]
@@ -90,7 +90,7 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
         for msg_key, msg in protocol_param_problems(p.params, base, protocol=p.name):
             c.fail(f"{c.where('protocols', i)}.params.{msg_key}", msg, msg_key)
     if check_registry and config.protocols:  # which protocol judges which dataset (engine/sweep/pairs.py)
-        from engine.sweep.pairs import plan_pairs, report_problems
+        from capeval.engine.sweep.pairs import plan_pairs, report_problems
 
         report_problems(plan_pairs(config, read_tables=check_paths), c)
     for i, src in enumerate(config.captions if check_paths else ()):
@@ -99,12 +99,12 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
             c.fail(f"{where}.path", f"caption file not found: {src.path}", "path")
             continue
         try:
-            from engine.inputs import read_captions
+            from capeval.engine.inputs import read_captions
 
             read_captions(src.path, captioner=src.captioner)
         except ValueError as exc:  # UsageError: names file, row and column
             c.fail(f"{where}.path", str(exc), "path")
-    from engine.sweep.prices import check_prices
+    from capeval.engine.sweep.prices import check_prices
 
     check_prices(config, c, check_paths=check_paths)  # price tables and the prices file (engine/sweep/prices.py)
     for name, low, what in (("caption_actors", 1, "at least 1"), ("batch_size", 1, "at least 1"),
@@ -122,7 +122,7 @@ def dataset_table_problem(spec, base: Path) -> str | None:
     (`DatasetKind.reads_only` false: synthetic generates videos). --check and every run do this before any work, so
     a table the run would refuse is reported with the sweep file's line. Media files are not looked for here: a
     sweep may be checked on a machine that holds only the tables (the run says which media are missing)."""
-    from engine.sweep.pairs import read_view
+    from capeval.engine.sweep.pairs import read_view
 
     try:
         read_view(spec, base)  # kept for the pair checks below and the grid
@@ -168,7 +168,7 @@ def param_value_problems(cls, params: dict) -> list[tuple[str | None, str]]:
 def _without_secret_values(problems: list, params: dict) -> list:
     """The problems with a credential's value never shown (a key in `api_key`, in a URL's user or query): these
     messages are printed and may be logged."""
-    from engine.secrets import REDACTED, is_secret_name, redact_message
+    from capeval.engine.secrets import REDACTED, is_secret_name, redact_message
 
     out = []
     for key, msg in problems:
@@ -180,10 +180,10 @@ def _without_secret_values(problems: list, params: dict) -> list:
 
 
 def constructor_params(cls, sig: inspect.Signature | None = None) -> dict:
-    """{name: engine.params.Param} of the keyword parameters of `cls`'s constructor (not `config`): the type its
+    """{name: capeval.engine.params.Param} of the keyword parameters of `cls`'s constructor (not `config`): the type its
     annotation names (simple annotations only) and its default, with the range the backend declares for it in
     `param_limits` (a tuple of Param)."""
-    from engine.params import Param
+    from capeval.engine.params import Param
 
     sig = sig or inspect.signature(cls)
     limits = {p.name: p for p in getattr(cls, "param_limits", ())}
@@ -238,7 +238,7 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
     out of range) and its own checks across params (`JudgeProtocol.check_params`), by the functions the run itself
     uses. Without a (known) name, every registered protocol's
     pack params are checked as packs."""
-    from engine.frames.sampling import FrameSpecError, parse_frame_spec
+    from capeval.engine.frames.sampling import FrameSpecError, parse_frame_spec
 
     out = []
     mode = params.get("mode", "strict")
@@ -257,7 +257,7 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
             if not p.is_file():
                 out.append((key, f"prompt pack not found: {p}"))
             else:
-                from engine.packs import PackError, load_pack
+                from capeval.engine.packs import PackError, load_pack
 
                 try:
                     load_pack(p)
@@ -278,7 +278,7 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
 def _protocol_or_none(name):
     """The registered protocol called `name`; None without a name or for an unknown one (reported elsewhere; a raw
     sweep file's name may be of any type)."""
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     try:
         return lookup("protocol", name) if name is not None else None
@@ -294,7 +294,7 @@ def protocol_pack_params(name) -> tuple[str, ...]:
 
 def _pack_params(protocol) -> tuple[str, ...]:
     """The params naming prompt packs: the protocol's own, or (no protocol) those of every registered protocol."""
-    from engine.registry import lookup, names
+    from capeval.engine.registry import lookup, names
 
     if protocol is not None:
         return tuple(protocol.pack_params)
@@ -302,11 +302,11 @@ def _pack_params(protocol) -> tuple[str, ...]:
 
 
 def _lookup(kind: str, name: str):
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     if kind == "captioner" and name == "vllm":
         try:  # not among the registry's builtin modules everywhere; importing it registers "vllm"
-            import adapters.vllm_captioner  # noqa: F401
+            import capeval.adapters.vllm_captioner  # noqa: F401
         except ImportError:
             pass
     try:
@@ -318,7 +318,7 @@ def _lookup(kind: str, name: str):
 def accepted_params(cls) -> tuple[dict[str, Any], bool]:
     """({name: default or inspect.Parameter.empty}, open_ended) of what `cls(**params)` accepts. A `**_x` catch-all
     (leading underscore) ignores what it receives, so it accepts nothing useful; `config` typed as a dataclass with
-    `**overrides` accepts that dataclass's fields (adapters.openai_http)."""
+    `**overrides` accepts that dataclass's fields (capeval.adapters.openai_http)."""
     try:
         sig = inspect.signature(cls)
     except (TypeError, ValueError):

@@ -9,10 +9,10 @@ from collections import Counter, defaultdict
 import numpy as np
 import pytest
 
-from adapters.base import CaptionRequest, JudgeRequest
-from adapters.openai_http import OpenAICaptioner, OpenAIJudge, retry_after_s, subsample_indices
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
-from engine.registry import lookup
+from capeval.adapters.base import CaptionRequest, JudgeRequest
+from capeval.adapters.openai_http import OpenAICaptioner, OpenAIJudge, retry_after_s, subsample_indices
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine.registry import lookup
 
 N = 160
 

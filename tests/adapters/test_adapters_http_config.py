@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from adapters.http_transport import proxy_for
-from adapters.openai_http import HTTPConfig, HTTPConfigError, OpenAIJudge
+from capeval.adapters.http_transport import proxy_for
+from capeval.adapters.openai_http import HTTPConfig, HTTPConfigError, OpenAIJudge
 
 BAD = [
     ("timeout_s", "fast"), ("timeout_s", -1), ("timeout_s", 0), ("timeout_s", float("nan")), ("timeout_s", True),
@@ -36,7 +36,7 @@ def test_good_values_pass():
 
 
 def test_sweep_check_reports_each_bad_value_by_field():
-    from engine.sweep.validation import param_value_problems
+    from capeval.engine.sweep.validation import param_value_problems
 
     params = {"timeout_s": -1, "max_attempts": 0, "model": "", "structured": "nonsense", "base_url": "ftp://x"}
     problems = dict(param_value_problems(OpenAIJudge, params))
@@ -45,8 +45,8 @@ def test_sweep_check_reports_each_bad_value_by_field():
 
 
 def test_judge_option_timeout_minus_one_is_a_usage_error():
-    from engine.cli.judge_checks import build_judge
-    from engine.errors import UsageError
+    from capeval.engine.cli.judge_checks import build_judge
+    from capeval.engine.errors import UsageError
 
     with pytest.raises(UsageError, match="timeout_s: must be > 0"):
         build_judge("openai", "m", "http://127.0.0.1:9/v1", ["timeout_s=-1"])

@@ -7,9 +7,9 @@ from collections import Counter
 
 import pytest
 
-from adapters.base import BackendFatalError, JudgeRequest, StreamingJudge
-from adapters.openai_http import OpenAIJudge
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.adapters.base import BackendFatalError, JudgeRequest, StreamingJudge
+from capeval.adapters.openai_http import OpenAIJudge
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
 
 class ListFeed:
@@ -123,7 +123,7 @@ def test_cached_prompt_tokens_read_from_usage():
 def test_stream_with_the_judge_loops_window_feed():
     """The feed the judge loop uses (engine/judging/window.py WindowFeed): done() after each answer, a re-ask put
     before done(), the stream ends when the feed closes."""
-    from engine.judging.window import WindowFeed
+    from capeval.engine.judging.window import WindowFeed
 
     feed = WindowFeed()
     for r in _reqs(40, "w"):

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from adapters.base import JudgeRequest
-from adapters.local_judge import LocalJudge
-from benchmarks.local_judge_agreement import build_items, _code
-from engine.registry import lookup
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.local_judge import LocalJudge
+from capeval.benchmarks.local_judge_agreement import build_items, _code
+from capeval.engine.registry import lookup
 
 
 @pytest.fixture(scope="module")
@@ -60,12 +60,12 @@ def test_capability_every_task_answered_in_a_format_both_parsers_accept(judge, s
     strict parser, with the same verdict."""
     import polars as pl
 
-    from engine.protocols.capability.release import load_captions, load_items
-    from engine.judging.requests import to_judge_request
-    from engine.protocols.capability import PROTOCOL
-    from engine.protocols.capability.codes import TASKS
-    from engine.protocols.capability.parsing import parse_official, parse_strict
-    from engine.protocols.base import parse_context
+    from capeval.engine.protocols.capability.release import load_captions, load_items
+    from capeval.engine.judging.requests import to_judge_request
+    from capeval.engine.protocols.capability import PROTOCOL
+    from capeval.engine.protocols.capability.codes import TASKS
+    from capeval.engine.protocols.capability.parsing import parse_official, parse_strict
+    from capeval.engine.protocols.base import parse_context
 
     root = shared_data / "capability"
     items = pl.from_arrow(load_items(root / "annotations")).group_by("task", maintain_order=True).head(4).to_arrow()
@@ -103,12 +103,12 @@ def test_other_protocols(judge):
     assert "bread" in out[2].text
     assert json.loads(out[3].text)["score"] in (1, 2)
     # lvcap/ requests are answered by adapters/local_judge_lvcap (its formats are tested with that module)
-    from adapters import local_judge_lvcap
+    from capeval.adapters import local_judge_lvcap
 
     lv = [_req("lvcap/events/extract", caption=cap),
           _req("lvcap/events/entail", choices=("entailment", "neutral", "contradiction"), caption=cap,
                event="A man rides a bicycle.")]
-    from adapters.local_judge import _Embeddings
+    from capeval.adapters.local_judge import _Embeddings
 
     direct = [local_judge_lvcap.answer(r, _Embeddings(set())) for r in lv]
     assert [o.text for o in out[4:6]] == direct and all(direct)

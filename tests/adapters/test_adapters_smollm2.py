@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.slow  # builds the checkpoint once (~1-2.5 min), loads it with transformers
-smollm2 = pytest.importorskip("adapters.smollm2")
+smollm2 = pytest.importorskip("capeval.adapters.smollm2")
 
 _CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from adapters.base import Judge, JudgeRequest
+from capeval.adapters.base import Judge, JudgeRequest
 
 pytestmark = pytest.mark.vllm
 
@@ -32,7 +32,7 @@ def _req(key: str, user: str, **kw) -> JudgeRequest:
 
 
 def test_is_a_registered_judge(vllm_judge):
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     assert lookup("judge", "vllm") is type(vllm_judge)
     assert isinstance(vllm_judge, Judge)
@@ -137,8 +137,8 @@ def test_bad_json_schema_is_a_per_request_error(vllm_judge):
 
 def test_closing_one_in_process_engine_leaves_the_others_working(vllm_judge, tiny_lm_dir):
     """In-process engines share torch.distributed state: closing one must not break the suite's shared engine."""
-    from adapters.base import JudgeRequest
-    from adapters.vllm_engine import VLLMJudge
+    from capeval.adapters.base import JudgeRequest
+    from capeval.adapters.vllm_engine import VLLMJudge
 
     req = [JudgeRequest(key="k", user="Is the caption about a dog?", choices=("yes", "no"), max_tokens=4, seed=0)]
     before = vllm_judge.judge(req)[0]

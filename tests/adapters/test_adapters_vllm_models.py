@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from adapters.random_models import BUILD_SPEC_FILE, build_tiny_lm, count_parameters, iter_corpus_texts
-from adapters.vllm_engine import model_revision
+from capeval.adapters.random_models import BUILD_SPEC_FILE, build_tiny_lm, count_parameters, iter_corpus_texts
+from capeval.adapters.vllm_engine import model_revision
 
 
 def test_same_seed_same_bytes_other_seed_other_weights(tmp_path):

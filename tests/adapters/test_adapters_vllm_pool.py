@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.base import Judge, JudgeRequest, JudgeResponse
-from adapters.ray_pool import JudgePool, group_key, grouped_batches
+from capeval.adapters.base import Judge, JudgeRequest, JudgeResponse
+from capeval.adapters.ray_pool import JudgePool, group_key, grouped_batches
 
 
 def _grouped_requests(shared_data: Path, n_captions: int, n_questions: int, **kw) -> list[JudgeRequest]:
@@ -111,7 +111,7 @@ def test_stream_actors_pull_work_so_a_slow_actor_never_stalls_the_rest(ray_local
     import time
     from collections import Counter
 
-    from engine.judging.window import WindowFeed
+    from capeval.engine.judging.window import WindowFeed
 
     class MaybeSlow:  # the first actor to create the marker directory is slow (1.5 s per batch)
         name, revision = "maybe-slow", "r1"

@@ -36,8 +36,8 @@ def test_chat_completion_through_openai_client(vllm_server):
 def test_openai_judge_streams_and_reads_cached_tokens(vllm_server):
     """OpenAIJudge.stream against `vllm serve` (started with --enable-prompt-tokens-details): every request answered
     within the window, and requests sharing a long prefix report cached prompt tokens from the server's usage."""
-    from adapters.base import JudgeRequest
-    from adapters.openai_http import OpenAIJudge
+    from capeval.adapters.base import JudgeRequest
+    from capeval.adapters.openai_http import OpenAIJudge
 
     caption = ("Caption: a man in a red jacket walks a brown dog along a wet street at night, passing a bakery "
                "with a lit window, then crosses the road while a bus drives by on the left. ") * 3

@@ -1,7 +1,7 @@
 """VLLMCaptioner (frames as images, batch and streaming) and VLLMJudge (images) on vLLM's real CPU engine over a tiny
 random-weight Idefics3 built here. (Video input per VLM family: tests/adapters/test_vllm_video_families.py.)
 
-Frames are decoded from real encoded videos (engine.datasets.synthetic_videos + engine.frames.decode). The model's weights are
+Frames are decoded from real encoded videos (capeval.engine.datasets.synthetic_videos + capeval.engine.frames.decode). The model's weights are
 random, so the assertions are about the engine path: one response per request, in order, real token counts,
 determinism under a seed, images reaching the model (they change the output), and structured JSON from a
 multimodal judge request.
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from _fixtures_vllm import TINY_VLM_MAX_IMAGES
 
-from adapters.base import CaptionRequest, JudgeRequest
+from capeval.adapters.base import CaptionRequest, JudgeRequest
 
 pytestmark = pytest.mark.vllm
 
@@ -27,8 +27,8 @@ PROMPT = "Describe the video in detail."
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> list[np.ndarray]:
     """Frames (uint8 T,H,W,3) of two different real H.264 clips."""
-    from engine.datasets.synthetic_videos import make_video
-    from engine.frames.decode import decode_frames
+    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.frames.decode import decode_frames
 
     d = tmp_path_factory.mktemp("vlm-videos")
     out = []
@@ -41,7 +41,7 @@ def clips(tmp_path_factory) -> list[np.ndarray]:
 
 @pytest.fixture(scope="module")
 def vlm_captioner(tiny_vlm_dir):
-    from adapters.vllm_captioner import VLLMCaptioner
+    from capeval.adapters.vllm_captioner import VLLMCaptioner
 
     from _fixtures_vllm import small_kv_cache
 
@@ -57,9 +57,9 @@ def _req(key, frames, **kw) -> CaptionRequest:
 
 
 def test_frames_go_in_as_images_and_captions_come_back_in_order(vlm_captioner, clips):
-    from adapters.base import Captioner
-    from adapters.random_vlm import TOKENS_PER_IMAGE
-    from engine.registry import lookup
+    from capeval.adapters.base import Captioner
+    from capeval.adapters.random_vlm import TOKENS_PER_IMAGE
+    from capeval.engine.registry import lookup
 
     assert lookup("captioner", "vllm") is type(vlm_captioner) and isinstance(vlm_captioner, Captioner)
     assert vlm_captioner.frame_input == "images"  # Idefics3's processor has no video processor
@@ -111,8 +111,8 @@ def _jpegs(frames: np.ndarray) -> tuple[bytes, ...]:
 
 def test_vcinspector_judge_with_images_returns_a_score(vllm_vlm_judge, clips):
     """A VC-Inspector request (its own system prompt, schema and JSON parser) through VLLMJudge with frames."""
-    from engine.protocols.vcinspector import parsing, prompts
-    from engine.schemas import ParseStatus
+    from capeval.engine.protocols.vcinspector import parsing, prompts
+    from capeval.engine.schemas import ParseStatus
 
     assert N_FRAMES == TINY_VLM_MAX_IMAGES
     user = "Caption:\nA red circle moves left.\n\nRate this caption against the video frames."
@@ -139,7 +139,7 @@ def test_streaming_a_short_caption_does_not_wait_for_a_long_one(vlm_captioner, c
     old batch call returned both only when the longest was done), and a bad request fails alone, as a response."""
     import asyncio
 
-    from adapters.base import StreamingCaptioner
+    from capeval.adapters.base import StreamingCaptioner
 
     assert isinstance(vlm_captioner, StreamingCaptioner) and vlm_captioner.max_in_flight == 256
     order: list[str] = []

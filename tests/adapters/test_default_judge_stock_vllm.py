@@ -22,7 +22,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.cli import main
+from capeval.engine.cli import main
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -32,7 +32,7 @@ START_TIMEOUT_S = float(os.environ.get("CAPEVAL_VLLM_SERVER_TIMEOUT", "900"))
 
 @pytest.fixture(scope="module")
 def stock_server(tmp_path_factory):
-    smollm2 = pytest.importorskip("adapters.smollm2")
+    smollm2 = pytest.importorskip("capeval.adapters.smollm2")
     try:
         smollm2.find_gguf()
     except FileNotFoundError as exc:

@@ -20,8 +20,8 @@ from collections import Counter
 
 import pytest
 
-from adapters.base import JudgeRequest
-from adapters.openai_http import OpenAIJudge
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.openai_http import OpenAIJudge
 
 
 class RawServer:

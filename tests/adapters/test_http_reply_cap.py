@@ -23,8 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 JUDGE = """
 import json, resource, sys
-from adapters.base import JudgeRequest
-from adapters.openai_http import OpenAIJudge
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.openai_http import OpenAIJudge
 with OpenAIJudge(model=sys.argv[2], base_url=sys.argv[1], api_key="k", max_attempts=2, backoff_base_s=0.01) as judge:
     [out] = judge.judge([JudgeRequest(key="k", user="hello", max_tokens=8)])
 print(json.dumps({"error": out.error, "text": None if out.text is None else len(out.text),

@@ -17,9 +17,9 @@ from collections import Counter
 import polars as pl
 import pytest
 
-from adapters.base import JudgeRequest
-from adapters.openai_http import OpenAIJudge
-from engine.cli import main
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.openai_http import OpenAIJudge
+from capeval.engine.cli import main
 
 TOKENS_OF_PRETTY_OBJECT = 12  # '{\n  "answer": "A"\n}' in a small BPE vocabulary: well over the bare letter's 8
 

@@ -64,7 +64,7 @@ def test_without_the_hook_the_cuda_wheel_does_not_import(tmp_path):
 def test_install_is_idempotent_and_a_no_op_once_imported(tmp_path):
     p = _fresh_python(
         "import sys\n"
-        "from adapters.vllm_compat import install_torchvision_hook\n"
+        "from capeval.adapters.vllm_compat import install_torchvision_hook\n"
         "install_torchvision_hook(); install_torchvision_hook()\n"
         "n = [type(f).__name__ for f in sys.meta_path].count('_TorchvisionImportHook')\n"
         "import torchvision\n"

@@ -3,7 +3,7 @@ actor, and the stage runs one actor per such GPU group (at most the cluster's GP
 
 from __future__ import annotations
 
-from adapters.vllm_replicas import gpu_groups
+from capeval.adapters.vllm_replicas import gpu_groups
 
 
 def test_tensor_parallel_captioner_gets_its_gpus_and_one_replica_per_group():

@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from adapters.random_vlm_families import FAMILIES, build_tiny_vlm
+from capeval.adapters.random_vlm_families import FAMILIES, build_tiny_vlm
 
 pytestmark = pytest.mark.vllm
 
@@ -34,8 +34,8 @@ def _model_dir(family: str):
 @pytest.fixture(scope="module")
 def decoded(tmp_path_factory) -> dict:
     """{frame spec: FramesResult} of one real H.264 clip (160x120, 2 s at 12 fps)."""
-    from engine.datasets.synthetic_videos import make_video
-    from engine.frames.decode import decode_frames
+    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.frames.decode import decode_frames
 
     path = tmp_path_factory.mktemp("family-video") / "clip.mp4"
     make_video(path, codec="h264", seconds=VIDEO_SECONDS, fps=VIDEO_FPS, size=(160, 120), seed=5)
@@ -121,8 +121,8 @@ def _qwen3_timestamps(ts) -> list[str]:
 # ---- the tests ----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_sees_exactly_the_frames_the_spec_chose(family, decoded):
-    from adapters.base import CaptionRequest, StreamingCaptioner
-    from adapters.vllm_captioner import VLLMCaptioner
+    from capeval.adapters.base import CaptionRequest, StreamingCaptioner
+    from capeval.adapters.vllm_captioner import VLLMCaptioner
 
     assert family in EXPECTED_TOKENS, f"no frames-seen arithmetic for family {family!r}: add it here"
     d = _model_dir(family)
@@ -164,7 +164,7 @@ def test_family_sees_exactly_the_frames_the_spec_chose(family, decoded):
 def test_metadata_is_consistent_with_the_frame_timestamps():
     from transformers.video_utils import VideoMetadata
 
-    from adapters.vlm_video_inputs import video_metadata
+    from capeval.adapters.vlm_video_inputs import video_metadata
 
     ts = (0.25, 0.75, 1.25, 1.75)  # uniform:4 of a 2 s clip
     meta = video_metadata(4, ts)
@@ -188,10 +188,10 @@ def test_caption_only_sweep_through_each_family(family, tmp_path, ray_local, cap
     import polars as pl
     from transformers import AutoProcessor
 
-    from engine.cli import main as cli_main
-    from engine.datasets.synthetic_videos import make_video
-    from engine.schemas import CAPTIONS
-    from engine.store.segments import SegmentStore
+    from capeval.engine.cli import main as cli_main
+    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.schemas import CAPTIONS
+    from capeval.engine.store.segments import SegmentStore
 
     spec, text = "uniform:4", "Describe the video."
     d = _model_dir(family)

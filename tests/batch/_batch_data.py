@@ -93,8 +93,8 @@ n_resamples = 50
 
 def requests_for(folder: Path, protocol: str, judge_name: str, judge_revision: str, **params):
     """The protocol's first-step request table for the files above."""
-    from engine.inputs import read_captions, read_items
-    from engine.registry import lookup
+    from capeval.engine.inputs import read_captions, read_items
+    from capeval.engine.registry import lookup
 
     items_path, captions_path = write_inputs(folder, protocol)
     items = read_items(items_path, benchmark=protocol)

@@ -1,7 +1,7 @@
 """A fake OpenAI Batch API on 127.0.0.1 (aiohttp, a background thread): /v1/files (upload, list, retrieve, content)
 and /v1/batches (create, list, retrieve, cancel), with output and error files in OpenAI's layout.
 
-Each request of a batch is answered as the streaming loopback server answers it (benchmarks.loopback_server:
+Each request of a batch is answered as the streaming loopback server answers it (capeval.benchmarks.loopback_server:
 `answer_for` and `completion_body`, deterministic per body), so a sweep judged through batches must give the verdicts
 of the same sweep judged through the streaming judge. Knobs (`Behaviour`, changeable while running through
 `server.behaviour`):
@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from benchmarks.loopback_server import answer_for, completion_body
+from capeval.benchmarks.loopback_server import answer_for, completion_body
 
 
 @dataclass

@@ -18,13 +18,13 @@ import pytest
 
 from _batch_data import requests_for
 from _feeds import FixedFeed
-from adapters.base import JudgeRequest
-from adapters.batch_state import BatchesPending
-from adapters.openai_batch import OpenAIBatchJudge
-from adapters.openai_http import OpenAIJudge
-from benchmarks.loopback_server import answer_for
-from engine import exitcodes
-from engine.judging.runner import run_judging
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.batch_state import BatchesPending
+from capeval.adapters.openai_batch import OpenAIBatchJudge
+from capeval.adapters.openai_http import OpenAIJudge
+from capeval.benchmarks.loopback_server import answer_for
+from capeval.engine import exitcodes
+from capeval.engine.judging.runner import run_judging
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -106,7 +106,7 @@ def test_verdicts_equal_the_streaming_judges(protocol, batch_server, tmp_path):
     """The same requests through the streaming judge (loopback server) and through batches (fake Batch API, which
     answers every body as the loopback server does): equal verdict tables; VidCapBench's second step and the
     re-asks of malformed answers went out as later rounds."""
-    from benchmarks.loopback_server import LoopbackServer
+    from capeval.benchmarks.loopback_server import LoopbackServer
 
     requests = requests_for(tmp_path / "data", protocol, "loopback", "loopback")
     with LoopbackServer() as srv:
@@ -141,7 +141,7 @@ def test_partial_failure_is_finished_by_a_rerun_that_sends_only_the_failed(batch
 
 def test_expired_batch_is_finished_by_a_rerun_that_sends_only_its_unanswered(batch_server, tmp_path):
     batch_server.behaviour.expire = (1,)
-    from engine.registry import lookup
+    from capeval.engine.registry import lookup
 
     requests = requests_for(tmp_path / "data", "capquiz", "loopback", "loopback")
     with _judge(batch_server) as judge:
@@ -294,7 +294,7 @@ def test_a_reply_over_the_size_cap_leaves_the_state_and_a_rerun_sends_it_again(b
 def test_a_custom_id_answered_twice_fails_loudly_and_a_rerun_sends_it_again(batch_server, tmp_path, caplog):
     batch_server.behaviour.broken_once = {"question 2?": "duplicate"}  # two output lines, different answers
     reqs = _requests(4)
-    with caplog.at_level("WARNING", logger="adapters.batch_rounds"):
+    with caplog.at_level("WARNING", logger="capeval.adapters.batch_rounds"):
         with _judge(batch_server, tmp_path / "state") as judge:
             first = {g.key: g for g in judge.judge(reqs)}
     assert first["q2"].text is None and "answered by 2 lines" in first["q2"].error

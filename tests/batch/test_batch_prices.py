@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from _batch_data import file_sweep
 
-from adapters.base import JudgeRequest
-from adapters.http_chat import Prices as ListPrices
-from adapters.openai_batch import OpenAIBatchJudge
-from engine.sweep.config import load_sweep
-from engine.sweep.prices import resolve_prices
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.http_chat import Prices as ListPrices
+from capeval.adapters.openai_batch import OpenAIBatchJudge
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.prices import resolve_prices
 
 PRICES = {"price_prompt_per_m": 2.0, "price_cached_per_m": 1.0, "price_completion_per_m": 8.0}
 

@@ -1,5 +1,5 @@
 """Sweeps judged through the fake Batch API (fake_batch_server.py) against the same sweeps judged by the streaming
-OpenAI-compatible judge (benchmarks.loopback_server, which answers every body as the fake Batch API does): equal
+OpenAI-compatible judge (capeval.benchmarks.loopback_server, which answers every body as the fake Batch API does): equal
 verdict tables, each request key put in a batch once, also across a kill -9 of `capeval sweep` between creating a
 batch and its completion, and across `--no-wait` runs (exit code 75 while batches are pending)."""
 
@@ -17,9 +17,9 @@ import pytest
 from _batch_data import file_sweep
 from _sweeps import sweep_toml
 
-from engine import exitcodes
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine import exitcodes
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def verdicts(out: Path) -> pl.DataFrame:
 
 @pytest.fixture(scope="module")
 def loopback():
-    from benchmarks.loopback_server import LoopbackServer
+    from capeval.benchmarks.loopback_server import LoopbackServer
 
     with LoopbackServer() as srv:
         yield srv
@@ -95,8 +95,8 @@ def test_batch_sweep_equals_streaming_sweep(name, make, streamed, batch_server, 
 
 
 def _cli(sweep: Path, out: Path, *extra: str, **popen) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen([sys.executable, "-m", "engine.cli", "sweep", str(sweep), "--out", str(out),
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    return subprocess.Popen([sys.executable, "-m", "capeval.engine.cli", "sweep", str(sweep), "--out", str(out),
                              "--no-progress", *extra], cwd=REPO, env=env, start_new_session=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from _batch_data import CAPQUIZ, file_sweep
 
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 pytest.importorskip("gguf")
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start of the batch runner (~1-3 min on 2 cores)
-smollm2 = pytest.importorskip("adapters.smollm2")
+smollm2 = pytest.importorskip("capeval.adapters.smollm2")
 _CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
 
 
@@ -24,7 +24,7 @@ def test_run_batch_module_takes_the_batch_files():
     import vllm.entrypoints.openai.run_batch as module  # noqa: F401 - the module the backend runs exists
     from vllm.entrypoints.launchers.run_batch import BatchRequestInput
 
-    from adapters.batch_files import batch_line
+    from capeval.adapters.batch_files import batch_line
 
     line = batch_line("k1", b'{"model":"m","messages":[{"role":"user","content":"hi"}],"max_tokens":4}', None)
     parsed = BatchRequestInput.model_validate_json(line.line)  # vLLM's own parser of an input line

@@ -11,8 +11,8 @@ import stat
 import sys
 from pathlib import Path
 
-from adapters.base import JudgeRequest
-from adapters.vllm_batch import VLLMBatchJudge
+from capeval.adapters.base import JudgeRequest
+from capeval.adapters.vllm_batch import VLLMBatchJudge
 
 RUNNER = """#!{python}
 import json, sys

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from benchmarks.bench_caption import bound_per_s, http_section, steady_per_s
+from capeval.benchmarks.bench_caption import bound_per_s, http_section, steady_per_s
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,9 +35,9 @@ def test_steady_rate_counts_arrivals_while_the_window_is_full():
 
 
 def test_bad_arguments_exit_2():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     for args in (["--only", "nope"], ["--videos", "0"]):
-        proc = subprocess.run([sys.executable, "-m", "engine.cli", "bench", "caption", "--json", *args], cwd=REPO,
+        proc = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "bench", "caption", "--json", *args], cwd=REPO,
                               env=env, capture_output=True, text=True, timeout=120)
         assert proc.returncode == 2, (args, proc.stdout, proc.stderr)
         assert (args[0] in proc.stderr) and not proc.stdout.strip().startswith("{"), proc.stderr

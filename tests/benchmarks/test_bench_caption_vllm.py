@@ -10,7 +10,7 @@ pytestmark = pytest.mark.vllm
 
 
 def test_vllm_section_streams_and_batches_the_same_requests():
-    from benchmarks.bench_caption_vllm import vllm_section
+    from capeval.benchmarks.bench_caption_vllm import vllm_section
 
     from _fixtures_vllm import small_kv_cache
 

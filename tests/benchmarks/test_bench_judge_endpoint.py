@@ -9,9 +9,9 @@ import json
 import pytest
 from _sweeps import write_sweep
 
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
-from engine import exitcodes
-from engine.cli import main as capeval
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine import exitcodes
+from capeval.engine.cli import main as capeval
 
 
 def _bench(capsys, base_url, shared_data, *extra, model="loopback"):
@@ -75,10 +75,10 @@ def test_sweep_projection_prices_each_judge_with_its_own_prices(capsys, shared_d
     """Two judges in the sweep: the measured one (the loopback endpoint, priced by the --price-* flags) and another
     with its own prices in the sweep file. Each judge's requests are priced with its own prices (they were all put
     on the measured judge's price before), and only the measured judge gets a wall time at the measured rate."""
-    from engine.sweep.config import load_sweep
-    from engine.sweep.datasets import load_dataset
-    from engine.sweep.grid import caption_cells
-    from engine.sweep.prices import Prices
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.datasets import load_dataset
+    from capeval.engine.sweep.grid import caption_cells
+    from capeval.engine.sweep.prices import Prices
 
     monkeypatch.chdir(tmp_path)
     with LoopbackServer(FaultConfig(latency_median_s=0.005)) as server:

@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.bench_judge import SCORE_CHOICES, capability_workload, prefix_cache_ceiling, targets
-from engine.cli import main as capeval
+from capeval.benchmarks.bench_judge import SCORE_CHOICES, capability_workload, prefix_cache_ceiling, targets
+from capeval.engine.cli import main as capeval
 
 
 def test_http_section_json(capsys):
@@ -74,7 +74,7 @@ def test_workload_draw_is_stable_and_groups_trials(shared_data):
 
 @pytest.mark.vllm
 def test_skip_cache_reads_gives_an_uncached_baseline_on_the_same_engine(tiny_lm_dir, shared_data):
-    from benchmarks.bench_judge import _bench_judge_class, _skips_cache_reads_per_request
+    from capeval.benchmarks.bench_judge import _bench_judge_class, _skips_cache_reads_per_request
 
     if not _skips_cache_reads_per_request():
         pytest.skip("this vLLM has no per-request skip_reading_prefix_cache (the two-engine baseline is used)")

@@ -3,7 +3,7 @@ the lognormal loopback judge, and the JSON carries both wall times and their rat
 
 from __future__ import annotations
 
-from benchmarks.bench_sweep import sweep
+from capeval.benchmarks.bench_sweep import sweep
 
 
 def test_sweep_benchmark_runs_both_ways_on_the_same_work(ray_local):

@@ -8,13 +8,13 @@ import json
 import polars as pl
 import pytest
 
-from engine.packs import builtin_pack_path, load_pack
-from engine.protocols.capability import PROTOCOL
-from engine.protocols.capability.codes import CapabilityQAVerdict, CapabilityVerdict as V
-from engine.protocols.capability.metrics import compute_metrics, know_but_cannot_tell
-from engine.protocols.capability.parsing import parse_official, parse_strict
-from engine.protocols.capability.prompts import categories, use_structured
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.packs import builtin_pack_path, load_pack
+from capeval.engine.protocols.capability import PROTOCOL
+from capeval.engine.protocols.capability.codes import CapabilityQAVerdict, CapabilityVerdict as V
+from capeval.engine.protocols.capability.metrics import compute_metrics, know_but_cannot_tell
+from capeval.engine.protocols.capability.parsing import parse_official, parse_strict
+from capeval.engine.protocols.capability.prompts import categories, use_structured
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 OWN = load_pack(builtin_pack_path("capability"))
 ANGLE = {"annotation": "high angle", "names": list(categories(OWN, "camera_angle").names),
@@ -145,7 +145,7 @@ def test_metrics_take_captions_without_a_verdict_column_and_default_to_strict():
     MISSING); the protocol's compute_metrics follows the run's mode, strict unless it says official."""
     import pyarrow as pa
 
-    from engine.schemas import CAPTIONS, ITEMS, conform
+    from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 
     items = conform(pa.table({"benchmark": ["capability"] * 2, "task": ["scene"] * 2, "item_id": ["s0", "s1"],
                               "video_id": ["s0", "s1"], "annotation": ["park", "beach"]}), ITEMS)
@@ -164,7 +164,7 @@ def test_metrics_take_captions_without_a_verdict_column_and_default_to_strict():
 def test_text_annotations_that_look_like_numbers_render_verbatim():
     import pyarrow as pa
 
-    from engine.schemas import CAPTIONS, ITEMS, conform
+    from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 
     items = conform(pa.table({"benchmark": ["capability"] * 2, "task": ["OCR", "object_number"],
                               "item_id": ["o1", "n1"], "video_id": ["o1", "n1"],

@@ -18,12 +18,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.cli import main
-from engine.judging.runner import run_judging
-from engine.protocols.capability.metrics import compute_metrics
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.cli import main
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.capability.metrics import compute_metrics
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK = Path(os.environ.get("CAPEVAL_PACK_DIR", ROOT.parent / "shared" / "protocols")) / "capability.toml"

@@ -4,8 +4,8 @@ and the official-rules figures for llava_ov_7b_hf given in shared/README.md (+-0
 import polars as pl
 import pytest
 
-from engine.cli import main
-from engine.protocols.capability.codes import TASKS
+from capeval.engine.cli import main
+from capeval.engine.protocols.capability.codes import TASKS
 
 METRICS = ["precision", "recall", "f1", "hit_rate"]
 PAPER_MODELS = ["gpt-4o-0806", "qwen2.5vl_7b", "internvl2.5_78b", "gemini-1.5-pro"]

@@ -5,9 +5,9 @@ import json
 import polars as pl
 import pytest
 
-from engine.protocols.capability.release import load_items, load_judgments
-from engine.protocols.capability.codes import CapabilityQAVerdict, CapabilityVerdict
-from engine.protocols.capability.metrics import compute_metrics, know_but_cannot_tell
+from capeval.engine.protocols.capability.release import load_items, load_judgments
+from capeval.engine.protocols.capability.codes import CapabilityQAVerdict, CapabilityVerdict
+from capeval.engine.protocols.capability.metrics import compute_metrics, know_but_cannot_tell
 
 
 def _write(path, rows):

@@ -19,10 +19,10 @@ import pytest
 #: literal_eval warns about invalid escapes in some generated replies; the outcome is what is compared
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning", "ignore::SyntaxWarning")
 
-from engine.packs import load_pack
-from engine.protocols.capability import official, parsing
-from engine.protocols.capability.prompts import categories
-from engine.schemas import ParseStatus
+from capeval.engine.packs import load_pack
+from capeval.engine.protocols.capability import official, parsing
+from capeval.engine.protocols.capability.prompts import categories
+from capeval.engine.schemas import ParseStatus
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "protocols"
 ORACLE = Path(os.environ.get("CAPEVAL_ORACLE_DIR", SHARED)) / "capability_parse_oracle.jsonl"
@@ -41,7 +41,7 @@ STRUCTURED = [
 ]
 
 #: Past Python's int-to-text limit: literal_eval rejects it and json.loads raises ValueError (strict mode's lenient
-#: fallback in engine.replies.repair reads that as an unparseable reply: tests/judging/test_judging_parsing.py).
+#: fallback in capeval.engine.replies.repair reads that as an unparseable reply: tests/judging/test_judging_parsing.py).
 HUGE_INT = '{"score": ' + "9" * 5000 + '}'
 #: Bodies on which json.loads and ast.literal_eval disagree (or one of them fails), and near misses of the grammar.
 ADVERSARIAL = [

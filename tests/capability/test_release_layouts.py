@@ -17,7 +17,7 @@ N_ITEMS = 40
 
 
 def _capeval(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "engine.cli", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "capeval.engine.cli", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=600)
 
 

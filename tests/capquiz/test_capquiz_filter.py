@@ -9,7 +9,7 @@ import json
 import polars as pl
 import pytest
 
-from engine.cli import main
+from capeval.engine.cli import main
 
 OPTS = {
     "sky": ["grey and overcast", "bright blue", "orange at sunset", "pitch black", "pink"],
@@ -128,8 +128,8 @@ def test_blind_requests_shuffle_per_trial_and_render_the_papers_prompt_from_its_
     import tomllib
     from pathlib import Path
 
-    from engine.inputs.tables import read_items
-    from engine.protocols.capquiz.filtering import BlindProtocol
+    from capeval.engine.inputs.tables import read_items
+    from capeval.engine.protocols.capquiz.filtering import BlindProtocol
 
     items = read_items(_write_items(tmp_path / "quiz.jsonl"), benchmark="capquiz", resolve_media=False)
     reqs = BlindProtocol().requests(items, judge="j", judge_revision="r", trials=3).to_pylist()
@@ -161,7 +161,7 @@ def test_filter_judge_mistakes_exit_2_naming_the_option(tmp_path):
     items = tmp_path / "items.jsonl"
     items.write_text('{"item_id": "q1", "video_id": "v1", "question": "What colour?", "options": ["red", "blue"], '
                      '"answer": "A"}\n')
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "capquiz", "filter", "--items", str(items),
+    proc = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "capquiz", "filter", "--items", str(items),
                            "--judges", "openai", "--judge-option", "model=m", "--judge-option",
                            "base_url=http://127.0.0.1:9/v1", "--judge-option", "timeout_s=-1", "--out", str(tmp_path / "k.jsonl")],
                           capture_output=True, text=True, timeout=300)

@@ -12,12 +12,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.judging.runner import run_judging
-from engine.protocols.capquiz import CapQuizVerdict
-from engine.protocols.capquiz.metrics import compute_metrics
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, ParseStatus, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.capquiz import CapQuizVerdict
+from capeval.engine.protocols.capquiz.metrics import compute_metrics
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, ParseStatus, conform
 
 PACK_DIR = Path(os.environ.get("CAPEVAL_PACK_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "protocols"))
 OPTIONS = ["a red kite", "a blue umbrella", "a green bicycle", "a yellow boat", "a white dog"]

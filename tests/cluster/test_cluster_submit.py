@@ -15,7 +15,7 @@ import pytest
 
 from _ray_cluster import REPO, LocalCluster
 from _sweeps import sweep_toml
-from engine.cli.submit import extract_payload, pack_results, stage_sweep, unpack_results
+from capeval.engine.cli.submit import extract_payload, pack_results, stage_sweep, unpack_results
 
 pytestmark = pytest.mark.slow
 
@@ -27,7 +27,7 @@ SWEEP = sweep_toml("submit-test", frames=("uniform:2", "uniform:4"),
 @pytest.fixture(scope="module")
 def sweep_file(tmp_path_factory) -> Path:
     """Real generated videos and their CapQuiz items in a folder of their own, named by a relative path."""
-    from engine.datasets.kinds.synthetic import load
+    from capeval.engine.datasets.kinds.synthetic import load
 
     root = tmp_path_factory.mktemp("elsewhere")
     loaded = load({"n_videos": 3, "seed": 7, "duration_s": 1.5}, base_dir=root, out_dir=root / "data", name="clips")
@@ -43,7 +43,7 @@ def sweep_file(tmp_path_factory) -> Path:
 
 def _env(extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(PYTHONPATH=str(REPO), **(extra or {}))
+    env.update(PYTHONPATH=os.environ.get("PYTHONPATH", ""), **(extra or {}))
     return env
 
 
@@ -75,8 +75,8 @@ def test_payload_round_trip(tmp_path):
 
 
 def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path, ray_local):
-    from engine.sweep.config import load_sweep
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
     local = tmp_path / "local"  # the reference: the same sweep file run here, on the session's local Ray
     run_sweep(load_sweep(sweep_file), local, progress=False, log=lambda m: None)
@@ -85,7 +85,7 @@ def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path, r
         assert cluster.alive_nodes() == 2
         fetched = tmp_path / "fetched"
         forwarded = "fwd-" + os.urandom(12).hex()  # as a credential --forward-env sends: runtime_env only
-        proc = subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(sweep_file), "--address",
+        proc = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "submit", str(sweep_file), "--address",
                                cluster.dashboard, "--out", str(fetched), "--remote-out", str(tmp_path / "remote"),
                                "--submission-id", "capeval-submit-test", "--forward-env", "CAPEVAL_TEST_FORWARDED"],
                               cwd=tmp_path, env=_env({**cluster.env, "CAPEVAL_TEST_FORWARDED": forwarded}),

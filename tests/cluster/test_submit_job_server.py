@@ -100,8 +100,8 @@ def sweep(tmp_path) -> Path:
 def _submit(sweep: Path, *args: str, token: str | None = None) -> subprocess.CompletedProcess:
     """The CLI in a process of its own: no RAY_* variable from this one (a local Ray may have set RAY_AUTH_MODE)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(PYTHONPATH=str(REPO), RAY_USAGE_STATS_ENABLED="0", **({"RAY_AUTH_TOKEN": token} if token else {}))
-    return subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(sweep), "--no-wait", *args],
+    env.update(PYTHONPATH=os.environ.get("PYTHONPATH", ""), RAY_USAGE_STATS_ENABLED="0", **({"RAY_AUTH_TOKEN": token} if token else {}))
+    return subprocess.run([sys.executable, "-m", "capeval.engine.cli", "submit", str(sweep), "--no-wait", *args],
                           cwd=sweep.parent, env=env, capture_output=True, text=True, timeout=180)
 
 

@@ -19,16 +19,16 @@ import pytest
 
 from _ray_cluster import REPO, LocalCluster
 from _sweeps import write_sweep
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
 pytestmark = pytest.mark.slow
 
 
 def _submit(sweep: Path, cluster: LocalCluster, out: Path, *, token: str | None) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update(PYTHONPATH=str(REPO), PATH=cluster.env["PATH"], RAY_USAGE_STATS_ENABLED="0",
+    env.update(PYTHONPATH=os.environ.get("PYTHONPATH", ""), PATH=cluster.env["PATH"], RAY_USAGE_STATS_ENABLED="0",
                **({"RAY_AUTH_TOKEN": token} if token else {}))
-    return subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(sweep), "--address", cluster.dashboard,
+    return subprocess.run([sys.executable, "-m", "capeval.engine.cli", "submit", str(sweep), "--address", cluster.dashboard,
                            "--out", str(out)], cwd=sweep.parent, env=env, capture_output=True, text=True,
                           timeout=600)
 

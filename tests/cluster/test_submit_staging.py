@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from _sweeps import sweep_toml
-from engine.errors import UsageError
-from engine.staging import SHIPPED_LIST, StagingError, plan_staging, stage_sweep
+from capeval.engine.errors import UsageError
+from capeval.engine.staging import SHIPPED_LIST, StagingError, plan_staging, stage_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 PRIVATE_KEY = "-----BEGIN OPENSSH PRIVATE KEY----- not-a-real-key"
@@ -147,7 +147,7 @@ def test_absolute_media_paths_get_a_rewritten_table_that_keeps_video_ids(home, t
     table.write_text("".join(json.dumps(r) + "\n" for r in rows))
     sweep = write_sweep(home, items_sweep())
     staged, shipped = stage_sweep(sweep, tmp_path / "stage")
-    from engine.inputs import read_items
+    from capeval.engine.inputs import read_items
 
     new = tmp_path / "stage" / "data/00_data/items.staged.jsonl"
     assert ("(rewritten)", "data/00_data/items.staged.jsonl") in shipped
@@ -157,15 +157,15 @@ def test_absolute_media_paths_get_a_rewritten_table_that_keeps_video_ids(home, t
 
 
 def test_cli_dry_run_exit_2_for_a_credential_and_lists_files_otherwise(home, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     sweep = write_sweep(home, items_sweep())
-    ok = subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(sweep), "--dry-run"], env=env,
+    ok = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "submit", str(sweep), "--dry-run"], env=env,
                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert ok.returncode == 0, ok.stderr
     assert ok.stderr.count("[submit]   ships ") == 4 and "clips/v2.mp4" in ok.stderr
     bad = write_sweep(home, items_sweep(judges=[{"name": "openai", "params": {
         "model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key": "sk-not-shipped-456"}}]))
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", "submit", str(bad), "--dry-run"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "submit", str(bad), "--dry-run"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr
     assert "api_key" in proc.stderr and "sk-not-shipped-456" not in proc.stdout + proc.stderr
@@ -181,7 +181,7 @@ def test_a_videos_glob_ships_the_matching_media_only_and_keeps_ids(home, tmp_pat
     staged, shipped = stage_sweep(sweep, tmp_path / "stage")
     assert sorted(rel for _, rel in shipped) == sorted(
         [f"data/01_clips/v{i}.mp4" for i in range(3)] + ["data/01_clips/sub/w.mp4"])
-    from engine.datasets.registry import load
+    from capeval.engine.datasets.registry import load
 
     local = load("videos", {"path": "../data/clips/**/*.mp4"}, base_dir=sweep.parent, out_dir=tmp_path / "x")
     there = load("videos", {"path": "data/01_clips/**/*.mp4"}, base_dir=staged.parent, out_dir=tmp_path / "y")

@@ -1,4 +1,4 @@
-"""Inputs for the CapQuiz construction tests: real H.264 videos of moving shapes (engine.datasets.synthetic_videos),
+"""Inputs for the CapQuiz construction tests: real H.264 videos of moving shapes (capeval.engine.datasets.synthetic_videos),
 a dense description of each written from its ground truth, and generation replies built from the same truth (the
 synthetic dataset's own questions, plus a paraphrase, a blindly solvable question and a malformed entry per video),
 so every filtering rule has something to act on."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.datasets.kinds.synthetic import SIZE, capquiz_items
-from engine.datasets.synthetic_videos import make_video
+from capeval.engine.datasets.kinds.synthetic import SIZE, capquiz_items
+from capeval.engine.datasets.synthetic_videos import make_video
 
 N_VIDEOS = 3
 

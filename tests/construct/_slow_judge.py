@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import time
 
-from adapters.replay import ReplayJudge
-from engine.registry import register_judge
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.registry import register_judge
 
 
 @register_judge("slow-replay")

@@ -19,7 +19,7 @@ _CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().par
 def smollm2_judge_options(label: str):
     """Yields ["--judge-option", "LABEL:model=…", …] (model, max_model_len 2048, the small KV cache); run the
     command inside the block, while the small KV cache applies."""
-    smollm2 = pytest.importorskip("adapters.smollm2")
+    smollm2 = pytest.importorskip("capeval.adapters.smollm2")
     try:
         smollm2.find_gguf()
     except FileNotFoundError as exc:

@@ -1,7 +1,7 @@
 """Inputs and a scripted judge for the VC-Inspector construction tests.
 
 `ScriptedJudge` answers the augmentation chain the way a careful LLM would, from the request's backend fields
-(adapters.base.JudgeRequest.fields): the element lists of the source captions below, a fixed alternative per element
+(capeval.adapters.base.JudgeRequest.fields): the element lists of the source captions below, a fixed alternative per element
 and the substitution done by text replacement; in the layout of the run's mode (official: a Python list literal or
 bare text; strict: JSON). It counts its calls and keeps what it was sent. Run as a script it does one construction run
 and, with EXIT_AFTER, dies like kill -9 (os._exit) after that many answers: the kill-and-resume test."""
@@ -74,7 +74,7 @@ class ScriptedJudge:
         return caption if official else json.dumps({"caption": caption})
 
     def judge(self, requests):
-        from adapters.base import JudgeResponse
+        from capeval.adapters.base import JudgeResponse
 
         out = []
         for r in requests:
@@ -93,9 +93,9 @@ class ScriptedJudge:
 def run_construct(out: Path, mode: str, judge, *, source: Path, samples: int = 4, variants: str | None = None,
                   roles: dict | None = None, judges: dict | None = None, max_in_flight: int = 64):
     """One `capeval construct vcinspector` run in this process with the given judge(s); returns the output paths."""
-    from engine.construct import lookup
-    from engine.construct.base import ConstructContext
-    from engine.construct.outputs import write_outputs
+    from capeval.engine.construct import lookup
+    from capeval.engine.construct.base import ConstructContext
+    from capeval.engine.construct.outputs import write_outputs
 
     pipeline = lookup("vcinspector")
     args = argparse.Namespace(source=source, samples=samples, variants=variants, seed=0, limit=None, mode=mode,

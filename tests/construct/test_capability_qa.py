@@ -13,9 +13,9 @@ import polars as pl
 import pyarrow.parquet as pq
 import pytest
 
-from engine.cli import main
-from engine.protocols.capability.qa import build_questions
-from engine.protocols.capability.release import load_items, load_judgments
+from capeval.engine.cli import main
+from capeval.engine.protocols.capability.qa import build_questions
+from capeval.engine.protocols.capability.release import load_items, load_judgments
 
 SCENES = ["scene_0", "scene_1", "scene_2", "scene_3"]
 COLORS = ["color_0", "color_1", "color_2"]
@@ -41,7 +41,7 @@ def _jsonl(path: Path, rows) -> Path:
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     root = tmp_path_factory.mktemp("capqa")
     for i in range(3):
@@ -145,7 +145,7 @@ def test_qa_verdicts_say_how_each_answer_was_read(first_run):
 
 
 def test_report_shows_kt_beside_f1(first_run, release):
-    from engine.report.html import write_report
+    from capeval.engine.report.html import write_report
 
     page = write_report(release[4]).read_text()
     section = page[page.index('<section id="kt">'):]
@@ -179,8 +179,8 @@ def test_second_run_asks_nothing_again(first_run, release):
 
 def test_a_task_answered_all_wrong_has_no_kt_and_no_average(release):
     """No S_qa(Correct): Eq. 4 is 0/0 for that task; its row says so and the average over tasks is undefined too."""
-    from engine.protocols.capability.kt import kt_table
-    from engine.protocols.capability.kt_grading import choice_row, qa_verdicts
+    from capeval.engine.protocols.capability.kt import kt_table
+    from capeval.engine.protocols.capability.kt_grading import choice_row, qa_verdicts
 
     root, anno, *_ = release
     items = load_items(anno, media_root=root)

@@ -10,10 +10,10 @@ import re
 import pyarrow.compute as pc
 import pytest
 
-from engine.protocols.capability.codes import TASKS
-from engine.protocols.capability.qa import OPEN_TASKS, build_questions, parse_choice, questions_from_table, \
+from capeval.engine.protocols.capability.codes import TASKS
+from capeval.engine.protocols.capability.qa import OPEN_TASKS, build_questions, parse_choice, questions_from_table, \
     questions_table
-from engine.protocols.capability.release import load_items
+from capeval.engine.protocols.capability.release import load_items
 
 PER_TASK = 12
 
@@ -91,9 +91,9 @@ def test_local_captioner_answers_questions_from_its_caption():
     """The plumbing captioner answers a question from what its pixel statistics describe (no script given)."""
     import numpy as np
 
-    from adapters.base import CaptionRequest
-    from adapters.local_captioner import LocalCaptioner
-    from engine.protocols.capability.qa import Question, render_prompt
+    from capeval.adapters.base import CaptionRequest
+    from capeval.adapters.local_captioner import LocalCaptioner
+    from capeval.engine.protocols.capability.qa import Question, render_prompt
 
     frames = np.full((2, 64, 64, 3), 245, np.uint8)
     frames[:, 20:44, 20:44] = (220, 30, 30)  # a red square in the middle, still

@@ -17,12 +17,12 @@ from _fixtures_vllm import small_kv_cache
 from test_capability_qa import COLOR_SCORES, release  # noqa: F401  (the fixture, with its tiny release)
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~1-2 min on 2 cores)
-smollm2 = pytest.importorskip("adapters.smollm2")
+smollm2 = pytest.importorskip("capeval.adapters.smollm2")
 _CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
 
 
 def test_smollm2_grades_the_open_answers(release, ray_local, tmp_path):  # noqa: F811
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     try:
         smollm2.find_gguf()

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from engine.construct.balance import balanced_positions, place_answer
+from capeval.engine.construct.balance import balanced_positions, place_answer
 
 
 @pytest.mark.parametrize("n_items", [0, 1, 4, 5, 7, 23, 100, 1001])

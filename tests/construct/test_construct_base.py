@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.construct.base import (Ask, ConstructContext, GenerationStep, ParseFailure, RecordLog, render_asks,
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.construct.base import (Ask, ConstructContext, GenerationStep, ParseFailure, RecordLog, render_asks,
                                    run_step)
-from engine.packs import load_pack
+from capeval.engine.packs import load_pack
 
 PACK = """
 [meta]

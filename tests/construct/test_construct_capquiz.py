@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.cli import main
-from engine.inputs import read_items
-from engine.registry import register_judge
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.cli import main
+from capeval.engine.inputs import read_items
+from capeval.engine.registry import register_judge
 
 from _capquiz_inputs import generated_questions, generation_replies, make_videos
 
@@ -134,8 +134,8 @@ register_judge("replay-capture")(CapturingReplay)
 def _official_replies(truths: dict) -> list[dict]:
     """Replies in the paper's formats: taxonomy JSON scores, the generation, a type for the unmapped label, blind
     letters (right for the giveaway question, wrong otherwise) and the nested dedup clusters."""
-    from engine.protocols.capquiz.filtering import BlindProtocol
-    from engine.schemas import ITEMS
+    from capeval.engine.protocols.capquiz.filtering import BlindProtocol
+    from capeval.engine.schemas import ITEMS
     import pyarrow as pa
 
     replies = generation_replies(truths)
@@ -162,7 +162,7 @@ def _official_replies(truths: dict) -> list[dict]:
 
 @pytest.mark.skipif(not OFFICIAL_PACK.is_file(), reason="the CapQuiz pack is not at ../shared/protocols")
 def test_official_run_sends_the_papers_prompts_and_clusters_with_the_llm(inputs, tmp_path):
-    from engine.packs import load_pack
+    from capeval.engine.packs import load_pack
 
     videos, truths, _ = inputs
     replies = tmp_path / "official.jsonl"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
-from engine import exitcodes
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine import exitcodes
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRESS = re.compile(r": (\d+)/(\d+) req \((\d+)%\)")
@@ -27,8 +27,8 @@ PROGRESS = re.compile(r": (\d+)/(\d+) req \((\d+)%\)")
 
 def _capeval(args: list[str], cwd: Path, **env) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OPENAI_API_KEY", "CAPEVAL_JUDGE_API_KEY")}
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env={**clean, "PYTHONPATH": str(REPO), **env})
+    return subprocess.run([sys.executable, "-m", "capeval.engine.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600, env={**clean, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env})
 
 
 def _videos(folder: Path, n: int) -> Path:

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
 N = 6
 LAUNCH = ("import sys; sys.path[:0] = [sys.argv.pop(1), sys.argv.pop(1)]; import _slow_judge; "
-          "from engine.cli import main; sys.exit(main(sys.argv[1:]))")
+          "from capeval.engine.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
 def _command(videos: Path, replies: Path, out: Path, log: Path, delay: float) -> list[str]:

@@ -15,14 +15,14 @@ from _capquiz_inputs import generation_replies, make_videos
 from _smollm2 import smollm2_judge_options
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~1-2 min on 2 cores)
-pytest.importorskip("adapters.smollm2")
+pytest.importorskip("capeval.adapters.smollm2")
 TEN = {"Entity", "Attribute", "Action", "Event", "Setting", "Relational Reasoning", "Causal Reasoning",
        "Interpretive Reasoning", "Intent & Emotion Reasoning", "Grounding Reasoning"}
 
 
 def test_smollm2_answers_three_steps(tmp_path):
-    from engine.cli import main
-    from engine.inputs import read_items
+    from capeval.engine.cli import main
+    from capeval.engine.inputs import read_items
 
     videos, truths = make_videos(tmp_path / "videos", 2)
     replies = tmp_path / "replies.jsonl"

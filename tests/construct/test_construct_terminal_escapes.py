@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from engine.cli import main
+from capeval.engine.cli import main
 
 from _capquiz_inputs import generated_questions, make_videos
 from _terminal_escapes import HOSTILE, assert_escaped

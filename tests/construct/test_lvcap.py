@@ -14,9 +14,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from _scene_videos import make_cut_video
-from adapters.local_captioner import LocalCaptioner
-from adapters.local_judge import LocalJudge
-from engine.registry import register_captioner, register_judge
+from capeval.adapters.local_captioner import LocalCaptioner
+from capeval.adapters.local_judge import LocalJudge
+from capeval.engine.registry import register_captioner, register_judge
 
 FPS = 24
 VIDEOS = {"alpha": [("red", 36), ("green", 50), ("blue", 20)], "beta": [("yellow", 30), ("purple", 42)]}
@@ -51,7 +51,7 @@ def videos(tmp_path_factory) -> tuple[Path, dict]:
 
 
 def _construct(*args) -> int:
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     return main(["construct", "lvcap", *map(str, args), "--no-progress"])
 
@@ -119,7 +119,7 @@ def test_strict_run_builds_scene_and_event_items_and_a_rerun_asks_nothing(videos
 
 
 def test_items_load_in_capeval_judge_and_give_metrics(videos, tmp_path):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     root, _ = videos
     out = tmp_path / "gt"
@@ -200,8 +200,8 @@ def test_official_mode_sends_the_papers_prompts_and_reads_their_layouts(videos, 
 
 
 def test_paper_qa_layout_parser_reads_the_prompts_own_format():
-    from engine.construct.base import ParseFailure
-    from engine.construct.lvcap_steps import parse_paper_qa
+    from capeval.engine.construct.base import ParseFailure
+    from capeval.engine.construct.lvcap_steps import parse_paper_qa
 
     reply = """Scene: 1
 Description: A man sits at a table.

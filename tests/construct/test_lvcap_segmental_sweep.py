@@ -10,8 +10,8 @@ import pytest
 from _scene_videos import make_cut_video
 from _sweeps import sweep_toml
 
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 pytestmark = pytest.mark.slow  # a construction run and a Ray sweep (~1 min on 2 cores)
 FPS = 24
@@ -20,7 +20,7 @@ VIDEOS = {"alpha": [("red", 60), ("green", 18), ("blue", 18)], "beta": [("yellow
 
 
 def test_segmental_captions_follow_each_videos_scenes(tmp_path, ray_local):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     root = tmp_path / "videos"
     root.mkdir()

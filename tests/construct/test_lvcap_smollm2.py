@@ -15,11 +15,11 @@ from _scene_videos import make_cut_video
 from _smollm2 import smollm2_judge_options
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]  # one engine start (~1-2 min on 2 cores)
-pytest.importorskip("adapters.smollm2")
+pytest.importorskip("capeval.adapters.smollm2")
 
 
 def test_smollm2_extracts_the_events_of_every_scene(tmp_path):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     root = tmp_path / "videos"
     root.mkdir()

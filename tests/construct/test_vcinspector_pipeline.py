@@ -16,9 +16,9 @@ import pytest
 
 from _vcinspector_inputs import (ALTERNATIVES, OFFICIAL_PACK, SOURCES, ScriptedJudge, replay_replies, run_construct,
                                  write_source)
-from engine.cli import main
-from engine.protocols.vcinspector.augment import quality_label, quality_score
-from engine.protocols.vcinspector.parsing import parse_official
+from capeval.engine.cli import main
+from capeval.engine.protocols.vcinspector.augment import quality_label, quality_score
+from capeval.engine.protocols.vcinspector.parsing import parse_official
 
 HERE = Path(__file__).resolve().parent
 ELEMENTS = {c: (objs, acts) for _, c, objs, acts in SOURCES}
@@ -150,7 +150,7 @@ def test_captions_without_elements_or_with_a_failed_extraction_are_recorded(tmp_
                                               "text": "I cannot do that"} for a in range(3)]
     replies += [{"item_id": "v8", "step": "extract_actions", "text": json.dumps({"actions": ["y"]})},
                 {"item_id": "v1", "step": "substitute", "text": json.dumps({"caption": "unused"})}]
-    from adapters.replay import ReplayJudge
+    from capeval.adapters.replay import ReplayJudge
 
     judge = ReplayJudge(replies)
     run_construct(tmp_path / "out", "strict", judge, source=source, samples=2)
@@ -199,7 +199,7 @@ def test_cli_run_with_replayed_replies_resumes_and_goes_through_align(tmp_path, 
 
 
 def test_outputs_load_in_capeval_judge_and_give_metrics(tmp_path, capsys):
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     media = {}
     for i, (v, *_rest) in enumerate(SOURCES[:2]):

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from engine.protocols.vcinspector import augment
-from engine.protocols.vcinspector.parsing import parse_official
+from capeval.engine.protocols.vcinspector import augment
+from capeval.engine.protocols.vcinspector.parsing import parse_official
 
 PACK = Path(__file__).resolve().parents[3] / "shared" / "protocols" / "vcinspector.toml"
 

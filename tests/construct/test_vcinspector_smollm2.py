@@ -15,18 +15,18 @@ import polars as pl
 import pytest
 
 from _vcinspector_inputs import OFFICIAL_PACK, SOURCES, ScriptedJudge, run_construct, write_source
-from engine.protocols.vcinspector.augment import quality_label
+from capeval.engine.protocols.vcinspector.augment import quality_label
 
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.slow  # loads a 135M model with transformers and generates ~20 short replies (~1 min)
-smollm2 = pytest.importorskip("adapters.smollm2")
+smollm2 = pytest.importorskip("capeval.adapters.smollm2")
 
 _CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
 MAX_NEW_TOKENS = 24  # the official 2,048 would let a 135M model ramble for minutes; the replies used here are short
 
 
 class SmolLM2Judge:
-    """adapters.base.Judge over transformers' generate: the chat template, greedy decoding."""
+    """capeval.adapters.base.Judge over transformers' generate: the chat template, greedy decoding."""
 
     name = "smollm2-135m-instruct"
 
@@ -43,7 +43,7 @@ class SmolLM2Judge:
         self.replies: list[tuple[str, str]] = []
 
     def judge(self, requests):
-        from adapters.base import JudgeResponse
+        from capeval.adapters.base import JudgeResponse
 
         out = []
         for r in requests:

@@ -5,10 +5,10 @@ import json
 import polars as pl
 import pytest
 
-from engine import schemas
-from engine.protocols.capability.release import load_captions, load_items, load_judgments
-from engine.datasets.jsonl import DatasetFormatError
-from engine.protocols.capability.codes import TASKS, CapabilityVerdict
+from capeval.engine import schemas
+from capeval.engine.protocols.capability.release import load_captions, load_items, load_judgments
+from capeval.engine.datasets.jsonl import DatasetFormatError
+from capeval.engine.protocols.capability.codes import TASKS, CapabilityVerdict
 
 
 @pytest.fixture(scope="module")

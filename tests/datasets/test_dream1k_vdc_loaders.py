@@ -5,9 +5,9 @@ import json
 import polars as pl
 import pytest
 
-from engine import schemas
-from engine.datasets import dream1k, vdc
-from engine.datasets.jsonl import DatasetFormatError
+from capeval.engine import schemas
+from capeval.engine.datasets import dream1k, vdc
+from capeval.engine.datasets.jsonl import DatasetFormatError
 
 
 def test_dream1k_clips_and_events(shared_data):
@@ -67,7 +67,7 @@ def test_dream1k_clips_are_lvcap_event_items_matching_the_autodq_oracle(shared_d
 
 
 def test_vatex_eval_loaders(shared_data):
-    from engine.datasets import vatex_eval
+    from capeval.engine.datasets import vatex_eval
 
     folder = shared_data / "vatex_eval"
     ratings = vatex_eval.load_ratings(folder)
@@ -82,7 +82,7 @@ def test_vatex_eval_loaders(shared_data):
 
 
 def test_vatex_eval_bad_scores(tmp_path):
-    from engine.datasets import vatex_eval
+    from capeval.engine.datasets import vatex_eval
 
     (tmp_path / "vid_cans_score_dict.json").write_text(json.dumps(
         {"v1": {"vid": "v1", "cands": "['a', 'b']", "scores": "[[1, 2, 3]]", "refs": "[['r']]"}}))

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.datasets.synthetic_videos import make_video
-from engine.datasets.registry import get_kind, kind_names, load, validate
-from engine.errors import UsageError
+from capeval.engine.datasets.synthetic_videos import make_video
+from capeval.engine.datasets.registry import get_kind, kind_names, load, validate
+from capeval.engine.errors import UsageError
 
 IMAGE_TASKS, VIDEO_TASKS = ("scene", "OCR"), ("event", "camera_movement")
 
@@ -52,11 +52,11 @@ def test_every_kind_is_registered_with_documented_params():
 
 
 def test_capability_layout_images_and_videos_with_prompts_per_media_type(tmp_path, shared_data):
-    from engine.frames.decode import decode_frames
-    from engine.packs import load_pack
-    from engine.prompts_library import get_prompt, prompt_from_entry, register_prompts, texts_for_media
-    from engine.sweep.config import DatasetSpec
-    from engine.sweep.datasets import load_dataset
+    from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.packs import load_pack
+    from capeval.engine.prompts_library import get_prompt, prompt_from_entry, register_prompts, texts_for_media
+    from capeval.engine.sweep.config import DatasetSpec
+    from capeval.engine.sweep.datasets import load_dataset
 
     records = capability_release(tmp_path / "release", shared_data)
     spec = DatasetSpec("cap", "capability", params={"path": "release/annotations"})
@@ -97,7 +97,7 @@ def test_capability_release_files_in_place(shared_data):
     assert all(p.startswith(str(shared_data / "capability")) for p in d.media.values())
     assert validate("capability", {"path": str(shared_data / "capability" / "annotations"), "tasks": ["colour"]}) \
         == ["tasks: unknown task(s) ['colour']; tasks: " + ", ".join(__import__(
-            "engine.protocols.capability.codes", fromlist=["TASKS"]).TASKS)]
+            "capeval.engine.protocols.capability.codes", fromlist=["TASKS"]).TASKS)]
 
 
 def test_dream1k_with_videos(tmp_path, shared_data):
@@ -139,7 +139,7 @@ def test_items_kind_csv_with_relative_media(tmp_path):
 
 
 def test_capeval_list_shows_kinds_prompts_and_backend_params(capsys):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     assert main(["list", "kinds"]) == 0
     out = capsys.readouterr().out

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.cli import main
-from engine.errors import UsageError
-from engine.exitcodes import USAGE
-from engine.inputs import check_verdicts, read_captions, read_items, read_verdicts
+from capeval.engine.cli import main
+from capeval.engine.errors import UsageError
+from capeval.engine.exitcodes import USAGE
+from capeval.engine.inputs import check_verdicts, read_captions, read_items, read_verdicts
 
 ROWS = [
     {"item_id": "q1", "video_id": "v1", "task": "color", "question": "What colour is the car?",
@@ -256,14 +256,14 @@ def test_score_checks_verdicts_and_takes_protocol_options(tmp_path, shared_data,
 
 
 def test_judge_vcinspector_decodes_judge_frames_from_media(tmp_path, capsys):
-    from engine.frames import shards as frame_shards
+    from capeval.engine.frames import shards as frame_shards
 
     """A reference-free multimodal protocol on a CSV of a video and an image: the judge gets frames decoded with
     the protocol's judge_frames spec (linspace:32 by default; an image is its one frame)."""
     import numpy as np
     from PIL import Image
 
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     make_video(tmp_path / "m" / "a.mp4", codec="libx264", seconds=2.0, fps=8, size=(64, 48), seed=1)
     Image.fromarray(np.full((40, 50, 3), 90, np.uint8)).save(tmp_path / "m" / "b.png")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from engine.cli import main as cli_main
-from engine.exitcodes import USAGE
+from capeval.engine.cli import main as cli_main
+from capeval.engine.exitcodes import USAGE
 
 
 def _item(item_id: str, **over) -> dict:
@@ -44,7 +44,7 @@ def test_judge_names_file_row_column_and_the_column_read_as_extra(tmp_path, caps
 
 
 def test_an_answer_that_is_no_option_is_refused_by_check_and_before_captioning(tmp_path, capsys, monkeypatch):
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     make_video(tmp_path / "v.mp4", codec="h264", seconds=1, fps=8, gop_seconds=1, seed=0)
     items = tmp_path / "items.csv"

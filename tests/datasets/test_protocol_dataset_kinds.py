@@ -14,7 +14,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from engine.staging import plan_staging
+from capeval.engine.staging import plan_staging
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,8 +54,8 @@ def test_capability_staging_ships_the_asked_task_files_and_media_under_the_relea
 
 
 PLUGIN = '''
-from engine.protocols.base import JudgeProtocol
-from engine.registry import register_protocol
+from capeval.engine.protocols.base import JudgeProtocol
+from capeval.engine.registry import register_protocol
 
 
 class Hooked(JudgeProtocol):
@@ -79,8 +79,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
-from engine.schemas import ITEMS, conform
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.schemas import ITEMS, conform
 
 
 def load(params, *, base_dir, out_dir, name):
@@ -106,12 +106,12 @@ from pathlib import Path
 
 import hooked_protocol  # registers the protocol only; its dataset kind module is imported by the registry
 
-from engine.datasets.registry import kind_names
-from engine.inputs.tables import _captioner_from_path
-from engine.staging import plan_staging
-from engine.sweep.config import load_sweep
-from engine.sweep.datasets import media_required
-from engine.sweep.validation import protocol_param_problems
+from capeval.engine.datasets.registry import kind_names
+from capeval.engine.inputs.tables import _captioner_from_path
+from capeval.engine.staging import plan_staging
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.datasets import media_required
+from capeval.engine.sweep.validation import protocol_param_problems
 
 root = Path(sys.argv[1])
 config = load_sweep(root / "sweeps" / "s.toml")
@@ -148,7 +148,7 @@ def test_a_protocol_outside_engine_brings_its_dataset_kind_frames_packs_tasks_an
         f'name = "hooked"\n[[datasets]]\nname = "d"\nkind = "hooked"\npath = "{data / "set" / "folder"}"\n'
         f'[[captions]]\npath = "caps.jsonl"\n'
         f'[[protocols]]\nname = "hooked"\nparams = {{ rubric = "rubric.toml" }}\n[[judges]]\nname = "local"\n')
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(REPO)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, "-c", PROBE, str(tmp_path)], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]

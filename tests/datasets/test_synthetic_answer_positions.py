@@ -8,9 +8,9 @@ from collections import Counter
 
 import pyarrow as pa
 
-from engine.datasets.kinds.synthetic import SIZE, capquiz_items
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, conform
+from capeval.engine.datasets.kinds.synthetic import SIZE, capquiz_items
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 
 COLORS = ("red", "green", "blue", "yellow")
 SHAPES = ("circle", "square", "triangle")
@@ -49,7 +49,7 @@ def test_a_judge_that_always_answers_a_scores_about_chance():
     p = lookup("protocol", "capquiz")
     reqs = p.build_requests(items, caps, judge="always-a", judge_revision="r", seeds=(0,))
     verdicts = [p.parse(r, "A")[0] for r in reqs.to_pylist()]
-    from engine.protocols.capquiz.codes import CapQuizVerdict
+    from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
 
     correct = sum(v == int(CapQuizVerdict.CORRECT) for v in verdicts)
     assert len(verdicts) == 40

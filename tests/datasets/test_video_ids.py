@@ -12,16 +12,16 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.cli import main as cli_main
-from engine.datasets.registry import load
-from engine.datasets.video_ids import with_dataset_video_ids
-from engine.errors import UsageError
-from engine.inputs import read_captions
+from capeval.engine.cli import main as cli_main
+from capeval.engine.datasets.registry import load
+from capeval.engine.datasets.video_ids import with_dataset_video_ids
+from capeval.engine.errors import UsageError
+from capeval.engine.inputs import read_captions
 
 
 @pytest.fixture
 def clips(tmp_path) -> Path:
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     (tmp_path / "clips").mkdir()
     for k in range(2):

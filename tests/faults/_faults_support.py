@@ -16,7 +16,7 @@ import pytest
 from _sweeps import sweep_toml
 
 REPO = Path(__file__).resolve().parents[2]
-RUN_CLI = "import sys; from engine.cli import main; sys.exit(main(sys.argv[1:]))"
+RUN_CLI = "import sys; from capeval.engine.cli import main; sys.exit(main(sys.argv[1:]))"
 KILLED = -signal.SIGKILL
 
 

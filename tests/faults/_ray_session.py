@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: a library-level driver: init_ray, one remote task per CPU, then "READY" and wait for a line on stdin to exit.
 DRIVER = """
 import os, sys
-from engine.ray_local import init_ray
+from capeval.engine.ray_local import init_ray
 import ray
 init_ray(num_cpus=2, temp_dir=sys.argv[1])
 @ray.remote
@@ -35,7 +35,7 @@ SUITE_ONLY = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS", "HF_HUB_OFFLIN
 
 def clean_env() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in SUITE_ONLY and not k.startswith("RAY_")}
-    env["PYTHONPATH"] = str(REPO)
+    env["PYTHONPATH"] = os.environ.get("PYTHONPATH", "")
     return env
 
 

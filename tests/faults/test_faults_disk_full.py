@@ -16,7 +16,7 @@ import textwrap
 import pytest
 
 from _faults_support import REPO, cli_env, sweep, sweep_text
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 
 def _tmpfs(target, size_kib: int) -> list[str]:
@@ -32,7 +32,7 @@ def _tmpfs(target, size_kib: int) -> list[str]:
 
 @pytest.fixture(scope="module")
 def items(tmp_path_factory):
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     d = tmp_path_factory.mktemp("media")
     rows = []
@@ -50,8 +50,8 @@ def items(tmp_path_factory):
 SPOOL_SCRIPT = textwrap.dedent("""
     import sys
     import pyarrow as pa
-    from engine.store.transcripts import CAPTURE, TranscriptSpool
-    from engine.store.segments import StoreWriteError
+    from capeval.engine.store.transcripts import CAPTURE, TranscriptSpool
+    from capeval.engine.store.segments import StoreWriteError
     spool = TranscriptSpool(sys.argv[1], "cell")
     row = {name: None for name in CAPTURE.names}
     row.update(request_key="k", user="x" * 64_000, attempts=[])
@@ -77,8 +77,8 @@ def test_a_full_disk_under_the_transcript_spool_is_one_storage_error(tmp_path):
 
 RECORD_SCRIPT = textwrap.dedent("""
     import sys
-    from engine.runrecord import append_run_record
-    from engine.store.segments import StoreWriteError
+    from capeval.engine.runrecord import append_run_record
+    from capeval.engine.store.segments import StoreWriteError
     try:
         append_run_record(sys.argv[1], extra={"notes": ["a note"] * 8_000})  # more than the 16 KiB tmpfs holds
     except StoreWriteError as exc:

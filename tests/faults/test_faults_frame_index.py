@@ -10,7 +10,7 @@ import polars as pl
 
 from _faults_support import read_store, sweep, synthetic
 from _sweeps import sweep_toml
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 
 def _caption_only(prompts) -> str:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from benchmarks.loopback_server import FaultConfig, make_app
+from capeval.benchmarks.loopback_server import FaultConfig, make_app
 from _faults_support import AppServer, assert_no_duplicates, free_port, openai_judge, read_store, sweep, sweep_text, synthetic
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 N_VIDEOS, ITEMS_PER_VIDEO = 2, 4
 N_ITEMS = N_VIDEOS * ITEMS_PER_VIDEO

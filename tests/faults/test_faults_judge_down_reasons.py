@@ -12,7 +12,7 @@ import re
 import polars as pl
 
 from _faults_support import capeval, free_port, openai_judge, sweep, sweep_text, synthetic
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 N_VIDEOS, ITEMS_PER_VIDEO = 2, 4
 

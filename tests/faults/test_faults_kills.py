@@ -12,10 +12,10 @@ import threading
 import polars as pl
 import pytest
 
-from benchmarks.loopback_server import answer_for, completion_body
+from capeval.benchmarks.loopback_server import answer_for, completion_body
 from _faults_support import (KILLED, AppServer, assert_no_duplicates, cli_env, finish, openai_judge, read_store,
                       start_capeval, sweep_text, synthetic)
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 N_VIDEOS, ITEMS_PER_VIDEO, N_CELLS = 4, 4, 2
 PER_CELL = N_VIDEOS * ITEMS_PER_VIDEO
@@ -128,7 +128,7 @@ def test_kill_nine_during_group_commits_and_compaction_then_resume(tmp_path):
     commit, and one inside a compaction (merged segment renamed, parts not yet unlinked) each lose at most the
     buffered rows; the rerun redoes exactly those, the results equal an uninterrupted run's, no row is stored
     twice, and at every point each row is readable once."""
-    from engine.store import SegmentStore
+    from capeval.engine.store import SegmentStore
 
     n_videos = 8
     path = tmp_path / "sweep.toml"

@@ -35,7 +35,7 @@ def test_library_init_ray_listens_on_loopback_only_from_a_clean_environment():
 def test_cli_sweep_listens_on_loopback_only_from_a_clean_environment(tmp_path):
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(sweep_text(dataset=synthetic(n_videos=2, duration_s=1.0)))
-    cmd = [sys.executable, "-m", "engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out"), "--no-progress"]
+    cmd = [sys.executable, "-m", "capeval.engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out"), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     seen, sockets = {}, set()

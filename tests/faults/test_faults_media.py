@@ -14,7 +14,7 @@ import polars as pl
 import pytest
 
 from _faults_support import assert_no_duplicates, read_store, sweep, sweep_text
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 DAMAGED = ("zero_bytes", "not_a_video", "truncated", "corrupt_packets")
 
@@ -27,7 +27,7 @@ def _item(video_id: str, path: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory) -> dict:
-    from engine.datasets.synthetic_videos import make_broken_videos, make_video
+    from capeval.engine.datasets.synthetic_videos import make_broken_videos, make_video
 
     d = tmp_path_factory.mktemp("media")
     good = {}

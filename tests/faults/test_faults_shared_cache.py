@@ -9,9 +9,9 @@ from collections import Counter
 
 import polars as pl
 
-from benchmarks.loopback_server import _user_text, answer_for, completion_body
+from capeval.benchmarks.loopback_server import _user_text, answer_for, completion_body
 from _faults_support import AppServer, finish, start_capeval
-from engine import exitcodes
+from capeval.engine import exitcodes
 
 N_VIDEOS = 60
 

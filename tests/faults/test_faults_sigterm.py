@@ -14,8 +14,8 @@ import threading
 import pytest
 
 from _faults_support import (AppServer, cli_env, finish, openai_judge, start_capeval, sweep_text, synthetic)
-from benchmarks.loopback_server import answer_for, completion_body
-from engine import exitcodes
+from capeval.benchmarks.loopback_server import answer_for, completion_body
+from capeval.engine import exitcodes
 
 N_VIDEOS = 4
 PRICES = {"input": 1.0, "output": 2.0}

@@ -18,8 +18,8 @@ import pytest
 
 from _faults_support import AppServer, cli_env, finish, openai_judge, start_capeval, sweep_text, synthetic
 from _ray_session import session_processes, survivors, wait_until
-from benchmarks.loopback_server import answer_for, completion_body
-from engine import exitcodes
+from capeval.benchmarks.loopback_server import answer_for, completion_body
+from capeval.engine import exitcodes
 
 N_VIDEOS = 4
 REPEATS = 3

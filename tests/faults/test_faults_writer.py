@@ -20,8 +20,8 @@ import psutil
 import pytest
 
 from _faults_support import REPO, cli_env, finish, reap, start_capeval, sweep, sweep_text, synthetic, wait_for
-from engine import exitcodes
-from engine.store.lock import LOCK_NAME, FolderLock
+from capeval.engine import exitcodes
+from capeval.engine.store.lock import LOCK_NAME, FolderLock
 
 
 def _is_loopback(ip: str) -> bool:
@@ -83,7 +83,7 @@ def test_running_sweep_is_loopback_only_quiet_and_holds_its_folder(tmp_path, swe
 
 
 def test_lock_of_a_killed_run_does_not_block(tmp_path):
-    code = ("import sys, time; from engine.store.lock import FolderLock; l = FolderLock(sys.argv[1]).acquire(); "
+    code = ("import sys, time; from capeval.engine.store.lock import FolderLock; l = FolderLock(sys.argv[1]).acquire(); "
             "print('held', flush=True); time.sleep(60)")
     # REPO/cli_env come from this folder's conftest, imported at load time: a bare "conftest" looked up at run time
     # is whichever conftest pytest imported last.

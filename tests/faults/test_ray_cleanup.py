@@ -62,7 +62,7 @@ def test_kill_9_of_a_driver_leaves_no_process_or_port_of_its_ray_and_spares_anot
 
 
 def test_kill_9_of_a_cli_sweep_leaves_nothing_of_its_ray(tmp_path):
-    """The issue's own case: `capeval sweep` (python -m engine.cli, clean environment) killed with SIGKILL mid-run."""
+    """The issue's own case: `capeval sweep` (python -m capeval.engine.cli, clean environment) killed with SIGKILL mid-run."""
     import subprocess
     import sys
 
@@ -71,7 +71,7 @@ def test_kill_9_of_a_cli_sweep_leaves_nothing_of_its_ray(tmp_path):
 
     sweep = tmp_path / "tiny.toml"
     sweep.write_text(sweep_text(dataset=synthetic(n_videos=6, duration_s=2.0), prompts=("brief", "detailed")))
-    cmd = [sys.executable, "-m", "engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out"), "--no-progress"]
+    cmd = [sys.executable, "-m", "capeval.engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out"), "--no-progress"]
     proc = subprocess.Popen(cmd, cwd=REPO, env=clean_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
     procs: dict = {}

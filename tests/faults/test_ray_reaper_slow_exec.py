@@ -44,7 +44,7 @@ class SlowExecPopen(subprocess.Popen):
 subprocess.Popen = SlowExecPopen
 
 import ray
-from engine.ray_local import init_ray
+from capeval.engine.ray_local import init_ray
 
 init_ray(num_cpus=1, temp_dir=os.environ["CAPEVAL_TEST_RAY_TEMP"])
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.cli import main
+from capeval.engine.cli import main
 
 DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "vatex_eval"
 # ../shared/README.md: "Applied to these scores it gives, x100, tau_b/rho"

@@ -10,12 +10,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.local_judge import LocalJudge
-from engine.datasets import dream1k
-from engine.judging.runner import run_judging
-from engine.protocols.lvcap import PROTOCOL
-from engine.protocols.lvcap.metrics import compute_metrics
-from engine.schemas import CAPTIONS, ITEMS, ParseStatus, conform
+from capeval.adapters.local_judge import LocalJudge
+from capeval.engine.datasets import dream1k
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.lvcap import PROTOCOL
+from capeval.engine.protocols.lvcap.metrics import compute_metrics
+from capeval.engine.schemas import CAPTIONS, ITEMS, ParseStatus, conform
 
 ROOT = Path(__file__).resolve().parents[2]
 PACK_DIR = ROOT.parent / "shared" / "protocols"

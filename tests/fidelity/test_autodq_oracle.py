@@ -2,7 +2,7 @@
 
 Every case of autodq_oracle.jsonl (real DREAM-1K clips, scripted replies) goes through the production path: items
 built by the DREAM-1K loader -> LVCapProtocol.build_requests(mode="official", official packs read from
-../shared/protocols) -> the replay judge -> engine.judging.runner.run_judging -> compute_metrics. Compared: per clip
+../shared/protocols) -> the replay judge -> capeval.engine.judging.runner.run_judging -> compute_metrics. Compared: per clip
 (success, recall/precision scores, hit counts, the accepted verdict lists, the judged caption events), per source,
 OVERALL and the three bucket tables, to 1e-6."""
 
@@ -15,13 +15,13 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.datasets import dream1k
-from engine.judging.runner import run_judging
-from engine.protocols.lvcap import PROTOCOL
-from engine.protocols.lvcap.autodq_metrics import clip_info, clip_scores, summarize
-from engine.protocols.lvcap.metrics import GROUP_COLUMNS, compute_metrics
-from engine.schemas import CAPTIONS, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.datasets import dream1k
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.lvcap import PROTOCOL
+from capeval.engine.protocols.lvcap.autodq_metrics import clip_info, clip_scores, summarize
+from capeval.engine.protocols.lvcap.metrics import GROUP_COLUMNS, compute_metrics
+from capeval.engine.schemas import CAPTIONS, conform
 
 
 

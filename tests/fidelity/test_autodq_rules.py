@@ -12,15 +12,15 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.datasets import dream1k
-from engine.replies.repair import ParseError
-from engine.judging.runner import run_judging
-from engine.packs import builtin_pack_path
-from engine.protocols.lvcap import PROTOCOL
-from engine.protocols.lvcap.autodq import clean_entailment, parse_entailment, parse_extract
-from engine.protocols.lvcap.metrics import compute_metrics
-from engine.schemas import CAPTIONS, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.datasets import dream1k
+from capeval.engine.replies.repair import ParseError
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.packs import builtin_pack_path
+from capeval.engine.protocols.lvcap import PROTOCOL
+from capeval.engine.protocols.lvcap.autodq import clean_entailment, parse_entailment, parse_extract
+from capeval.engine.protocols.lvcap.metrics import compute_metrics
+from capeval.engine.schemas import CAPTIONS, conform
 
 
 def _pack_dir() -> Path:
@@ -160,7 +160,7 @@ def test_events_only_official_run_needs_only_the_autodq_pack(monkeypatch):
     reqs = PROTOCOL.build_requests(items, _captions(items, ["A man walks."]), judge="j", judge_revision="r",
                                    mode="official", event_prompts=PACK_DIR / "lvcap.toml")
     assert sorted(set(reqs["step"].to_pylist())) == ["extract"]
-    from engine.packs import PackError
+    from capeval.engine.packs import PackError
 
     for scoring in ("autodq", None):  # no pack anywhere: a clear error
         with pytest.raises(PackError, match="official mode needs"):
@@ -169,7 +169,7 @@ def test_events_only_official_run_needs_only_the_autodq_pack(monkeypatch):
 
 
 def test_sweep_params_resolve_the_event_pack_relative_to_the_sweep_file(tmp_path):
-    from engine.sweep.validation import protocol_param_problems
+    from capeval.engine.sweep.validation import protocol_param_problems
 
     params = {"mode": "official", "prompts": "lvcap.toml", "event_prompts": "autodq.toml"}
     assert protocol_param_problems(params, PACK_DIR) == []

@@ -16,7 +16,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from engine.protocols.capability.codes import TASKS
+from capeval.engine.protocols.capability.codes import TASKS
 
 
 def _oracle_module():
@@ -99,8 +99,8 @@ def _without_caption(cases, tmp_path, how: str):
     else:
         texts = [t if k else None for t, k in zip(captions["text"].to_pylist(), keep.to_pylist())]
         captions = captions.set_column(captions.schema.get_field_index("text"), "text", pa.array(texts, pa.string()))
-    from adapters.replay import ReplayJudge
-    from engine.judging.runner import run_judging
+    from capeval.adapters.replay import ReplayJudge
+    from capeval.engine.judging.runner import run_judging
 
     judge = ReplayJudge(ORACLE._replies(cases))
     params = {"mode": "official", "prompts": str(ORACLE.PACK_DIR / "capability.toml"), "max_allow_missing": 0}

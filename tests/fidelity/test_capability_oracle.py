@@ -23,14 +23,14 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine import schemas
-from engine.judging.runner import run_judging
-from engine.protocols.capability import PROTOCOL
-from engine.protocols.capability.codes import CapabilityVerdict, TASKS
-from engine.protocols.capability.metrics import compute_metrics
-from engine.protocols.capability.official import code_of
-from engine.schemas import NO_VERDICT
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine import schemas
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.capability import PROTOCOL
+from capeval.engine.protocols.capability.codes import CapabilityVerdict, TASKS
+from capeval.engine.protocols.capability.metrics import compute_metrics
+from capeval.engine.protocols.capability.official import code_of
+from capeval.engine.schemas import NO_VERDICT
 
 
 
@@ -230,7 +230,7 @@ def test_metric_oracle_case(case):
 
 
 def test_metric_oracle_released_average(shared_data):
-    from engine.protocols.capability.release import load_items, load_judgments
+    from capeval.engine.protocols.capability.release import load_items, load_judgments
 
     case = next(c for c in read_oracle(METRIC) if not isinstance(c["score_dict"], dict))
     root = shared_data / "capability"

@@ -13,9 +13,9 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.protocols.capability.release import load_captions, load_items
-from engine.protocols.capability import PROTOCOL
-from engine.protocols.capability.codes import CLASSIFICATION_TASKS, TASKS
+from capeval.engine.protocols.capability.release import load_captions, load_items
+from capeval.engine.protocols.capability import PROTOCOL
+from capeval.engine.protocols.capability.codes import CLASSIFICATION_TASKS, TASKS
 
 PACK = Path(__file__).resolve().parents[2].parent / "shared" / "protocols" / "capability.toml"
 MODELS = ("gpt-4o-0806", "qwen2.5vl_7b")
@@ -81,7 +81,7 @@ def test_pack_digest_enters_every_request_key(shared_data, tmp_path):
     again = PROTOCOL.build_requests(items, captions, judge="j", judge_revision="r")
     assert own["request_key"].to_pylist() == again["request_key"].to_pylist()
     # a copy of capeval's own pack with one changed byte in a comment: same prompts, different pack -> new keys
-    from engine.packs import builtin_pack_path
+    from capeval.engine.packs import builtin_pack_path
 
     copy = tmp_path / "pack.toml"
     copy.write_text(builtin_pack_path("capability").read_text() + "\n# edited\n")

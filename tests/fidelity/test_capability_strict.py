@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from engine.packs import load_pack
-from engine.protocols.capability.official import code_of
-from engine.protocols.capability.parsing import parse_strict
-from engine.protocols.capability.prompts import categories
-from engine.schemas import ParseStatus
+from capeval.engine.packs import load_pack
+from capeval.engine.protocols.capability.official import code_of
+from capeval.engine.protocols.capability.parsing import parse_strict
+from capeval.engine.protocols.capability.prompts import categories
+from capeval.engine.schemas import ParseStatus
 
 
 def _conftest():
@@ -50,9 +50,9 @@ def test_strict_never_accepts_what_the_official_validator_rejects(case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c["case_id"] for c in CASES])
 def test_official_item_outcome_api(case):
-    """engine.protocols.capability.official.item_outcome: the official outcome of one item's raw replies, as a
+    """capeval.engine.protocols.capability.official.item_outcome: the official outcome of one item's raw replies, as a
     library call (no judge loop), with the value the official script stores (True, 1.0 kept as such)."""
-    from engine.protocols.capability import official
+    from capeval.engine.protocols.capability import official
 
     pack = load_pack(_C.PACK_DIR / "capability.toml")
     cats = categories(pack, case["task"]) if case["task"] in ("camera_angle", "camera_movement", "style") else None

@@ -25,13 +25,13 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.replies.repair import ParseError
-from engine.judging.runner import run_judging
-from engine.protocols.lvcap import PROTOCOL
-from engine.protocols.lvcap.metrics import compute_metrics
-from engine.protocols.lvcap.paper_events import READING, parse_extract, parse_match
-from engine.schemas import CAPTIONS, ITEMS, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.replies.repair import ParseError
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.lvcap import PROTOCOL
+from capeval.engine.protocols.lvcap.metrics import compute_metrics
+from capeval.engine.protocols.lvcap.paper_events import READING, parse_extract, parse_match
+from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 
 
 def _pack_dir() -> Path:

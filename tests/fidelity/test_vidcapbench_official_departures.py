@@ -90,9 +90,9 @@ def test_answer_with_no_content_renders_predicted_answer_none(tmp_path):
 
     import pyarrow as pa
 
-    from engine.protocols.vidcapbench.release import load_vidcapbench
-    from engine.registry import lookup
-    from engine.schemas import NO_VERDICT, ParseStatus
+    from capeval.engine.protocols.vidcapbench.release import load_vidcapbench
+    from capeval.engine.registry import lookup
+    from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
     pack = tomllib.loads((ORACLE.PACK_DIR / "vidcapbench.toml").read_text(encoding="utf-8"))
     template = {p["id"]: p["user"] for p in pack["prompt"]}["judge/score"]

@@ -13,12 +13,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.protocols.vidcapbench.release import load_vidcapbench
-from engine.judging.runner import run_judging
-from engine.protocols.vidcapbench.metrics import compute_metrics
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.protocols.vidcapbench.release import load_vidcapbench
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.vidcapbench.metrics import compute_metrics
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, conform
 
 
 def _fidelity_conftest():

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from engine.protocols.vidcapbench.parsing import official_score, parse
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.protocols.vidcapbench.parsing import official_score, parse
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 
 def request(mode, step="score"):
@@ -50,11 +50,11 @@ def test_equal_prompts_are_separate_draws_when_sampling_and_shared_at_temperatur
 
     import pyarrow as pa
 
-    from adapters.replay import ReplayJudge
-    from engine.protocols.vidcapbench.release import load_vidcapbench
-    from engine.judging.runner import run_judging
-    from engine.registry import lookup
-    from engine.schemas import CAPTIONS, conform
+    from capeval.adapters.replay import ReplayJudge
+    from capeval.engine.protocols.vidcapbench.release import load_vidcapbench
+    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.registry import lookup
+    from capeval.engine.schemas import CAPTIONS, conform
 
     pack = Path(__file__).resolve().parents[2].parent / "shared" / "protocols" / "vidcapbench.toml"
     if not pack.is_file():

@@ -9,7 +9,7 @@ import json
 import time
 from pathlib import Path
 
-from adapters.base import JudgeRequest, JudgeResponse
+from capeval.adapters.base import JudgeRequest, JudgeResponse
 
 
 def _h(*parts) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.store.judgment_cache import CachedResponse, JudgmentCache
+from capeval.engine.store.judgment_cache import CachedResponse, JudgmentCache
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 0.6  # claim_timeout_s: the heartbeat beats every 0.2 s
@@ -29,7 +29,7 @@ KEYS = [f"key-{i}" for i in range(20)]
 _OWNER = textwrap.dedent("""
     import sys, threading, time
     sys.path[:0] = [{repo!r}]
-    from engine.store.judgment_cache import JudgmentCache
+    from capeval.engine.store.judgment_cache import JudgmentCache
     cache = JudgmentCache({cache!r}, claim_timeout_s={timeout!r})
     res = cache.claim({keys!r})
     assert sorted(res.claimed) == sorted({keys!r}), res

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import exitcodes
-from engine.cli import main
+from capeval.engine import exitcodes
+from capeval.engine.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 ESC = "\x1b]0;pwned\x07\x1b[2J"  # sets the window title, clears the screen
@@ -162,7 +162,7 @@ def test_escape_sequences_in_ids_are_printed_escaped(tmp_path):
     """A real subprocess: what reaches the terminal (stdout and stderr) holds no raw escape character."""
     items = _items(tmp_path, ids=(f"v0{ESC}",))
     captions = _captions(tmp_path, ids=(f"x0{ESC}",), name="caps.jsonl")
-    proc = subprocess.run([sys.executable, "-m", "engine.cli", *_judge(tmp_path, "--judge", "local", items=items,
+    proc = subprocess.run([sys.executable, "-m", "capeval.engine.cli", *_judge(tmp_path, "--judge", "local", items=items,
                                                                         captions=captions)],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == exitcodes.USAGE, proc.stderr
@@ -173,7 +173,7 @@ def test_escape_sequences_in_ids_are_printed_escaped(tmp_path):
 def test_run_account_summary_escapes_ids_and_reasons():
     import pyarrow as pa
 
-    from engine.sweep.accounting import RunAccount
+    from capeval.engine.sweep.accounting import RunAccount
 
     account = RunAccount()
     account.add_cell(pa.table({"item_id": [f"q{ESC}"], "item_status": ["unparsed"],

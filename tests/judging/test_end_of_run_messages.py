@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from adapters.replay import ReplayJudge
-from engine import exitcodes
-from engine.cli import main
-from engine.judging.runner import run_judging
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine import exitcodes
+from capeval.engine.cli import main
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, conform
 
 CAPQUIZ_PACK = Path(__file__).resolve().parents[2].parent / "shared" / "protocols" / "capquiz.toml"
 
@@ -90,9 +90,9 @@ def test_items_without_a_caption_are_not_called_backend_failures(tmp_path, capsy
 def test_equal_bad_media_causes_group_whatever_the_path(tmp_path):
     """Damaged videos of the same kinds in two folders (real files, decoded by the sweep's decode stage): one
     summary line per cause with its count, no path in it."""
-    from engine.datasets.synthetic_videos import make_broken_videos
-    from engine.stages.decode import decode_one
-    from engine.sweep.accounting import RunAccount, classify_verdicts
+    from capeval.engine.datasets.synthetic_videos import make_broken_videos
+    from capeval.engine.stages.decode import decode_one
+    from capeval.engine.sweep.accounting import RunAccount, classify_verdicts
 
     broken = make_broken_videos(tmp_path / "a", size=(96, 64), large=False)
     videos = {}

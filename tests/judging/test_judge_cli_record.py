@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from engine import exitcodes
-from engine.cli import main
-from engine.runrecord import read_run_records
+from capeval.engine import exitcodes
+from capeval.engine.cli import main
+from capeval.engine.runrecord import read_run_records
 
 
 def _inputs(tmp_path):

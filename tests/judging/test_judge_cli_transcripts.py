@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from engine.cli import main
+from capeval.engine.cli import main
 
 ESCAPE = "\x1b]0;pwned\x07\x1b[31m"
 

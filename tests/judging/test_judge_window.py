@@ -14,8 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
-from engine import exitcodes
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine import exitcodes
 
 REPO = Path(__file__).resolve().parents[2]
 WINDOW = 96  # neither the loop's former 64 nor a backend's default
@@ -24,8 +24,8 @@ LATENCY_S = 0.4  # every answer waits, so the client's whole window is at the se
 
 def _capeval(args: list[str], cwd: Path, timeout: int = 600, **env) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OPENAI_API_KEY", "CAPEVAL_JUDGE_API_KEY")}
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**clean, "PYTHONPATH": str(REPO), **env})
+    return subprocess.run([sys.executable, "-m", "capeval.engine.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env={**clean, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env})
 
 
 def _server() -> LoopbackServer:

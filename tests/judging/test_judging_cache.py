@@ -17,11 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from _judging_backends import ScriptedJudge
-from engine.protocols.capability.release import load_captions, load_items
-from engine.judging.runner import run_judging
-from engine.registry import lookup
-from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus
-from engine.store.segments import SegmentStore
+from capeval.engine.protocols.capability.release import load_captions, load_items
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import NO_VERDICT, VERDICTS, ParseStatus
+from capeval.engine.store.segments import SegmentStore
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -100,7 +100,7 @@ def test_backend_errors_are_rows_and_are_retried_next_run(tmp_path, capability_r
 def test_multistep_chain_is_cached_and_failed_answers_keep_a_score_row(tmp_path):
     import json
 
-    from engine.schemas import CAPTIONS, ITEMS, conform
+    from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 
     items = conform(pa.table({"benchmark": ["vidcapbench"] * 3, "task": ["default"] * 3, "item_id": ["a", "b", "c"],
                               "video_id": ["v"] * 3, "annotation": ["How many?", "What color?", "Where?"],
@@ -131,7 +131,7 @@ _CHILD = textwrap.dedent("""
     sys.path[:0] = [{here!r}, {repo!r}]
     import pyarrow.parquet as pq
     from _judging_backends import ScriptedJudge, StreamingScriptedJudge
-    from engine.judging.runner import run_judging
+    from capeval.engine.judging.runner import run_judging
     reqs = pq.read_table({reqs!r})
     if {stream!r}:  # a streaming backend: 4 in flight, each answered after up to 2 x delay
         judge = StreamingScriptedJudge(log_path={log!r}, max_delay_s=2 * {delay})

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from adapters.replay import ReplayJudge
-from engine.judging.runner import run_judging
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, ParseStatus, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, ParseStatus, conform
 
 
 def _vidcapbench_requests(n_items: int):
@@ -76,8 +76,8 @@ def test_a_cached_reply_that_is_not_utf8_fails_its_item_only(tmp_path):
 
 
 def test_a_huge_reply_is_a_failure_with_its_reason_and_never_cached(tmp_path):
-    from engine.judging.loop import MAX_REPLY_CHARS
-    from engine.store.judgment_cache import JudgmentCache
+    from capeval.engine.judging.loop import MAX_REPLY_CHARS
+    from capeval.engine.store.judgment_cache import JudgmentCache
 
     p, reqs = _vidcapbench_requests(2)
     huge = '{"score": 2, "analysis": "' + "x" * (MAX_REPLY_CHARS + 10) + '"}'

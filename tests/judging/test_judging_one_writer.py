@@ -16,7 +16,7 @@ import pytest
 
 from test_judging_streaming import _vidcapbench
 
-from engine.store.judgment_cache import JudgmentCache
+from capeval.engine.store.judgment_cache import JudgmentCache
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -26,7 +26,7 @@ _CHILD = textwrap.dedent("""
     sys.path[:0] = [{here!r}, {repo!r}]
     import pyarrow.parquet as pq
     from _judging_backends import ScriptedJudge
-    from engine.judging.runner import run_judging
+    from capeval.engine.judging.runner import run_judging
     reqs = pq.read_table({reqs!r})
     judge = ScriptedJudge(log_path={log!r}, delay_s=0.08)
     while time.time() < {start}:  # both processes begin together

@@ -7,14 +7,14 @@ import json
 import pyarrow as pa
 import pytest
 
-from engine.protocols.capability import CapabilityVerdict
-from engine.protocols.capquiz import CapQuizVerdict
-from engine.protocols.capquiz.prompts import LETTERS, shuffle_order
-from engine.protocols.lvcap import EntailmentVerdict, SceneQAVerdict
-from engine.protocols.vidcapbench import VidCapBenchVerdict
-from engine.protocols.vidcapbench.parsing import official_counts_as_correct
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, ParseStatus, conform
+from capeval.engine.protocols.capability import CapabilityVerdict
+from capeval.engine.protocols.capquiz import CapQuizVerdict
+from capeval.engine.protocols.capquiz.prompts import LETTERS, shuffle_order
+from capeval.engine.protocols.lvcap import EntailmentVerdict, SceneQAVerdict
+from capeval.engine.protocols.vidcapbench import VidCapBenchVerdict
+from capeval.engine.protocols.vidcapbench.parsing import official_counts_as_correct
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, ParseStatus, conform
 
 
 def _items(benchmark, rows):
@@ -172,7 +172,7 @@ def test_requests_sharing_a_caption_are_adjacent_and_caption_comes_before_the_qu
 def test_unreadable_json_is_a_parse_error_not_a_crash(text):
     """An integer past Python's 4,300-digit conversion limit or nesting past the recursion limit: json.loads raises
     ValueError / RecursionError, not JSONDecodeError; the reply is unparseable (re-askable), the run goes on."""
-    from engine.replies.repair import ParseError, extract_json
+    from capeval.engine.replies.repair import ParseError, extract_json
 
     with pytest.raises(ParseError):
         extract_json(text)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from _judging_backends import ScriptedJudge, StreamingScriptedJudge
 from test_judging_streaming import _vidcapbench
 
-from engine.judging.runner import run_judging
-from engine.judging.scheduler import JudgeScheduler
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.judging.scheduler import JudgeScheduler
 
 
 def _same(a, b):

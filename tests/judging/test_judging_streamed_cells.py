@@ -12,10 +12,10 @@ import pyarrow.compute as pc
 from _judging_backends import StreamingScriptedJudge
 from test_judging_streaming import _vidcapbench, _vidcapbench_inputs
 
-from engine.judging.runner import run_judging
-from engine.judging.scheduler import JudgeScheduler
-from engine.protocols.base import REQUESTS_WITH_CONTEXT
-from engine.registry import lookup
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.judging.scheduler import JudgeScheduler
+from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
+from capeval.engine.registry import lookup
 
 
 def _same(a, b):
@@ -86,7 +86,7 @@ def test_streamed_multistep_cell_equals_one_shot(tmp_path):
 
 def test_streamed_capability_per_item_captions_equal_one_shot(tmp_path, shared_data):
     """CAPability's captions are matched by item_id (one caption per item): parts by those ids."""
-    from engine.protocols.capability.release import load_captions, load_items
+    from capeval.engine.protocols.capability.release import load_captions, load_items
 
     items = load_items(shared_data / "capability" / "annotations", tasks=("object_color", "event"))
     items = pa.concat_tables([items.filter(pc.equal(items["task"], t)).slice(0, 20) for t in ("object_color", "event")])

@@ -14,14 +14,14 @@ import pyarrow.compute as pc
 import pytest
 
 from _judging_backends import ScriptedJudge, StreamingScriptedJudge
-from adapters.base import BackendFatalError, JudgeResponse
-from adapters.replay import ReplayJudge
-from engine.errors import AbortedError
-from engine.judging.runner import run_judging
-from engine.protocols.base import JudgingPolicy
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, VERDICTS, ParseStatus, conform
-from engine.store.judgment_cache import JudgmentCache
+from capeval.adapters.base import BackendFatalError, JudgeResponse
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.errors import AbortedError
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.base import JudgingPolicy
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, VERDICTS, ParseStatus, conform
+from capeval.engine.store.judgment_cache import JudgmentCache
 
 #: The official prompt packs are read in place (never copied into the project), as tests/fidelity does.
 PACK_DIR = Path(os.environ.get("CAPEVAL_PACK_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "protocols"))
@@ -142,7 +142,7 @@ def test_reask_policy_resends_unchanged_or_at_a_temperature(tmp_path, reask_temp
 
 
 def _capability_official(shared_data, pack_dir, n_scene, n_objects=1):
-    from engine.protocols.capability.release import load_captions, load_items
+    from capeval.engine.protocols.capability.release import load_captions, load_items
 
     items = load_items(shared_data / "capability" / "annotations", tasks=("scene", "dynamic_object_number"))
     items = pa.concat_tables([items.filter(pc.equal(items["task"], "scene")).slice(0, n_scene),

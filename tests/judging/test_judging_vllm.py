@@ -11,9 +11,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.judging.runner import run_judging
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, FRAMES, ITEMS, NO_VERDICT, ParseStatus, conform
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, FRAMES, ITEMS, NO_VERDICT, ParseStatus, conform
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -39,7 +39,7 @@ def judging_inputs(shared_data, tmp_path_factory):
     np.save(d / "v0.npy", np.random.default_rng(0).integers(0, 255, (2, 32, 32, 3), dtype=np.uint8))
     frames = conform(pa.table({"frames_key": ["fk0"], "video_id": ["v0"], "frame_spec": ["f4"],
                                "path": [str(d / "v0.npy")]}), FRAMES)
-    from engine.protocols.capability.release import load_items
+    from capeval.engine.protocols.capability.release import load_items
 
     cap = load_items(shared_data / "capability" / "annotations", tasks=("object_color", "dynamic_object_number",
                                                                         "camera_movement"))
@@ -90,7 +90,7 @@ def test_protocol_end_to_end_on_cpu_vllm(name, request, judging_inputs, tmp_path
 
 
 def test_capeval_judge_cli_with_local_judge(judging_inputs, tmp_path, capsys):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     items, captions, _ = judging_inputs
     pq.write_table(items["capquiz"], tmp_path / "items.parquet")
@@ -108,8 +108,8 @@ def test_capeval_judge_cli_with_local_judge(judging_inputs, tmp_path, capsys):
 def test_vllm_stream_keeps_the_engine_fed_and_answers_like_batches(vllm_judge, shared_data):
     """stream(): every request answered, at most max_in_flight unfinished in the engine, the same greedy answers as
     judge(batch); a request with temperature None (no sampling sent) gets the model's default sampling."""
-    from adapters.base import JudgeRequest
-    from engine.judging.window import WindowFeed
+    from capeval.adapters.base import JudgeRequest
+    from capeval.engine.judging.window import WindowFeed
 
     with open(shared_data / "capability" / "captions" / "gpt-4o-0806" / "action.jsonl", encoding="utf-8") as fh:
         caps = [json.loads(line)["caption"][:300] for _, line in zip(range(4), fh)]
@@ -128,7 +128,7 @@ def test_vllm_stream_keeps_the_engine_fed_and_answers_like_batches(vllm_judge, s
     assert set(out) == {r.key for r in reqs} and all(r.error is None for r in out.values())
     assert peak <= 4 and not engine.has_unfinished_requests()
     # the judge loop's default window: twice the batch vLLM chose for the engine (docs/judges.md)
-    from engine.judging.window import judge_window
+    from capeval.engine.judging.window import judge_window
 
     assert judge_window(vllm_judge) == vllm_judge.max_in_flight == 2 * engine.vllm_config.scheduler_config.max_num_seqs
     assert [out[r.key].text for r in reqs] == [b.text for b in batch]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from _sweeps import write_sweep
 
-from engine.sweep.config import load_sweep
-from engine.sweep.grid import expand
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.grid import expand
 
 
 def _keys(tmp_path, api_key: str | None, timeout: float = 30.0) -> list[str]:
@@ -28,8 +28,8 @@ def test_cell_keys_ignore_the_api_key_but_not_other_params(tmp_path):
 
 
 def test_caption_keys_ignore_the_api_key(tmp_path):
-    from engine.stages.pipeline import _key
-    from engine.sweep.config import ComponentSpec
+    from capeval.engine.stages.pipeline import _key
+    from capeval.engine.sweep.config import ComponentSpec
 
     def key(params):
         cap = ComponentSpec(name="openai", params=params)

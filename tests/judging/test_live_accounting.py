@@ -14,8 +14,8 @@ import re
 
 import pytest
 
-from engine.judging.live import MIN_FINISHED, LiveCounts
-from engine.stages.progress import Bar
+from capeval.engine.judging.live import MIN_FINISHED, LiveCounts
+from capeval.engine.stages.progress import Bar
 
 
 def test_warning_once_then_each_further_ten_points():
@@ -85,9 +85,9 @@ def _sweep(tmp_path, base_url: str):
 
 
 def test_sweep_shows_retries_and_failures_while_judging(tmp_path, ray_local, monkeypatch, capsys):
-    from benchmarks.loopback_server import FaultConfig, LoopbackServer
-    from engine.sweep.config import load_sweep
-    from engine.sweep.runner import run_sweep
+    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
     monkeypatch.setenv("CAPEVAL_PROGRESS_EVERY_S", "0")  # a plain line at every answer (stderr is not a terminal)
     with LoopbackServer(FaultConfig(rate=0.6, kinds=("429", "500"), retry_after_s=0, seed=7)) as server:
@@ -117,7 +117,7 @@ def test_sweep_shows_retries_and_failures_while_judging(tmp_path, ray_local, mon
 
 
 def test_warn_failure_share_must_be_a_share(tmp_path):
-    from engine.sweep.config import SweepFileError, load_sweep
+    from capeval.engine.sweep.config import SweepFileError, load_sweep
 
     sweep = _sweep(tmp_path, "http://127.0.0.1:9/v1")
     sweep.write_text(sweep.read_text().replace("warn_failure_share = 0.05", "warn_failure_share = 5"))

@@ -18,18 +18,18 @@ from pathlib import Path
 import pytest
 
 from _sweeps import sweep_toml
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OPENAI_API_KEY", "CAPEVAL_JUDGE_API_KEY")}
-    return {**env, "PYTHONPATH": str(REPO), **extra}
+    return {**env, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **extra}
 
 
 def _capeval(args: list[str], cwd: Path, timeout: int = 600, **env) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=_env(**env), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "capeval.engine.cli", *args], cwd=cwd, env=_env(**env), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -105,8 +105,8 @@ def test_sweep_report_and_submit_write_no_key(tmp_path, key):
 
 
 def test_the_search_finds_a_key_written_unredacted(tmp_path, key):
-    """The check itself: a run record written without engine.secrets.redact (as before commit a178889) is found."""
-    from engine import runrecord
+    """The check itself: a run record written without capeval.engine.secrets.redact (as before commit a178889) is found."""
+    from capeval.engine import runrecord
 
     out = tmp_path / "out"
     runrecord.append_run_record(out, command="judge", config={"judge": {"api_key": key}})
@@ -118,9 +118,9 @@ def test_the_search_finds_a_key_written_unredacted(tmp_path, key):
 def test_api_key_env_is_read_where_the_judge_runs_and_never_keyed(monkeypatch, key):
     """api_key_env names the variable; the loopback server accepts only its value; the revision and the config's
     record hold the name only; an unset variable is an error naming the field, never a fallback to another key."""
-    from adapters.base import JudgeRequest
-    from adapters.openai_http import HTTPConfigError, OpenAIJudge
-    from engine.secrets import redact_text
+    from capeval.adapters.base import JudgeRequest
+    from capeval.adapters.openai_http import HTTPConfigError, OpenAIJudge
+    from capeval.engine.secrets import redact_text
 
     monkeypatch.setenv("CAPEVAL_TEST_JUDGE_KEY", key)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-some-other-key-000")

@@ -27,10 +27,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from adapters.openai_http import OpenAIJudge
-from engine.judging.runner import run_judging
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, FRAMES, ITEMS, ParseStatus, conform
+from capeval.adapters.openai_http import OpenAIJudge
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, FRAMES, ITEMS, ParseStatus, conform
 
 PACK_DIR = Path(os.environ.get("CAPEVAL_PACK_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "protocols"))
 MODEL = "official-judge"
@@ -166,7 +166,7 @@ def test_vidcapbench_sends_one_user_message_per_step_and_nothing_else(tmp_path):
     qa = tmp_path / "qa.jsonl"
     qa.write_text(json.dumps({"video_dir": "v1", "QA_pairs": [{"question": question, "answer": reference,
                                                                "sub_category": "color"}]}) + "\n")
-    from engine.protocols.vidcapbench.release import load_vidcapbench
+    from capeval.engine.protocols.vidcapbench.release import load_vidcapbench
 
     with CaptureServer(lambda body, n: replies.get(body["messages"][-1]["content"], "?")) as server:
         verdicts = _judge_through(server, "vidcapbench", load_vidcapbench(qa), _captions(["v1"]), tmp_path,
@@ -196,7 +196,7 @@ def test_capquiz_sends_the_judge_prompt_and_no_sampling_parameter(tmp_path):
 
 
 def test_lvcap_autodq_events_send_one_user_message_and_nothing_else(tmp_path):
-    from engine.datasets import dream1k
+    from capeval.engine.datasets import dream1k
 
     pack = _pack("autodq")
     oracle = PACK_DIR / "autodq_oracle.jsonl"
@@ -251,7 +251,7 @@ def test_vcinspector_sends_the_frames_the_text_and_max_tokens_1024_only(tmp_path
 def test_lvcap_paper_events_and_scene_questions_send_one_user_message_and_nothing_else(tmp_path):
     """LVCap-Eval's own official flow (the paper states no sampling): Prompt2 then Prompt5 per clip, and Prompt4 once
     per video for its scene questions -- each a model and one user message, nothing else."""
-    from engine.datasets import dream1k
+    from capeval.engine.datasets import dream1k
 
     _pack("lvcap")
     spec = importlib.util.spec_from_file_location(

@@ -17,12 +17,12 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.judging.runner import run_judging
-from engine.protocols.capquiz import CapQuizVerdict
-from engine.protocols.capquiz.metrics import compute_metrics
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, VERDICTS, ParseStatus, conform
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.protocols.capquiz import CapQuizVerdict
+from capeval.engine.protocols.capquiz.metrics import compute_metrics
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, NO_VERDICT, VERDICTS, ParseStatus, conform
 
 PACK_DIR = Path(os.environ.get("CAPEVAL_PACK_DIR", Path(__file__).resolve().parents[2].parent / "shared" / "protocols"))
 OPTIONS = ["a red kite", "a blue umbrella", "a green bicycle", "a yellow boat", "a white dog"]
@@ -126,8 +126,8 @@ def test_official_mode_parses_the_reply_without_its_reasoning(tmp_path):
 
 
 def test_a_caption_with_reasoning_is_judged_without_it_and_keeps_its_raw_text(tmp_path):
-    from adapters.base import CaptionResponse
-    from engine.reasoning import caption_row_fields, strip_caption
+    from capeval.adapters.base import CaptionResponse
+    from capeval.engine.reasoning import caption_row_fields, strip_caption
 
     raw = f"<think>\nThe first frames show a red kite, maybe. {MISLEADING}\n</think>\n\n{CAPTION}"
     reply = strip_caption(CaptionResponse("k-v1", raw, n_tokens=100))
@@ -173,7 +173,7 @@ def test_caption_and_verdict_tables_written_before_the_new_columns_still_read_ba
     ("<think></think>B", "B", ""),
 ])
 def test_split_reasoning_forms(text, visible, reasoning):
-    from engine.reasoning import split_reasoning
+    from capeval.engine.reasoning import split_reasoning
 
     assert split_reasoning(text) == (visible, reasoning)
     assert split_reasoning(text, None) == (text, None)  # "none": nothing stripped
@@ -182,14 +182,14 @@ def test_split_reasoning_forms(text, visible, reasoning):
 @pytest.mark.parametrize("value, tags", [(None, ("<think>", "</think>")), ("none", None), ([], None),
                                          ('["<r>", "</r>"]', ("<r>", "</r>")), (["<r>", "</r>"], ("<r>", "</r>"))])
 def test_reasoning_tags_values(value, tags):
-    from engine.reasoning import parse_tags
+    from capeval.engine.reasoning import parse_tags
 
     assert parse_tags(value) == tags
 
 
 def test_a_bad_reasoning_tags_value_names_the_field():
-    from adapters.openai_http import HTTPConfig, HTTPConfigError, OpenAICaptioner, OpenAIJudge
-    from engine.sweep.validation import param_value_problems
+    from capeval.adapters.openai_http import HTTPConfig, HTTPConfigError, OpenAICaptioner, OpenAIJudge
+    from capeval.engine.sweep.validation import param_value_problems
 
     for bad in (["<think>"], "think", ["<t>", "<t>"], [1, 2]):
         with pytest.raises(HTTPConfigError) as err:
@@ -226,7 +226,7 @@ class _ThinkingServer(BaseHTTPRequestHandler):
 
 
 def test_openai_judge_keeps_separate_reasoning_and_the_servers_token_count(tmp_path):
-    from adapters.openai_http import OpenAIJudge
+    from capeval.adapters.openai_http import OpenAIJudge
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), _ThinkingServer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -257,7 +257,7 @@ def test_openai_judge_keeps_separate_reasoning_and_the_servers_token_count(tmp_p
 ])
 def test_a_completion_body_keeps_the_reasoning_in_the_raw_reply_and_reads_its_token_count(message, usage, text,
                                                                                           counted):
-    from adapters.http_chat import Prices, parse_completion
+    from capeval.adapters.http_chat import Prices, parse_completion
 
     body = json.dumps({"choices": [{"message": message, "finish_reason": "stop"}], "usage": usage}).encode()
     result = parse_completion(body, None, Prices())
@@ -267,7 +267,7 @@ def test_a_completion_body_keeps_the_reasoning_in_the_raw_reply_and_reads_its_to
 def test_a_judgment_cache_made_before_reasoning_tokens_opens_and_keeps_its_answers(tmp_path):
     import sqlite3
 
-    from engine.store.judgment_cache import CachedResponse, JudgmentCache
+    from capeval.engine.store.judgment_cache import CachedResponse, JudgmentCache
 
     db = sqlite3.connect(tmp_path / JudgmentCache.FILENAME)
     db.execute("CREATE TABLE judgments (request_key TEXT PRIMARY KEY, judge TEXT NOT NULL, text TEXT NOT NULL, "
@@ -312,7 +312,7 @@ class _ThinkingCaptioner(BaseHTTPRequestHandler):
 def test_the_caption_stage_strips_reasoning_from_captions_and_segment_contexts(tmp_path):
     import numpy as np
 
-    from engine.stages.caption_worker import CaptionTask, CaptionWorker
+    from capeval.engine.stages.caption_worker import CaptionTask, CaptionWorker
 
     frames = tmp_path / "frames.npy"
     np.save(frames, np.full((4, 16, 16, 3), 128, np.uint8))

@@ -35,7 +35,7 @@ CASES = {
 
 CHILD = r"""
 import json, sys, time
-from engine.secrets import REDACTED, redact_text
+from capeval.engine.secrets import REDACTED, redact_text
 cases = json.loads(sys.stdin.read())
 times = {}
 for name, text in cases.items():
@@ -51,7 +51,7 @@ print(json.dumps(times))
 
 @pytest.mark.timeout(CHILD_LIMIT_S + 30)
 def test_redaction_time_is_linear_in_the_text():
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     try:
         done = subprocess.run([sys.executable, "-c", CHILD], input=json.dumps(CASES), capture_output=True, text=True,
                               cwd=REPO, env=env, timeout=CHILD_LIMIT_S)

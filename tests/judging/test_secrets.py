@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import secrets as S
-from engine.secrets import REDACTED, is_secret_name, redact, redact_argv, redact_text, without_secrets
+from capeval.engine import secrets as S
+from capeval.engine.secrets import REDACTED, is_secret_name, redact, redact_argv, redact_text, without_secrets
 
 
 @pytest.mark.parametrize("name", ["api_key", "API_KEY", "apikey", "openai-api-key", "hf_token", "token", "password",

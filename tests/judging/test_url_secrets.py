@@ -16,20 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.loopback_server import FaultConfig, LoopbackServer
-from engine import secrets as S
-from engine.secrets import REDACTED
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine import secrets as S
+from capeval.engine.secrets import REDACTED
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def _env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "OPENAI_API_KEY", "CAPEVAL_JUDGE_API_KEY")}
-    return {**env, "PYTHONPATH": str(REPO), **extra}
+    return {**env, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **extra}
 
 
 def _capeval(args: list[str], cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "engine.cli", *args], cwd=cwd, env=_env(), capture_output=True,
+    return subprocess.run([sys.executable, "-m", "capeval.engine.cli", *args], cwd=cwd, env=_env(), capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -146,7 +146,7 @@ def test_submit_refuses_a_url_holding_a_key_and_writes_nothing(tmp_path, key):
 
 
 def test_batch_state_names_its_endpoint_without_the_key(tmp_path, key):
-    from adapters.openai_batch import OpenAIBatchJudge
+    from capeval.adapters.openai_batch import OpenAIBatchJudge
 
     with OpenAIBatchJudge(model="m", base_url=f"http://capeval:{key}@127.0.0.1:9/v1?api-key={key}",
                           api_key_env=None, state_dir=str(tmp_path)) as judge:

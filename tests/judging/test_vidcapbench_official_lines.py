@@ -21,7 +21,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.cli import main
+from capeval.engine.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT.parent / "shared" / "protocols"

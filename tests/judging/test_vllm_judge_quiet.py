@@ -25,10 +25,10 @@ def test_in_process_vllm_judge_prints_only_capevals_lines(tiny_lm_dir, tmp_path)
                              for v in range(2)))
     captions.write_text("".join(json.dumps({"video_id": f"v{v}", "caption": "Two shapes move."}) + "\n"
                                 for v in range(2)))
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
     for key in ("VLLM_LOGGING_LEVEL", "TRANSFORMERS_VERBOSITY"):  # what the command sets itself, not the suite
         env.pop(key, None)
-    run = subprocess.run([sys.executable, "-m", "engine.cli", "judge", "--protocol", "capquiz", "--items", str(items),
+    run = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "judge", "--protocol", "capquiz", "--items", str(items),
                           "--captions", str(captions), "--judge", "vllm", "--judge-model", str(tiny_lm_dir),
                           "--judge-option", "max_model_len=2048", "--out", str(tmp_path / "v.parquet"),
                           "--cache", str(tmp_path / "cache"), "--resamples", "0", "--no-progress"],

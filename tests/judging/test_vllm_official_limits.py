@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def test_a_request_without_max_tokens_gets_the_rest_of_the_context_and_no_seed(vllm_judge):
-    from adapters.base import JudgeRequest
+    from capeval.adapters.base import JudgeRequest
 
     official = JudgeRequest(key="official", system="Judge the caption.", user="Caption: a dog runs on a beach.",
                             max_tokens=None, temperature=None, seed=None)

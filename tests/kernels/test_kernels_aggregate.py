@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kernels.aggregate import count_codes, count_codes_by_cluster
+from capeval.kernels.aggregate import count_codes, count_codes_by_cluster
 
 
 def _reference(cluster_ids, group_ids, codes, n_clusters, n_groups, n_codes):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import cohen_kappa_score
 
-from kernels.agreement import category_counts, cohen_kappa, gwet_ac1
+from capeval.kernels.agreement import category_counts, cohen_kappa, gwet_ac1
 
 
 def _paired_ratings(table):

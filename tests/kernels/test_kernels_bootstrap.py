@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kernels.bootstrap import (cluster_bootstrap, cluster_bootstrap_sums, paired_bootstrap_diff, percentile_ci,
+from capeval.kernels.bootstrap import (cluster_bootstrap, cluster_bootstrap_sums, paired_bootstrap_diff, percentile_ci,
                                resample_indices, resample_weights)
 
 

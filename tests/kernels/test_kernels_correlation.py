@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kernels.correlation import kendall_tau_b, kendall_tau_c, rank_average, spearman_rho
+from capeval.kernels.correlation import kendall_tau_b, kendall_tau_c, rank_average, spearman_rho
 
 
 @pytest.mark.parametrize("n,levels", [(2, 2), (3, 2), (17, 3), (200, 5), (2000, 1000), (3001, 4)])

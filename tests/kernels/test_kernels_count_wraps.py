@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from kernels.aggregate import count_codes_by_cluster
+from capeval.kernels.aggregate import count_codes_by_cluster
 
 
 def _bincount_reference(clusters, groups, codes, n_clusters, n_groups, n_codes):

@@ -1,11 +1,11 @@
 """Two-stage bootstrap (kernels/two_stage.py): its draws against the video bootstrap and a naive nested loop, the
-judge-noise variance against its closed form, and the one-trial case against kernels.bootstrap exactly."""
+judge-noise variance against its closed form, and the one-trial case against capeval.kernels.bootstrap exactly."""
 
 import numpy as np
 import pytest
 
-from kernels.bootstrap import cluster_bootstrap, resample_indices, resample_weights
-from kernels.two_stage import judge_noise, two_stage_bootstrap, two_stage_weights, unit_layout
+from capeval.kernels.bootstrap import cluster_bootstrap, resample_indices, resample_weights
+from capeval.kernels.two_stage import judge_noise, two_stage_bootstrap, two_stage_weights, unit_layout
 
 
 def _units(rng, trials_per_video, n_cols=2, high=9):
@@ -53,7 +53,7 @@ def test_trial_draws_follow_the_nested_law():
             d = drawn[once][:, mine]
             assert d.mean() == pytest.approx(1.0, abs=0.05)
             assert d.var() == pytest.approx((k[v] - 1) / k[v], rel=0.1)
-    # the video draws are kernels.bootstrap's draws: the nested loop over them gives the same video weights
+    # the video draws are capeval.kernels.bootstrap's draws: the nested loop over them gives the same video weights
     idx = resample_indices(k.size, 4000, seed=3)
     np.testing.assert_array_equal(video_w, np.stack([np.bincount(i, minlength=k.size) for i in idx]))
 

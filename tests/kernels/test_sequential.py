@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kernels.sequential import linearise, numeric_gradient, wor_mixture_cs
+from capeval.kernels.sequential import linearise, numeric_gradient, wor_mixture_cs
 
 ALPHA = 0.05
 REPS = 1000

@@ -12,9 +12,9 @@ from __future__ import annotations
 import polars as pl
 import pytest
 
-from engine.cli import main
-from engine.protocols.capability.release import RELEASED_JUDGE, load_items, load_judgments
-from engine.registry import lookup
+from capeval.engine.cli import main
+from capeval.engine.protocols.capability.release import RELEASED_JUDGE, load_items, load_judgments
+from capeval.engine.registry import lookup
 
 TASKS = ["OCR", "dynamic_object_number", "camera_movement"]  # one image task, two video tasks: fast, both media
 MODEL = "gpt-4o-0806"

@@ -9,10 +9,10 @@ import json
 import polars as pl
 import pytest
 
-from engine.cli import main
-from engine.metrics.breakdowns import (UnknownColumnError, available_columns, duration_bucket, level_order,
+from capeval.engine.cli import main
+from capeval.engine.metrics.breakdowns import (UnknownColumnError, available_columns, duration_bucket, level_order,
                                        with_breakdowns)
-from engine.registry import lookup
+from capeval.engine.registry import lookup
 
 CD, TP, FP = 0, 1, 2
 # (video, duration s or None, scene, sub_category, verdict): five videos, two items each
@@ -102,8 +102,8 @@ def test_extra_key_levels_equal_the_protocol_on_each_levels_verdicts():
 
 
 def test_duration_bucket_from_extra_duration_and_probed_media(tmp_path):
-    from engine.datasets.synthetic_videos import make_video
-    from engine.frames.decode import probe_duration
+    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.frames.decode import probe_duration
 
     video = tmp_path / "v5.mp4"
     make_video(video, codec="libx264", seconds=1.0, fps=8, size=(64, 48), seed=1)

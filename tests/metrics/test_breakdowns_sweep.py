@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 
 from _sweeps import write_sweep
-from engine.cli import main
-from engine.metrics.reasons import explain_nulls
-from engine.registry import lookup
-from engine.report.rundir import load_items, load_run
+from capeval.engine.cli import main
+from capeval.engine.metrics.reasons import explain_nulls
+from capeval.engine.registry import lookup
+from capeval.engine.report.rundir import load_items, load_run
 
 TASKS = {"scene", "counting", "object", "action"}  # the synthetic kind's question kinds
 KEYS = ["family", "question_type", "metric"]

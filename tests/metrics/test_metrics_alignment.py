@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from engine.metrics.alignment import correlate, gwet_ac1, swap_caption
+from capeval.engine.metrics.alignment import correlate, gwet_ac1, swap_caption
 
 
 def test_correlations_match_scipy_with_ties():
@@ -48,7 +48,7 @@ def test_swap_caption_is_deterministic_and_keeps_case():
 
 
 def test_align_headline_is_the_per_annotator_mean_and_ci_resamples_videos():
-    from engine.metrics.alignment import align
+    from capeval.engine.metrics.alignment import align
 
     rng = np.random.default_rng(2)
     videos = np.repeat(np.arange(40), 6)

@@ -6,8 +6,8 @@ import json
 import polars as pl
 import pytest
 
-from engine.protocols.capquiz.metrics import TYPE_FAMILY, compute_metrics
-from engine.protocols.capquiz.types import load_type_map
+from capeval.engine.protocols.capquiz.metrics import TYPE_FAMILY, compute_metrics
+from capeval.engine.protocols.capquiz.types import load_type_map
 
 CD, TP, FP, NV = 0, 1, 2, -1
 
@@ -178,7 +178,7 @@ def test_per_video_counts_no_verdict_like_pooling_and_bad_average_is_an_error():
 
 
 def test_a_sweep_passes_average_to_the_metrics():
-    from engine.protocols.capquiz import PROTOCOL
+    from capeval.engine.protocols.capquiz import PROTOCOL
 
     # the sweep's judge stage hands a cell's metrics exactly protocol.metric_params(cell params)
     assert PROTOCOL.metric_params({"mode": "official", "average": "per_video", "prompts": "p.toml"}) == \
@@ -188,7 +188,7 @@ def test_a_sweep_passes_average_to_the_metrics():
 def test_a_bad_average_stops_before_any_request_is_built():
     import pyarrow as pa
 
-    from engine.protocols.capquiz import PROTOCOL
+    from capeval.engine.protocols.capquiz import PROTOCOL
 
     with pytest.raises(ValueError, match="average"):
         PROTOCOL.build_requests(pa.table({"item_id": ["q"]}), pa.table({"video_id": ["v"]}), judge="j",

@@ -5,9 +5,9 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
-from engine.metrics.core import code_share, count_table, f1, mean_code_value, metrics_frame, safe_ratio
-from engine.schemas import NO_VERDICT, conform, metrics_schema
-from kernels.bootstrap import cluster_bootstrap, percentile_ci
+from capeval.engine.metrics.core import code_share, count_table, f1, mean_code_value, metrics_frame, safe_ratio
+from capeval.engine.schemas import NO_VERDICT, conform, metrics_schema
+from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
 
 
 @pytest.fixture(scope="module")

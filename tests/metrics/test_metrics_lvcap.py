@@ -3,7 +3,7 @@
 import polars as pl
 import pytest
 
-from engine.protocols.lvcap.metrics import compute_metrics, duration_bucket
+from capeval.engine.protocols.lvcap.metrics import compute_metrics, duration_bucket
 
 E, N, C = 1, 0, 2  # entailment, neutral, contradiction
 
@@ -92,10 +92,10 @@ from pathlib import Path  # noqa: E402
 
 import pyarrow as pa  # noqa: E402
 
-from adapters.replay import ReplayJudge  # noqa: E402
-from engine.judging.runner import run_judging  # noqa: E402
-from engine.protocols.lvcap import PROTOCOL  # noqa: E402
-from engine.schemas import CAPTIONS, ITEMS as ITEMS_SCHEMA, conform  # noqa: E402
+from capeval.adapters.replay import ReplayJudge  # noqa: E402
+from capeval.engine.judging.runner import run_judging  # noqa: E402
+from capeval.engine.protocols.lvcap import PROTOCOL  # noqa: E402
+from capeval.engine.schemas import CAPTIONS, ITEMS as ITEMS_SCHEMA, conform  # noqa: E402
 
 PACK_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "protocols"
 
@@ -162,11 +162,11 @@ def test_official_paper_event_scoring_runs_on_capevals_own_pack_with_the_local_j
     Prompt5 layout) in capeval's words, answered by the local judge on the first try."""
     import pyarrow as pa
 
-    from adapters.local_judge import LocalJudge
-    from engine.judging.runner import run_judging
-    from engine.packs import builtin_pack_path
-    from engine.protocols.lvcap import PROTOCOL
-    from engine.schemas import CAPTIONS, ITEMS, conform
+    from capeval.adapters.local_judge import LocalJudge
+    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.packs import builtin_pack_path
+    from capeval.engine.protocols.lvcap import PROTOCOL
+    from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 
     items = conform(pa.Table.from_pylist([{
         "benchmark": "lvcap", "task": "events", "item_id": "v1", "video_id": "v1", "category": "Movie",

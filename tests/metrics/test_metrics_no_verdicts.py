@@ -7,9 +7,9 @@ import importlib
 import polars as pl
 import pytest
 
-from engine.metrics.reasons import explain_nulls
-from engine.metrics.report import format_rows
-from engine.report.leaderboard import format_leaderboard, leaderboard
+from capeval.engine.metrics.reasons import explain_nulls
+from capeval.engine.metrics.report import format_rows
+from capeval.engine.report.leaderboard import format_leaderboard, leaderboard
 
 BASE = dict(captioner="m", prompt_id="p", frame_spec="f", judge="j")
 REFUSED = "failed after 2 attempts: APIConnectionError: Cannot connect to host 127.0.0.1:9 [Connection refused]"
@@ -38,7 +38,7 @@ def _all_failed(protocol: str) -> pl.DataFrame:
 @pytest.mark.parametrize("mode", ["strict", "official"])
 @pytest.mark.parametrize("protocol", ["capquiz", "capability", "lvcap", "vidcapbench", "vcinspector"])
 def test_every_protocols_metrics_of_a_judge_that_never_answered_are_null(protocol, mode):
-    metrics = importlib.import_module(f"engine.protocols.{protocol}.metrics")
+    metrics = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics")
     verdicts = _all_failed(protocol)
     frame = metrics.compute_metrics(verdicts, n_resamples=20, mode=mode)
     assert frame.height
@@ -58,7 +58,7 @@ def test_only_the_group_without_verdicts_is_nulled_and_the_first_error_is_named_
     verdicts = _table(rows)
     verdicts = verdicts.with_columns(
         pl.when(pl.col("item_id") == "q2").then(pl.lit("timeout after 30 s")).otherwise(pl.col("error")).alias("error"))
-    metrics = importlib.import_module("engine.protocols.capquiz.metrics")
+    metrics = importlib.import_module("capeval.engine.protocols.capquiz.metrics")
     frame = explain_nulls(metrics.compute_metrics(verdicts, n_resamples=0), verdicts)
     good = frame.filter(pl.col("captioner") == "good")
     assert good["value"].is_not_null().all() and good["reason"].is_null().all()
@@ -71,7 +71,7 @@ def test_items_without_a_caption_say_whether_the_captions_matched_no_item():
     verdicts = _table([dict(task="capquiz", item_id=f"q{i}", video_id=f"v{i}", verdict=-1) for i in range(3)],
                       error="no caption for item 'q0' (video 'v0') in caps.jsonl").with_columns(
         pl.lit("no_caption").alias("item_status"))
-    metrics = importlib.import_module("engine.protocols.capquiz.metrics").compute_metrics(verdicts, n_resamples=0)
+    metrics = importlib.import_module("capeval.engine.protocols.capquiz.metrics").compute_metrics(verdicts, n_resamples=0)
     some = pl.DataFrame({"video_id": ["x0", "x1"], "text": ["a caption", "another"]})
     none = pl.DataFrame({"video_id": ["v0"], "text": [None]}, schema={"video_id": pl.String, "text": pl.String})
     assert set(explain_nulls(metrics, verdicts, captions=some)["reason"]) == {
@@ -82,7 +82,7 @@ def test_items_without_a_caption_say_whether_the_captions_matched_no_item():
 
 def test_terminal_tables_print_the_reason_not_a_number():
     verdicts = _all_failed("capquiz")
-    frame = explain_nulls(importlib.import_module("engine.protocols.capquiz.metrics").compute_metrics(
+    frame = explain_nulls(importlib.import_module("capeval.engine.protocols.capquiz.metrics").compute_metrics(
         verdicts, n_resamples=0), verdicts)
     reason = f"no verdicts: {REFUSED} (x4)"
     rows = format_rows(frame)
@@ -99,10 +99,10 @@ def test_terminal_tables_print_the_reason_not_a_number():
 
 def test_capquiz_f1_of_zero_precision_and_recall_is_zero():
     """The paper leaves 0/0 open; capeval scores it 0 (its per-video F1, 2TP/(N+TP+FP), is 0 there too)."""
-    from engine.protocols.capquiz.paired import paired_spec
+    from capeval.engine.protocols.capquiz.paired import paired_spec
 
     verdicts = _table([dict(task="capquiz", item_id=f"q{i}", video_id=f"v{i}", verdict=2) for i in range(4)])  # WRONG
-    metrics = importlib.import_module("engine.protocols.capquiz.metrics")
+    metrics = importlib.import_module("capeval.engine.protocols.capquiz.metrics")
     for average in ("pooled", "per_video"):
         frame = explain_nulls(metrics.compute_metrics(verdicts, n_resamples=20, average=average), verdicts)
         values = dict(zip(frame["metric"], frame["value"]))
@@ -121,7 +121,7 @@ def test_capability_f1_of_zero_precision_and_recall_is_nan_as_officially_and_sho
     """The official calculate_metric gives nan for "hits but no correct answer" (P = R = 0)."""
     verdicts = _table([dict(task="scene", item_id=f"s{i}", video_id=f"v{i}", verdict=c)
                        for i, c in enumerate([2, 0, 2, 0, 2, 0, 2])])  # NEGATIVE / MISS
-    metrics = importlib.import_module("engine.protocols.capability.metrics")
+    metrics = importlib.import_module("capeval.engine.protocols.capability.metrics")
     frame = explain_nulls(metrics.compute_metrics(verdicts, n_resamples=0, mode="official"), verdicts)
     scene = {r["metric"]: r for r in frame.filter(pl.col("task") == "scene").iter_rows(named=True)}
     assert scene["precision"]["value"] == 0.0 and scene["recall"]["value"] == 0.0
@@ -134,7 +134,7 @@ def test_lvcap_event_f1_of_zero_precision_and_recall_is_undefined_as_autodq_and_
     """AutoDQ's count_f1 (which LVCap-Eval's S_e adopts) is nan when R + P = 0."""
     verdicts = _table([dict(task="lvcap", item_id=f"v{i}", video_id=f"v{i}", step=s, sub_index=k, verdict=0)
                        for i in range(2) for s in ("entail_p", "entail_r") for k in range(2)])  # all neutral
-    metrics = importlib.import_module("engine.protocols.lvcap.metrics")
+    metrics = importlib.import_module("capeval.engine.protocols.lvcap.metrics")
     frame = explain_nulls(metrics.compute_metrics(verdicts, n_resamples=0), verdicts)
     row = {r["metric"]: r for r in frame.filter(pl.col("bucket") == "all").iter_rows(named=True)}
     assert row["event_precision"]["value"] == 0.0 and row["event_recall"]["value"] == 0.0

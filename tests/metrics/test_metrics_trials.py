@@ -8,8 +8,8 @@ import numpy as np
 import polars as pl
 import pytest
 
-from engine.metrics.core import count_table, metrics_frame, safe_ratio
-from engine.schemas import NO_VERDICT
+from capeval.engine.metrics.core import count_table, metrics_frame, safe_ratio
+from capeval.engine.schemas import NO_VERDICT
 
 NO, YES = 0, 1
 

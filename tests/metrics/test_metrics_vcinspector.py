@@ -5,7 +5,7 @@ import json
 import polars as pl
 import pytest
 
-from engine.protocols.vcinspector.metrics import compute_metrics
+from capeval.engine.protocols.vcinspector.metrics import compute_metrics
 
 
 def table(scores, videos):
@@ -40,7 +40,7 @@ def test_per_category_with_items():
 
 
 def test_score_command_writes_csv_and_names_a_missing_file(tmp_path, capsys):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     path = tmp_path / "verdicts.parquet"
     table([5, 3, 0], ["a", "b", "c"]).write_parquet(path)
@@ -61,10 +61,10 @@ from pathlib import Path  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 
-from engine.judging.requests import to_judge_request  # noqa: E402
-from engine.protocols.vcinspector import PROTOCOL  # noqa: E402
-from engine.protocols.vcinspector.parsing import parse_official  # noqa: E402
-from engine.schemas import CAPTIONS, FRAMES, ITEMS, NO_VERDICT, ParseStatus, conform  # noqa: E402
+from capeval.engine.judging.requests import to_judge_request  # noqa: E402
+from capeval.engine.protocols.vcinspector import PROTOCOL  # noqa: E402
+from capeval.engine.protocols.vcinspector.parsing import parse_official  # noqa: E402
+from capeval.engine.schemas import CAPTIONS, FRAMES, ITEMS, NO_VERDICT, ParseStatus, conform  # noqa: E402
 
 PACK_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "protocols"
 

@@ -9,9 +9,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from engine.datasets.jsonl import DatasetFormatError
-from engine.protocols.vidcapbench.release import load_vidcapbench
-from engine.protocols.vidcapbench.metrics import compute_metrics
+from capeval.engine.datasets.jsonl import DatasetFormatError
+from capeval.engine.protocols.vidcapbench.release import load_vidcapbench
+from capeval.engine.protocols.vidcapbench.metrics import compute_metrics
 
 D, C, B, A = 0, 1, 2, 3  # score -1, 0, 1, 2
 

@@ -10,11 +10,11 @@ import polars as pl
 from _caption_server import RecordingServer
 from _sweeps import write_sweep
 
-from engine import exitcodes
-from engine.report.across import across_for_run
-from engine.report.rundir import load_run
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine import exitcodes
+from capeval.engine.report.across import across_for_run
+from capeval.engine.report.rundir import load_run
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 EMPTY, BLANK = "", " \n\t "
 

@@ -12,8 +12,8 @@ import pytest
 from _caption_server import RecordingServer
 from _sweeps import write_sweep
 
-from engine.sweep.config import SweepFileError, load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import SweepFileError, load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 PACK = REPO.parent / "shared" / "protocols" / "capability.toml"

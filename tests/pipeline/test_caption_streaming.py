@@ -14,9 +14,9 @@ import time
 import numpy as np
 import pytest
 
-from engine.schemas import CAPTIONS
-from engine.stages.caption import CaptionTask, read_captions, run_caption_stage
-from engine.store import SegmentStore
+from capeval.engine.schemas import CAPTIONS
+from capeval.engine.stages.caption import CaptionTask, read_captions, run_caption_stage
+from capeval.engine.store import SegmentStore
 from _caption_server import SLOW, RecordingServer
 
 N_VIDEOS = 12
@@ -24,8 +24,8 @@ N_VIDEOS = 12
 
 @pytest.fixture(scope="module")
 def decoded(tmp_path_factory, ray_local):
-    from engine.datasets.synthetic_videos import make_video
-    from engine.stages.decode import decode_stream
+    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.stages.decode import decode_stream
 
     root = tmp_path_factory.mktemp("streaming")
     videos = []
@@ -130,7 +130,7 @@ class SyncCaptioner(_Counting):
         self.thread_safe, self.max_in_flight = thread_safe, 4
 
     def caption(self, requests):
-        from adapters.base import CaptionResponse
+        from capeval.adapters.base import CaptionResponse
 
         (r,) = requests
         self.enter(r)
@@ -143,7 +143,7 @@ class AsyncCaptioner(_Counting):
     max_in_flight = 8
 
     async def acaption(self, r):
-        from adapters.base import CaptionResponse
+        from capeval.adapters.base import CaptionResponse
 
         self.enter(r)
         await asyncio.sleep(self.delay_s)
@@ -152,7 +152,7 @@ class AsyncCaptioner(_Counting):
 
 
 def _worker(model):
-    from engine.stages.caption import CaptionWorker
+    from capeval.engine.stages.caption import CaptionWorker
 
     worker = CaptionWorker.__new__(CaptionWorker)
     worker.name, worker.model, worker.exit_once_marker = "test", model, None
@@ -194,7 +194,7 @@ def test_segments_are_sequential_within_a_video_and_videos_run_concurrently():
 # -- progress ----------------------------------------------------------------------------------------------------
 
 def test_progress_without_a_terminal_prints_plain_lines_with_rate_eta_and_retries():
-    from engine.stages.progress import Bar
+    from capeval.engine.stages.progress import Bar
 
     out = io.StringIO()  # not a terminal: no bar, plain lines
     bar = Bar(10, "caption [m]", "video", True, stream=out, every_s=0)
@@ -215,7 +215,7 @@ def test_progress_without_a_terminal_prints_plain_lines_with_rate_eta_and_retrie
 
 
 def test_terminal_bar_counts_work_from_the_first_finished_unit():
-    from engine.stages.progress import Bar
+    from capeval.engine.stages.progress import Bar
 
     class Terminal(io.StringIO):
         def isatty(self):
@@ -234,8 +234,8 @@ def test_terminal_bar_counts_work_from_the_first_finished_unit():
 def test_the_judge_loop_bar_grows_and_counts_work_from_the_first_answer(tmp_path):
     """The judge loop's bar (engine/judging/loop.py) is this Bar with a growing total: requests are added as cells
     arrive, and a judge model still loading when the loop starts is not counted in the rate."""
-    from engine.judging.loop import JudgeLoop
-    from engine.stages.progress import Bar
+    from capeval.engine.judging.loop import JudgeLoop
+    from capeval.engine.stages.progress import Bar
 
     class Judge:
         name, revision = "j", "r"
@@ -266,9 +266,9 @@ def test_the_judge_loop_bar_grows_and_counts_work_from_the_first_answer(tmp_path
 def test_openai_captioner_acaption_reuses_the_http_client_rules():
     """acaption rides the judge's HTTP client: many requests at once on one event loop, and a wrong key (401) comes
     back as each request's error (nothing raised; requests after it are not sent)."""
-    from adapters.base import CaptionRequest
-    from adapters.openai_http import OpenAICaptioner
-    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from capeval.adapters.base import CaptionRequest
+    from capeval.adapters.openai_http import OpenAICaptioner
+    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
     frames = np.zeros((2, 16, 16, 3), np.uint8)
 

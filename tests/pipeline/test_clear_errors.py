@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main as cli_main
-from engine.exitcodes import USAGE
-from engine.sweep.config import SweepFileError, load_sweep
+from capeval.engine.cli import main as cli_main
+from capeval.engine.exitcodes import USAGE
+from capeval.engine.sweep.config import SweepFileError, load_sweep
 
 
 def _captions(folder: Path, video: str = "v") -> Path:

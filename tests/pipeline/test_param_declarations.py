@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from adapters.replay import ReplayJudge
-from engine.cli import main as cli_main
-from engine.exitcodes import USAGE
-from engine.registry import lookup, names, register_judge
-from engine.sweep.config import SweepFileError, load_sweep
+from capeval.adapters.replay import ReplayJudge
+from capeval.engine.cli import main as cli_main
+from capeval.engine.exitcodes import USAGE
+from capeval.engine.registry import lookup, names, register_judge
+from capeval.engine.sweep.config import SweepFileError, load_sweep
 
 
 def _captions(folder: Path) -> Path:
@@ -123,7 +123,7 @@ def test_a_sweep_passes_every_declared_metrics_param_to_the_metrics(tmp_path, ra
     `mode` and `average`: a declared param would have been accepted and then ignored)."""
     import polars as pl
 
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
     caps = tmp_path / "caps.jsonl"
     caps.write_text("".join(f'{{"video_id": "d-00{k}", "caption": "A red ball."}}\n' for k in range(2)))
@@ -178,7 +178,7 @@ class UnannotatedReplay(ReplayJudge):
 def test_a_judge_constructor_param_without_annotation_takes_any_value(tmp_path, capsys):
     """A judge plugin whose constructor leaves a parameter unannotated (tests/construct/_slow_judge.py's `replies`)
     gets the value the user gives: nothing to check it against, so nothing refuses it."""
-    from engine.sweep.validation import param_value_problems
+    from capeval.engine.sweep.validation import param_value_problems
 
     replies = tmp_path / "replies.jsonl"
     replies.write_text(json.dumps({"item_id": "q1", "step": "answer", "text": "A"}) + "\n")

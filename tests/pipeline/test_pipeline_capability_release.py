@@ -12,10 +12,10 @@ import polars as pl
 import pytest
 from PIL import Image
 
-from engine.datasets.synthetic_videos import make_video
-from engine.protocols.capability.codes import TASKS
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.datasets.synthetic_videos import make_video
+from capeval.engine.protocols.capability.codes import TASKS
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 
 def _release(root: Path, shared: Path) -> dict[str, str]:
@@ -72,8 +72,8 @@ n_resamples = 20
     assert set(verdicts["item_status"]) == {"ok"}, verdicts.select("task", "item_status", "error").to_dicts()
 
     # one caption per media file, each made with the pack's prompt for its media type
-    from engine.stages.pipeline import caption_key_for
-    from engine.sweep.runner import component_revision
+    from capeval.engine.stages.pipeline import caption_key_for
+    from capeval.engine.sweep.runner import component_revision
 
     config = load_sweep(path)
     cap = config.captioners[0]

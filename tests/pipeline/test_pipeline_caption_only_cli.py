@@ -8,7 +8,7 @@ import json
 import polars as pl
 from _sweeps import write_sweep
 
-from engine.cli import main as cli_main
+from capeval.engine.cli import main as cli_main
 
 
 def test_caption_only_sweep_via_cli_exits_0_and_writes_run_json(tmp_path, ray_local, capsys):
@@ -29,14 +29,14 @@ def test_caption_only_sweep_via_cli_exits_0_and_writes_run_json(tmp_path, ray_lo
 
 
 def test_results_go_to_the_stdout_of_the_moment(capsys):
-    """print_results writes to sys.stdout as it is when called, not as it was when engine.cli.sweep was imported (a
+    """print_results writes to sys.stdout as it is when called, not as it was when capeval.engine.cli.sweep was imported (a
     stream bound at import — e.g. an earlier test's closed capture — failed a later sweep with 'I/O operation on
     closed file')."""
     import io
     import sys
     from types import SimpleNamespace
 
-    import engine.cli.sweep as sweep_cli
+    import capeval.engine.cli.sweep as sweep_cli
 
     old = io.StringIO()
     old.close()

@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 
 from _caption_worker import RecordingCaptioner, worker_around
-from adapters.local_captioner import describe
-from engine.prompts_library import get_prompt
-from engine.schemas import CAPTIONS
-from engine.stages.caption import CaptionTask, caption_key, read_captions, run_caption_stage
-from engine.stages.decode import decode_stream
-from engine.frames.cache import load_frames
-from engine.store import SegmentStore
+from capeval.adapters.local_captioner import describe
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.schemas import CAPTIONS
+from capeval.engine.stages.caption import CaptionTask, caption_key, read_captions, run_caption_stage
+from capeval.engine.stages.decode import decode_stream
+from capeval.engine.frames.cache import load_frames
+from capeval.engine.store import SegmentStore
 
 N_VIDEOS = 5
 PROMPTS = ("capquiz_standard", "brief")
@@ -23,8 +23,8 @@ PROMPTS = ("capquiz_standard", "brief")
 
 @pytest.fixture(scope="module")
 def decoded(tmp_path_factory, ray_local):
-    """FRAMES rows of real H.264 videos (engine.datasets.synthetic_videos), decoded by Ray tasks through the frame cache."""
-    from engine.datasets.synthetic_videos import make_video
+    """FRAMES rows of real H.264 videos (capeval.engine.datasets.synthetic_videos), decoded by Ray tasks through the frame cache."""
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     root = tmp_path_factory.mktemp("stage")
     videos = []
@@ -103,7 +103,7 @@ def test_segmental_prompt_conditions_each_segment_on_the_previous(decoded, tmp_p
 
 
 def test_segment_chunks_follow_the_frame_spec_segments():
-    from engine.stages.caption import segment_chunks
+    from capeval.engine.stages.caption import segment_chunks
 
     # 60 s segments, 2 frames each: frames grouped by the segment their timestamp falls in
     assert segment_chunks("segments:length=60,per=2", 6, 4, (15.0, 45.0, 75.0, 105.0, 130.0, 140.0)) == \
@@ -136,7 +136,7 @@ def test_segmental_requests_carry_the_previous_captions_once():
 
 def test_truncation_and_frame_caps_are_recorded_in_the_caption_row(tmp_path):
     """A caption cut at max_tokens and a backend that received fewer frames than the spec say so in their row."""
-    from adapters.base import CaptionResponse
+    from capeval.adapters.base import CaptionResponse
 
     class Capped:
         def caption(self, requests):

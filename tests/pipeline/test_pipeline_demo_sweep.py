@@ -15,8 +15,8 @@ import polars as pl
 import pytest
 
 from _sweeps import sweep_toml
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_rerun_redoes_nothing(uninterrupted, sweep_file):
 
 
 def _sweep_cmd(sweep_file: Path, out: Path) -> list[str]:
-    run_cli = "import sys; from engine.cli import main; sys.exit(main(sys.argv[1:]))"
+    run_cli = "import sys; from capeval.engine.cli import main; sys.exit(main(sys.argv[1:]))"
     return [sys.executable, "-c", run_cli, "sweep", str(sweep_file), "--out", str(out), "--no-progress"]
 
 
@@ -105,7 +105,7 @@ def test_sigkilled_sweep_resumes_without_redoing_cells(uninterrupted, sweep_file
 
 
 def test_judge_on_ray_actor_pool_gives_the_same_table(sweep_file, uninterrupted, tmp_path, ray_local):
-    """options.judge_actors = 1: the judge runs in a Ray actor (adapters.ray_pool.JudgePool), same results."""
+    """options.judge_actors = 1: the judge runs in a Ray actor (capeval.adapters.ray_pool.JudgePool), same results."""
     pooled = sweep_file.parent / "demo_pool.toml"
     pooled.write_text(SWEEP.replace("n_resamples = 100", "n_resamples = 100\njudge_actors = 1"))
     config = load_sweep(pooled)

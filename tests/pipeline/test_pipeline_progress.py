@@ -25,9 +25,9 @@ def test_decode_and_caption_bars_on_a_terminal(tmp_path):
     master, slave = pty.openpty()
     # a real terminal has a size; a fresh pty reports 0 columns, and tqdm draws nothing in 0 columns
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "160"}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), "COLUMNS": "160"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen([sys.executable, "-m", "engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out")],
+    proc = subprocess.Popen([sys.executable, "-m", "capeval.engine.cli", "sweep", str(sweep), "--out", str(tmp_path / "out")],
                             cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=slave,
                             start_new_session=True)
     os.close(slave)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.cli import main as cli_main
-from engine.exitcodes import OK, USAGE
-from engine.sweep.config import SweepFileError, load_sweep
+from capeval.engine.cli import main as cli_main
+from capeval.engine.exitcodes import OK, USAGE
+from capeval.engine.sweep.config import SweepFileError, load_sweep
 
 ITEM = '{"item_id": "%s", "video_id": "v", "task": "t", "annotation": "%s", "answer": "x"}\n'
 

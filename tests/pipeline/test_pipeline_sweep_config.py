@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from engine.errors import UsageError
-from engine.sweep.config import SweepFileError, load_sweep
-from engine.sweep.grid import caption_cells, expand
+from capeval.engine.errors import UsageError
+from capeval.engine.sweep.config import SweepFileError, load_sweep
+from capeval.engine.sweep.grid import caption_cells, expand
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -54,7 +54,7 @@ def test_valid_file_and_grid(tmp_path):
 
 
 def test_grid_crosses_protocols_and_judges(tmp_path):
-    from engine.prompts_library import get_prompt
+    from capeval.engine.prompts_library import get_prompt
 
     text = BASE + '\n[[judges]]\nname = "local"\nlabel = "local-b"\nparams = { threshold = 0.5 }\n'
     cfg = load_sweep(write(tmp_path, text), check_registry=False)
@@ -135,7 +135,7 @@ def test_shipped_example_sweeps_are_valid():
     assert len(expand(release)) == 2 and release.protocols[0].params["mode"] == "official"
     captions = load_sweep(REPO / "examples" / "released_captions.toml")
     assert [c.caption.from_file for c in expand(captions)] == [True]
-    from engine.sweep.datasets import load_dataset, media_required
+    from capeval.engine.sweep.datasets import load_dataset, media_required
 
     # judged from released captions by a text-only judge: the release's images need not be present
     assert not media_required(captions, captions.datasets[0]) and media_required(mixed, mixed.datasets[0])
@@ -209,7 +209,7 @@ def test_unknown_param_names_the_valid_ones_for_http_backends(tmp_path):
 
 
 def test_validate_config_checks_the_output_folder(tmp_path):
-    from engine.sweep.validation import validate_config
+    from capeval.engine.sweep.validation import validate_config
 
     cfg = load_sweep(write(tmp_path, BASE))
     assert validate_config(cfg, tmp_path / "new" / "out") == []
@@ -232,7 +232,7 @@ def test_validate_config_checks_the_output_folder(tmp_path):
 # --- inputs: prompt texts, packs, caption files, caption-only sweeps, dataset kinds ---------------------------
 
 def test_prompt_tables_text_file_and_pack_with_media_variants(tmp_path, shared_data):
-    from engine.prompts_library import get_prompt
+    from capeval.engine.prompts_library import get_prompt
 
     (tmp_path / "p.txt").write_text("Say what happens in the clip.\n")
     pack = shared_data.parent / "protocols" / "capability.toml"
@@ -281,7 +281,7 @@ def test_caption_files_and_caption_only_sweep(tmp_path):
     from_file = [c for c in cells if c.from_file]
     assert len(cells) == 7 and len(from_file) == 1 and from_file[0].captioner.display == "my-model"
     assert len(expand(cfg)) == 7  # file captions are judged like any other caption cell
-    from engine.sweep.grid import file_captions
+    from capeval.engine.sweep.grid import file_captions
 
     table = file_captions(from_file[0])
     assert table.column("text").to_pylist() == ["a red circle", "a blue square"]
@@ -317,7 +317,7 @@ def _mixed_media(folder: Path) -> None:
     import numpy as np
     from PIL import Image
 
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     folder.mkdir(parents=True)
     make_video(folder / "clip_a.mp4", codec="libx264", seconds=1.0, fps=8, size=(64, 48), seed=1)
@@ -330,7 +330,7 @@ def _mixed_media(folder: Path) -> None:
 
 
 def test_videos_kind_folder_of_mixed_media(tmp_path):
-    from engine.sweep.datasets import load_dataset
+    from capeval.engine.sweep.datasets import load_dataset
 
     _mixed_media(tmp_path / "media")
     text = f"""\
@@ -367,8 +367,8 @@ name = "local"
 
 
 def test_sweep_check_command_prints_every_problem_and_exits_usage(tmp_path, capsys):
-    from engine.cli import main
-    from engine.exitcodes import OK, USAGE
+    from capeval.engine.cli import main
+    from capeval.engine.exitcodes import OK, USAGE
 
     path = write(tmp_path, ALL_BAD)
     assert main(["sweep", str(path), "--check"]) == USAGE

@@ -11,15 +11,15 @@ import numpy as np
 import polars as pl
 import pytest
 
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 
 @pytest.fixture(scope="module")
 def media_folder(tmp_path_factory) -> Path:
     from PIL import Image
 
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     d = tmp_path_factory.mktemp("mixed")
     make_video(d / "clip_a.mp4", codec="h264", seconds=1.0, fps=12, size=(96, 64), seed=3)
@@ -64,8 +64,8 @@ n_resamples = 20
     captions = pl.concat([pl.read_parquet(p) for p in (tmp_path / "out" / "captions").glob("*.parquet")])
     assert captions.height == 2 * 3
     # the still image was captioned with the prompt's image variant: its caption key is the one of that text
-    from engine.stages.pipeline import caption_key_for
-    from engine.sweep.runner import component_revision
+    from capeval.engine.stages.pipeline import caption_key_for
+    from capeval.engine.sweep.runner import component_revision
 
     config = load_sweep(path)
     cap = config.captioners[0]

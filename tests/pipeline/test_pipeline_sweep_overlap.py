@@ -11,8 +11,8 @@ import polars as pl
 import pytest
 from _sweeps import sweep_toml
 
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 N_VIDEOS, N_CELLS = 6, 4
 
@@ -42,7 +42,7 @@ def _run(tmp_path_factory, base_url: str, overlap: bool):
 
 @pytest.fixture(scope="module")
 def server():
-    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
     with LoopbackServer(FaultConfig(latency_s=0.01)) as srv:
         yield srv
@@ -105,7 +105,7 @@ def test_rerun_of_an_overlapped_sweep_redoes_nothing(runs, tmp_path_factory, ser
 def test_overlap_falls_back_when_judge_actors_would_starve_decoding(tmp_path, ray_local):
     """On 2 CPUs a caption actor and a judge actor leave no CPU for the decode tasks the caption stage waits for:
     the sweep runs stage after stage and says why (it used to wait forever)."""
-    from engine.sweep.runner import _overlap_fits
+    from capeval.engine.sweep.runner import _overlap_fits
 
     def config(**options):
         path = tmp_path / f"s{len(options)}{sorted(options.items())}.toml".replace(" ", "")

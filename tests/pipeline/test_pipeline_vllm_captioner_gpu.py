@@ -18,10 +18,10 @@ MODEL = os.environ.get("CAPEVAL_GPU_VLM", "Qwen/Qwen2.5-VL-3B-Instruct")
 
 
 def test_vllm_captioner_streams_video_with_metadata(tmp_path):
-    from adapters.base import CaptionRequest
-    from adapters.vllm_captioner import VLLMCaptioner
-    from engine.datasets.synthetic_videos import make_video
-    from engine.frames.decode import decode_frames
+    from capeval.adapters.base import CaptionRequest
+    from capeval.adapters.vllm_captioner import VLLMCaptioner
+    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.frames.decode import decode_frames
 
     path = tmp_path / "v.mp4"
     truth = make_video(path, codec="h264", seconds=2.0, size=(320, 240), seed=3)

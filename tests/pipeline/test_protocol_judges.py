@@ -10,10 +10,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.cli import main as cli_main
-from engine.exitcodes import USAGE
-from engine.sweep.config import SweepFileError, load_sweep
-from engine.sweep.grid import expand
+from capeval.engine.cli import main as cli_main
+from capeval.engine.exitcodes import USAGE
+from capeval.engine.sweep.config import SweepFileError, load_sweep
+from capeval.engine.sweep.grid import expand
 
 HEAD = 'name = "pairs"\n[[datasets]]\nname = "d"\nkind = "synthetic"\nn_videos = 2\nduration_s = 1.0\n'
 

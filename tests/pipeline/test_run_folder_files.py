@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from _sweeps import sweep_toml
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 N_VIDEOS, ITEMS_PER_VIDEO = 2000, 4
 MAX_FILES = 200

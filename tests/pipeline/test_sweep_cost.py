@@ -15,9 +15,9 @@ import json
 import polars as pl
 import pytest
 
-from engine.cli import main as capeval
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.cli import main as capeval
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 PRICES = {"input": 2.5, "cached_input": 1.25, "output": 10.0}
 QUESTIONS = ["How many shapes are there?", "What colour is the largest shape?", "Which way does the circle move?"]
@@ -35,7 +35,7 @@ def _usd(usage: list[dict], prices: dict) -> float:
 @pytest.fixture
 def server(monkeypatch):
     """The loopback judge server (prefix-cache mode), recording the usage of every answer it sends."""
-    import benchmarks.loopback_server as loopback
+    import capeval.benchmarks.loopback_server as loopback
 
     sent: list[dict] = []
     real = loopback.completion_body
@@ -148,7 +148,7 @@ def test_cost_is_reported_usage_times_prices_and_plan_predicts_it(tmp_path, ray_
     record = json.loads((out / "run.json").read_text())["runs"][-1]["cost"]
     assert record["paid_in_run_usd"] == 0.0 and record["reused_usd"] == pytest.approx(expected, rel=1e-6)
 
-    from engine.report.html import write_report
+    from capeval.engine.report.html import write_report
 
     page = write_report(out, n_resamples=20).read_text(encoding="utf-8")
     section = page[page.index('<section id="cost">'):]
@@ -183,7 +183,7 @@ def test_answers_without_verdict_rows_count_in_their_judges_total(tmp_path, ray_
 
 
 def test_price_mistakes_fail_check_naming_file_line_and_field(tmp_path):
-    from engine.sweep.config import SweepFileError
+    from capeval.engine.sweep.config import SweepFileError
 
     (tmp_path / "items.jsonl").write_text(json.dumps({"item_id": "v0/q", "video_id": "v0", "task": "t",
                                                       "annotation": "q?", "options": ["a", "b"], "answer": "a",

@@ -17,10 +17,10 @@ import re
 import polars as pl
 import pytest
 
-from adapters.base import JudgeResponse
-from engine.registry import register_judge
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.adapters.base import JudgeResponse
+from capeval.engine.registry import register_judge
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 N_VIDEOS = 40
 COLOURS = ["red", "green", "blue", "yellow"]
@@ -142,8 +142,8 @@ def test_stopped_systems_are_pending_with_only_the_videos_judged(runs):
 def test_run_json_and_report_summarise_the_decisions(runs):
     """run.json's sweep record of the adaptive run summarises decide.json (counts, early ones, requests saved,
     pending cells); the run without `decide` records none; the report's run record shows the last one's."""
-    from engine.report.html import write_report
-    from engine.runrecord import read_run_records
+    from capeval.engine.report.html import write_report
+    from capeval.engine.runrecord import read_run_records
 
     sweeps = [r for r in read_run_records(runs["out"]) if r["command"] == "sweep"]
     first, last = sweeps[0], sweeps[-1]
@@ -155,7 +155,7 @@ def test_run_json_and_report_summarise_the_decisions(runs):
     assert "adaptive decisions" not in write_report(runs["out"]).read_text()  # the last run's record: none
     from types import SimpleNamespace
 
-    from engine.report.html import _record_html
+    from capeval.engine.report.html import _record_html
 
     shown = _record_html(SimpleNamespace(records=[first]))  # the report of the adaptive run itself
     assert "adaptive decisions" in shown and "first_step_judged" in shown

@@ -11,15 +11,15 @@ from pathlib import Path
 import polars as pl
 import pytest
 
-from engine.exitcodes import OK, USAGE
-from engine.sweep.config import SweepFileError, load_sweep
-from engine.sweep.grid import expand
+from capeval.engine.exitcodes import OK, USAGE
+from capeval.engine.sweep.config import SweepFileError, load_sweep
+from capeval.engine.sweep.grid import expand
 
 
 @pytest.fixture(scope="module")
 def clips(tmp_path_factory) -> Path:
     """A folder of two real H.264 videos (a `videos` dataset for VC-Inspector)."""
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     d = tmp_path_factory.mktemp("clips")
     for i, name in enumerate(("walk", "run")):
@@ -74,7 +74,7 @@ def _pairs(cells) -> set[tuple[str, str]]:
 def test_a_sweep_pairs_capquiz_items_with_a_vcinspector_folder_in_one_run(tmp_path, clips, ray_local):
     """CapQuiz items (synthetic) and a folder of videos for VC-Inspector: one run folder, each protocol judging only
     its own dataset, every item with a verdict."""
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
     path = _sweep(tmp_path, clips, capquiz='datasets = ["quiz"]', vcinspector='datasets = ["clips"]')
     config = load_sweep(path)
@@ -99,7 +99,7 @@ def test_without_datasets_a_protocol_skips_what_it_cannot_read_with_a_note(tmp_p
     """No `datasets`: CapQuiz skips the folder (it reads multiple-choice items, not a folder of videos), VC-Inspector
     judges both datasets (each has media); --check lists exactly those cells and says why CapQuiz skips the
     folder."""
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     path = _sweep(tmp_path, clips)
     notes: list[str] = []
@@ -117,7 +117,7 @@ def test_without_datasets_a_protocol_skips_what_it_cannot_read_with_a_note(tmp_p
 def test_check_fails_on_an_explicit_pair_that_cannot_work(tmp_path, clips, capsys):
     """CapQuiz told to judge a folder of videos: --check exits 2 naming the file, the line of `datasets`, the
     protocol, the dataset and the reason (it used to pass --check and crash in the run)."""
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     path = _sweep(tmp_path, clips, capquiz='datasets = ["quiz", "clips"]', vcinspector='datasets = ["clips", "nope"]')
     with pytest.raises(SweepFileError) as info:
@@ -171,9 +171,9 @@ def test_vcinspector_judges_a_caption_file_on_frames_at_its_default_spec(tmp_pat
     """Captions from a file (frame_spec "file") judged by VC-Inspector with no `judge_frames`: the judge sees frames
     decoded at the protocol's declared default (linspace:32), every clip gets a verdict (it used to be 100% "no
     frames ... spec 'file'")."""
-    from engine.registry import lookup
-    from engine.sweep.cells import judge_frames_spec
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.registry import lookup
+    from capeval.engine.sweep.cells import judge_frames_spec
+    from capeval.engine.sweep.runner import run_sweep
 
     caps = tmp_path / "caps.jsonl"
     caps.write_text("".join(json.dumps({"video_id": v, "caption": f"A shape moves in {v}."}) + "\n"

@@ -34,12 +34,12 @@ def _plugin_site(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory):
-    from benchmarks.loopback_server import FaultConfig, LoopbackServer
+    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
     root = tmp_path_factory.mktemp("toy")
     site = _plugin_site(root / "site")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    capeval = [sys.executable, "-m", "engine.cli"]
+    capeval = [sys.executable, "-m", "capeval.engine.cli"]
     with LoopbackServer(FaultConfig(latency_s=0.0)) as server:
         judge = {"name": "openai", "params": {"base_url": server.base_url, "model": "loopback",
                                               "api_key": "test-key", "structured": "vllm"}}
@@ -100,7 +100,7 @@ def test_report_shows_the_toy_headline(toy_run):
 def test_provenance_names_everything_behind_each_number(toy_run):
     """`capeval show --provenance`: per system, the protocol's version and mode, the judge prompt pack's digest (the
     toy's own pack, declared by the protocol), the caption prompt, frame spec, judge revision and capeval's revision."""
-    from engine.packs import load_pack
+    from capeval.engine.packs import load_pack
 
     r = subprocess.run([*toy_run["capeval"], "show", str(toy_run["out"]), "--provenance", "--json"],
                        env=toy_run["env"], capture_output=True, text=True, timeout=300)

@@ -20,9 +20,9 @@ import polars as pl
 import pytest
 from _sweeps import sweep_toml
 
-from engine.cli import main
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.cli import main
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 
 class RecordingServer:
@@ -35,7 +35,7 @@ class RecordingServer:
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
     def _reply(self, body: dict) -> str:
-        from benchmarks.loopback_server import _user_text, answer_for
+        from capeval.benchmarks.loopback_server import _user_text, answer_for
 
         digest = int(hashlib.sha256(_user_text(body).encode()).hexdigest()[:8], 16)
         if body.get("temperature") == 0.0 and digest % 3 == 0:
@@ -45,7 +45,7 @@ class RecordingServer:
     def _serve(self) -> None:
         from aiohttp import web
 
-        from benchmarks.loopback_server import completion_body
+        from capeval.benchmarks.loopback_server import completion_body
 
         async def chat(request):
             body = await request.json()

@@ -12,9 +12,9 @@ import pytest
 from scipy.stats import kendalltau
 
 from _verdicts import random_codes, verdict_rows
-from engine.metrics.across import across_run
-from engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
-from engine.protocols.vcinspector.metrics import compute_metrics as vci_metrics
+from capeval.engine.metrics.across import across_run
+from capeval.engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
+from capeval.engine.protocols.vcinspector.metrics import compute_metrics as vci_metrics
 
 
 def _system(i: int) -> dict:

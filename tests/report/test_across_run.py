@@ -12,10 +12,10 @@ import pytest
 
 from _sweeps import write_sweep
 from _verdicts import random_codes, verdict_rows
-from engine.cli import main as cli_main
-from engine.report.html import write_report
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.cli import main as cli_main
+from capeval.engine.report.html import write_report
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 
 @pytest.fixture(scope="module")

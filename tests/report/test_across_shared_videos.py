@@ -2,7 +2,7 @@
 rows without a verdict (a judge that was down, a video it never got to) do not make a video judged. Two judges
 with no judged video in common get no tau_b and a warning saying so; two that overlap on part of the videos are
 compared on that part, with the counts said, and tau_b equals scipy's tau_b of CapQuiz's own CapF1 of each judge's
-verdicts on those videos. Verdict tables written to disk and read by the real command (engine.cli.main)."""
+verdicts on those videos. Verdict tables written to disk and read by the real command (capeval.engine.cli.main)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from scipy.stats import kendalltau
 
 from _verdicts import verdict_rows
-from engine.cli import main
-from engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
+from capeval.engine.cli import main
+from capeval.engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
 
 CORRECT, WRONG = 1, 2  # CapQuiz codes (0: cannot be determined)
 N_QUESTIONS = 4

@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(f"""
     import time
-    from engine.safetext import guard_terminal_streams
+    from capeval.engine.safetext import guard_terminal_streams
     guard_terminal_streams()
-    from engine.stages.progress import Bar
+    from capeval.engine.stages.progress import Bar
     decode = Bar(3, "decode [shapes]", "video", True)
     caption = Bar(3, "caption [" + {HOSTILE!r} + "]", "video", True)
     for _ in range(3):
@@ -40,7 +40,7 @@ SCRIPT = textwrap.dedent(f"""
 def _run_on_terminal(script: str) -> bytes:
     leader, follower = pty.openpty()
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))  # tqdm sizes its bar to it
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=os.environ.get("PYTHONPATH", ""))
     proc = subprocess.Popen([sys.executable, "-c", script], stdin=follower, stdout=follower, stderr=follower,
                             cwd=ROOT, env=env, close_fds=True)
     os.close(follower)

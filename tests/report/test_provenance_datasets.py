@@ -10,9 +10,9 @@ import json
 import subprocess
 import sys
 
-from engine.sweep.config import load_sweep
-from engine.sweep.datasets import load_dataset
-from engine.sweep.runner import run_sweep
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.datasets import load_dataset
+from capeval.engine.sweep.runner import run_sweep
 
 N_VIDEOS, N_QUESTIONS, LIMIT = 4, 2, 3
 
@@ -35,7 +35,7 @@ def test_provenance_gives_the_items_file_as_read(tmp_path, ray_local):
     out = tmp_path / "out"
     assert run_sweep(load_sweep(sweep), out, progress=False, log=lambda m: None).exit_code == 0
 
-    got = subprocess.run([sys.executable, "-m", "engine.cli", "show", str(out), "--provenance", "--json"],
+    got = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "show", str(out), "--provenance", "--json"],
                          capture_output=True, text=True, timeout=300)
     assert got.returncode == 0, got.stderr
     (record,) = json.loads(got.stdout)
@@ -52,6 +52,6 @@ def test_provenance_gives_the_items_file_as_read(tmp_path, ray_local):
     again = load_dataset(config.datasets[0], out_dir=tmp_path / "again", sweep_dir=tmp_path, require_media=False)
     assert again.digest == dataset["digest"]
 
-    text = subprocess.run([sys.executable, "-m", "engine.cli", "show", str(out), "--provenance"],
+    text = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "show", str(out), "--provenance"],
                           capture_output=True, text=True, timeout=300)
     assert text.returncode == 0 and dataset["file_digest"] in text.stdout and '"n_items": 6' in text.stdout

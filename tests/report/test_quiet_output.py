@@ -12,10 +12,10 @@ import warnings
 import polars as pl
 
 from _verdicts import verdict_rows
-from engine.cli import main
-from engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
-from engine.registry import lookup
-from engine.report.leaderboard import format_leaderboard, leaderboard
+from capeval.engine.cli import main
+from capeval.engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
+from capeval.engine.registry import lookup
+from capeval.engine.report.leaderboard import format_leaderboard, leaderboard
 
 PROTOCOLS = ("capquiz", "capability", "vidcapbench", "lvcap", "vcinspector")
 
@@ -48,8 +48,8 @@ def test_every_headline_metric_has_a_definition_declared_by_its_protocol():
 def test_report_defines_its_metrics_and_shows_videos(tmp_path, ray_local, capsys):
     """A real sweep (items + caption files, local judge) and its report: the terminal leaderboard and the HTML
     page both carry the protocol's definitions; the videos column has the counts."""
-    from engine.sweep.config import load_sweep
-    from engine.sweep.runner import run_sweep
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.runner import run_sweep
 
     items, captions = tmp_path / "items.jsonl", tmp_path / "captions.jsonl"
     items.write_text("".join(json.dumps({"item_id": f"v{v}/q", "video_id": f"v{v}", "task": "counting",
@@ -112,8 +112,8 @@ def test_capability_score_prints_one_table_and_no_empty_notes(shared_data, tmp_p
 def test_python_warnings_are_grouped_and_libraries_kept_out(capsys):
     """What `capeval` wraps every command in: capeval's own warning raised from five places is one line with its
     count; a library's deprecation is only counted, and shown with --verbose."""
-    import engine.report.leaderboard as own_module
-    from engine.warning_groups import capture_python_warnings
+    import capeval.engine.report.leaderboard as own_module
+    from capeval.engine.warning_groups import capture_python_warnings
 
     for verbose in (False, True):
         with capture_python_warnings(verbose):

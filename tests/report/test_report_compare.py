@@ -8,9 +8,9 @@ import polars as pl
 import pytest
 
 from _verdicts import random_codes, verdict_rows
-from engine.protocols.capquiz.metrics import compute_metrics
-from engine.report.compare import compare_run, holm, select_pairs
-from kernels.bootstrap import percentile_ci, resample_indices
+from capeval.engine.protocols.capquiz.metrics import compute_metrics
+from capeval.engine.report.compare import compare_run, holm, select_pairs
+from capeval.kernels.bootstrap import percentile_ci, resample_indices
 
 A = {"captioner": "m1", "prompt_id": "p", "frame_spec": "uniform:8"}
 B = {"captioner": "m2", "prompt_id": "p", "frame_spec": "uniform:8"}
@@ -105,7 +105,7 @@ def test_capability_average_over_tasks_skips_an_undefined_task():
 
 
 def test_compare_cli_on_one_verdict_table(tmp_path, capsys):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     path = tmp_path / "verdicts.parquet"
     pl.concat([verdict_rows(A, CODES_A), verdict_rows(B, CODES_B)]).drop("dataset", "protocol_name").write_parquet(path)
@@ -119,7 +119,7 @@ def test_compare_cli_on_one_verdict_table(tmp_path, capsys):
 @pytest.mark.parametrize("paper", [False, True])
 def test_lvcap_values_are_the_protocols_own(paper):
     """S_e / S_s of each side equal lvcap's compute_metrics (per-video event ratios, scene answers)."""
-    from engine.protocols.lvcap.metrics import compute_metrics as lvcap_metrics
+    from capeval.engine.protocols.lvcap.metrics import compute_metrics as lvcap_metrics
 
     rng = np.random.default_rng(5)
     frames = []
@@ -148,7 +148,7 @@ def test_lvcap_values_are_the_protocols_own(paper):
 def test_code_protocol_values_are_the_protocols_own(protocol, n_codes, metrics, where):
     import importlib
 
-    own_metrics = importlib.import_module(f"engine.protocols.{protocol}.metrics").compute_metrics
+    own_metrics = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics").compute_metrics
     rng = np.random.default_rng(3)
     frames = []
     for system in (A, B):

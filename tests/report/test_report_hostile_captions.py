@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import re
 
-from engine.report.html import script_json, write_report
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.report.html import script_json, write_report
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 HOSTILE = ["<!--<script>", "</script><script>alert(1)</script>", "a & b > c \u2028 line \u2029 para <!-- -->"]
 

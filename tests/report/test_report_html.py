@@ -13,10 +13,10 @@ import pytest
 
 from _browser import Browser, chromium_path
 from _sweeps import sweep_toml
-from engine.cli import main as cli_main
-from engine.report.rundir import load_run
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.cli import main as cli_main
+from capeval.engine.report.rundir import load_run
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 
 SWEEP = sweep_toml("report-test", n_videos=4, judges=[{"name": "local", "seeds": [0, 1]}])

@@ -7,9 +7,9 @@ import polars as pl
 import pytest
 
 from _verdicts import random_codes, verdict_rows
-from engine.protocols.capability.metrics import compute_metrics as capability_metrics
-from engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
-from engine.report.leaderboard import format_leaderboard, leaderboard
+from capeval.engine.protocols.capability.metrics import compute_metrics as capability_metrics
+from capeval.engine.protocols.capquiz.metrics import compute_metrics as capquiz_metrics
+from capeval.engine.report.leaderboard import format_leaderboard, leaderboard
 
 A = {"captioner": "m1", "prompt_id": "p", "frame_spec": "uniform:8"}
 B = {"captioner": "m2", "prompt_id": "p", "frame_spec": "uniform:8"}
@@ -66,7 +66,7 @@ def test_undefined_task_does_not_blank_the_average_silently():
 
 def test_capability_score_table_gives_the_same_leaderboard_shape(shared_data):
     """`capeval capability score` writes a wide table; its leaderboard has the sweep's shape and the paper's avg."""
-    from engine.cli.capability import score_table
+    from capeval.engine.cli.capability import score_table
 
     wide = score_table(shared_data / "capability" / "annotations",
                        shared_data / "capability" / "judgments" / "gpt-4o-0806", resamples=50)
@@ -80,7 +80,7 @@ def test_capability_score_table_gives_the_same_leaderboard_shape(shared_data):
 
 
 def test_terminal_headline_keeps_seed_rows_and_drops_breakdowns():
-    from engine.report.results import headline
+    from capeval.engine.report.results import headline
 
     metrics, _ = _capquiz_table(5)
     rows = [metrics.with_columns(pl.lit(s).alias("seed"), pl.lit("complete").alias("cell_status"),
@@ -91,7 +91,7 @@ def test_terminal_headline_keeps_seed_rows_and_drops_breakdowns():
 
 
 def test_score_command_table_leads_with_the_leaderboard():
-    from engine.metrics.report import format_table, guess_protocol
+    from capeval.engine.metrics.report import format_table, guess_protocol
 
     metrics, _ = _capquiz_table(6)
     text = format_table(metrics)

@@ -1,4 +1,4 @@
-"""report/ and metrics/ learn protocols only through the protocol interface (engine.protocols.base.JudgeProtocol):
+"""report/ and metrics/ learn protocols only through the protocol interface (capeval.engine.protocols.base.JudgeProtocol):
 a protocol registered here, at test time, gets its leaderboard (its headline), its paired comparison (its
 paired_spec), its sample-browser labels and its metric-name marker without any engine file naming it; a protocol
 with no paired statistic is skipped by compare with a note; the builtins keep the markers they had."""
@@ -13,10 +13,10 @@ import polars as pl
 import pytest
 
 from _verdicts import random_codes, verdict_rows
-from engine import registry
-from engine.metrics.core import count_table, metrics_frame
-from engine.metrics.paired import PairedSpec, code_stats
-from engine.protocols.base import JudgeProtocol
+from capeval.engine import registry
+from capeval.engine.metrics.core import count_table, metrics_frame
+from capeval.engine.metrics.paired import PairedSpec, code_stats
+from capeval.engine.protocols.base import JudgeProtocol
 
 A = {"captioner": "m1", "prompt_id": "p", "frame_spec": "uniform:8"}
 B = {"captioner": "m2", "prompt_id": "p", "frame_spec": "uniform:8"}
@@ -95,8 +95,8 @@ def _metrics(verdicts: pl.DataFrame, name: str) -> pl.DataFrame:
 
 
 def test_a_protocol_registered_at_test_time_gets_its_leaderboard(tally):
-    from engine.metrics.report import format_table, guess_protocol
-    from engine.report.leaderboard import leaderboard
+    from capeval.engine.metrics.report import format_table, guess_protocol
+    from capeval.engine.report.leaderboard import leaderboard
 
     metrics = _metrics(_verdicts(tally.name), tally.name)
     lb = leaderboard(metrics)
@@ -110,7 +110,7 @@ def test_a_protocol_registered_at_test_time_gets_its_leaderboard(tally):
 
 
 def test_a_protocol_registered_at_test_time_gets_a_paired_comparison(tally):
-    from engine.report.compare import compare_run
+    from capeval.engine.report.compare import compare_run
 
     v = _verdicts(tally.name)
     out = compare_run(v, n_resamples=200, seed=1)
@@ -125,7 +125,7 @@ def test_a_protocol_registered_at_test_time_gets_a_paired_comparison(tally):
 
 
 def test_a_protocol_registered_at_test_time_gets_its_verdict_labels(tally):
-    from engine.report.html import _verdict_labels
+    from capeval.engine.report.html import _verdict_labels
 
     assert _verdict_labels(tally.name) == {0: "MISS", 1: "HIT"}
     assert _verdict_labels("lvcap") == {}  # several code sets: a code alone names nothing
@@ -133,7 +133,7 @@ def test_a_protocol_registered_at_test_time_gets_its_verdict_labels(tally):
 
 
 def test_a_protocol_without_a_paired_statistic_is_skipped_with_a_note(tally, silent):
-    from engine.report.compare import compare_run, format_comparison
+    from capeval.engine.report.compare import compare_run, format_comparison
 
     v = pl.concat([_verdicts(silent.name), _verdicts(tally.name)])
     out = compare_run(v, n_resamples=100)
@@ -150,7 +150,7 @@ def _builtin_frame(protocol: str) -> pl.DataFrame:
     """The metrics table the builtin protocol's own compute_metrics writes, without the protocol column."""
     import importlib
 
-    compute = importlib.import_module(f"engine.protocols.{protocol}.metrics").compute_metrics
+    compute = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics").compute_metrics
     rng = np.random.default_rng(4)
     if protocol == "lvcap":
         frames = []
@@ -171,7 +171,7 @@ def _builtin_frame(protocol: str) -> pl.DataFrame:
 
 @pytest.mark.parametrize("protocol", ["capquiz", "capability", "vidcapbench", "vcinspector", "lvcap"])
 def test_builtin_metrics_tables_are_told_apart_by_their_headlines(protocol):
-    from engine.metrics.report import guess_protocol, metric_markers
+    from capeval.engine.metrics.report import guess_protocol, metric_markers
 
     assert guess_protocol(_builtin_frame(protocol)) == protocol
     markers = metric_markers()

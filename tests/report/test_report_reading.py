@@ -15,12 +15,12 @@ import polars as pl
 import pytest
 
 from _verdicts import random_codes, verdict_rows
-from engine.registry import lookup
-from engine.report.compare import compare_run
-from engine.report.html import build_report
-from engine.report.leaderboard import leaderboards
-from engine.report.rundir import RunData
-from engine.report import plots
+from capeval.engine.registry import lookup
+from capeval.engine.report.compare import compare_run
+from capeval.engine.report.html import build_report
+from capeval.engine.report.leaderboard import leaderboards
+from capeval.engine.report.rundir import RunData
+from capeval.engine.report import plots
 
 
 def _system(captioner="m1", prompt="p", frames="uniform:8") -> dict:
@@ -109,7 +109,7 @@ def test_compare_direction_is_a_minus_b_the_same_for_every_judge(tmp_path):
 
 
 def test_unknown_selector_names_the_valid_values(tmp_path, capsys):
-    from engine.cli import main
+    from capeval.engine.cli import main
 
     path = tmp_path / "verdicts.parquet"
     _verdicts("capquiz", [_system(), _system(captioner="m2")], ["j"], 3).drop("dataset", "protocol_name") \

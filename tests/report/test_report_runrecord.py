@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from engine.runrecord import append_run_record, read_run_records, verdict_status_counts
+from capeval.engine.runrecord import append_run_record, read_run_records, verdict_status_counts
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import pytest
 from _browser import Browser, chromium_path
 from _sweeps import sweep_toml
 
-from engine.report.html import write_report
-from engine.sweep.config import load_sweep
-from engine.sweep.runner import run_sweep
+from capeval.engine.report.html import write_report
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 FILE_CAPTIONS = {"shapes-000": "A hand-written caption: two shapes drift to the left over a grey floor.",
                  "shapes-001": "A hand-written caption: one circle bounces twice, then stops."}

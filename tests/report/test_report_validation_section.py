@@ -1,7 +1,7 @@
 """The report's judge validation cell: the metrics outside tolerance and the protocols a judge was not validated
 for are escaped once, and the cell's own markup (line break, bold) stays markup."""
 
-from engine.report.validation import validation_html
+from capeval.engine.report.validation import validation_html
 
 
 def test_validation_cell_escapes_names_once_and_keeps_its_markup():

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 
-from engine.cli import main
+from capeval.engine.cli import main
 
 from _terminal_escapes import HOSTILE, assert_escaped
 

@@ -15,9 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine.errors import UsageError
-from engine.schemas import CAPTIONS
-from engine.store import GroupCommit, SegmentStore
+from capeval.engine.errors import UsageError
+from capeval.engine.schemas import CAPTIONS
+from capeval.engine.store import GroupCommit, SegmentStore
 
 REPO = Path(__file__).resolve().parents[2]
 SLOW_TIMER = 600.0  # an interval no test waits for: commits come from row counts, flushes and reads only
@@ -56,7 +56,7 @@ def test_buffered_rows_are_committed_after_the_interval_without_any_call(tmp_pat
 
 
 def test_every_reader_sees_buffered_rows(tmp_path):
-    from engine.stages.caption import finished_keys, read_captions
+    from capeval.engine.stages.caption import finished_keys, read_captions
 
     group = GroupCommit(rows=1000, interval_s=SLOW_TIMER)
     caption = {"caption_key": "c1", "captioner": "local", "prompt_id": "p", "frame_spec": "uniform:1",
@@ -120,8 +120,8 @@ def test_compaction_leaves_named_segments_alone(tmp_path):
 _KILLED_CHILD = """
 import sys
 import pyarrow as pa
-from engine.store import GroupCommit, SegmentStore
-from engine.sweep.faultpoints import hit
+from capeval.engine.store import GroupCommit, SegmentStore
+from capeval.engine.sweep.faultpoints import hit
 store = SegmentStore(sys.argv[1], group=GroupCommit(rows=2, interval_s=600, compact_after=3))
 for i in range(int(sys.argv[2])):
     store.append(pa.table({"key": [f"k{i:05d}"], "value": [i]}))
@@ -130,7 +130,7 @@ for i in range(int(sys.argv[2])):
 
 
 def _child(root: Path, n: int, **env: str) -> int:
-    environ = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    environ = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", ""), **env}
     return subprocess.run([sys.executable, "-c", _KILLED_CHILD, str(root), str(n)], env=environ, cwd=REPO,
                           timeout=120).returncode
 

@@ -11,11 +11,11 @@ import random
 
 import pyarrow as pa
 
-from adapters.base import JudgeResponse
-from engine.judging.runner import run_judging
-from engine.registry import lookup
-from engine.schemas import CAPTIONS, ITEMS, conform
-from engine.store.transcripts import TRANSCRIPTS, MemoryTranscripts, write_table
+from capeval.adapters.base import JudgeResponse
+from capeval.engine.judging.runner import run_judging
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, ITEMS, conform
+from capeval.engine.store.transcripts import TRANSCRIPTS, MemoryTranscripts, write_table
 
 N_VIDEOS, QUESTIONS_PER_VIDEO = 200, 20  # 4,000 requests
 MAX_SHARE = 0.15

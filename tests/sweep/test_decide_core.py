@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.registry import lookup
-from engine.sweep.checker import SweepFileError
-from engine.sweep.config import load_sweep
-from engine.sweep.decide import (ALL_PAIRS, DECIDED, EQUIVALENT, OPEN, Decider, DecideSpec, agrees, metric_span,
+from capeval.engine.registry import lookup
+from capeval.engine.sweep.checker import SweepFileError
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.decide import (ALL_PAIRS, DECIDED, EQUIVALENT, OPEN, Decider, DecideSpec, agrees, metric_span,
                                  metric_statistic, plan_pairs, round_sizes, video_order)
 
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 from enum import IntEnum
 from pathlib import Path
 
-from engine.packs import load_pack
-from engine.protocols.base import JudgeProtocol, Rendered
-from engine.registry import register_protocol
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.packs import load_pack
+from capeval.engine.protocols.base import JudgeProtocol, Rendered
+from capeval.engine.registry import register_protocol
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 PACK = Path(__file__).resolve().parent / "pack.toml"
 
@@ -61,7 +61,7 @@ class MentionProtocol(JudgeProtocol):
         return {"prompts": load_pack(params.get("prompts") or PACK)}
 
     def paired_spec(self, mode):
-        from engine.metrics.paired import PairedSpec, code_stats
+        from capeval.engine.metrics.paired import PairedSpec, code_stats
 
         from .metrics import mention_rate
 

@@ -1,12 +1,12 @@
 """The toy protocol's metrics: mention_rate = YES / (YES + NO + no verdict), in percent, per (captioner, prompt_id,
-frame_spec), with a video-clustered bootstrap interval (engine.metrics.core)."""
+frame_spec), with a video-clustered bootstrap interval (capeval.engine.metrics.core)."""
 
 from __future__ import annotations
 
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import count_table, metrics_frame
+from capeval.engine.metrics.core import count_table, metrics_frame
 
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
 N_CODES = 2  # NO, YES (the package's MentionVerdict)

@@ -14,10 +14,10 @@ import json
 import polars as pl
 import pytest
 
-from engine.cli import main
-from engine.protocols.capability.codes import FROM_SCORE
-from engine.protocols.capability.release import load_items, load_judgments
-from engine.registry import lookup
+from capeval.engine.cli import main
+from capeval.engine.protocols.capability.codes import FROM_SCORE
+from capeval.engine.protocols.capability.release import load_items, load_judgments
+from capeval.engine.registry import lookup
 
 #: scored tasks (the score is changed in the perturbed copy), a classification task, the per-object task, and
 #: action/event (they share videos: one cluster for the bootstrap)
@@ -152,7 +152,7 @@ def test_changed_share_gives_exact_agreement_and_bias(release):
 
 
 def test_per_task_sample_is_seeded_and_capped_by_the_task_size():
-    from engine.cli.validate import sample_per_task
+    from capeval.engine.cli.validate import sample_per_task
 
     keys = pl.DataFrame({"task": ["a"] * 10 + ["b"] * 3, "item_id": [f"a{i}" for i in range(10)] + ["b0", "b1", "b2"]})
     first = sample_per_task(keys, 4, seed=7)

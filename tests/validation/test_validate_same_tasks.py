@@ -14,9 +14,9 @@ import numpy as np
 import polars as pl
 import pytest
 
-from engine.cli import main
-from engine.protocols.capability.release import load_items, load_judgments
-from engine.registry import lookup
+from capeval.engine.cli import main
+from capeval.engine.protocols.capability.release import load_items, load_judgments
+from capeval.engine.registry import lookup
 
 TASKS = ("object_color", "scene", "OCR", "event")
 N_ITEMS = 20

@@ -10,14 +10,14 @@ import polars as pl
 import pytest
 
 from _sweeps import write_sweep
-from engine.cli import main
-from engine.metrics.validation import validate
-from engine.runrecord import read_run_records
-from engine.sweep.config import SweepFileError, load_sweep
+from capeval.engine.cli import main
+from capeval.engine.metrics.validation import validate
+from capeval.engine.runrecord import read_run_records
+from capeval.engine.sweep.config import SweepFileError, load_sweep
 
 
 def _validation_file(path, tolerance=0.5):
-    """A real validation report (engine.metrics.validation.validate) of a judge that disagrees with its reference
+    """A real validation report (capeval.engine.metrics.validation.validate) of a judge that disagrees with its reference
     on one video's verdicts, written as `capeval judge validate --out` writes it."""
     rows = [{"task": "mc", "item_id": f"v{i}-{k}", "video_id": f"v{i}", "verdict": (i + k) % 3}
             for i in range(30) for k in range(2)]
@@ -69,7 +69,7 @@ def test_run_json_and_report_show_validated_and_unvalidated_judges(tmp_path, ray
 
 
 def test_submit_ships_the_validation_file(tmp_path):
-    from engine.staging import stage_sweep
+    from capeval.engine.staging import stage_sweep
 
     _validation_file(tmp_path / "local.json")
     sweep = write_sweep(tmp_path, "v", judges=[{"name": "local", "validated": "local.json"}])
@@ -84,8 +84,8 @@ def test_a_validation_holds_only_for_its_protocol(tmp_path):
     report), instead of passing as validated for all of them."""
     from types import SimpleNamespace
 
-    from engine.metrics.validation import judge_validation_record
-    from engine.report.validation import validation_html
+    from capeval.engine.metrics.validation import judge_validation_record
+    from capeval.engine.report.validation import validation_html
 
     _validation_file(tmp_path / "local.json")  # made on capquiz
     judge = SimpleNamespace(name="local", display="local", validated=str(tmp_path / "local.json"))

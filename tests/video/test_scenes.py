@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from _scene_videos import make_cut_video
-from engine.frames.scenes import (DEFAULT_THRESHOLD, SceneDetectionError, ShotList, detect_shots, video_boundaries)
-from engine.schemas import ITEMS, conform
+from capeval.engine.frames.scenes import (DEFAULT_THRESHOLD, SceneDetectionError, ShotList, detect_shots, video_boundaries)
+from capeval.engine.schemas import ITEMS, conform
 
 FPS = 24
 

@@ -9,9 +9,9 @@ import numpy as np
 import pyarrow as pa
 
 from _caption_worker import RecordingCaptioner, worker_around
-from engine.prompts_library import get_prompt
-from engine.schemas import ITEMS, conform
-from engine.stages.caption import CaptionTask, segment_chunks
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.schemas import ITEMS, conform
+from capeval.engine.stages.caption import CaptionTask, segment_chunks
 
 TIMES = (0.25, 0.75, 1.25, 1.75, 2.25, 2.75, 3.25, 3.75)  # 8 frames of a 4 s video
 
@@ -54,8 +54,8 @@ def _frames_row():
 
 
 def test_caption_keys_and_tasks_carry_boundaries_of_segmental_prompts_only():
-    from engine.stages.pipeline import _task, caption_key_for
-    from engine.sweep.config import ComponentSpec
+    from capeval.engine.stages.pipeline import _task, caption_key_for
+    from capeval.engine.sweep.config import ComponentSpec
 
     cap, rev = ComponentSpec("local"), {"local": "pixelstats-1"}
     row = _frames_row()
@@ -73,9 +73,9 @@ def test_caption_keys_and_tasks_carry_boundaries_of_segmental_prompts_only():
 
 
 def test_a_loaded_dataset_gives_each_video_the_boundaries_of_its_items(tmp_path):
-    from engine.stages.pipeline import scene_boundaries
-    from engine.sweep.config import DatasetSpec
-    from engine.sweep.datasets import LoadedDataset
+    from capeval.engine.stages.pipeline import scene_boundaries
+    from capeval.engine.sweep.config import DatasetSpec
+    from capeval.engine.sweep.datasets import LoadedDataset
 
     rows = [{"benchmark": "lvcap", "task": "scene", "item_id": "a/s1/q1", "video_id": "a",
              "extra": json.dumps({"scene": 1, "scene_boundaries": [1.5, 3.6], "shot_boundaries": [1.5, 2, 3.6]})},

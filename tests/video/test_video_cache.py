@@ -6,10 +6,10 @@ import shutil
 
 import numpy as np
 
-from engine import schemas
-from engine.frames import cache as frame_cache
-from engine.frames.cache import decode_frames_cached, decode_videos_table, load_frames
-from engine.frames.decode import decode_frames
+from capeval.engine import schemas
+from capeval.engine.frames import cache as frame_cache
+from capeval.engine.frames.cache import decode_frames_cached, decode_videos_table, load_frames
+from capeval.engine.frames.decode import decode_frames
 
 
 def test_cache_hit_avoids_decoding(test_videos, frame_cache_dir, tmp_path):

@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from engine.frames.decode import (
+from capeval.engine.frames.decode import (
     CorruptVideoError,
     EmptyVideoError,
     NoVideoStreamError,
@@ -15,7 +15,7 @@ from engine.frames.decode import (
     decode_frames,
     probe_duration,
 )
-from engine.frames.sampling import target_timestamps
+from capeval.engine.frames.sampling import target_timestamps
 
 
 def decode_all(path, width=None, height=None):
@@ -159,7 +159,7 @@ def assert_matches_reference_pixels(result, ref):
 
 @pytest.mark.parametrize("name", ["h264_long", "h264_bframes"])
 def test_mp4_index_agrees_with_keyframe_display_times(test_videos, name):
-    from engine.frames.decode import KeyframeIndex
+    from capeval.engine.frames.decode import KeyframeIndex
 
     path = test_videos[name]["path"]
     with av.open(str(path)) as c:  # FFmpeg's index lives only as long as the open container

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 from _sweeps import write_sweep
 
-from engine.frames import cache as frame_cache
-from engine.frames import shards
-from engine.frames.cache import frames_row, load_encoded_frames, load_frames
-from engine.frames.sizes import DEFAULT_SIZE, SizeError, frame_size_for, output_size, parse_size, size_text
-from engine.stages.decode import decode_stream
+from capeval.engine.frames import cache as frame_cache
+from capeval.engine.frames import shards
+from capeval.engine.frames.cache import frames_row, load_encoded_frames, load_frames
+from capeval.engine.frames.sizes import DEFAULT_SIZE, SizeError, frame_size_for, output_size, parse_size, size_text
+from capeval.engine.stages.decode import decode_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +37,7 @@ def _bytes(d: Path) -> int:
 @pytest.fixture(scope="module")
 def textured_1080p(tmp_path_factory) -> Path:
     """2 s of 1080p H.264 that compresses like camera footage (1/f texture, panning, sensor noise)."""
-    from benchmarks.bench_frames import make_textured_video
+    from capeval.benchmarks.bench_frames import make_textured_video
 
     return make_textured_video(tmp_path_factory.mktemp("hd") / "textured_1080p.mp4", seconds=2.0, fps=12)
 
@@ -60,7 +60,7 @@ def test_1080p_uniform32_frame_cache_is_under_5_percent_of_raw(ray_local, textur
 def test_frame_cache_file_count_grows_far_slower_than_videos(ray_local, tmp_path):
     """100 videos through the decode stage leave at most 100 / 20 + 8 files in the frame cache (before: 2 per
     video and spec)."""
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     videos = []
     for i in range(100):
@@ -88,7 +88,7 @@ def test_encoded_frames_are_the_stored_bytes_not_reencoded(test_videos, frame_ca
     assert b"".join(blobs) in data  # the bytes on disk, handed out as they are
     assert np.array_equal(load_frames(row), shards.decode_jpegs(blobs))
     assert not calls
-    from engine.judging.requests import load_jpegs
+    from capeval.engine.judging.requests import load_jpegs
 
     assert load_jpegs(row["path"]) == blobs  # the judge's frames too
 
@@ -164,7 +164,7 @@ def test_cap_evicts_least_recently_used_shards(tmp_path):
 KILLED_WRITER = textwrap.dedent("""
     import sys
     import numpy as np
-    from engine.frames import shards
+    from capeval.engine.frames import shards
     w = shards.ShardWriter(sys.argv[1], 1 << 40)
     rng = np.random.default_rng(0)
     blobs = shards.encode_jpegs(rng.integers(0, 256, (8, 256, 256, 3), dtype=np.uint8))
@@ -181,7 +181,7 @@ def test_kill9_mid_append_leaves_whole_entries_or_nothing(tmp_path):
     cache = tmp_path / "frames"
     for attempt in range(3):  # three kills at arbitrary points of the append loop
         proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(cache)], cwd=ROOT, stdout=subprocess.PIPE,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env={**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH", "")})
         assert proc.stdout.readline().strip() == b"ready"
         time.sleep(0.05 * (attempt + 1))
         proc.send_signal(signal.SIGKILL)
@@ -230,8 +230,8 @@ def test_sizes_family_table_and_parsing():
 
 
 def test_sweep_file_frame_size_is_checked_and_enters_the_cell_key(tmp_path):
-    from engine.sweep.config import load_sweep
-    from engine.sweep.grid import expand
+    from capeval.engine.sweep.config import load_sweep
+    from capeval.engine.sweep.grid import expand
 
     def sweep(**captioner) -> Path:
         return write_sweep(tmp_path / "s.toml", "s", prompts=("brief",), frames=("uniform:2",),

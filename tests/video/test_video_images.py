@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from engine.datasets.synthetic_videos import make_video
-from engine.frames.cache import decode_frames_cached, frames_row
-from engine.frames.decode import CorruptVideoError, EmptyVideoError, decode_frames
-from engine.frames.images import media_type_of
-from engine.frames.sampling import FrameSpecError, Linspace, parse_frame_spec
+from capeval.engine.datasets.synthetic_videos import make_video
+from capeval.engine.frames.cache import decode_frames_cached, frames_row
+from capeval.engine.frames.decode import CorruptVideoError, EmptyVideoError, decode_frames
+from capeval.engine.frames.images import media_type_of
+from capeval.engine.frames.sampling import FrameSpecError, Linspace, parse_frame_spec
 
 
 def _picture(w=64, h=48) -> np.ndarray:

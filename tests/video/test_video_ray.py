@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from engine.frames.cache import decode_videos_table, load_frames, parse_locator
-from engine.frames.ray_decode import decode_videos_ray
+from capeval.engine.frames.cache import decode_videos_table, load_frames, parse_locator
+from capeval.engine.frames.ray_decode import decode_videos_ray
 
 
 def test_ray_decode_matches_local(ray_local, test_videos, broken_videos, tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.frames.sampling import FPS, FrameSpecError, Segments, Uniform, parse_frame_spec, target_timestamps
+from capeval.engine.frames.sampling import FPS, FrameSpecError, Segments, Uniform, parse_frame_spec, target_timestamps
 
 
 @pytest.mark.parametrize(

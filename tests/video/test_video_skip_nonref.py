@@ -6,7 +6,7 @@ import av
 import numpy as np
 import pytest
 
-from engine.frames.decode import decode_frames
+from capeval.engine.frames.decode import decode_frames
 
 
 def _decode_all(path):
@@ -21,7 +21,7 @@ def _decode_all(path):
 def reordered_clips(tmp_path_factory, test_videos) -> dict:
     """H.264 with B-frames (x264 bframes=3, b-pyramid) and, when this PyAV build has libx265, HEVC (x265
     defaults: B-frames too); 6 s, keyframe every 2 s, so targets sit deep inside GOPs."""
-    from engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video
 
     d = tmp_path_factory.mktemp("reordered")
     clips = {"h264_bframes": test_videos["h264_bframes"]["path"]}

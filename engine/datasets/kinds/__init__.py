@@ -1,1 +1,1 @@
-"""One module per dataset kind; each registers itself with engine.datasets.registry."""
+"""One module per dataset kind; each registers itself with capeval.engine.datasets.registry."""

@@ -8,7 +8,7 @@ VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".gif")
 
 
 def media_suffixes() -> tuple[str, ...]:
-    from engine.frames.images import IMAGE_SUFFIXES
+    from capeval.engine.frames.images import IMAGE_SUFFIXES
 
     return VIDEO_SUFFIXES + tuple(sorted(IMAGE_SUFFIXES))
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.datasets.kinds._media import find_media
-from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.kinds._media import find_media
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
 
 
 def _unit(v) -> str | None:
@@ -15,7 +15,7 @@ def _unit(v) -> str | None:
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from engine.datasets import dream1k
+    from capeval.engine.datasets import dream1k
 
     path = resolve(base_dir, params["path"])
     items = (dream1k.load_events if params.get("unit") == "events" else dream1k.load_clips)(path)

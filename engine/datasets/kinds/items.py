@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from engine.inputs import read_items
+    from capeval.engine.inputs import read_items
 
     items = read_items(resolve(base_dir, params["path"]), benchmark=params.get("benchmark"))
     media = {}

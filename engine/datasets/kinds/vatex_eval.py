@@ -6,19 +6,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.datasets.kinds._media import find_media
-from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.kinds._media import find_media
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
 
 _LOADER_NAMES = ("load_vatex_eval", "load_items", "load")
 
 
 def _loader():
-    from engine.errors import UsageError
+    from capeval.engine.errors import UsageError
 
     try:
-        from engine.datasets import vatex_eval
+        from capeval.engine.datasets import vatex_eval
     except ModuleNotFoundError as exc:
-        if exc.name != "engine.datasets.vatex_eval":
+        if exc.name != "capeval.engine.datasets.vatex_eval":
             raise
         raise UsageError("dataset kind 'vatex_eval': its loader (engine/datasets/vatex_eval.py) is not "
                          "installed in this checkout") from None
@@ -34,7 +34,7 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     path = resolve(base_dir, params["path"])
     loaded = _loader()(path)
     items = loaded if isinstance(loaded, pa.Table) else getattr(loaded, "items", loaded[0])
-    from engine.datasets import vatex_eval
+    from capeval.engine.datasets import vatex_eval
 
     captions = vatex_eval.load_captions(path) if callable(getattr(vatex_eval, "load_captions", None)) else None
     root = resolve(base_dir, params["media_root"]) if "media_root" in params else (
@@ -45,7 +45,7 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
 
 def _files_in_folder(folder: Path, params: dict) -> list[Path]:
     """The score file the loader reads when `path` is the VATEX-EVAL folder (staging ships it)."""
-    from engine.datasets.vatex_eval import FILE
+    from capeval.engine.datasets.vatex_eval import FILE
 
     return [folder / FILE]
 

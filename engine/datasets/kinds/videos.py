@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine.datasets.kinds._media import media_suffixes
-from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
-from engine.schemas import ITEMS
+from capeval.engine.datasets.kinds._media import media_suffixes
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.schemas import ITEMS
 
 
 def media_files(params: dict, base_dir: Path) -> tuple[Path, list[Path]]:
@@ -36,7 +36,7 @@ def _check(params: dict, base_dir: Path) -> list[str]:
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from engine.frames.images import media_type_of
+    from capeval.engine.frames.images import media_type_of
 
     root, files = media_files(params, base_dir)
     rows, media = [], {}

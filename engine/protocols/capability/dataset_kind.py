@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
-from engine.errors import UsageError
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.errors import UsageError
 
 from .codes import TASKS
 from .release import annotation_files, load_items

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 #: Sweep groups. prompt_set is prompt_id without its media-type suffix: CAPability prompts images and videos
 #: differently ("capability/image", "capability/video"), and one average spans both.

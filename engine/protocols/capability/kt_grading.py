@@ -20,9 +20,9 @@ import re
 
 import pyarrow as pa
 
-from engine.protocols.base import JudgeProtocol, Rendered, make_row, rows_to_table
-from engine.replies.fences import fence
-from engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
+from capeval.engine.protocols.base import JudgeProtocol, Rendered, make_row, rows_to_table
+from capeval.engine.replies.fences import fence
+from capeval.engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
 
 from .codes import CapabilityQAVerdict
 from .qa import Question, parse_choice
@@ -40,7 +40,7 @@ def grading_pack(prompts=None):
     the placeholders question, reference, answer)."""
     from pathlib import Path
 
-    from engine.packs import load_pack
+    from capeval.engine.packs import load_pack
 
     return load_pack(prompts or Path(__file__).with_name("kt_pack.toml"))
 

@@ -28,8 +28,8 @@ import numpy as np
 import polars as pl
 import pyarrow as pa
 
-from engine.metrics.core import bootstrap_frame
-from engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
+from capeval.engine.metrics.core import bootstrap_frame
+from capeval.engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
 
 from .codes import TASKS, CapabilityQAVerdict, CapabilityVerdict
 from .groups import GROUP_COLUMNS, with_groups
@@ -166,7 +166,7 @@ def _ordered_tasks(tasks) -> list[str]:
 def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: int, confidence: float,
                 average_label: str | None = "avg") -> pl.DataFrame:
     """Long-format rows per (group, task) and per group's average over tasks, with one shared bootstrap per group
-    (engine.metrics.core.bootstrap_frame; the average is nan when one task's metric is)."""
+    (capeval.engine.metrics.core.bootstrap_frame; the average is nan when one task's metric is)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     metrics = {m: (lambda c, fn=fn: fn(c, mode)) for m, fn in fns.items()}
@@ -205,7 +205,7 @@ def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: 
 def compute_metrics(verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0,
                     mode: str = "strict", confidence: float = 0.95) -> pl.DataFrame:
     """CAPability metrics in long format: group columns (captioner, prompt_set, frame_spec, task), then
-    engine.schemas METRIC_VALUE_COLUMNS, then n_missing / n_failed (rows without a verdict, by why) and mode.
+    capeval.engine.schemas METRIC_VALUE_COLUMNS, then n_missing / n_failed (rows without a verdict, by why) and mode.
 
     verdicts: VERDICTS-shaped table (pl.DataFrame or pa.Table). items: ITEMS of the tasks scored; when given,
     items with no verdict row at all are added as MISSING (so they are counted, and in strict mode scored as

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import polars as pl
 
-from engine.schemas import ParseStatus
+from capeval.engine.schemas import ParseStatus
 
 from .codes import CLASSIFICATION_TASKS, CapabilityVerdict
 from .groups import GROUP_COLUMNS, with_groups

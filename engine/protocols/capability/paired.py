@@ -4,7 +4,7 @@ values (the protocol's `compare_average_over = "task"`)."""
 
 from __future__ import annotations
 
-from engine.metrics.paired import PairedSpec, code_stats
+from capeval.engine.metrics.paired import PairedSpec, code_stats
 
 from .codes import N_CODES
 from .metrics import METRIC_FUNCTIONS

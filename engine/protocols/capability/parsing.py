@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import json
 
-from engine.replies.repair import ParseError, extract_verdict, repeats_data
-from engine.replies.fences import data_texts
-from engine.protocols.base import parse_context
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.replies.repair import ParseError, extract_verdict, repeats_data
+from capeval.engine.replies.fences import data_texts
+from capeval.engine.protocols.base import parse_context
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from . import official
 from .codes import CLASSIFICATION_TASKS

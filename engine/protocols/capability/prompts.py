@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import json
 
-from engine import packs
-from engine.replies.fences import fence
-from engine.packs import PackError, PromptPack, resolve_pack
-from engine.protocols.base import Rendered, annotation_value
+from capeval.engine import packs
+from capeval.engine.replies.fences import fence
+from capeval.engine.packs import PackError, PromptPack, resolve_pack
+from capeval.engine.protocols.base import Rendered, annotation_value
 
 from .codes import CLASSIFICATION_TASKS, TASKS
 from .official import COPIED_FIELD, Categories

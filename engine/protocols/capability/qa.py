@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import pyarrow as pa
 
-from engine.keys import content_key, derived_seed
+from capeval.engine.keys import content_key, derived_seed
 
 from .codes import TASKS
 
@@ -98,7 +98,7 @@ class Question:
     prompt: str
 
     def backend_fields(self) -> dict[str, str]:
-        """What a backend that answers from structure reads (adapters.base.CaptionRequest.question)."""
+        """What a backend that answers from structure reads (capeval.adapters.base.CaptionRequest.question)."""
         return {"id": self.qa_id, "task": self.task, "item_id": self.item_id,
                 "sub_index": "" if self.sub_index is None else str(self.sub_index), "kind": self.kind,
                 "question": self.question, "options": json.dumps(self.options or [], ensure_ascii=False)}
@@ -175,7 +175,7 @@ def default_categories() -> dict[str, tuple[str, ...]]:
 
 
 def build_questions(items: pa.Table, *, seed: int = 0, categories: dict | None = None) -> list[Question]:
-    """CAPability-QA questions of ITEMS rows (engine.protocols.capability.release.load_items): one per item, one
+    """CAPability-QA questions of ITEMS rows (capeval.engine.protocols.capability.release.load_items): one per item, one
     per annotated object for dynamic_object_number, in the items' order. Deterministic for a given seed."""
     categories = categories or default_categories()
     out = []

@@ -22,10 +22,10 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from engine import schemas
-from engine.datasets.jsonl import DatasetFormatError, field, read_jsonl, to_json_text
-from engine.keys import content_key
-from engine.protocols.capability.codes import CLASSIFICATION_TASKS, FROM_SCORE, TASKS, CapabilityVerdict
+from capeval.engine import schemas
+from capeval.engine.datasets.jsonl import DatasetFormatError, field, read_jsonl, to_json_text
+from capeval.engine.keys import content_key
+from capeval.engine.protocols.capability.codes import CLASSIFICATION_TASKS, FROM_SCORE, TASKS, CapabilityVerdict
 
 BENCHMARK = "capability"
 RELEASED_JUDGE = "gpt-4-turbo"
@@ -131,7 +131,7 @@ def load_items(annotations_dir: str | Path, tasks=TASKS, *, media_root: str | Pa
             for k, v in zip(cols, (task, file_id, file_id, media_path, media_type, to_json_text(anno))):
                 cols[k].append(v)
         if dropped:
-            from engine.inputs.rows import warn
+            from capeval.engine.inputs.rows import warn
 
             warn(f"{path}: dropped {dropped} identical duplicate record(s)")
     n = len(cols["task"])

@@ -1,13 +1,13 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.params import Param as _Param
-from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+from capeval.engine.params import Param as _Param
+from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    TEMPERATURE_PARAM as _TEMPERATURE, JudgeProtocol as _JudgeProtocol,
                                    JudgingPolicy as _JudgingPolicy, Rendered as _Rendered,
                                    caption_identity as _caption_identity, make_row as _make_row,
                                    rows_to_table as _rows_to_table)
-from engine.registry import register_protocol as _register_protocol
+from capeval.engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
 from .codes import CapQuizVerdict as _CapQuizVerdict

@@ -27,9 +27,9 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from engine.keys import derived_seed
-from engine.protocols.base import JudgeProtocol, Rendered, make_row, parse_context, rows_to_table
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.keys import derived_seed
+from capeval.engine.protocols.base import JudgeProtocol, Rendered, make_row, parse_context, rows_to_table
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import CapQuizVerdict
 from .parsing import pick_letter

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import CountTable, count_table, f1, metrics_frame, safe_ratio
+from capeval.engine.metrics.core import CountTable, count_table, f1, metrics_frame, safe_ratio
 
 from .codes import N_CODES, CapQuizVerdict
 from .types import GROUPS, group_lookup, load_type_map, normalize_type  # noqa: F401 (normalize_type re-exported)

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import re
 
-from engine.replies.repair import ParseError, match_choice
-from engine.protocols.base import parse_context
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.replies.repair import ParseError, match_choice
+from capeval.engine.protocols.base import parse_context
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import CapQuizVerdict
 from .prompts import ALPHABET, CANNOT_DETERMINE_TEXT, LETTERS

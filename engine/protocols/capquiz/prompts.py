@@ -1,4 +1,4 @@
-"""CapQuiz prompts, from a prompt pack (engine.packs): the judge answers a multiple-choice question from the
+"""CapQuiz prompts, from a prompt pack (capeval.engine.packs): the judge answers a multiple-choice question from the
 caption alone, with "Cannot be determined" as the last option.
 
 Options are shown in the order given (the benchmark balances the position of the correct answer itself); the
@@ -16,11 +16,11 @@ from __future__ import annotations
 import json
 import random
 
-from engine.keys import derived_seed
-from engine import packs
-from engine.replies.fences import fence
-from engine.packs import PromptPack, resolve_pack
-from engine.protocols.base import Rendered
+from capeval.engine.keys import derived_seed
+from capeval.engine import packs
+from capeval.engine.replies.fences import fence
+from capeval.engine.packs import PromptPack, resolve_pack
+from capeval.engine.protocols.base import Rendered
 
 LETTERS = ("A", "B", "C", "D", "E")
 CANNOT_DETERMINE_LETTER = "F"

@@ -34,7 +34,7 @@ def normalize_type(name: str | None) -> str:
 
 @lru_cache(maxsize=1)
 def builtin_types() -> tuple[dict, ...]:
-    from engine.packs import builtin_pack_path, load_pack
+    from capeval.engine.packs import builtin_pack_path, load_pack
 
     return tuple(load_pack(builtin_pack_path("capquiz")).table("question_type"))
 

@@ -2,17 +2,17 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from engine.metrics.buckets import duration_edges as _duration_edges
-from engine.params import Param as _Param
-from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+from capeval.engine.metrics.buckets import duration_edges as _duration_edges
+from capeval.engine.params import Param as _Param
+from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
                                    caption_identity as _caption_identity, make_row as _make_row,
                                    pair_items_captions as _pair_items_captions, parse_context as _parse_context,
                                    rows_to_table as _rows_to_table)
-from engine.packs import load_pack as _load_pack
-from engine.registry import register_protocol as _register_protocol
-from engine.schemas import ParseStatus as _ParseStatus
+from capeval.engine.packs import load_pack as _load_pack
+from capeval.engine.registry import register_protocol as _register_protocol
+from capeval.engine.schemas import ParseStatus as _ParseStatus
 
 from . import autodq as _autodq, paper_events as _paper, parsing as _parsing, prompts as _prompts
 from .codes import (BatchVerdict as _BatchVerdict, EntailmentVerdict as _EntailmentVerdict,

@@ -22,8 +22,8 @@ import ast
 import json
 import re
 
-from engine.replies.repair import ParseError
-from engine.protocols.base import Rendered
+from capeval.engine.replies.repair import ParseError
+from capeval.engine.protocols.base import Rendered
 
 EXTRACT_ID = "judge/extract_events"
 ENTAIL_ID = "judge/entailment"

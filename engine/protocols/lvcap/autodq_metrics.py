@@ -23,7 +23,7 @@ import json
 import numpy as np
 import polars as pl
 
-from engine.schemas import NO_VERDICT
+from capeval.engine.schemas import NO_VERDICT
 
 OFFICIAL_EVENT_STEPS = ("recall", "precision")
 AUTODQ_READING = ("DREAM-1K AutoDQ (event_scoring='autodq'): per clip, mean per source, mean over sources, "

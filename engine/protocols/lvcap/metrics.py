@@ -19,7 +19,7 @@ out of S_e, and unanswered scene questions leave the S_s denominator. `n_no_verd
 Duration buckets: `duration` (seconds) in `items.extra` JSON, bucketed by `duration_buckets` = edges in minutes (param; a list or "2,5,10,15,20").
 Default: the paper's buckets 2-5, 6-10, 11-15, 16-20 min, i.e. [2, 5], (5, 10], (10, 15], (15, 20]; durations outside
 go to "<2min" / ">20min", rows without a duration to "unknown". CIs: percentile bootstrap resampling videos
-(kernels.bootstrap.cluster_bootstrap), the same replicate weights for every group, so groups scored on the same
+(capeval.kernels.bootstrap.cluster_bootstrap), the same replicate weights for every group, so groups scored on the same
 videos are paired.
 
 Official mode (`mode="official"` rows, steps event_match / recall / precision / scene_qa): S_e as the paper defines
@@ -39,8 +39,8 @@ import json
 import numpy as np
 import polars as pl
 
-from engine.metrics.buckets import duration_bucket, duration_edges
-from engine.metrics.core import metrics_frame, safe_ratio, sum_table
+from capeval.engine.metrics.buckets import duration_bucket, duration_edges
+from capeval.engine.metrics.core import metrics_frame, safe_ratio, sum_table
 
 from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
 

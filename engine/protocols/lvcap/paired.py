@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from engine.metrics.core import f1, safe_ratio
-from engine.metrics.paired import PairedSpec
+from capeval.engine.metrics.core import f1, safe_ratio
+from capeval.engine.metrics.paired import PairedSpec
 
 from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
 from .metrics import ENTAIL_STEPS

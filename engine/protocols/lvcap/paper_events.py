@@ -30,8 +30,8 @@ from __future__ import annotations
 import json
 import math
 
-from engine.replies.repair import ParseError
-from engine.protocols.base import Rendered
+from capeval.engine.replies.repair import ParseError
+from capeval.engine.protocols.base import Rendered
 
 EXTRACT_ID = "gt/extract_events"
 MATCH_ID = "judge/event_match"
@@ -150,7 +150,7 @@ def parse_match(text: str | None, n_gt: int, n_model: int) -> dict:
 
 def parse_reply(step: str, text: str | None, ctx: dict) -> tuple[int, object, str]:
     """(verdict code, ParseStatus, detail JSON) of a paper-scoring reply; ParseError when it is rejected."""
-    from engine.schemas import NO_VERDICT, ParseStatus
+    from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
     from .codes import BatchVerdict
 

@@ -7,7 +7,7 @@
 * rows: bucket "all", `category:<items.category>` and `duration:<bucket>`, each the mean over its clips;
 * a clip without an accepted reply (extraction or match rejected, caption missing) is left out of the means and
   counted in `n_no_verdict`;
-* CIs: percentile bootstrap over videos (engine.metrics.core, resample="per_group"): repeated trials of a video stay
+* CIs: percentile bootstrap over videos (capeval.engine.metrics.core, resample="per_group"): repeated trials of a video stay
   in one cluster.
 """
 
@@ -17,7 +17,7 @@ import json
 
 import polars as pl
 
-from engine.metrics.core import metrics_frame, safe_ratio, sum_table
+from capeval.engine.metrics.core import metrics_frame, safe_ratio, sum_table
 
 from .paper_events import READING
 

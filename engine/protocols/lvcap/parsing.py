@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 
-from engine.replies.repair import ParseError, extract_json, extract_verdict_list, match_choice
-from engine.replies.fences import data_texts
-from engine.protocols.base import parse_context
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.replies.repair import ParseError, extract_json, extract_verdict_list, match_choice
+from capeval.engine.replies.fences import data_texts
+from capeval.engine.protocols.base import parse_context
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from . import autodq, paper_events
 from .codes import BatchVerdict, EntailmentVerdict, SceneQAVerdict

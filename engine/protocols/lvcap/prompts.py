@@ -1,4 +1,4 @@
-"""LVCap-Eval requests, rendered from prompt packs (engine.packs).
+"""LVCap-Eval requests, rendered from prompt packs (capeval.engine.packs).
 
 Items: a scene question has `task` "scene" (any task other than "events"), the question in `annotation`, yes/no in
 `answer`, and in `extra` (JSON) optionally `scene` (its scene number) and `scene_description` (the reference text of
@@ -14,16 +14,16 @@ Params (sweep `protocols[].params`, CLI `--mode/--prompts/--param`):
 Strict mode fences every text it did not write (caption, scene description, question, event) as data
 (engine/replies/fences.py); official mode sends the official prompts byte for byte.
 Without explicit packs strict mode uses capeval's own pack (pack.toml here) and official mode reads
-$CAPEVAL_PACKS/lvcap.toml and $CAPEVAL_PACKS/autodq.toml (engine.packs.resolve_pack).
+$CAPEVAL_PACKS/lvcap.toml and $CAPEVAL_PACKS/autodq.toml (capeval.engine.packs.resolve_pack).
 """
 
 from __future__ import annotations
 
 import json
 
-from engine.replies.fences import fence
-from engine.packs import PromptPack, load_pack, resolve_pack
-from engine.protocols.base import Rendered, annotation_value
+from capeval.engine.replies.fences import fence
+from capeval.engine.packs import PromptPack, load_pack, resolve_pack
+from capeval.engine.protocols.base import Rendered, annotation_value
 
 from . import autodq, paper_events
 

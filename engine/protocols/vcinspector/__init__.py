@@ -1,10 +1,10 @@
 from .codes import *  # noqa: F401,F403
 
-from engine.params import Param as _Param
-from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+from capeval.engine.params import Param as _Param
+from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
-from engine.registry import register_protocol as _register_protocol
+from capeval.engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
 from .codes import VCInspectorVerdict as _VCInspectorVerdict
@@ -35,7 +35,7 @@ class VCInspectorProtocol(_JudgeProtocol):
 
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), frames=None, mode="strict",
                        prompts=None, **opts):
-        """`frames`: an engine.schemas.FRAMES table (or None: every row is MISSING, nothing is sent)."""
+        """`frames`: an capeval.engine.schemas.FRAMES table (or None: every row is MISSING, nothing is sent)."""
         pack = _prompts.pack_for(mode, prompts)
         # the pack's content enters every request key through the revision
         return super().build_requests(items, captions, judge=judge,

@@ -30,7 +30,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from engine.metrics.alignment import match_case
+from capeval.engine.metrics.alignment import match_case
 
 MIN_LABEL, MAX_LABEL = 1, 5
 #: the official generator's three variants (src/gen_data/augmentation.py): objects only, actions only, both;

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import count_table, metrics_frame
+from capeval.engine.metrics.core import count_table, metrics_frame
 
 from .codes import N_CODES
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import re
 
-from engine.replies.repair import ParseError, extract_verdict, parse_int_field
-from engine.replies.fences import data_texts
-from engine.protocols.base import parse_context
-from engine.schemas import NO_VERDICT, ParseStatus
+from capeval.engine.replies.repair import ParseError, extract_verdict, parse_int_field
+from capeval.engine.replies.fences import data_texts
+from capeval.engine.protocols.base import parse_context
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import from_score
 

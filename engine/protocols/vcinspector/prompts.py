@@ -1,4 +1,4 @@
-"""VC-Inspector prompts, rendered from prompt packs (engine.packs): a multimodal judge sees video frames and a
+"""VC-Inspector prompts, rendered from prompt packs (capeval.engine.packs): a multimodal judge sees video frames and a
 caption and scores the caption 1-5 with an explanation.
 
 Params (sweep `protocols[].params`, CLI `--mode/--prompts/--param`):
@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import json
 
-from engine.replies.fences import fence
-from engine.packs import PromptPack, resolve_pack
-from engine.protocols.base import Rendered
+from capeval.engine.replies.fences import fence
+from capeval.engine.packs import PromptPack, resolve_pack
+from capeval.engine.protocols.base import Rendered
 
 OFFICIAL_FRAMES = "linspace:32"
 IMAGE_TAG = "<image>"

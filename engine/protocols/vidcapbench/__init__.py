@@ -2,14 +2,14 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from engine.params import Param as _Param
-from engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+from capeval.engine.params import Param as _Param
+from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    TEMPERATURE_PARAM as _TEMPERATURE, JudgeProtocol as _JudgeProtocol,
                                    JudgingPolicy as _JudgingPolicy,
                                    rows_to_table as _rows_to_table)
-from engine.registry import register_protocol as _register_protocol
-from engine.schemas import ParseStatus as _ParseStatus
+from capeval.engine.registry import register_protocol as _register_protocol
+from capeval.engine.schemas import ParseStatus as _ParseStatus
 
 from . import parsing as _parsing, prompts as _prompts
 from .codes import VidCapBenchVerdict as _VidCapBenchVerdict
@@ -32,7 +32,7 @@ class VidCapBenchProtocol(_JudgeProtocol):
     breakdowns = ("dimension",)
     dataset_kinds = ("vidcapbench", "items")  # the QA file, or a table of QA items
     item_columns = ("annotation", "answer")  # the question and its reference answer
-    dataset_kind_modules = ("engine.protocols.vidcapbench.dataset_kind",)
+    dataset_kind_modules = ("capeval.engine.protocols.vidcapbench.dataset_kind",)
     params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE, _PAPER_COMPATIBLE,
               _Param("con_tokens", (str,), None, "caption column counted for Con (default: the paper's token count)",
                      metrics=True))
@@ -103,7 +103,7 @@ def _per_pair_keys(table):
     and caption). At temperature 0 equal prompts share one cached judgment."""
     if table.num_rows == 0:
         return table
-    from engine.keys import content_key as _content_key
+    from capeval.engine.keys import content_key as _content_key
 
     rows = table.to_pylist()
     changed = False

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from engine.datasets.kinds._media import find_media
-from engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.kinds._media import find_media
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
 
 from .release import load_vidcapbench
 

@@ -46,7 +46,7 @@ import warnings
 import numpy as np
 import polars as pl
 
-from engine.metrics.core import count_table, metrics_frame, safe_ratio
+from capeval.engine.metrics.core import count_table, metrics_frame, safe_ratio
 
 from .codes import N_CODES, VidCapBenchVerdict
 from .official import crashes as official_crashes, official_dimension_of

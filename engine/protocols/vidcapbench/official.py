@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from engine.schemas import ParseStatus
+from capeval.engine.schemas import ParseStatus
 
 from .parsing import is_no_content
 

@@ -3,7 +3,7 @@ carries no verdict of its own); Acc/Pre/Cov/Con of their sums."""
 
 from __future__ import annotations
 
-from engine.metrics.paired import PairedSpec, code_stats
+from capeval.engine.metrics.paired import PairedSpec, code_stats
 
 from .codes import N_CODES
 from .metrics import metric_functions

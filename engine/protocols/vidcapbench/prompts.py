@@ -1,4 +1,4 @@
-"""VidCapBench prompts, rendered from a prompt pack (engine.packs): step "answer" (`judge/answer`: answer the
+"""VidCapBench prompts, rendered from a prompt pack (capeval.engine.packs): step "answer" (`judge/answer`: answer the
 question from the caption alone), then step "score" (`judge/score`: grade that answer against the reference).
 
 Protocol params: `mode` ("strict", capeval's own pack and JSON grading; or "official", the benchmark's pack read
@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import json
 
-from engine import packs
-from engine.replies.fences import fence
-from engine.packs import PromptPack, resolve_pack
-from engine.protocols.base import Rendered
+from capeval.engine import packs
+from capeval.engine.replies.fences import fence
+from capeval.engine.packs import PromptPack, resolve_pack
+from capeval.engine.protocols.base import Rendered
 
 OFFICIAL, STRICT = "official", "strict"
 #: Replies to the grading prompt are free text in official mode; leave room for the analysis.

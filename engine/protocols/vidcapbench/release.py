@@ -24,8 +24,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from engine import schemas
-from engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
+from capeval.engine import schemas
+from capeval.engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
 
 BENCHMARK = "vidcapbench"
 TASK = "qa"
@@ -49,7 +49,7 @@ def _records(path: Path):
 
 def load_vidcapbench(path: str | Path) -> pa.Table:
     """ITEMS table of every QA pair in a VidCapBench QA file (see the module docstring)."""
-    from engine.protocols.vidcapbench.metrics import dimension_of
+    from capeval.engine.protocols.vidcapbench.metrics import dimension_of
 
     path = Path(path)
     if not path.is_file():

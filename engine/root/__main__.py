@@ -1,0 +1,7 @@
+"""`python -m capeval`: the `capeval` command."""
+
+import sys
+
+from capeval.engine.cli import main
+
+sys.exit(main())
