@@ -9,15 +9,13 @@ to last caption; decoding streams inside it), not the captioner's start-up (`loa
 results. Baseline, same run, same server, same frames and prompt: the old batch loop (`CaptionWorker.caption` on 4
 videos at a time, the next batch only after the slowest of the four came back), on the first `baseline_videos`.
 
-Section `vllm`: a slot for the vLLM captioner (streaming vs batch-of-4 on a tiny random VLM on CPU). It runs
-`benchmarks/bench_caption_vllm.py`'s `vllm_section(quick, say) -> dict` when that module exists, else says so.
+Section `vllm`: the vLLM captioner, streaming vs batch-of-4 on a tiny random VLM on CPU
+(benchmarks/bench_caption_vllm.py).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
-import importlib.util
 import json
 import math
 import os
@@ -29,7 +27,6 @@ from pathlib import Path
 MEDIAN_S, SIGMA, IN_FLIGHT = 0.3, 0.8, 64
 PROMPT, FRAMES = "brief", "uniform:4"
 SECTIONS = ("http", "vllm")
-VLLM_MODULE = "capeval.benchmarks.bench_caption_vllm"  # defines vllm_section(quick: bool, say) -> dict
 
 
 def bound_per_s(in_flight: int = IN_FLIGHT, median_s: float = MEDIAN_S, sigma: float = SIGMA) -> float:
@@ -149,9 +146,9 @@ def http_section(quick: bool, *, n_videos: int | None = None, baseline_videos: i
 
 
 def vllm_section(quick: bool, say=lambda m: None) -> dict:
-    if importlib.util.find_spec(VLLM_MODULE) is None:
-        return {"note": f"not measured: {VLLM_MODULE}.vllm_section is not there yet"}
-    return importlib.import_module(VLLM_MODULE).vllm_section(quick, say)
+    from capeval.benchmarks.bench_caption_vllm import vllm_section as measure  # numpy, vLLM: only for this section
+
+    return measure(quick, say)
 
 
 def main(argv: list[str] | None = None) -> int:

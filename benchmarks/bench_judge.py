@@ -266,16 +266,11 @@ def vllm_section(data: Path, quick: bool, model_dir: Path | None, say) -> dict:
     return result
 
 
-def _lazy(name: str, quick: bool) -> dict:
+def _bench_streaming_section(name: str, quick: bool) -> dict:
+    import capeval.benchmarks.bench_streaming as bs
+
     try:
-        import capeval.benchmarks.bench_streaming as bs
-    except ImportError as exc:
-        return {"note": f"not available: {exc}"}
-    fn = getattr(bs, name, None)
-    if fn is None:
-        return {"note": f"not available: capeval.benchmarks.bench_streaming.{name} is missing"}
-    try:
-        return fn(quick)
+        return getattr(bs, name)(quick)
     except Exception as exc:  # noqa: BLE001 - report, keep the other sections
         return {"note": f"failed: {type(exc).__name__}: {exc}"}
 
@@ -305,8 +300,8 @@ SECTIONS = ("streaming", "overhead", "http", "vllm", "sweep")
 def section_runners(args, say) -> dict:
     """name -> function returning that section's dict for the JSON."""
     return {
-        "streaming": lambda: _lazy("streaming", args.quick),
-        "overhead": lambda: _lazy("overhead", args.quick),
+        "streaming": lambda: _bench_streaming_section("streaming", args.quick),
+        "overhead": lambda: _bench_streaming_section("overhead", args.quick),
         "http": lambda: http_section(args.quick),
         "vllm": lambda: vllm_section(args.data, args.quick, args.model_dir, say),
         "sweep": lambda: _sweep_section(args.quick),

@@ -28,13 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the log lines and warnings of the libraries a command runs (vLLM, Ray, transformers)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"capeval.engine.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"capeval.engine.cli.{name}":
-                continue
-            raise
-        module.register(sub)
+        importlib.import_module(f"capeval.engine.cli.{name}").register(sub)
     for command in sub.choices.values():  # every command: --verbose shows the libraries' log lines and warnings
         try:
             command.add_argument("--verbose", action="store_true",
@@ -47,26 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _usage_errors() -> tuple[type, ...]:
     """Input errors raised by modules that predate capeval.engine.errors: they are the user's to fix (exit USAGE)."""
-    kinds: list[type] = []
-    try:
-        from capeval.engine.sweep.config import SweepFileError
+    # imported when an error is classified, not when the parser is built (numpy, tomllib: `capeval --help` stays fast)
+    from capeval.engine.frames.sampling import FrameSpecError
+    from capeval.engine.packs import PackError  # missing (official mode without --prompts), unreadable or malformed
+    from capeval.engine.sweep.config import SweepFileError
 
-        kinds.append(SweepFileError)
-    except ImportError:  # pragma: no cover
-        pass
-    try:
-        from capeval.engine.frames.sampling import FrameSpecError
-
-        kinds.append(FrameSpecError)
-    except ImportError:  # pragma: no cover
-        pass
-    try:  # a pack that is missing (official mode without --prompts), unreadable or malformed: named in the message
-        from capeval.engine.packs import PackError
-
-        kinds.append(PackError)
-    except ImportError:  # pragma: no cover
-        pass
-    return tuple(kinds)
+    return (SweepFileError, FrameSpecError, PackError)
 
 
 def terminal_text(text: str) -> str:

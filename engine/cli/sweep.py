@@ -118,11 +118,9 @@ def main(args) -> int:
 
     config = with_limit(load_sweep(args.file), args.limit)  # every problem of the file at once (exit 2)
     out = Path(args.out) if args.out else Path("runs") / config.name
-    try:
-        from capeval.engine.sweep.validation import writable_problem
-    except ImportError:  # pragma: no cover
-        writable_problem = None
-    if writable_problem is not None and (problem := writable_problem(out)):
+    from capeval.engine.sweep.validation import writable_problem
+
+    if problem := writable_problem(out):
         from capeval.engine.errors import UsageError
 
         raise UsageError(f"output folder {problem}")

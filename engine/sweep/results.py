@@ -41,11 +41,9 @@ def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_re
     "interrupted" for a run that Ctrl-C or SIGTERM (`interrupted`) ended, `interrupted_by` naming the signal. A
     record that cannot be made is reported, not fatal: the results are complete without it; a disk that refuses it
     stops the run (exit 4) like every other write."""
-    try:
-        from capeval.engine.report.results import cells_without_value
-        from capeval.engine.runrecord import append_run_record, sweep_record
-    except ImportError:  # pragma: no cover
-        return
+    from capeval.engine.report.results import cells_without_value
+    from capeval.engine.runrecord import append_run_record, sweep_record
+
     try:
         record = sweep_record(result, config, cap_rev=cap_rev, judge_rev=judge_rev, cell_keys=cell_keys)
         record["counts_by_status"]["items"] = dict(result.account.by_status)

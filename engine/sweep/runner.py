@@ -29,7 +29,7 @@ from capeval.engine.ray_local import init_ray
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep.caption_only import run_caption_only
 from capeval.engine.sweep.config import ComponentSpec, SweepConfig
-from capeval.engine.sweep.datasets import LoadedDataset, dataset_records, load_dataset
+from capeval.engine.sweep.datasets import LoadedDataset, dataset_records, load_dataset, media_required
 from capeval.engine.sweep.grid import Cell, expand
 from capeval.engine.sweep.results import SweepResult, record_run, write_results_files
 from capeval.engine.sweep.usage import CostLedger
@@ -173,13 +173,8 @@ def _load(spec, config, out: Path) -> LoadedDataset:
     import errno
 
     try:
-        from capeval.engine.sweep.datasets import media_required
-
-        extra = {"require_media": media_required(config, spec)}
-    except ImportError:  # pragma: no cover - older dataset module
-        extra = {}
-    try:
-        return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent, **extra)
+        return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent,
+                            require_media=media_required(config, spec))
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
             raise

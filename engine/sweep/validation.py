@@ -305,10 +305,7 @@ def _lookup(kind: str, name: str):
     from capeval.engine.registry import lookup
 
     if kind == "captioner" and name == "vllm":
-        try:  # not among the registry's builtin modules everywhere; importing it registers "vllm"
-            import capeval.adapters.vllm_captioner  # noqa: F401
-        except ImportError:
-            pass
+        import capeval.adapters.vllm_captioner  # noqa: F401 - importing it registers "vllm"
     try:
         return lookup(kind, name), None
     except KeyError as exc:

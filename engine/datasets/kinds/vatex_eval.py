@@ -9,34 +9,12 @@ from pathlib import Path
 from capeval.engine.datasets.kinds._media import find_media
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
 
-_LOADER_NAMES = ("load_vatex_eval", "load_items", "load")
-
-
-def _loader():
-    from capeval.engine.errors import UsageError
-
-    try:
-        from capeval.engine.datasets import vatex_eval
-    except ModuleNotFoundError as exc:
-        if exc.name != "capeval.engine.datasets.vatex_eval":
-            raise
-        raise UsageError("dataset kind 'vatex_eval': its loader (engine/datasets/vatex_eval.py) is not "
-                         "installed in this checkout") from None
-    for name in _LOADER_NAMES:
-        if callable(getattr(vatex_eval, name, None)):
-            return getattr(vatex_eval, name)
-    raise UsageError(f"engine/datasets/vatex_eval.py has none of {_LOADER_NAMES}")
-
-
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    import pyarrow as pa
+    from capeval.engine.datasets import vatex_eval  # polars, loaded when the kind is used
 
     path = resolve(base_dir, params["path"])
-    loaded = _loader()(path)
-    items = loaded if isinstance(loaded, pa.Table) else getattr(loaded, "items", loaded[0])
-    from capeval.engine.datasets import vatex_eval
-
-    captions = vatex_eval.load_captions(path) if callable(getattr(vatex_eval, "load_captions", None)) else None
+    items = vatex_eval.load_items(path)
+    captions = vatex_eval.load_captions(path)
     root = resolve(base_dir, params["media_root"]) if "media_root" in params else (
         path if path.is_dir() else path.parent)
     media = {v: find_media(root, v) for v in dict.fromkeys(items.column("video_id").to_pylist())}
