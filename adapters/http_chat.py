@@ -48,14 +48,14 @@ FATAL_STATUSES = (401, 403)
 try:  # msgspec (a vLLM dependency) encodes/decodes ~3x faster than json; bodies are plain JSON either way
     import msgspec
 
-    _encode, _decode = msgspec.json.encode, msgspec.json.decode
+    _encode, decode_body = msgspec.json.encode, msgspec.json.decode
 except ImportError:  # pragma: no cover - depends on the environment
     msgspec = None
 
     def _encode(obj: Any) -> bytes:
         return json.dumps(obj, ensure_ascii=False).encode()
 
-    _decode = json.loads
+    decode_body = json.loads
 
 
 @dataclass
@@ -134,7 +134,7 @@ def error_name(status: int) -> str:
 
 def _server_message(payload: bytes) -> str:
     try:
-        body = _decode(payload)
+        body = decode_body(payload)
         err = body.get("error") if isinstance(body, dict) else None
         message = err.get("message") if isinstance(err, dict) else (err or body.get("message"))
         return str(message)[:300] if message else payload[:300].decode("utf-8", "replace")
@@ -163,7 +163,7 @@ def parse_completion(payload: bytes, unwrap, prices: Prices) -> ChatResult:
     """A /chat/completions body -> ChatResult; ValueError/KeyError/TypeError on a malformed body, TruncatedReply for
     a structured answer cut at max_tokens. `unwrap`: None, the JSON field holding a structured answer, or an
     `Unwrap` (the field, the max_tokens sent and the option that raises it, for the truncation message)."""
-    completion = _decode(payload)
+    completion = decode_body(payload)
     if not isinstance(completion, dict):
         raise ValueError(f"response body is not a JSON object: {payload[:100]!r}")
     choices = completion.get("choices")
@@ -213,7 +213,7 @@ class Unwrap:
 def raw_reply(payload: bytes) -> str:
     """What a refused 2xx body said, for the transcript: the message content when the body has one, else its start."""
     try:
-        content = _decode(payload)["choices"][0]["message"]["content"]
+        content = decode_body(payload)["choices"][0]["message"]["content"]
         if isinstance(content, str):
             return content[:RAW_REPLY_CHARS]
     except Exception:  # noqa: BLE001 - not a completion: its bytes are what there is to show

@@ -117,11 +117,11 @@ def prefix_cache_ceiling(prompts: list[list[int]], block_size: int) -> float:
 
 
 def _run(judge, requests, *, stream: bool, window: int) -> tuple[list, float]:
-    from capeval.benchmarks.judge_endpoint import _ListFeed
+    from capeval.benchmarks.judge_endpoint import ListFeed
 
     t0 = time.perf_counter()
     if stream:
-        out = list(judge.stream(_ListFeed(requests), window))
+        out = list(judge.stream(ListFeed(requests), window))
     else:
         out = []
         for i in range(0, len(requests), window):

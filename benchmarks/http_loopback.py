@@ -121,7 +121,7 @@ def measure_raw_aiohttp(in_flight: int = 256, n_requests: int = 5000) -> dict:
     """Baseline: the same POSTs with a tuned bare aiohttp session (no retries, no error mapping)."""
     import aiohttp
 
-    from capeval.adapters.http_chat import _decode, encode_body
+    from capeval.adapters.http_chat import decode_body, encode_body
 
     bodies = [encode_body({"model": "loopback", "messages": [{"role": "user", "content": r.user}], "max_tokens": 4,
                            "seed": r.seed, "temperature": 0.0, "structured_outputs": {"choice": ["yes", "no"]}})
@@ -137,7 +137,7 @@ def measure_raw_aiohttp(in_flight: int = 256, n_requests: int = 5000) -> dict:
                 nonlocal errors
                 async with sem:
                     async with session.post(url, data=body, headers=headers) as resp:
-                        data = _decode(await resp.read())
+                        data = decode_body(await resp.read())
                         errors += resp.status != 200 or not data.get("choices")
 
             await asyncio.gather(*(one(b) for b in bodies[:200]))

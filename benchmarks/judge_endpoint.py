@@ -95,7 +95,7 @@ def no_requests_reason(protocol_name: str, items_path, items, captions, params: 
             f"{captions.num_rows} captions{why}")
 
 
-class _ListFeed:
+class ListFeed:
     def __init__(self, requests):
         self._requests, self._pos = requests, 0
 
@@ -113,7 +113,7 @@ def send(judge, requests: list, concurrency: int) -> list:
     """All `requests` through the backend with at most `concurrency` outstanding: `stream()` when the backend has
     it, else `judge()` in batches of `concurrency`."""
     if isinstance(judge, StreamingJudge):
-        return list(judge.stream(_ListFeed(requests), concurrency))
+        return list(judge.stream(ListFeed(requests), concurrency))
     out = []
     for i in range(0, len(requests), concurrency):
         out.extend(judge.judge(requests[i : i + concurrency]))

@@ -18,20 +18,20 @@ import numpy as np
 
 from capeval.kernels._numba import njit, prange
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 _S30 = np.uint64(30)
 _S27 = np.uint64(27)
 _S31 = np.uint64(31)
-_S32 = np.uint64(32)
+S32 = np.uint64(32)
 
 #: replicates per BLAS product; bounds the (chunk, V) weight matrix (2,000 clusters -> 8 MB)
 DEFAULT_CHUNK = 512
 
 
 @njit(cache=True, inline="always")
-def _mix(z):
+def mix(z):
     """SplitMix64 finaliser: a bijective scramble of a 64-bit counter."""
     z = (z ^ (z >> _S30)) * _M1
     z = (z ^ (z >> _S27)) * _M2
@@ -39,19 +39,19 @@ def _mix(z):
 
 
 @njit(cache=True, inline="always")
-def _stream_start(seed, replicate):
+def stream_start(seed, replicate):
     """The counter a replicate's random stream starts from: a function of (seed, replicate) alone, so results do
     not depend on chunking or threads. Kernels drawing more than one stream per replicate derive them from it."""
-    return np.uint64(seed) * _GOLDEN + np.uint64(replicate) + np.uint64(1)
+    return np.uint64(seed) * GOLDEN + np.uint64(replicate) + np.uint64(1)
 
 
 @njit(cache=True, inline="always")
-def _draw(state, size):
+def draw(state, size):
     """(next state, an index in [0, size)) from a SplitMix64 stream: Lemire's bounded draw on the output's high 32
     bits, bias < 2**-32 * size."""
-    state = state + _GOLDEN
-    x = _mix(state)
-    return state, np.int64(((x >> _S32) * size) >> _S32)
+    state = state + GOLDEN
+    x = mix(state)
+    return state, np.int64(((x >> S32) * size) >> S32)
 
 
 @njit(cache=True, parallel=True)
@@ -60,12 +60,12 @@ def _fill_weights(weights, members, offsets, seed, first):
     parallel; each owns its row and its random stream, so results do not depend on the thread count."""
     n_strata = offsets.shape[0] - 1
     for r in prange(weights.shape[0]):
-        state = _mix(_stream_start(seed, first + r))
+        state = mix(stream_start(seed, first + r))
         for s in range(n_strata):
             lo = offsets[s]
             size = np.uint64(offsets[s + 1] - lo)
             for _ in range(offsets[s + 1] - lo):
-                state, j = _draw(state, size)
+                state, j = draw(state, size)
                 weights[r, members[lo + j]] += 1.0
 
 
@@ -74,18 +74,18 @@ def _fill_indices(indices, members, offsets, seed, first):
     """indices[r, k] = the k-th cluster drawn in replicate first + r (same stream as _fill_weights)."""
     n_strata = offsets.shape[0] - 1
     for r in range(indices.shape[0]):
-        state = _mix(_stream_start(seed, first + r))
+        state = mix(stream_start(seed, first + r))
         k = 0
         for s in range(n_strata):
             lo = offsets[s]
             size = np.uint64(offsets[s + 1] - lo)
             for _ in range(offsets[s + 1] - lo):
-                state, j = _draw(state, size)
+                state, j = draw(state, size)
                 indices[r, k] = members[lo + j]
                 k += 1
 
 
-def _strata_layout(n_clusters: int, strata) -> tuple[np.ndarray, np.ndarray]:
+def strata_layout(n_clusters: int, strata) -> tuple[np.ndarray, np.ndarray]:
     """(members, offsets): clusters ordered by stratum, stratum s = members[offsets[s]:offsets[s+1]]."""
     if strata is None:
         return np.arange(n_clusters, dtype=np.int64), np.array([0, n_clusters], dtype=np.int64)
@@ -98,7 +98,7 @@ def _strata_layout(n_clusters: int, strata) -> tuple[np.ndarray, np.ndarray]:
     return members, offsets
 
 
-def _check_seed(seed: int) -> int:
+def check_seed(seed: int) -> int:
     seed = int(seed)
     if not 0 <= seed < 2**63:
         raise ValueError(f"seed must be in [0, 2**63), got {seed}")
@@ -107,17 +107,17 @@ def _check_seed(seed: int) -> int:
 
 def resample_weights(n_clusters: int, n_resamples: int, seed: int, strata=None, first: int = 0) -> np.ndarray:
     """float64 (n_resamples, n_clusters): multinomial cluster weights of replicates first .. first+n_resamples-1."""
-    members, offsets = _strata_layout(n_clusters, strata)
+    members, offsets = strata_layout(n_clusters, strata)
     weights = np.zeros((n_resamples, n_clusters), dtype=np.float32)
-    _fill_weights(weights, members, offsets, _check_seed(seed), int(first))
+    _fill_weights(weights, members, offsets, check_seed(seed), int(first))
     return weights.astype(np.float64)
 
 
 def resample_indices(n_clusters: int, n_resamples: int, seed: int, strata=None, first: int = 0) -> np.ndarray:
     """int64 (n_resamples, n_clusters): the clusters each replicate draws (the draws behind resample_weights)."""
-    members, offsets = _strata_layout(n_clusters, strata)
+    members, offsets = strata_layout(n_clusters, strata)
     indices = np.empty((n_resamples, n_clusters), dtype=np.int64)
-    _fill_indices(indices, members, offsets, _check_seed(seed), int(first))
+    _fill_indices(indices, members, offsets, check_seed(seed), int(first))
     return indices
 
 
@@ -144,8 +144,8 @@ def cluster_bootstrap(cluster_counts: np.ndarray, statistic: Callable[[np.ndarra
                and float(flat.max()) * n_clusters < 2**24)
     dtype = np.float32 if exact32 else np.float64
     flat = np.ascontiguousarray(flat, dtype=dtype)
-    members, offsets = _strata_layout(n_clusters, strata)
-    seed = _check_seed(seed)
+    members, offsets = strata_layout(n_clusters, strata)
+    seed = check_seed(seed)
     out = None
     weights = np.empty((min(chunk, n_resamples), n_clusters), dtype=np.float32)  # draws <= V: exact
     for first in range(0, n_resamples, chunk):

@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from capeval.kernels._numba import njit, prange
-from capeval.kernels.bootstrap import _GOLDEN, _S32, DEFAULT_CHUNK, _check_seed, _draw, _mix, _stream_start, _strata_layout
+from capeval.kernels.bootstrap import GOLDEN, S32, DEFAULT_CHUNK, check_seed, draw, mix, stream_start, strata_layout
 
 #: xor-ed into a replicate's video-stream start so that its trial stream is another, independent sequence
 _TRIAL_STREAM = np.uint64(0xD1B54A32D192ED03)
@@ -48,15 +48,15 @@ def _fill_two_stage(video_w, trial_w, members, offsets, unit_start, n_trials, se
     zeroed; replicates run in parallel, each owning its rows and streams."""
     n_strata = offsets.shape[0] - 1
     for r in prange(video_w.shape[0]):
-        start = _stream_start(seed, first + r)
-        state = _mix(start)
-        trial_state = _mix(start ^ _TRIAL_STREAM)
+        start = stream_start(seed, first + r)
+        state = mix(start)
+        trial_state = mix(start ^ _TRIAL_STREAM)
         low, spare = np.uint64(0), False
         for s in range(n_strata):
             lo = offsets[s]
             size = np.uint64(offsets[s + 1] - lo)
             for _ in range(offsets[s + 1] - lo):
-                state, j = _draw(state, size)
+                state, j = draw(state, size)
                 v = members[lo + j]
                 video_w[r, v] += 1.0
                 k = n_trials[v]
@@ -64,14 +64,14 @@ def _fill_two_stage(video_w, trial_w, members, offsets, unit_start, n_trials, se
                     kk = np.uint64(k)
                     base = unit_start[v]
                     for _ in range(k):
-                        if spare:  # the low half of the last 64-bit output: one _mix per two trial draws
+                        if spare:  # the low half of the last 64-bit output: one mix per two trial draws
                             bits = low
                             spare = False
                         else:
-                            trial_state = trial_state + _GOLDEN
-                            y = _mix(trial_state)
-                            bits, low, spare = y >> _S32, y & _LOW32, True
-                        trial_w[r, base + np.int64((bits * kk) >> _S32)] += 1.0
+                            trial_state = trial_state + GOLDEN
+                            y = mix(trial_state)
+                            bits, low, spare = y >> S32, y & _LOW32, True
+                        trial_w[r, base + np.int64((bits * kk) >> S32)] += 1.0
         for v in range(n_trials.shape[0]):
             k = n_trials[v]
             n = video_w[r, v]
@@ -125,10 +125,10 @@ def two_stage_weights(unit_cluster, n_clusters: int, n_resamples: int, seed: int
     equal capeval.kernels.bootstrap.resample_weights; a unit's trial weight is the times it is drawn minus the times its
     video is drawn (0 for units of videos with one trial), unscaled."""
     layout = unit_layout(unit_cluster, n_clusters)
-    members, offsets = _strata_layout(n_clusters, strata)
+    members, offsets = strata_layout(n_clusters, strata)
     video_w = np.zeros((n_resamples, n_clusters), dtype=np.float32)
     trial_w = np.zeros((n_resamples, layout.order.size), dtype=np.float32)
-    _fill_two_stage(video_w, trial_w, members, offsets, layout.unit_start, layout.n_trials, _check_seed(seed),
+    _fill_two_stage(video_w, trial_w, members, offsets, layout.unit_start, layout.n_trials, check_seed(seed),
                     int(first))
     out = np.zeros((n_resamples, np.asarray(unit_cluster).shape[0]))
     out[:, layout.order] = trial_w
@@ -204,8 +204,8 @@ def two_stage_bootstrap(cluster_counts: np.ndarray, unit_counts: np.ndarray, uni
     flat = counts.reshape(n_clusters, -1)
     dtype = np.float32 if _exact32(flat, n_clusters) else np.float64  # as capeval.kernels.bootstrap.cluster_bootstrap
     flat = np.ascontiguousarray(flat, dtype=dtype)
-    members, offsets = _strata_layout(n_clusters, strata)
-    seed = _check_seed(seed)
+    members, offsets = strata_layout(n_clusters, strata)
+    seed = check_seed(seed)
     size = min(chunk, n_resamples)
     video_w, scratch = np.empty((size, n_clusters), dtype=np.float32), np.empty((size, n_clusters), dtype=np.float32)
     trial_w = [np.empty((size, p.counts.shape[0]), dtype=np.float32) for p in patterns]

@@ -15,10 +15,10 @@ def _pairs(capability_rows):
 
 def test_render_and_key(benchmark, capability_rows):
     """Protocol render + content key (make_row) for 200 items: what build_requests does per item."""
-    from capeval.engine.protocols.capability import PROTOCOL, _prompts
+    from capeval.engine.protocols.capability import PROTOCOL, prompts
 
     pairs = _pairs(capability_rows)
-    pack = _prompts.pack_for("strict")
+    pack = prompts.pack_for("strict")
 
     def run():
         return [make_row(r, {"item_id": item["item_id"]}, protocol="capability", judge="bench",

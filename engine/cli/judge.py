@@ -241,7 +241,7 @@ def run(args) -> int:
     spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist())))
     print(f"[judge] {summary}")
     print(f"[judge] wrote {verdicts.num_rows} verdict rows to {args.out}")
-    from capeval.engine.metrics.report import format_table
+    from capeval.engine.report.metrics_text import format_table
 
     # CAPability's metrics take their groups from the verdicts; given CAPTIONS they fail on the missing verdict
     # column (engine/protocols/capability/metrics.py _with_groups), and they need nothing from them here.

@@ -107,7 +107,7 @@ def run(args) -> int:
     from capeval.engine.cli import terminal_text
     from capeval.engine.cli.breakdowns import add_breakdowns, check_by
     from capeval.engine.cli.judge import caption_file_rules, check_out, protocol_params
-    from capeval.engine.metrics.report import format_table
+    from capeval.engine.report.metrics_text import format_table
 
     if args.resamples < 0:
         raise UsageError(f"--resamples must be >= 0, got {args.resamples}")

@@ -92,9 +92,9 @@ def _provenance(args) -> int:
 
     records = provenance(args.run_dir)
     if args.system:
-        from capeval.engine.report.compare import _matches
+        from capeval.engine.report.compare import matches_selector
 
-        records = [r for r in records if _matches(r["system"], args.system)]
+        records = [r for r in records if matches_selector(r["system"], args.system)]
     print(json_for_terminal(records, default=str, indent=1) if args.json else format_provenance(records))
     return 0
 

@@ -54,7 +54,7 @@ def _system_label(row: dict, columns: list[str]) -> str:
     return " | ".join(str(row[c]) for c in columns)
 
 
-def _matches(row: dict, selector: str | None) -> bool:
+def matches_selector(row: dict, selector: str | None) -> bool:
     """`captioner=x,prompt_id=y` (every given key must match) or a bare value matching any factor."""
     if not selector:
         return True
@@ -112,9 +112,9 @@ def select_pairs(systems: pl.DataFrame, a: str | None = None, b: str | None = No
 
 def _wanted(x: dict, y: dict, differ: list[str], a: str | None, b: str | None, all_pairs: bool) -> bool:
     """Whether (x as a, y as b) is a pair the selectors ask for."""
-    if not (_matches(x, a) and _matches(y, b)):
+    if not (matches_selector(x, a) and matches_selector(y, b)):
         return False
-    if (a and not b and _matches(y, a)) or (b and not a and _matches(x, b)):
+    if (a and not b and matches_selector(y, a)) or (b and not a and matches_selector(x, b)):
         return False  # one side given: the other side is everything else
     if all_pairs:
         return True

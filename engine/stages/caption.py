@@ -56,13 +56,13 @@ def read_captions(store, keys: Iterable[str] | None = None) -> pa.Table:
         t = t.filter(pc.is_in(t.column("caption_key"), value_set=pa.array(list(set(keys)), pa.string())))
     ok = t.filter(pc.is_null(t.column("error")))
     failed = t.filter(pc.invert(pc.is_in(t.column("caption_key"), value_set=ok.column("caption_key"))))
-    from capeval.engine.store.segments import _first_per_key
+    from capeval.engine.store.segments import first_per_key
 
     parts = [x for x in (ok, failed) if x.num_rows]
     if not parts:
         return CAPTIONS.empty_table()
     # conform, not cast: segments written before a column was added read back without it (filled with nulls)
-    return conform(_first_per_key(pa.concat_tables(parts, promote_options="permissive"), "caption_key"), CAPTIONS)
+    return conform(first_per_key(pa.concat_tables(parts, promote_options="permissive"), "caption_key"), CAPTIONS)
 
 
 def actor_cpus(captioner: str) -> float:

@@ -38,7 +38,7 @@ class CaptionOutcome:
     caption_failures: dict = field(default_factory=dict)  # caption_key -> error text
 
 
-def _index_store(stores):
+def frames_index_store(stores):
     """The run folder's frames index: the sweep's one group-committed store (its buffer is seen by every reader), or
     a plain store next to the frame cache for callers that hold no `frames_index` store."""
     store = getattr(stores, "frames_index", None)
@@ -50,7 +50,7 @@ def _index_store(stores):
 
 
 def frames_index(stores) -> dict[tuple[str, str], dict]:
-    table = _index_store(stores).read()
+    table = frames_index_store(stores).read()
     return {(r["video_id"], r["frame_spec"]): r for r in table.to_pylist() if r["error"] is None}
 
 
@@ -138,7 +138,7 @@ def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progr
         g["specs"].add(cc.frame_spec)
     outcome = CaptionOutcome()
     totals: dict = defaultdict(int)
-    index_store = _index_store(stores)
+    index_store = frames_index_store(stores)
     for (dname, _), g in groups.items():
         data, captioner = datasets[dname], g["captioner"]
         prompts, specs = sorted(g["prompts"]), sorted(g["specs"])

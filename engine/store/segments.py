@@ -60,7 +60,7 @@ _MERGED_FROM = b"capeval.merged_from"
 _TIER_RATIO = 4  # an older segment joins a merge while it is at most this many times what is merged so far
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:  # pragma: no cover - platforms without directory fds
@@ -115,7 +115,7 @@ def _write_atomic(path: str | Path, what: str, write: Callable[[BinaryIO], objec
             os.fsync(f.fileno())
         _fault_point(path)
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except OSError as exc:
         _unlink_quietly(tmp)
         raise storage_error(exc, path, what) from exc
@@ -247,7 +247,7 @@ class SegmentStore:
         if not path.exists():
             return False
         path.unlink()
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return True
 
     # -- reading (every read sees what was appended: the buffer is committed first) -------------------------------
@@ -268,7 +268,7 @@ class SegmentStore:
             return schema.empty_table()
         table = pa.concat_tables(parts, promote_options="permissive")
         if unique_on is not None and table.num_rows:
-            table = _first_per_key(table, unique_on)
+            table = first_per_key(table, unique_on)
         return table
 
     def existing_keys(self, key_column: str) -> set[str]:
@@ -313,14 +313,14 @@ class SegmentStore:
         tables = [_read(p, None) for p in parts]
         merged = pa.concat_tables(tables, promote_options="permissive")
         if unique_on is not None and merged.num_rows:
-            merged = _first_per_key(merged, unique_on)
+            merged = first_per_key(merged, unique_on)
         merged = merged.replace_schema_metadata({_MERGED_FROM: json.dumps([p.name for p in parts])})
         target = self.root / f"{parts[0].name[:20]}-{uuid.uuid4().hex[:8]}-merged{_SUFFIX}"
         write_parquet_atomic(merged, target, what=f"{merged.num_rows} merged rows of {self.root.name}/")
         _fault_point_named("compact")  # the merged segment is in place, its parts are not yet removed
         for p in parts:
             p.unlink(missing_ok=True)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return target
 
     # -- internals --------------------------------------------------------------------------------------------------
@@ -384,7 +384,7 @@ class SegmentStore:
         for p in stale:
             p.unlink(missing_ok=True)
         if stale:
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
 
 
 def _read(path: Path, columns: list[str] | None) -> pa.Table:
@@ -397,7 +397,7 @@ def _fault_point_named(point: str) -> None:
     hit(point)
 
 
-def _first_per_key(table: pa.Table, key: str) -> pa.Table:
+def first_per_key(table: pa.Table, key: str) -> pa.Table:
     idx = pa.array(range(table.num_rows), pa.int64())
     t = table.append_column("__row", idx)
     firsts = t.group_by(key, use_threads=False).aggregate([("__row", "min")]).column("__row_min")

@@ -189,7 +189,7 @@ class TranscriptSpool:
         `captions`: caption_key -> the caption text judged."""
         if not self._done:
             raise RuntimeError(f"transcripts {self.name}: commit before the cell finished")
-        from capeval.engine.store.segments import _fsync_dir, storage_error
+        from capeval.engine.store.segments import fsync_dir, storage_error
 
         tmp = self.folder / f".{self.name}.{uuid.uuid4().hex[:8]}.tmp"
         try:
@@ -204,7 +204,7 @@ class TranscriptSpool:
                 f.flush()
                 os.fsync(f.fileno())
             os.replace(tmp, self.path)
-            _fsync_dir(self.folder)
+            fsync_dir(self.folder)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise storage_error(exc, self.path, "the cell's judge transcripts") from exc

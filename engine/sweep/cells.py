@@ -204,7 +204,7 @@ def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> t
     from capeval.engine.frames.sizes import frame_size_for
     from capeval.engine.schemas import FRAMES
     from capeval.engine.stages.decode import decode_stream
-    from capeval.engine.stages.pipeline import _index_store
+    from capeval.engine.stages.pipeline import frames_index_store
 
     spec = judge_frames_spec(cell)
     missing = [(vid, path) for vid, path in data.videos.items() if (vid, spec) not in inputs.index]
@@ -219,7 +219,7 @@ def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> t
                 else:
                     inputs.frame_failures[(r["video_id"], spec)] = r["failure"]
         if new:
-            _index_store(stores).append(pa.Table.from_pylist(new, schema=FRAMES))
+            frames_index_store(stores).append(pa.Table.from_pylist(new, schema=FRAMES))
     rows = [inputs.index[(vid, spec)] for vid in data.videos if (vid, spec) in inputs.index]
     failures = {vid: inputs.frame_failures.get((vid, spec)) or Failure(FRAMES_MISSING, "no judge frames",
                                                                         f"no frames at {spec} for the judge")

@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from capeval.engine.metrics.reasons import explain_nulls
-from capeval.engine.metrics.report import format_rows
+from capeval.engine.report.metrics_text import format_rows
 from capeval.engine.report.leaderboard import format_leaderboard, leaderboard
 
 BASE = dict(captioner="m", prompt_id="p", frame_spec="f", judge="j")

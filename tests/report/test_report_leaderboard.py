@@ -91,7 +91,7 @@ def test_terminal_headline_keeps_seed_rows_and_drops_breakdowns():
 
 
 def test_score_command_table_leads_with_the_leaderboard():
-    from capeval.engine.metrics.report import format_table, guess_protocol
+    from capeval.engine.report.metrics_text import format_table, guess_protocol
 
     metrics, _ = _capquiz_table(6)
     text = format_table(metrics)

@@ -95,7 +95,7 @@ def _metrics(verdicts: pl.DataFrame, name: str) -> pl.DataFrame:
 
 
 def test_a_protocol_registered_at_test_time_gets_its_leaderboard(tally):
-    from capeval.engine.metrics.report import format_table, guess_protocol
+    from capeval.engine.report.metrics_text import format_table, guess_protocol
     from capeval.engine.report.leaderboard import leaderboard
 
     metrics = _metrics(_verdicts(tally.name), tally.name)
@@ -171,7 +171,7 @@ def _builtin_frame(protocol: str) -> pl.DataFrame:
 
 @pytest.mark.parametrize("protocol", ["capquiz", "capability", "vidcapbench", "vcinspector", "lvcap"])
 def test_builtin_metrics_tables_are_told_apart_by_their_headlines(protocol):
-    from capeval.engine.metrics.report import guess_protocol, metric_markers
+    from capeval.engine.report.metrics_text import guess_protocol, metric_markers
 
     assert guess_protocol(_builtin_frame(protocol)) == protocol
     markers = metric_markers()

@@ -20,7 +20,7 @@ import polars as pl
 
 from .codes import CapabilityQAVerdict
 from .groups import GROUP_COLUMNS, with_groups
-from .metrics import _task_frame, compute_metrics, know_but_cannot_tell
+from .metrics import task_frame, compute_metrics, know_but_cannot_tell
 
 METRICS = ("f1", "qa_accuracy", "kt")
 _NO_CORRECT = "undefined (0/0): no question of this task was answered correctly"
@@ -47,7 +47,7 @@ def qa_accuracy(qa_verdicts, *, n_resamples: int = 1000, seed: int = 0, confiden
     df = qa.select(*GROUP_COLUMNS, "task", "item_id", pl.col("video_id").cast(pl.String),
                    pl.col("sub_index").cast(pl.Int32), code.cast(pl.Int8).alias("verdict"),
                    pl.col("parse_status").cast(pl.Int8))
-    return _task_frame(df, {"qa_accuracy": qa_accuracy_rate}, "strict", n_resamples, seed, confidence)
+    return task_frame(df, {"qa_accuracy": qa_accuracy_rate}, "strict", n_resamples, seed, confidence)
 
 
 def _match_captioners(qa: pl.DataFrame, cap: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, str | None]:

@@ -163,7 +163,7 @@ def _ordered_tasks(tasks) -> list[str]:
     return [t for t in TASKS if t in present] + sorted(present - set(TASKS))
 
 
-def _task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: int, confidence: float,
+def task_frame(df: pl.DataFrame, fns: dict, mode: str, n_resamples: int, seed: int, confidence: float,
                 average_label: str | None = "avg") -> pl.DataFrame:
     """Long-format rows per (group, task) and per group's average over tasks, with one shared bootstrap per group
     (capeval.engine.metrics.core.bootstrap_frame; the average is nan when one task's metric is)."""
@@ -214,7 +214,7 @@ def compute_metrics(verdicts, *, items=None, captions=None, n_resamples: int = 1
     df = _prepare(verdicts, items, captions)
     if mode == "official":
         df = all_or_nothing(df)
-    out = _task_frame(df, METRIC_FUNCTIONS, mode, n_resamples, seed, confidence)
+    out = task_frame(df, METRIC_FUNCTIONS, mode, n_resamples, seed, confidence)
     if mode == "official":
         judged = "request_key" in (verdicts.columns if hasattr(verdicts, "columns") else verdicts.schema.names)
         out = _official_stops(out, df, None if items is None else _as_frame(items),
@@ -316,7 +316,7 @@ def know_but_cannot_tell(qa_verdicts, caption_verdicts, *, n_resamples: int = 10
         .cast(pl.Int8).alias("parse_status"))
     df = joined.select(*GROUP_COLUMNS, "task", "item_id", pl.col("video_id").cast(pl.String),
                        pl.col("sub_index").cast(pl.Int32), "verdict", "parse_status")
-    out = _task_frame(df, {"kt": know_but_cannot_tell_rate}, mode, n_resamples, seed, confidence)
+    out = task_frame(df, {"kt": know_but_cannot_tell_rate}, mode, n_resamples, seed, confidence)
     if notes:
         bridge = "; ".join(notes)
         out = out.with_columns(pl.when(pl.col("note").is_null()).then(pl.lit(bridge))

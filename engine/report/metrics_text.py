@@ -11,6 +11,7 @@ import functools
 import numpy as np
 import polars as pl
 
+from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
 from capeval.engine.schemas import METRIC_VALUE_NAMES
 
 VALUE_COLUMNS = METRIC_VALUE_NAMES
@@ -52,8 +53,6 @@ def format_table(frame: pl.DataFrame, digits: int = 2, protocol: str | None = No
     protocol = protocol or guess_protocol(frame)
     if not leaderboard or protocol is None or frame.is_empty():
         return rows
-    from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
-
     try:
         boards = leaderboards(frame, protocol=protocol, n_videos=n_videos)
     except (ValueError, KeyError, pl.exceptions.PolarsError):  # an unusual table: the rows alone still say it all
