@@ -16,6 +16,7 @@ from pathlib import Path
 from capeval.engine.cli.breakdowns import add_breakdowns, add_by_option, check_by, metrics_of
 from capeval.engine.cli.judge_checks import build_judge, check_pairs, key_values
 from capeval.engine.errors import UsageError
+from capeval.engine.protocols.base import count_uncaptioned_items
 from capeval.engine.safetext import clip
 
 USAGE = """examples:
@@ -224,7 +225,7 @@ def run(args) -> int:
     try:
         requests = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                            seeds=seeds, frames=frames, **params)
-        n_uncaptioned = getattr(protocol, "uncaptioned_items", 0)
+        n_uncaptioned = count_uncaptioned_items(items, captions)
         print(f"[judge] {protocol.name}: {requests_wording(requests.num_rows, items, captions, seeds)}"
               + (f" ({n_uncaptioned} items have no caption)" if n_uncaptioned else ""), file=sys.stderr)
         extra = {"protocol_params": params} if "protocol_params" in inspect.signature(run_judging).parameters else {}

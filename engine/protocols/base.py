@@ -143,19 +143,28 @@ def caption_identity(caption: dict) -> dict:
     return {k: caption.get(k) for k in ("caption_key", "captioner", "prompt_id", "frame_spec")}
 
 
-def pair_items_captions(items: pa.Table, captions: pa.Table) -> tuple[list[tuple[dict, dict]], int]:
-    """(item, caption) pairs: a caption whose video_id equals the item's item_id (per-item captions, e.g. CAPability)
-    wins; otherwise every caption of the item's video. Returns the pairs and the number of items with no caption."""
+def _captions_by_video(captions: pa.Table) -> dict[str, list[dict]]:
     by_video: dict[str, list[dict]] = {}
     for cap in captions.to_pylist():
         by_video.setdefault(cap["video_id"], []).append(cap)
-    pairs, uncaptioned = [], 0
-    for item in items.to_pylist():
-        caps = by_video.get(item["item_id"]) or by_video.get(item["video_id"]) or []
-        if not caps:
-            uncaptioned += 1
-        pairs.extend((item, cap) for cap in caps)
-    return pairs, uncaptioned
+    return by_video
+
+
+def _captions_of(item: dict, by_video: dict[str, list[dict]]) -> list[dict]:
+    return by_video.get(item["item_id"]) or by_video.get(item["video_id"]) or []
+
+
+def pair_items_captions(items: pa.Table, captions: pa.Table) -> list[tuple[dict, dict]]:
+    """(item, caption) pairs: a caption whose video_id equals the item's item_id (per-item captions, e.g. CAPability)
+    wins; otherwise every caption of the item's video."""
+    by_video = _captions_by_video(captions)
+    return [(item, cap) for item in items.to_pylist() for cap in _captions_of(item, by_video)]
+
+
+def count_uncaptioned_items(items: pa.Table, captions: pa.Table) -> int:
+    """How many items pair_items_captions pairs with no caption (they get no request)."""
+    by_video = _captions_by_video(captions)
+    return sum(1 for item in items.to_pylist() if not _captions_of(item, by_video))
 
 
 def parse_context(request: dict) -> dict:
@@ -334,7 +343,7 @@ class JudgeProtocol:
         """First-step requests for every (item, caption) pair and judge seed, sorted so that requests sharing a
         caption are adjacent. A caption that failed (null text) gives rows marked `missing` in their context; the
         runner turns them into MISSING verdicts without asking the judge."""
-        pairs, self.uncaptioned_items = pair_items_captions(items, captions)
+        pairs = pair_items_captions(items, captions)
         rows = []
         revision = f"{judge_revision}|{self.name}@{self.version}"
         for item, cap in pairs:

@@ -82,7 +82,7 @@ class LVCapProtocol(_JudgeProtocol):
         digests = ",".join(p.digest if p is not None else "-" for p in (scene_pack, event_pack))
         suffix = f"|packs:{digests}|mode:{mode}"
         revision = f"{judge_revision}|{self.name}@{self.version}{suffix}"
-        pairs, self.uncaptioned_items = _pair_items_captions(items, captions)
+        pairs = _pair_items_captions(items, captions)
         rows, scene_groups = [], {}
         for item, cap in pairs:
             if mode == "official" and item["task"] != "events":
