@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-DEFAULT_OPTIONS = {"batch_size": 2, "n_resamples": 100}
+DEFAULT_OPTIONS = {"n_resamples": 100}
 
 
 def _toml(value) -> str:

@@ -229,7 +229,6 @@ def run_caption_stage(
     progress: bool = True,
     exit_once_marker: str | None = None,
     on_rows=None,
-    batch_size: int | None = None,
     label: str | None = None,
 ) -> dict:
     """Caption every task not already in `store` (by caption_key) and append rows as captions finish.
@@ -239,8 +238,7 @@ def run_caption_stage(
     pulled from the iterator lazily, so an upstream generator (e.g. the decode stage) is throttled by captioning
     speed. A key that appears twice (videos with identical frames) is captioned once. `max_in_flight` caps each
     actor's window (None: the captioner's own). `on_rows(rows)` is called with every group of finished rows
-    (failures included) once the good ones are stored. `batch_size` is accepted for old callers and means nothing:
-    requests are never batched behind each other. `label`: the captioner's identity in the rows' `captioner` column
+    (failures included) once the good ones are stored. `label`: the captioner's identity in the rows' `captioner` column
     (a sweep file's `label`, which tells apart two entries of one backend; default: the registry name).
     """
     import ray
@@ -249,7 +247,6 @@ def run_caption_stage(
     from capeval.engine.stages.progress import Bar, note
     from capeval.engine.sweep.faultpoints import hit
 
-    del batch_size  # no meaning left: see the docstring
     params = dict(params or {})
     done = finished_keys(store)
     stats: dict = {"captioned": 0, "cached": 0, "failed": 0, "retried": 0, "actor_deaths": 0}

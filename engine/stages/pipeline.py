@@ -110,15 +110,6 @@ def scene_boundaries(data) -> dict[str, tuple[float, ...]]:
     return getattr(data, "scene_boundaries", None) or {}
 
 
-def cell_caption_keys(cell, data, stores, cap_rev: dict) -> list[str]:
-    """Caption keys of one cell (videos of its dataset at its frame spec and prompt), from the frames index."""
-    index = frames_index(stores)
-    cc = getattr(cell, "caption", cell)
-    media, scenes = _media_types(data), scene_boundaries(data)
-    return [_key(index[(vid, cc.frame_spec)], cc.captioner, cap_rev, cc.prompt_id, media.get(vid), scenes.get(vid, ()))
-            for vid in data.videos if (vid, cc.frame_spec) in index]
-
-
 def caption_cells_for(pending, datasets, config, stores, cap_rev: dict, *, progress: bool = True,
                       exit_once_marker: str | None = None, watch=None) -> CaptionOutcome:
     """Decode and caption everything the pending cells (result cells or caption cells) need; returns counts and

@@ -97,13 +97,6 @@ def cell_status(verdicts: pa.Table, accept_failures: bool) -> str:
     return FAILURES_ACCEPTED if accept_failures else INCOMPLETE
 
 
-def status_of_legacy(verdicts: pa.Table) -> pa.Table:
-    """Verdict segments written before item_status existed: derive it from parse_status."""
-    if "item_status" in verdicts.column_names:
-        return verdicts
-    return classify_verdicts(verdicts, {})
-
-
 @dataclass
 class RunAccount:
     """Items of the sweep's cells by status, with example item ids per reason (for the end-of-run summary)."""
@@ -117,7 +110,6 @@ class RunAccount:
     def add_cell(self, verdicts: pa.Table, status: str) -> None:
         """One cell's verdict rows; an item counts once per cell, under its first non-ok status."""
         self.cells_by_status[status] += 1
-        verdicts = status_of_legacy(verdicts)
         per_item: dict[str, tuple[str, str]] = {}
         for item, s, err in zip(verdicts.column("item_id").to_pylist(), verdicts.column("item_status").to_pylist(),
                                 verdicts.column("error").to_pylist()):

@@ -64,23 +64,12 @@ from capeval.engine.sweep.validation import check_config, read_prompts
 class DatasetSpec:
     name: str
     kind: str  # a registered dataset kind (engine/datasets/registry.py)
-    path: str | None = None
-    n_videos: int = 6
-    seed: int = 0
-    duration_s: float = 2.0
     limit: int | None = None
     params: dict = field(default_factory=dict, hash=False, compare=False)  # the kind's own parameters, as written
 
     def kind_params(self) -> dict:
-        """The parameters the kind's loader receives (old-style fields included when set)."""
-        out = dict(self.params)
-        if self.path is not None:
-            out.setdefault("path", self.path)
-        if self.kind == "synthetic":
-            out.setdefault("n_videos", self.n_videos)
-            out.setdefault("seed", self.seed)
-            out.setdefault("duration_s", self.duration_s)
-        return out
+        """The parameters the kind's loader receives: the table's own keys besides name, kind and limit."""
+        return dict(self.params)
 
 
 @dataclass(frozen=True)
@@ -321,9 +310,7 @@ def _dataset(c: SweepChecker, d: Any, where: str, base: Path, check_paths: bool)
                 key, _, msg = problem.partition(": ")
                 c.fail(f"{where}.{key}", msg, key)
         return None
-    legacy = {k: params[k] for k in ("path", "n_videos", "seed", "duration_s") if k in params
-              and type_ok(params[k], {"path": str, "n_videos": int, "seed": int, "duration_s": (int, float)}[k])}
-    return DatasetSpec(d["name"], d["kind"], limit=d.get("limit"), params=params, **legacy)
+    return DatasetSpec(d["name"], d["kind"], limit=d.get("limit"), params=params)
 
 
 def _components(c: SweepChecker, raw: dict, key: str, spec: dict) -> list[ComponentSpec]:

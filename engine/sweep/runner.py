@@ -18,12 +18,10 @@ redoes it, sending only what the caches do not hold. A kill -9 anywhere loses at
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
 
-from capeval.engine.keys import content_key
 from capeval.engine.prompts_library import get_prompt
 from capeval.engine.ray_local import init_ray
 from capeval.engine.sweep import accounting
@@ -34,7 +32,7 @@ from capeval.engine.sweep.grid import Cell, expand
 from capeval.engine.sweep.results import SweepResult, record_run, write_results_files
 from capeval.engine.sweep.usage import CostLedger
 
-__all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision", "sweep_fingerprint"]
+__all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision"]
 
 
 def component_revision(kind: str, spec: ComponentSpec) -> str:
@@ -271,6 +269,3 @@ def _overlap_fits(config: SweepConfig) -> tuple[bool, str]:
                        f"{have.get('GPU', 0):g}")
     return True, ""
 
-
-def sweep_fingerprint(config: SweepConfig) -> str:
-    return content_key("sweep", json.loads(json.dumps(config, default=lambda o: getattr(o, "__dict__", str(o)))))

@@ -27,7 +27,7 @@ def _sweep(path, base_url: str):
                                   duration_s=1.0,
                                   captioners=[captioner("capA", "model-a"), captioner("capB", "model-b"),
                                               captioner("capE", "empty"), captioner("capW", "blank")],
-                                  options={"batch_size": None, "n_resamples": 20}))
+                                  options={"n_resamples": 20}))
 
 
 def _stored(folder) -> pl.DataFrame:

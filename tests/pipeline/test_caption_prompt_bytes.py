@@ -32,7 +32,7 @@ def _sweep(path: Path, base_url: str) -> Path:
                        captioners=[{"name": "openai", "label": "as-written", "params": {"model": "plain", **common}},
                                    {"name": "openai", "label": "stamped", "timestamps": "text",
                                     "params": {"model": "stamped", **common}}],
-                       protocols=(), judges=(), options={"batch_size": None, "n_resamples": None})
+                       protocols=(), judges=(), options={"n_resamples": None})
 
 
 @pytest.mark.skipif(not PACK.is_file(), reason="the official packs are read in place from ../shared/protocols")

@@ -55,7 +55,7 @@ def _expected(rows):
 def test_stage_captions_every_video_and_resumes_by_key(decoded, tmp_path, ray_local):
     store = SegmentStore(tmp_path / "captions", CAPTIONS)
     stats = run_caption_stage(iter(_tasks(decoded)), captioner="local", store=store, n_videos=N_VIDEOS,
-                              batch_size=2, progress=False)
+                              progress=False)
     assert stats["captioned"] == N_VIDEOS * len(PROMPTS) and stats["failed"] == 0 and stats["cached"] == 0
     table = read_captions(store)
     got = dict(zip(table.column("caption_key").to_pylist(), table.column("text").to_pylist()))
@@ -76,7 +76,7 @@ def test_dead_caption_actor_is_restarted_and_its_videos_retried(decoded, tmp_pat
     marker.write_text("the first caption call that sees this file exits its process")
     store = SegmentStore(tmp_path / "captions", CAPTIONS)
     stats = run_caption_stage(iter(_tasks(decoded)), captioner="local", store=store, n_videos=N_VIDEOS,
-                              batch_size=2, progress=False, exit_once_marker=str(marker), max_restarts=2)
+                              progress=False, exit_once_marker=str(marker), max_restarts=2)
     assert not marker.exists()  # the actor really reached os._exit
     assert stats["actor_deaths"] >= 1 and stats["retried"] >= 1
     assert stats["failed"] == 0 and stats["captioned"] == N_VIDEOS * len(PROMPTS)

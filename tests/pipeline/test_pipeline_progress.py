@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_decode_and_caption_bars_on_a_terminal(tmp_path):
     sweep = write_sweep(tmp_path / "s.toml", "bars", prompts=("brief",), frames=("uniform:2",), n_videos=3,
-                        duration_s=1.0, options={"batch_size": 1, "n_resamples": 10})
+                        duration_s=1.0, options={"n_resamples": 10})
     master, slave = pty.openpty()
     # a real terminal has a size; a fresh pty reports 0 columns, and tqdm draws nothing in 0 columns
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 160, 0, 0))

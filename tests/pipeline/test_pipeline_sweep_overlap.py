@@ -23,7 +23,7 @@ def _sweep(tmp_path_factory, base_url: str, overlap: bool) -> Path:
                                           "structured": "vllm"}, "seeds": [0, 1]}
     sweep.write_text(sweep_toml("overlap-test", n_videos=N_VIDEOS, captioners=[{"name": "local",
                                 "params": {"latency_s": 0.25}}], judges=[judge],
-                                options={"overlap": overlap, "batch_size": 1}))
+                                options={"overlap": overlap}))
     return sweep
 
 
