@@ -5,7 +5,7 @@ carries SmolLM2-135M-Instruct as a Q4_1 GGUF. transformers reads GGUF (with the 
 we drop the quantization record from the config and save bf16 safetensors plus the tokenizer and its chat template,
 which vLLM's CPU build serves like any checkpoint. A real instruct model: real tokenizer, chat template and output
 (it answers like a 135M model). ~50 s once on 2 cores; later calls reuse the folder (build once under a file lock,
-capeval.adapters.random_models.build_once).
+capeval.adapters.checkpoints.build_once).
 
     python -m capeval.adapters.smollm2 [OUT_DIR]      # prints the folder (--help: options)
 """
@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from capeval.adapters.random_models import build_once, staged_build
+from capeval.adapters.checkpoints import build_once, staged_build
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"

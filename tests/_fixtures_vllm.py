@@ -58,7 +58,7 @@ def _model_cache() -> Path:
 @pytest.fixture(scope="session")
 def tiny_lm_dir(shared_data) -> Path:
     """A 2-layer random-weight Llama (hidden 64) with a BPE tokenizer trained on the real captions/questions."""
-    from capeval.adapters.random_models import build_tiny_lm, default_corpus
+    from capeval.testing.random_models import build_tiny_lm, default_corpus
 
     return build_tiny_lm(_model_cache() / TINY_LM_NAME, corpus=default_corpus(shared_data))
 
@@ -79,9 +79,9 @@ TINY_VLM_MAX_IMAGES = 4
 
 @pytest.fixture(scope="session")
 def tiny_vlm_dir(shared_data) -> Path:
-    """A random-weight Idefics3 (vision hidden 64, 2-layer Llama) that vLLM's CPU build accepts (capeval.adapters.random_vlm)."""
-    from capeval.adapters.random_models import default_corpus
-    from capeval.adapters.random_vlm import build_tiny_vlm
+    """A random-weight Idefics3 (vision hidden 64, 2-layer Llama) that vLLM's CPU build accepts (capeval.testing.random_vlm)."""
+    from capeval.testing.random_models import default_corpus
+    from capeval.testing.random_vlm import build_tiny_vlm
 
     return build_tiny_vlm(_model_cache() / TINY_VLM_NAME, corpus=default_corpus(shared_data))
 

@@ -22,6 +22,8 @@ def entry_points() -> list[str]:
     for package in ("adapters", "engine", "benchmarks"):
         for path in sorted((ROOT / package).rglob("*.py")):
             rel = path.relative_to(ROOT).with_suffix("")
+            if rel.parts[:2] == ("engine", "root"):  # the `capeval` package itself (setup.py), e.g. capeval.testing
+                rel = Path(*rel.parts[2:])
             if path.name == "__main__.py":
                 found.append(".".join(("capeval",) + rel.parts[:-1]))
             elif _MAIN.search(path.read_text(encoding="utf-8")):
@@ -31,7 +33,8 @@ def entry_points() -> list[str]:
 
 def test_entry_points_are_found():
     points = entry_points()
-    assert {"capeval.adapters.smollm2", "capeval.engine.cli", "capeval.engine.ray_reaper", "capeval.benchmarks.loopback_server"} <= set(points)
+    assert {"capeval.adapters.smollm2", "capeval.engine.cli", "capeval.engine.ray_reaper", "capeval.benchmarks.loopback_server",
+            "capeval", "capeval.testing.random_vlm"} <= set(points)
 
 
 @pytest.mark.parametrize("module", entry_points())

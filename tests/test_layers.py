@@ -359,7 +359,6 @@ KNOWN_PRIVATE_IMPORTS = {
 UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "adapters/local_judge.py": 1,
     "adapters/openai_http.py": 3,
-    "adapters/random_vlm_families.py": 1,
     "adapters/ray_pool.py": 2,
     "adapters/vllm_batch.py": 1,
     "benchmarks/bench_adaptive.py": 4,

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from capeval.adapters.random_models import BUILD_SPEC_FILE, build_tiny_lm, count_parameters, iter_corpus_texts
+from capeval.adapters.checkpoints import BUILD_SPEC_FILE
+from capeval.testing.random_models import build_tiny_lm, count_parameters, iter_corpus_texts
 from capeval.adapters.vllm_engine import model_revision
 
 

@@ -58,7 +58,7 @@ def _req(key, frames, **kw) -> CaptionRequest:
 
 def test_frames_go_in_as_images_and_captions_come_back_in_order(vlm_captioner, clips):
     from capeval.adapters.base import Captioner
-    from capeval.adapters.random_vlm import TOKENS_PER_IMAGE
+    from capeval.testing.random_vlm import TOKENS_PER_IMAGE
     from capeval.engine.registry import lookup
 
     assert lookup("captioner", "vllm") is type(vlm_captioner) and isinstance(vlm_captioner, Captioner)

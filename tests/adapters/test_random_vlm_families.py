@@ -1,4 +1,4 @@
-"""Tiny random-weight checkpoints of each VLM family (capeval.adapters.random_vlm_families) load with transformers and run a
+"""Tiny random-weight checkpoints of each VLM family (capeval.testing.random_vlm_families) load with transformers and run a
 video on vLLM's real CPU engine, and the engine's processed prompt holds exactly the placeholder tokens of the frames
 given (the model saw N frames, not some resampled count).
 
@@ -14,7 +14,7 @@ import os
 import numpy as np
 import pytest
 
-from capeval.adapters.random_vlm_families import FAMILIES, build_tiny_vlm
+from capeval.testing.random_vlm_families import FAMILIES, build_tiny_vlm
 
 N_FRAMES = 4
 SIDE = 64  # frames are 64x64 RGB; each family resizes them to its own tiny processor size
@@ -92,7 +92,7 @@ def test_build_spec_records_the_builders_source_so_an_edited_builder_rebuilds(tm
     import hashlib
     from pathlib import Path
 
-    import capeval.adapters.random_vlm_families as families
+    import capeval.testing.random_vlm_families as families
 
     d = build_tiny_vlm("qwen2_vl", tmp_path / "q")
     spec = json.loads((d / "capeval_build.json").read_text())
@@ -158,7 +158,7 @@ def test_family_runs_a_video_on_vllm_cpu_and_sees_exactly_the_frames_given(famil
         pid = proc.tokenizer.convert_tokens_to_ids(placeholder)
         for n in (N_FRAMES, 2 * N_FRAMES):
             # one clip length per generate call: vLLM 0.32's LLaVA-OneVision fails on clips of different lengths
-            # in one engine step (see the module doc of capeval.adapters.random_vlm_families)
+            # in one engine step (see the module doc of capeval.testing.random_vlm_families)
             inputs = [{"prompt": prompt, "multi_modal_data": {"video": (_frames(n, seed), _metadata(n))},
                        "mm_processor_kwargs": {"do_sample_frames": False}} for seed in (0, 1)]  # fmt: skip
             outs = llm.generate(inputs, SamplingParams(max_tokens=4, temperature=0), use_tqdm=False)
@@ -199,7 +199,7 @@ def test_qwen_processors_pad_odd_frame_counts_and_time_from_source_metadata(fami
 
 
 def test_command_line_builds_a_family_and_refuses_an_unknown_one_with_exit_2(tmp_path, capsys):
-    from capeval.adapters.random_vlm_families import main
+    from capeval.testing.random_vlm_families import main
 
     assert main(["qwen9", str(tmp_path / "x")]) == 2
     assert "FAMILY one of internvl3, llava_next_video" in capsys.readouterr().err

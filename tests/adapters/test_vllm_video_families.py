@@ -3,7 +3,7 @@ frame specs, captioned as one video (frames + metadata, adapters/vlm_video_input
 holds exactly the video placeholder tokens of the frames the spec chose -- computed here from the family's own
 config and processor settings, not read back from the engine.
 
-One engine per family (tiny random-weight checkpoints, adapters/random_vlm_families.py, built once into the suite's
+One engine per family (tiny random-weight checkpoints, engine/root/testing/random_vlm_families.py, built once into the suite's
 model cache), small frames and few of them: these tests cost engine start-up, little else.
 """
 
@@ -17,7 +17,7 @@ import time
 import numpy as np
 import pytest
 
-from capeval.adapters.random_vlm_families import FAMILIES, build_tiny_vlm
+from capeval.testing.random_vlm_families import FAMILIES, build_tiny_vlm
 
 pytestmark = pytest.mark.vllm
 

@@ -19,8 +19,8 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from capeval.adapters.random_models import (build_once, staged_build, generated_corpus, iter_corpus_texts,
-                                    train_bpe_tokenizer)
+from capeval.adapters.checkpoints import build_once, staged_build
+from capeval.testing.random_models import generated_corpus, iter_corpus_texts, train_bpe_tokenizer
 
 BUILD_SPEC_VERSION = 1
 IMAGE_TOKEN = "<image>"
@@ -60,7 +60,7 @@ def build_tiny_vlm(
     """Build (or reuse) a random-weight Idefics3 + trained tokenizer + processor in `out_dir`; return the directory.
 
     Heads are sized for head_dim 32 (dim // 32 heads). `corpus` lists real text files for the tokenizer (see
-    capeval.adapters.random_models.iter_corpus_texts); empty means a generated corpus.
+    capeval.testing.random_models.iter_corpus_texts); empty means a generated corpus.
     """
     out = Path(out_dir)
     for name, dim in (("hidden", hidden), ("vision_hidden", vision_hidden)):
@@ -121,7 +121,7 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
 if __name__ == "__main__":  # build once, e.g. for examples/demo_vllm.toml
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m capeval.adapters.random_vlm",
+    parser = argparse.ArgumentParser(prog="python -m capeval.testing.random_vlm",
                                      description="Build (or reuse) the tiny random-weight Idefics3 checkpoint and "
                                                  "print its folder.")
     parser.add_argument("out_dir", help="where to build it")

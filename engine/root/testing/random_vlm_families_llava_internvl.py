@@ -1,5 +1,5 @@
 """Tiny random-weight LLaVA-OneVision, LLaVA-NeXT-Video and InternVL3 checkpoints in the llava-hf / "-hf" layouts
-(see adapters/random_vlm_families.py for the cached build and for what vLLM's video input needs per family).
+(see engine/root/testing/random_vlm_families.py for the cached build and for what vLLM's video input needs per family).
 
 Each writer fills a temp dir with the family's real transformers config, model (random weights, safetensors, tensor
 names as in the released checkpoints), processor, image processor and video processor classes at tiny sizes, a BPE
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capeval.adapters.random_vlm_families import HEAD_DIM, randomize_and_save, rename_weights, text_dims, tokenizer_for
+from capeval.testing.random_vlm_families import HEAD_DIM, randomize_and_save, rename_weights, text_dims, tokenizer_for
 
 # ---- LLaVA-OneVision / LLaVA-NeXT-Video: a SigLIP/CLIP tower, one <video> placeholder, pooled frame features -----
 LLAVA_SPECIAL_TOKENS = ["<unk>", "<s>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<image>", "<video>"]

@@ -5,12 +5,12 @@ image processor and video processor classes, a tokenizer carrying the family's s
 that renders a video placeholder the way the released model's template does -- but no downloads and no GPU. Each
 builder here makes such a folder from configs (hidden 64, 1-2 layers, head_dim 32 because vLLM's CPU attention needs
 >= 32, a small vision tower, small frame sizes) with seeded random weights saved as safetensors. Builds are
-deterministic and reused while their build spec matches (capeval.adapters.random_models.build_once); a build takes seconds.
+deterministic and reused while their build spec matches (capeval.adapters.checkpoints.build_once); a build takes seconds.
 
     build_tiny_vlm(family, out_dir) -> Path        # family in FAMILIES
 
-The builders live in adapters/random_vlm_families_qwen.py (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) and
-adapters/random_vlm_families_llava_internvl.py (LLaVA-OneVision, LLaVA-NeXT-Video, InternVL3); this module holds
+The builders live in engine/root/testing/random_vlm_families_qwen.py (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) and
+engine/root/testing/random_vlm_families_llava_internvl.py (LLaVA-OneVision, LLaVA-NeXT-Video, InternVL3); this module holds
 the registry, the cached build and the helpers they share. The per-family notes below are what a caller of vLLM
 needs to know, checked by tests/adapters/test_random_vlm_families.py on vLLM's CPU engine.
 
@@ -102,20 +102,21 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from capeval.adapters.random_models import (build_once, generated_corpus, iter_corpus_texts, staged_build,
-                                    train_bpe_tokenizer)
+from capeval.adapters.checkpoints import build_once, staged_build
+from capeval.engine.exitcodes import OK, USAGE
+from capeval.testing.random_models import generated_corpus, iter_corpus_texts, train_bpe_tokenizer
 
 BUILD_SPEC_VERSION = 1
 HEAD_DIM = 32  # vLLM's CPU attention needs head_dim >= 32, in the language model and in the vision tower
 
 # family -> "module:function" writing the folder's files into a temp dir (imported only when a build runs)
 FAMILIES: dict[str, str] = {
-    "qwen2_vl": "capeval.adapters.random_vlm_families_qwen:write_qwen2_vl",
-    "qwen2_5_vl": "capeval.adapters.random_vlm_families_qwen:write_qwen2_5_vl",
-    "qwen3_vl": "capeval.adapters.random_vlm_families_qwen:write_qwen3_vl",
-    "llava_onevision": "capeval.adapters.random_vlm_families_llava_internvl:write_llava_onevision",
-    "llava_next_video": "capeval.adapters.random_vlm_families_llava_internvl:write_llava_next_video",
-    "internvl3": "capeval.adapters.random_vlm_families_llava_internvl:write_internvl3",
+    "qwen2_vl": "capeval.testing.random_vlm_families_qwen:write_qwen2_vl",
+    "qwen2_5_vl": "capeval.testing.random_vlm_families_qwen:write_qwen2_5_vl",
+    "qwen3_vl": "capeval.testing.random_vlm_families_qwen:write_qwen3_vl",
+    "llava_onevision": "capeval.testing.random_vlm_families_llava_internvl:write_llava_onevision",
+    "llava_next_video": "capeval.testing.random_vlm_families_llava_internvl:write_llava_next_video",
+    "internvl3": "capeval.testing.random_vlm_families_llava_internvl:write_internvl3",
 }
 _RECIPE_FILES = ("random_vlm_families.py", "random_vlm_families_qwen.py", "random_vlm_families_llava_internvl.py")
 
@@ -124,7 +125,7 @@ def build_tiny_vlm(family: str, out_dir: str | os.PathLike, *, seed: int = 0,
                    corpus: Sequence[str | os.PathLike] = ()) -> Path:
     """Build (or reuse) the tiny random-weight checkpoint of `family` in `out_dir`; return the directory.
 
-    `corpus` lists real text files for the tokenizer (capeval.adapters.random_models.iter_corpus_texts); empty means a
+    `corpus` lists real text files for the tokenizer (capeval.testing.random_models.iter_corpus_texts); empty means a
     generated corpus.
     """
     if family not in FAMILIES:
@@ -206,13 +207,11 @@ def text_dims(vocab: int, ids: dict, *, hidden: int = 64, layers: int = 2, eos: 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """python -m capeval.adapters.random_vlm_families FAMILY OUT_DIR [SEED]: build once and print the folder."""
+    """python -m capeval.testing.random_vlm_families FAMILY OUT_DIR [SEED]: build once and print the folder."""
     import argparse
 
-    from capeval.engine.exitcodes import OK, USAGE
-
     families = ", ".join(sorted(FAMILIES))
-    parser = argparse.ArgumentParser(prog="python -m capeval.adapters.random_vlm_families",
+    parser = argparse.ArgumentParser(prog="python -m capeval.testing.random_vlm_families",
                                      description="Build (or reuse) a tiny random-weight checkpoint of one VLM family "
                                                  "and print its folder.")
     parser.add_argument("family", metavar="FAMILY", help=f"one of {families}")

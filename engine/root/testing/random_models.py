@@ -11,13 +11,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-import tempfile
 from pathlib import Path
-from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
-BUILD_SPEC_FILE = "capeval_build.json"
+from capeval.adapters.checkpoints import build_once, staged_build
+
 BUILD_SPEC_VERSION = 1
 
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -26,10 +24,6 @@ CHAT_TEMPLATE = (
     "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-
-# Preset for benchmarks/bench_judge.py: large enough that prefill (not per-step scheduling overhead) dominates the
-# time of a ~300-token judge prompt on a 2-core CPU, small enough to build in seconds.
-BENCH_PRESET = dict(hidden=384, layers=6, heads=6, vocab=8192, intermediate=1536)
 
 _WORDS = (
     "a the man woman child dog cat car street room table camera video scene person people walks runs holds looks "
@@ -117,38 +111,6 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab: int, special_tokens: Sequen
     )
 
 
-@contextmanager
-def staged_build(out: Path, spec: dict) -> Iterator[Path]:
-    """A sibling temp folder to build `out` in. When the block ends without an error, the build spec is written and
-    the folder renamed into place (replacing an older build); otherwise it is removed. A killed build therefore never
-    leaves a folder that looks complete. Every model builder of the adapters uses it."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
-        yield tmp
-        (tmp / BUILD_SPEC_FILE).write_text(json.dumps(spec, indent=1, sort_keys=True))
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def build_once(out: Path, spec: dict, build: Callable[[], None]) -> Path:
-    """Run `build()` unless `out` already holds a build of `spec`; several sessions may share one cache directory:
-    one builds under a file lock, the others wait and reuse."""
-    if _spec_matches(out, spec):
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    import fcntl
-
-    with open(out.parent / f".{out.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not _spec_matches(out, spec):
-            build()
-    return out
-
-
 def build_tiny_lm(
     out_dir: str | os.PathLike,
     *,
@@ -181,13 +143,6 @@ def build_tiny_lm(
         "corpus": [str(Path(p).resolve()) for p in corpus],
     }
     return build_once(out, spec, lambda: _build(out, spec, corpus))
-
-
-def _spec_matches(out: Path, spec: dict) -> bool:
-    try:
-        return json.loads((out / BUILD_SPEC_FILE).read_text()) == spec
-    except (OSError, json.JSONDecodeError):
-        return False  # missing or half-written: rebuild
 
 
 def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
@@ -225,11 +180,6 @@ def _build(out: Path, spec: dict, corpus: Sequence[str | os.PathLike]) -> None:
                 if p.dim() > 1:
                     p.normal_(0.0, 1.0 / p.shape[-1] ** 0.5)
         model.save_pretrained(str(tmp), safe_serialization=True)
-
-
-def build_bench_lm(out_dir: str | os.PathLike, *, corpus: Sequence[str | os.PathLike] = (), seed: int = 0) -> Path:
-    """The benchmark preset (BENCH_PRESET); see count_parameters for its size."""
-    return build_tiny_lm(out_dir, corpus=corpus, seed=seed, **BENCH_PRESET)
 
 
 def count_parameters(model_dir: str | os.PathLike) -> int:

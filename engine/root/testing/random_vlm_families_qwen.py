@@ -1,4 +1,4 @@
-"""Tiny random-weight Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints (see adapters/random_vlm_families.py for the
+"""Tiny random-weight Qwen2-VL, Qwen2.5-VL and Qwen3-VL checkpoints (see engine/root/testing/random_vlm_families.py for the
 cached build and for what vLLM's video input needs per family).
 
 Each writer fills a temp dir with the family's real transformers config, model (random weights, safetensors),
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capeval.adapters.random_vlm_families import HEAD_DIM, randomize_and_save, text_dims, tokenizer_for
+from capeval.testing.random_vlm_families import HEAD_DIM, randomize_and_save, text_dims, tokenizer_for
 
 # ---- Qwen2-VL / Qwen2.5-VL / Qwen3-VL: ChatML with <|vision_start|><|video_pad|><|vision_end|> placeholders -------
 QWEN_SPECIAL_TOKENS = [
