@@ -121,6 +121,12 @@ def cell_labels(run_dir: str | Path) -> pl.DataFrame | None:
     return _cell_labels(metrics, None)
 
 
+def metric_segments(run_dir: str | Path) -> pl.DataFrame | None:
+    """Every committed cell's metric rows (cell columns, cell_key, cell_status), earlier sweeps into the same folder
+    included; None without metrics segments."""
+    return _segments(Path(run_dir) / "metrics")
+
+
 def load_items(run: RunData) -> pl.DataFrame | None:
     """The items behind a sweep run (question, options, answer), reloaded from the sweep file its last run record
     names; None when there is no record, the file is gone, or loading fails (the report then shows no questions).
