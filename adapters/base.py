@@ -99,7 +99,7 @@ class CaptionRequest:
     # the same frames already JPEG-encoded (one bytes object per frame) when the frame cache stores them so: a
     # backend that sends JPEG passes these on as they are instead of re-encoding `frames` per request
     encoded_frames: tuple[bytes, ...] | None = field(default=None, repr=False)
-    # A question instead of a caption (CAPability-QA, engine/construct/capability_qa.py): `prompt` is then the
+    # A question instead of a caption (CAPability-QA, engine/protocols/capability/construction.py): `prompt` is then the
     # whole question as the model should read it (question, lettered options, instruction), and this holds what it
     # was rendered from: id, task, item_id, sub_index, kind ("choice" | "open"), question, options (JSON list).
     # Model backends send `prompt` as for a caption and ignore this; the local captioner answers from it. The reply

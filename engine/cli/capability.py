@@ -45,7 +45,7 @@ def register(subparsers) -> None:
 def run_kt(args) -> int:
     import polars as pl
 
-    from capeval.engine.construct.capability_qa import load_caption_verdicts
+    from capeval.engine.protocols.capability.construction import load_caption_verdicts
     from capeval.engine.errors import UsageError
     from capeval.engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide
 

@@ -35,8 +35,7 @@ def register(subparsers) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--list", action="store_true", help="list the construction pipelines and exit")
     sub = p.add_subparsers(dest="pipeline", metavar="NAME")
-    for name in construct.names():
-        pipeline = construct.lookup(name)
+    for name, pipeline in construct.pipelines().items():
         q = sub.add_parser(name, help=pipeline.summary, epilog=(pipeline.epilog + "\n\n" + COMMON).strip(),
                            formatter_class=argparse.RawDescriptionHelpFormatter)
         _common_options(q)
@@ -75,8 +74,7 @@ def _list_or_help(args) -> int:
     from capeval.engine import construct
 
     if args.list:
-        for name in construct.names():
-            pipeline = construct.lookup(name)
+        for name, pipeline in construct.pipelines().items():
             steps = " -> ".join(pipeline.steps)
             print(f"{name:14s} {pipeline.summary}\n{'':14s} steps: {steps}")
         return 0

@@ -1,55 +1,38 @@
-"""Construction pipelines (`capeval construct NAME`): the benchmarks' own recipes for building items, run on any
-judge backend through the judging path (engine/construct/base.py).
+"""Construction pipelines (`capeval construct NAME`): a benchmark's own recipe for building items, run on any judge
+backend through the judging path (engine/construct/base.py).
 
-A pipeline is a `ConstructionPipeline` registered by name with `register_pipeline`; the builtin ones are imported on
-first lookup from `_BUILTIN_MODULES` (one line per pipeline), so `capeval construct --list` and the CLI need no edit
-when a pipeline is added. Pipelines are per-protocol features (like `capeval capquiz filter`): a pipeline module may
-import its protocol's package; base.py names no protocol.
+This package holds the generic machinery only (steps on the judging path, the per-item record, the outputs). A
+benchmark's pipeline lives in its own package (engine/protocols/<name>/construction.py) and is found through the
+registry: each registered protocol's `construction` hook (capeval.engine.protocols.base.JudgeProtocol) names its
+pipeline, so a protocol installed from another distribution brings `capeval construct` its pipeline with no engine
+file edited. Users type the pipeline's own `name`, which need not be its protocol's.
 """
 
 from __future__ import annotations
 
-import importlib
+from capeval.engine import registry
 
 from .pipeline import ConstructionPipeline, PipelineResult  # noqa: F401
 
-_PIPELINES: dict[str, ConstructionPipeline] = {}
-#: name -> module that registers it (imported on first lookup)
-_BUILTIN_MODULES = {
-    "capquiz": "capeval.engine.construct.capquiz",
-    "lvcap": "capeval.engine.construct.lvcap",
-    "capability-qa": "capeval.engine.construct.capability_qa",
-    "vcinspector": "capeval.engine.construct.vcinspector",
-}
 
-
-def register_pipeline(pipeline: ConstructionPipeline) -> ConstructionPipeline:
-    existing = _PIPELINES.get(pipeline.name)
-    if existing is not None and existing is not pipeline:
-        raise ValueError(f"construction pipeline {pipeline.name!r} is registered twice")
-    _PIPELINES[pipeline.name] = pipeline
-    return pipeline
-
-
-def _load(name: str) -> None:
-    module = _BUILTIN_MODULES.get(name)
-    if module is not None and name not in _PIPELINES:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:  # only a pipeline module not written yet is skipped; a broken import is an error
-                raise
-
-
-def names() -> list[str]:
-    for name in _BUILTIN_MODULES:
-        _load(name)
-    return sorted(_PIPELINES)
+def pipelines() -> dict[str, ConstructionPipeline]:
+    """name -> pipeline, from every registered protocol that has one, sorted by name; two protocols offering
+    pipelines of the same name is an error naming both."""
+    found: dict[str, tuple[str, ConstructionPipeline]] = {}
+    for protocol_name in registry.names("protocol"):
+        pipeline = registry.lookup("protocol", protocol_name).construction
+        if pipeline is None:
+            continue
+        if pipeline.name in found:
+            raise ValueError(f"construction pipeline {pipeline.name!r} is offered by protocols "
+                             f"{found[pipeline.name][0]!r} and {protocol_name!r}")
+        found[pipeline.name] = (protocol_name, pipeline)
+    return {name: found[name][1] for name in sorted(found)}
 
 
 def lookup(name: str) -> ConstructionPipeline:
-    _load(name)
+    known = pipelines()
     try:
-        return _PIPELINES[name]
+        return known[name]
     except KeyError:
-        raise KeyError(f"unknown construction pipeline {name!r}; known: {', '.join(names()) or 'none'}") from None
+        raise KeyError(f"unknown construction pipeline {name!r}; known: {', '.join(known) or 'none'}") from None

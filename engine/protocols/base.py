@@ -223,6 +223,11 @@ class JudgeProtocol:
     #: every param the protocol reads (engine/params.py: name, type, default, valid values); a param it does not
     #: declare is refused at --check and before a run. None: undeclared (any name passes: a plugin's choice)
     params: tuple[Param, ...] | None = None
+    #: the benchmark's construction pipeline (`capeval construct NAME`, `capeval construct --list`): a
+    #: capeval.engine.construct.pipeline.ConstructionPipeline, whose `name` is the NAME users type; None: it builds
+    #: no items. A protocol returns it from a property that imports its pipeline module on use (that module runs
+    #: the judging path, a layer above the protocol: docs/architecture.md).
+    construction = None
 
     def dataset_problem(self, kind: str, items: pa.Table | None = None, media: dict | None = None,
                         source=None) -> str | None:

@@ -201,7 +201,7 @@ def test_official_mode_sends_the_papers_prompts_and_reads_their_layouts(videos, 
 
 def test_paper_qa_layout_parser_reads_the_prompts_own_format():
     from capeval.engine.construct.base import ParseFailure
-    from capeval.engine.construct.lvcap_steps import parse_paper_qa
+    from capeval.engine.protocols.lvcap.construction_steps import parse_paper_qa
 
     reply = """Scene: 1
 Description: A man sits at a table.

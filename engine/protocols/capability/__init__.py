@@ -49,6 +49,12 @@ class CapabilityProtocol(_JudgeProtocol):
 
         return paired_spec(mode)
 
+    @property
+    def construction(self):
+        from .construction import PIPELINE  # deferred: a benchmark extension (it runs judges and captioners)
+
+        return PIPELINE
+
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), mode="strict", prompts=None,
                        **opts):
         pack = _prompts.pack_for(mode, prompts)

@@ -54,6 +54,12 @@ class CapQuizProtocol(_JudgeProtocol):
 
         return paired_spec(mode)
 
+    @property
+    def construction(self):
+        from .construction import PIPELINE  # deferred: a benchmark extension (it runs judges and captioners)
+
+        return PIPELINE
+
     def render(self, item, caption, *, seed, **opts):
         return _prompts.render(item, caption, seed=seed, **opts)
 

@@ -67,6 +67,12 @@ class LVCapProtocol(_JudgeProtocol):
 
         return paired_spec(mode)
 
+    @property
+    def construction(self):
+        from .construction import PIPELINE  # deferred: a benchmark extension (it runs judges and captioners)
+
+        return PIPELINE
+
     def judging_policy(self, mode: str = "strict", **params) -> _JudgingPolicy:
         if mode == "official":  # AutoDQ: up to 10 tries per call, the same request again each time
             return _JudgingPolicy(max_reasks=_autodq.OFFICIAL_TRIES - 1, reask_temperature=None, mode="official")

@@ -33,6 +33,12 @@ class VCInspectorProtocol(_JudgeProtocol):
 
         return paired_spec(mode)
 
+    @property
+    def construction(self):
+        from .construction import PIPELINE  # deferred: a benchmark extension (it runs judges and captioners)
+
+        return PIPELINE
+
     def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), frames=None, mode="strict",
                        prompts=None, **opts):
         """`frames`: an capeval.engine.schemas.FRAMES table (or None: every row is MISSING, nothing is sent)."""

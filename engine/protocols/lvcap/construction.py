@@ -1,13 +1,13 @@
 """`capeval construct lvcap`: LVCap-Eval ground truth built from videos the way the paper builds it (§3.3-3.4, App. B):
 
   scenes     shots by PySceneDetect's content detector (engine/frames/scenes.py)
-  captions   every shot captioned by a captioner backend (the paper: Tarsier2) (engine/construct/lvcap_shots.py)
+  captions   every shot captioned by a captioner backend (the paper: Tarsier2) (construction_shots.py)
   narrative  the shot captions of a video organised into scenes, one narrative per scene (gt/scene_narrative)
   events     each scene's events (gt/extract_events)
   qa         yes/no questions per scene, 10 by default (gt/scene_qa_generation)
 
 The LLM steps run on any judge backend through the judging path (engine/construct/base.py: cached, resumable);
-the steps are in engine/construct/lvcap_steps.py. The paper's human validation is not automated: the per-item record
+the steps are in construction_steps.py. The paper's human validation is not automated: the per-item record
 (record.parquet) and the scenes/shots tables are what a reviewer reads.
 
 Outputs: items.jsonl in the shape the lvcap protocol judges (`capeval judge --protocol lvcap`, sweeps' `items`
@@ -27,18 +27,17 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from capeval.engine.construct.base import Ask, ConstructContext, RecordLog, run_step
+from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
 from capeval.engine.packs import load_pack, resolve_pack
 from capeval.engine.replies.fences import fence
 from capeval.engine.schemas import ITEMS
 
-from . import register_pipeline
-from .base import Ask, ConstructContext, RecordLog, run_step
-from .lvcap_shots import CaptionerSpec, caption_all, detect_all
-from .lvcap_steps import EventsStep, NarrativeStep, QAStep
-from .pipeline import ConstructionPipeline, PipelineResult
+from .construction_shots import CaptionerSpec, caption_all, detect_all
+from .construction_steps import EventsStep, NarrativeStep, QAStep
 
-GT_PACK = Path(__file__).resolve().parents[1] / "protocols" / "lvcap" / "gt_pack.toml"
+GT_PACK = Path(__file__).resolve().parent / "gt_pack.toml"
 GT_IDS = ("gt/scene_narrative", "gt/extract_events", "gt/scene_qa_generation")
 CAPTION_ID = "caption/shot"
 VIDEO_SUFFIXES = {".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".mpg", ".mpeg", ".ts"}
@@ -306,7 +305,7 @@ def build_items(videos, shots, scenes, events, questions, log: RecordLog,
                 n_questions: int | None = None) -> tuple[list[dict], list[dict]]:
     """ITEMS rows (scene questions, one events item per video) and one row per scene; what is left out and why
     goes to the record."""
-    from .lvcap_items import video_items
+    from .construction_items import video_items
 
     items, scene_rows = [], []
     for v in videos:
@@ -319,4 +318,4 @@ def build_items(videos, shots, scenes, events, questions, log: RecordLog,
     return items, scene_rows
 
 
-register_pipeline(LVCapPipeline())
+PIPELINE = LVCapPipeline()

@@ -21,19 +21,18 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from capeval.engine.construct.balance import balanced_positions, place_answer
+from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats, run_step
+from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
 from capeval.engine.packs import load_pack, resolve_pack
 from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
 from capeval.engine.protocols.capquiz.types import builtin_types, normalize_type
 from capeval.engine.schemas import ITEMS
 
-from . import register_pipeline
-from .balance import balanced_positions, place_answer
-from .base import ConstructContext, RecordLog, StepStats, run_step
-from .capquiz_steps import ClassifyStep, DedupStep, GenerateStep, TaxonomyStep
-from .pipeline import ConstructionPipeline, PipelineResult
+from .construction_steps import ClassifyStep, DedupStep, GenerateStep, TaxonomyStep
 
-CONSTRUCT_PACK = Path(__file__).resolve().parents[1] / "protocols" / "capquiz" / "construct_pack.toml"
+CONSTRUCT_PACK = Path(__file__).resolve().parent / "construct_pack.toml"
 PAPER_PER_TYPE = 10  # the paper's generation prompt asks for ten questions of each type
 
 EPILOG = """input (--input): JSONL, CSV or Parquet, one row per video: video_id, description (or caption / text: the
@@ -395,4 +394,4 @@ def _sentence_embeddings(texts: list[str]):
     return embedding_model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
 
 
-PIPELINE = register_pipeline(CapQuizPipeline())
+PIPELINE = CapQuizPipeline()

@@ -24,6 +24,8 @@ from types import SimpleNamespace
 import polars as pl
 import pyarrow as pa
 
+from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
+from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
 from capeval.engine.protocols.capability.codes import TASKS, CapabilityQAVerdict
 from capeval.engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide, qa_accuracy
@@ -31,9 +33,6 @@ from capeval.engine.protocols.capability.kt_grading import OpenAnswerGrading, ch
 from capeval.engine.protocols.capability.qa import QA_VERSION, OPEN_TASKS, Question, build_questions
 from capeval.engine.schemas import ITEMS
 
-from . import register_pipeline
-from .base import ConstructContext, RecordLog, StepStats
-from .pipeline import ConstructionPipeline, PipelineResult
 
 QA_MAX_TOKENS = 256  # answers are a letter or a short phrase; an OCR answer may be a line of text
 DEFAULT_FRAMES = "uniform:8"
@@ -326,4 +325,4 @@ def _summary(qa: pa.Table) -> str:
            f"a verdict"
 
 
-register_pipeline(CapabilityQAPipeline())
+PIPELINE = CapabilityQAPipeline()

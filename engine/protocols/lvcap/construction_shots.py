@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
 from capeval.engine.frames.scenes import ShotList, detect_shots
 from capeval.engine.keys import content_key
 from capeval.engine.secrets import without_secrets
-
-from .base import ConstructContext, RecordLog, StepStats
 
 SHOTS = pa.schema([pa.field("shots_key", pa.string()), pa.field("video_id", pa.string()),
                    pa.field("shots", pa.string())])  # ShotList.as_dict() as JSON

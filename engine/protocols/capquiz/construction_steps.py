@@ -1,4 +1,4 @@
-"""The generation steps of the CapQuiz construction pipeline (engine/construct/capquiz.py): each renders its asks
+"""The generation steps of the CapQuiz construction pipeline (construction.py): each renders its asks
 from a pack prompt and parses the model's reply into a payload, or fails with the reason (recorded; re-asked in
 strict mode). Which prompt each step reads, in which mode, is said in docs/construct.md.
 
@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from capeval.engine.construct.base import Ask, GenerationStep, ParseFailure
 from capeval.engine.replies.fences import fence
 from capeval.engine.replies.repair import ParseError, extract_json, match_choice
 from capeval.engine.protocols.capquiz.types import normalize_type
-
-from .base import Ask, GenerationStep, ParseFailure
 
 OTHERS = "Others"
 

@@ -1,4 +1,4 @@
-"""The three generation steps of `capeval construct lvcap` (engine/construct/lvcap.py) and their reply parsers.
+"""The three generation steps of `capeval construct lvcap` (construction.py) and their reply parsers.
 
   narrative  the shot captions of one video -> its scenes, each a narrative paragraph (gt/scene_narrative)
   events     one scene's narrative -> its events (gt/extract_events)
@@ -20,10 +20,9 @@ from __future__ import annotations
 import json
 import re
 
+from capeval.engine.construct.base import GenerationStep, ParseFailure
 from capeval.engine.protocols.lvcap import paper_events
 from capeval.engine.replies.repair import ParseError, extract_json, strip_fences
-
-from .base import GenerationStep, ParseFailure
 
 DIMENSIONS = ("temporal", "atmosphere", "emotion", "causality", "relations", "cinematic", "symbolism", "factuality")
 _LOOSE_LINE = re.compile(r'^\{\s*"?([A-Za-z_ ]*\d+)"?\s*:\s*("(?:[^"\\]|\\.)*")\s*,?\s*\}$')

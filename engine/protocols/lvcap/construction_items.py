@@ -1,13 +1,12 @@
-"""Items of one video for `capeval construct lvcap` (engine/construct/lvcap.py): the scene questions and the events
+"""Items of one video for `capeval construct lvcap` (construction.py): the scene questions and the events
 item, in the shape engine/protocols/lvcap/prompts.py reads, and the record of each question kept or left out."""
 
 from __future__ import annotations
 
 import json
 
+from capeval.engine.construct.base import RecordLog
 from capeval.engine.frames.scenes import ShotList
-
-from .base import RecordLog
 
 BENCHMARK = "lvcap"
 

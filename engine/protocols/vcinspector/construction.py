@@ -28,11 +28,10 @@ from pathlib import Path
 import pyarrow as pa
 
 from capeval.engine import schemas
-from capeval.engine.construct import register_pipeline
 from capeval.engine.construct.base import ConstructContext, RecordLog, run_step
 from capeval.engine.construct.outputs import replace_text
 from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
-from capeval.engine.construct.vcinspector_steps import (EXTRACT, REPLACE, STEPS, SUBSTITUTE, AugmentStep, extract_ask,
+from capeval.engine.protocols.vcinspector.construction_steps import (EXTRACT, REPLACE, STEPS, SUBSTITUTE, AugmentStep, extract_ask,
                                                 replace_ask, substitute_ask)
 from capeval.engine.errors import UsageError
 from capeval.engine.packs import PackError, PromptPack, load_pack, resolve_pack
@@ -323,4 +322,4 @@ def _labels_table(rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-PIPELINE = register_pipeline(VCInspectorPipeline())
+PIPELINE = VCInspectorPipeline()

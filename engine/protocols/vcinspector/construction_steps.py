@@ -1,4 +1,4 @@
-"""The generation steps of VC-Inspector's augmentation chain (engine/construct/vcinspector.py): what each step asks
+"""The generation steps of VC-Inspector's augmentation chain (construction.py): what each step asks
 and how its reply is read, in both modes.
 
 official: the official pack's augment/* prompts (src/gen_data/prompts.py), filled as the official generator fills
