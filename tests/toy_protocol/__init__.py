@@ -4,7 +4,8 @@ It exists to prove the protocol interface (engine/protocols/base.py, docs/archit
 that declares itself -- its pack, request rendering, parsing, metrics, headline and paired statistic -- and capeval's
 sweep, compare and report run it without any engine file naming it. It registers through the `capeval.protocols`
 entry point group (tests/pipeline/test_toy_protocol.py installs a dist-info folder naming this package), exactly as a
-protocol shipped in another distribution would.
+protocol shipped in another distribution would. It brings its own construction pipeline too (`capeval construct
+toy`, construction.py), found through the `construction` hook.
 
 Items: any dataset; the word asked about is the item's `answer` (else its `task`). The judge answers "yes" or "no"
 (a choice constraint); anything else is a parse failure, never a guess.
@@ -66,6 +67,12 @@ class MentionProtocol(JudgeProtocol):
         from .metrics import mention_rate
 
         return PairedSpec(code_stats(N_CODES), N_CODES + 1, {"mention_rate": mention_rate})
+
+    @property
+    def construction(self):
+        from .construction import PIPELINE  # deferred: a benchmark extension (it runs the judging path)
+
+        return PIPELINE
 
 
 PROTOCOL = register_protocol("toy_mention")(MentionProtocol())
