@@ -12,7 +12,7 @@ from pathlib import Path
 COMMON = """common options (every pipeline):
   --out DIR              output folder: items.jsonl, record.parquet, construct.json (required)
   --mode strict|official strict: capeval's own prompts (default); official: the benchmark's pack (--prompts PATH)
-  --prompts PACK         the pack to read prompts from (official mode: e.g. ../shared/protocols/capquiz.toml)
+  --prompts PACK         the pack to read prompts from (official mode: the benchmark's own pack TOML)
   --judge SPEC           judge for every step: NAME or NAME@LABEL (local | replay | vllm | openai | ...)
   --step-judge STEP=SPEC[,SPEC]  judge(s) of one step (repeatable); a step that takes several (blind) uses all
   --judge-model, --base-url      model and endpoint of the judges (or per label: --judge-option LABEL:model=...)

@@ -2,7 +2,7 @@
 the answer equally often over the whole set (counts differ by at most one), in a seeded order.
 
 Why: a generator tends to put the answer in the same few places; a model that learned "the answer is usually B"
-would score on position alone. CapQuiz reports its answer positions as uniform (paper, Fig. 4c)."""
+would score on position alone; a benchmark built this way can report its answer positions as uniform."""
 
 from __future__ import annotations
 

@@ -83,7 +83,7 @@ class Generated:
 
 class GenerationStep:
     """One step of a pipeline. Subclasses set `name` (the step, in keys and records), `protocol` (what the request
-    rows name: backends route "<protocol>/<task>/<step>", e.g. the local judge answers "capquiz/<task>/blind"),
+    rows name: backends route "<protocol>/<task>/<step>", e.g. to the protocol's stand-in answers in the local judge),
     `version` (enters every key: bump it when the rendering changes) and implement `parse`."""
 
     name: str = "generate"
