@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import pyarrow as pa
 
+from capeval.engine.keys import construct_tag, mode_tag, pack_tag, tagged_revision
 from capeval.engine.packs import PromptPack
 from capeval.engine.protocols.base import JudgeProtocol, JudgingPolicy, Rendered, make_row, parse_context, rows_to_table
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
@@ -223,8 +224,8 @@ def render_asks(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, ju
     the rendered text enter every key."""
     seen: set[tuple] = set()
     pack = step.pack or ctx.pack
-    revision = (f"{judge.revision}|construct:{ctx.pipeline}/{step.name}@{step.version}|pack:{pack.digest}|"
-                f"mode:{ctx.mode}")
+    revision = tagged_revision(judge.revision, construct_tag(ctx.pipeline, step.name, step.version),
+                               pack_tag(pack.digest), mode_tag(ctx.mode))
     rows = []
     for ask in asks:
         ident = (ask.item_id, ask.sub_index, ask.trial)

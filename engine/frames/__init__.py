@@ -4,7 +4,7 @@
     from capeval.engine.frames.ray_decode import decode_videos_ray, DecodePool   # needs ray.init()
 """
 
-from capeval.engine.frames.cache import (decode_frames_cached, decode_videos_table, frames_key, frames_row, load_encoded_frames,
+from capeval.engine.frames.cache import (decode_frames_cached, decode_videos_table, frames_row, load_encoded_frames,
                                  load_frames)
 from capeval.engine.frames.decode import (
     CorruptVideoError,
@@ -26,7 +26,7 @@ from capeval.engine.frames.sampling import (FPS, FrameSpecError, KeyframeSnap, L
 __all__ = [
     "FPS", "CorruptVideoError", "KeyframeSnap", "Linspace", "decode_image", "is_image_path", "media_type_of", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
     "Segments", "TruncatedVideoError", "Uniform", "VideoDecodeError", "VideoNotFoundError", "decode_frames",
-    "decode_frames_cached", "decode_videos_table", "frames_key", "frames_row", "load_encoded_frames", "load_frames",
+    "decode_frames_cached", "decode_videos_table", "frames_row", "load_encoded_frames", "load_frames",
     "DEFAULT_SIZE", "SizeError", "frame_size_for", "parse_size", "parse_frame_spec",
     "probe_duration", "size_text", "target_timestamps",
 ]

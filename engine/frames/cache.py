@@ -28,7 +28,7 @@ from capeval.engine.frames import shards
 from capeval.engine.frames.decode import FramesResult, VideoDecodeError, decode_frames
 from capeval.engine.frames.sampling import FrameSpec, parse_frame_spec
 from capeval.engine.frames.sizes import Size, parse_size, size_text
-from capeval.engine.keys import content_key, file_digest
+from capeval.engine.keys import file_digest, frames_key
 
 _DIGESTS: dict[tuple[str, int, int], str] = {}
 
@@ -45,10 +45,6 @@ def video_digest(path: str | Path) -> str:
     if memo not in _DIGESTS:
         _DIGESTS[memo] = file_digest(path)
     return _DIGESTS[memo]
-
-
-def frames_key(digest: str, spec: str | FrameSpec, size: Size) -> str:
-    return content_key("frames", digest, str(parse_frame_spec(spec)), size_text(size))
 
 
 def locator(cache_dir: str | Path, key: str, spec: str, size: Size, source: str | Path, digest: str = "") -> str:
@@ -82,7 +78,9 @@ def frames_key_at(row: dict, size: Size) -> str:
     if not is_locator(path):
         return row["frames_key"]
     digest = parse_locator(path).get("digest")
-    return frames_key(digest, row["frame_spec"], size) if digest else row["frames_key"]
+    if not digest:
+        return row["frames_key"]
+    return frames_key(digest, str(parse_frame_spec(row["frame_spec"])), size_text(size))
 
 
 def _meta(key: str, spec: FrameSpec, size: Size, result: FramesResult) -> dict:
@@ -118,7 +116,7 @@ def ensure_frames(path: str | Path, spec: str | FrameSpec, size: Size, cache_dir
     VideoDecodeError for bad media and OSError when the cache cannot be written."""
     path, spec, size = Path(path), parse_frame_spec(spec), parse_size(size)
     digest = video_digest(path)
-    key = frames_key(digest, spec, size)
+    key = frames_key(digest, str(spec), size_text(size))
     loc = locator(cache_dir, key, str(spec), size, path, digest)
     entry = shards.index_for(cache_dir).get(key)
     if entry is not None and _meta_fits(entry, key):
@@ -169,7 +167,7 @@ def frames_row(
             ident = video_digest(path)
         except OSError:
             ident = f"path:{path.resolve()}"
-        return {"frames_key": content_key("frames", ident, str(spec), size_text(size)), "video_id": video_id,
+        return {"frames_key": frames_key(ident, str(spec), size_text(size)), "video_id": video_id,
                 "frame_spec": str(spec), "timestamps": None, "height": None, "width": None, "path": None,
                 "error": message}
 
@@ -229,7 +227,7 @@ def load_encoded_frames(row_or_path: dict | str | Path) -> tuple[bytes, ...] | N
     src, spec, size = Path(loc["src"]), parse_frame_spec(loc["spec"]), parse_size(loc["size"])
     if not src.exists():
         raise FileNotFoundError(f"frames {loc['key']} left the frame cache and their video {src} is gone")
-    if frames_key(video_digest(src), spec, size) != loc["key"]:
+    if frames_key(video_digest(src), str(spec), size_text(size)) != loc["key"]:
         raise ValueError(f"frames {loc['key']} left the frame cache and their video {src} has changed since")
     _, blobs, _ = _decode_and_store(src, spec, size, loc["cache_dir"], 1, None, loc["key"])
     return blobs

@@ -102,9 +102,9 @@ class DecodePool:
 
 def frames_row_error(path: str, video_id: str, spec_text: str, size: Size, message: str) -> dict:
     from capeval.engine.frames.decode import size_text
-    from capeval.engine.keys import content_key
+    from capeval.engine.keys import frames_key
 
-    return {"frames_key": content_key("frames", f"path:{Path(path).resolve()}", spec_text, size_text(size)),
+    return {"frames_key": frames_key(f"path:{Path(path).resolve()}", spec_text, size_text(size)),
             "video_id": video_id, "frame_spec": spec_text, "timestamps": None, "height": None, "width": None,
             "path": None, "error": message}
 

@@ -28,7 +28,7 @@ import pyarrow as pa
 from capeval.engine import schemas
 from capeval.engine.errors import UsageError
 from capeval.engine.inputs.rows import FORMATS, int_value, is_missing, pick, read_rows, text_value, warn, where
-from capeval.engine.keys import canonical_json, content_key
+from capeval.engine.keys import canonical_json, caption_file_key, repeated_caption_file_key
 from capeval.engine.safetext import clip
 
 _ITEM_COLUMNS = {"benchmark", "task", "item_id", "video_id", "media_path", "media_type", "annotation", "question",
@@ -199,16 +199,15 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
     if every_line:
         seen: dict[str, int] = {}
         for r in rows:
-            key = content_key("caption-file", r["captioner"], r["prompt_id"], r["frame_spec"], r["video_id"],
-                              r["text"])
+            key = caption_file_key(r["captioner"], r["prompt_id"], r["frame_spec"], r["video_id"], r["text"])
             repeat = seen.get(key, 0)
             seen[key] = repeat + 1
-            r["caption_key"] = key if not repeat else content_key("caption-file-repeat", key, repeat)
+            r["caption_key"] = key if not repeat else repeated_caption_file_key(key, repeat)
         return schemas.conform(pa.Table.from_pylist(rows), schemas.CAPTIONS)
     rows = _dedupe(rows, ("captioner", "prompt_id", "frame_spec", "video_id"), lines, path, "caption")
     for r in rows:
-        r["caption_key"] = content_key("caption-file", r["captioner"], r["prompt_id"], r["frame_spec"],
-                                       r["video_id"], r["text"])
+        r["caption_key"] = caption_file_key(r["captioner"], r["prompt_id"], r["frame_spec"], r["video_id"],
+                                            r["text"])
     return schemas.conform(pa.Table.from_pylist(rows), schemas.CAPTIONS)
 
 

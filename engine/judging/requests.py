@@ -7,7 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from capeval.adapters.base import JudgeRequest
-from capeval.engine.keys import content_key
+from capeval.engine.keys import reask_key, resend_key
 from capeval.engine.protocols.base import REASK_TEMPERATURE, parse_context, reask_seed
 
 
@@ -72,10 +72,6 @@ def attempt_sampling(row: dict, attempt: int, ctx: dict,
     return attempt_key(row["request_key"], attempt, reask_temperature), temperature, seed
 
 
-def reask_key(request_key: str, attempt: int) -> str:
-    return content_key("reask", request_key, int(attempt))
-
-
 def attempt_key(request_key: str, attempt: int, reask_temperature: float | None = REASK_TEMPERATURE) -> str:
     """The cache key of a row's `attempt`-th ask (0 = the request key itself). A re-ask resent unchanged
     (reask_temperature None) is another sample of the same request (official scripts resend and take the new
@@ -84,7 +80,7 @@ def attempt_key(request_key: str, attempt: int, reask_temperature: float | None 
     if not attempt:
         return request_key
     if reask_temperature is None:
-        return content_key("resend", request_key, int(attempt))
+        return resend_key(request_key, attempt)
     if float(reask_temperature) != REASK_TEMPERATURE:
-        return content_key("reask", request_key, int(attempt), float(reask_temperature))
+        return reask_key(request_key, attempt, float(reask_temperature))
     return reask_key(request_key, attempt)

@@ -12,7 +12,7 @@ import operator
 
 import pyarrow as pa
 
-from capeval.engine.keys import content_key
+from capeval.engine.keys import json_schema_key
 from capeval.engine.store.transcripts import CAPTURE
 
 from .requests import attempt_sampling
@@ -52,7 +52,7 @@ def _schema_ref(text: str | None) -> tuple[str | None, str | None]:
         title = json.loads(text).get("title")
     except (ValueError, AttributeError):
         title = None
-    return (title if isinstance(title, str) else None), content_key("json_schema", text)
+    return (title if isinstance(title, str) else None), json_schema_key(text)
 
 
 class Transcriber:

@@ -20,7 +20,7 @@ from typing import Any, Iterable
 
 import pyarrow as pa
 
-from capeval.engine.keys import content_key, derived_seed
+from capeval.engine.keys import derived_seed, protocol_tag, request_key, tagged_revision
 from capeval.engine.params import Param, param_problems
 from capeval.engine.schemas import JUDGE_REQUESTS, ParseStatus
 
@@ -50,20 +50,6 @@ def _temperature(value) -> None:
 
 TEMPERATURE_PARAM = Param("temperature", (), None, "sampling temperature sent to the judge (null or \"none\": send "
                           "none); default: the mode's", check=_temperature, metrics=True)
-
-
-def request_key(judge: str, revision: str, *, system: str | None, user: str, images_digest: str | None,
-                choices: Iterable[str] | None, json_schema: str | None, max_tokens: int | None,
-                temperature: float | None, seed: int, send_seed: bool = True) -> str:
-    """The cache key: everything that determines the judge's answer, nothing about which item asked. max_tokens
-    None / send_seed False: none sent (official scripts that set no sampling); the seed then still tells repeated
-    judge trials apart."""
-    sampling = {"choices": list(choices) if choices else None, "json_schema": json_schema,
-                "max_tokens": None if max_tokens is None else int(max_tokens),
-                "temperature": None if temperature is None else float(temperature)}
-    if not send_seed:  # only then: the keys of seeded requests (and their caches) stay as they were
-        sampling["seed_sent"] = False
-    return content_key("judgment", judge, revision, system, user, images_digest, sampling, int(seed))
 
 
 @dataclass(frozen=True)
@@ -350,7 +336,7 @@ class JudgeProtocol:
         runner turns them into MISSING verdicts without asking the judge."""
         pairs = pair_items_captions(items, captions)
         rows = []
-        revision = f"{judge_revision}|{self.name}@{self.version}"
+        revision = tagged_revision(judge_revision, protocol_tag(self.name, self.version))
         for item, cap in pairs:
             base = {"item_id": item["item_id"], "video_id": item["video_id"], **caption_identity(cap)}
             for trial, seed in enumerate(seeds):
@@ -371,7 +357,7 @@ class JudgeProtocol:
         `verdicts` is row-aligned with `requests` (the runner guarantees it)."""
         if requests.num_rows != verdicts.num_rows:
             raise ValueError(f"{self.name}: {requests.num_rows} requests but {verdicts.num_rows} verdicts")
-        revision = f"{judge_revision}|{self.name}@{self.version}"
+        revision = tagged_revision(judge_revision, protocol_tag(self.name, self.version))
         rows = []
         for req, v in zip(requests.to_pylist(), verdicts.to_pylist()):
             if req["step"] != step:

@@ -26,15 +26,9 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
-from capeval.engine.keys import content_key
 from capeval.engine.schemas import CAPTIONS, conform
 from capeval.engine.stages.caption_worker import (TIMESTAMP_MODES, CaptionTask, CaptionWorker,  # noqa: F401 (re-exported)
                                           prompt_with_timestamps, row, segment_chunks)
-
-
-def caption_key(frames_key: str, captioner: str, revision: str, prompt_text: str, params: dict) -> str:
-    """Key of one caption: the frames, the captioner's identity and weights, the exact prompt and the params."""
-    return content_key("caption", frames_key, captioner, revision, prompt_text, params)
 
 
 def finished_keys(store) -> set[str]:

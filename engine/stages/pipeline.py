@@ -18,12 +18,13 @@ from typing import Iterator
 
 import pyarrow as pa
 
+from capeval.engine.keys import caption_key
 from capeval.engine.secrets import without_secrets
 from capeval.engine.frames.cache import frames_key_at
 from capeval.engine.frames.sizes import frame_size_for
 from capeval.engine.prompts_library import get_prompt
 from capeval.engine.schemas import FRAMES
-from capeval.engine.stages.caption import CaptionTask, caption_key, finished_keys, run_caption_stage
+from capeval.engine.stages.caption import CaptionTask, finished_keys, run_caption_stage
 
 SEGMENTS_PER_VIDEO = 4  # LVCap segmental prompts: consecutive segments, each conditioned on the previous ones
 # Caption length per request when a captioner sets none: room for detailed captions (the LVCap-Eval paper's

@@ -16,7 +16,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from capeval.engine.errors import UsageError
-from capeval.engine.keys import content_key, file_digest
+from capeval.engine.keys import dataset_key, file_digest
 from capeval.engine.sweep.config import DatasetSpec
 
 
@@ -97,7 +97,7 @@ def _finish(spec: DatasetSpec, items: pa.Table, videos: dict[str, str], require_
                          f"{missing[0]}")
     digests = {vid: (file_digest(p) if Path(p).is_file() else None) for vid, p in sorted(videos.items())}
     # media_path is left out: where the videos live does not change the results, their bytes do.
-    digest = content_key("dataset", items.drop_columns(["media_path"]).to_pylist(), digests)
+    digest = dataset_key(items.drop_columns(["media_path"]).to_pylist(), digests)
     return LoadedDataset(spec, items, videos, digest)
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from capeval.engine.secrets import without_secrets
-from capeval.engine.keys import content_key
+from capeval.engine.keys import cell_key
 from capeval.engine.sweep.config import CaptionSource, ComponentSpec, DatasetSpec, SweepConfig
 
 #: the captioner name of caption cells read from a `[[captions]]` file
@@ -77,7 +77,7 @@ class Cell:
         extra = {k: v for k, v in (("source", source_digest), ("max_tokens", cap.captioner.max_tokens),
                                    ("timestamps", stamps if stamps != "none" else None),
                                    ("frame_size", getattr(cap.captioner, "frame_size", None))) if v}
-        return content_key(*parts, extra) if extra else content_key(*parts)
+        return cell_key(parts, extra)
 
 
 CELL_COLUMNS = ["dataset", "captioner", "prompt_id", "frame_spec", "protocol", "judge"]

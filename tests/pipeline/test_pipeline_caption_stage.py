@@ -12,7 +12,8 @@ from _caption_worker import RecordingCaptioner, worker_around
 from capeval.adapters.local_captioner import describe
 from capeval.engine.prompts_library import get_prompt
 from capeval.engine.schemas import CAPTIONS
-from capeval.engine.stages.caption import CaptionTask, caption_key, read_captions, run_caption_stage
+from capeval.engine.keys import caption_key
+from capeval.engine.stages.caption import CaptionTask, read_captions, run_caption_stage
 from capeval.engine.stages.decode import decode_stream
 from capeval.engine.frames.cache import load_frames
 from capeval.engine.store import SegmentStore

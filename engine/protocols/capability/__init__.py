@@ -1,5 +1,6 @@
 from .codes import *  # noqa: F401,F403
 
+from capeval.engine.keys import pack_tag as _pack_tag, tagged_revision as _tagged_revision
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
@@ -60,7 +61,7 @@ class CapabilityProtocol(_JudgeProtocol):
         pack = _prompts.pack_for(mode, prompts)
         # The pack's content hash is part of the revision, hence of every request key: two packs never share
         # cached judgments. The mode is not: the same prompt and sampling give the same answer in either mode.
-        revision = f"{judge_revision}|pack:{pack.digest}"
+        revision = _tagged_revision(judge_revision, _pack_tag(pack.digest))
         return super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds,
                                       mode=_prompts.check_mode(mode), pack=pack, judge_name=judge, **opts)
 

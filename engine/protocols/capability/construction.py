@@ -27,6 +27,7 @@ import pyarrow as pa
 from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
 from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
+from capeval.engine.keys import caption_key
 from capeval.engine.protocols.capability.codes import TASKS, CapabilityQAVerdict
 from capeval.engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide, qa_accuracy
 from capeval.engine.protocols.capability.kt_grading import OpenAnswerGrading, choice_row, grading_pack, open_row, qa_verdicts
@@ -172,7 +173,7 @@ def answer_questions(questions: list[Question], captioner: str, params: dict, fr
     from capeval.engine.ray_local import init_ray
     from capeval.engine.schemas import CAPTIONS
     from capeval.engine.secrets import without_secrets
-    from capeval.engine.stages.caption import CaptionTask, caption_key, read_captions, run_caption_stage
+    from capeval.engine.stages.caption import CaptionTask, read_captions, run_caption_stage
     from capeval.engine.stages.decode import decode_stream
     from capeval.engine.store import GroupCommit, SegmentStore
 

@@ -20,6 +20,7 @@ import re
 
 import pyarrow as pa
 
+from capeval.engine.keys import pack_tag, protocol_tag, tagged_revision
 from capeval.engine.protocols.base import JudgeProtocol, Rendered, make_row, rows_to_table
 from capeval.engine.replies.fences import fence
 from capeval.engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
@@ -69,7 +70,7 @@ class OpenAnswerGrading(JudgeProtocol):
 
     def grade_requests(self, pairs: list[tuple[Question, dict]], *, judge: str, judge_revision: str) -> pa.Table:
         """Request rows for (question, answer caption row) pairs; answers without text are not asked."""
-        revision = f"{judge_revision}|{self.name}@{self.version}|pack:{self.pack.digest}"
+        revision = tagged_revision(judge_revision, protocol_tag(self.name, self.version), pack_tag(self.pack.digest))
         rows = []
         for q, ans in pairs:
             base = {"item_id": q.item_id, "video_id": q.video_id, "caption_key": ans["caption_key"],

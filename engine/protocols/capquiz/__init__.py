@@ -1,5 +1,8 @@
 from .codes import *  # noqa: F401,F403
 
+from capeval.engine.keys import (caption_group_tags as _caption_group_tags, mode_tag as _mode_tag,
+                                 pack_tag as _pack_tag, protocol_tag as _protocol_tag,
+                                 tagged_revision as _tagged_revision)
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
@@ -79,7 +82,7 @@ class CapQuizProtocol(_JudgeProtocol):
         mode = _prompts.check_mode(opts.get("mode"))
         _check_average(opts.get("average"))  # a metrics param: checked before any request is sent
         pack = _prompts.pack_for(mode, opts.get("prompts"))
-        revision = f"{judge_revision}|pack:{pack.digest}|mode:{mode}"
+        revision = _tagged_revision(judge_revision, _pack_tag(pack.digest), _mode_tag(mode))
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
         extra = self._uncaptioned_rows(items, captions, judge, revision, seeds)
         return _rows_to_table(table.to_pylist() + extra) if extra else table
@@ -100,9 +103,10 @@ class CapQuizProtocol(_JudgeProtocol):
                                   user=f"[no caption for video {item['video_id']!r}, item {item['item_id']!r}]",
                                   parse={"missing": "no caption for this video in this captioner/prompt/frames "
                                                     "group (counted in N: every question is)"})
-                    rows.append(_make_row(r, base, protocol=self.name, judge=judge,
-                                          judge_revision=f"{revision}|{self.name}@{self.version}|{cap}|{prompt_id}|"
-                                                         f"{frames}", seed=int(seed), trial=trial))
+                    group_revision = _tagged_revision(revision, _protocol_tag(self.name, self.version),
+                                                      *_caption_group_tags(cap, prompt_id, frames))
+                    rows.append(_make_row(r, base, protocol=self.name, judge=judge, judge_revision=group_revision,
+                                          seed=int(seed), trial=trial))
         return rows
 
 

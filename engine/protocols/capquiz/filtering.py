@@ -27,7 +27,7 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
-from capeval.engine.keys import derived_seed
+from capeval.engine.keys import derived_seed, pack_tag, protocol_tag, tagged_revision
 from capeval.engine.protocols.base import JudgeProtocol, Rendered, make_row, parse_context, rows_to_table
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
@@ -60,7 +60,7 @@ class BlindProtocol(JudgeProtocol):
         self.temperature = temperature
 
     def requests(self, items: pa.Table, *, judge: str, judge_revision: str, trials: int) -> pa.Table:
-        revision = f"{judge_revision}|{self.name}@{self.version}|pack:{self.pack.digest}"
+        revision = tagged_revision(judge_revision, protocol_tag(self.name, self.version), pack_tag(self.pack.digest))
         rows = []
         for item in items.to_pylist():
             options = [str(o) for o in (item.get("options") or [])]

@@ -3,6 +3,8 @@ from .codes import *  # noqa: F401,F403
 import json as _json
 
 from capeval.engine.metrics.buckets import duration_edges as _duration_edges
+from capeval.engine.keys import (mode_tag as _mode_tag, packs_tag as _packs_tag, protocol_tag as _protocol_tag,
+                                 tagged_revision as _tagged_revision)
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
@@ -85,9 +87,10 @@ class LVCapProtocol(_JudgeProtocol):
                                                 events="events" in tasks, event_scoring=event_scoring)
         scoring = _paper.check_scoring(mode, event_scoring)
         # The packs' contents enter every request key (and so the cache identity) through the revision.
-        digests = ",".join(p.digest if p is not None else "-" for p in (scene_pack, event_pack))
-        suffix = f"|packs:{digests}|mode:{mode}"
-        revision = f"{judge_revision}|{self.name}@{self.version}{suffix}"
+        # The tags after the protocol's travel in the context (`revision_suffix`): the next step keys with them.
+        suffix = _tagged_revision("", _packs_tag(p.digest if p is not None else None for p in (scene_pack, event_pack)),
+                                  _mode_tag(mode))
+        revision = _tagged_revision(judge_revision, _protocol_tag(self.name, self.version)) + suffix
         pairs = _pair_items_captions(items, captions)
         rows, scene_groups = [], {}
         for item, cap in pairs:
@@ -150,7 +153,7 @@ class LVCapProtocol(_JudgeProtocol):
                 continue
             ctx = _parse_context(req).get("parse", {})
             suffix = ctx.get("revision_suffix", "")
-            revision = f"{judge_revision}|{self.name}@{self.version}{suffix}"
+            revision = _tagged_revision(judge_revision, _protocol_tag(self.name, self.version)) + suffix
             pack = _load_pack(ctx["event_pack"])
             official = ctx.get("mode") == "official"
             paper = ctx.get("event_scoring") == "paper"

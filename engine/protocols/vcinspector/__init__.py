@@ -1,5 +1,6 @@
 from .codes import *  # noqa: F401,F403
 
+from capeval.engine.keys import mode_tag as _mode_tag, pack_tag as _pack_tag, tagged_revision as _tagged_revision
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
@@ -44,8 +45,8 @@ class VCInspectorProtocol(_JudgeProtocol):
         """`frames`: an capeval.engine.schemas.FRAMES table (or None: every row is MISSING, nothing is sent)."""
         pack = _prompts.pack_for(mode, prompts)
         # the pack's content enters every request key through the revision
-        return super().build_requests(items, captions, judge=judge,
-                                      judge_revision=f"{judge_revision}|pack:{pack.digest}|mode:{mode}", seeds=seeds,
+        revision = _tagged_revision(judge_revision, _pack_tag(pack.digest), _mode_tag(mode))
+        return super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds,
                                       frames_by_key=_prompts.frames_index(frames), pack=pack, mode=mode, **opts)
 
     def render(self, item, caption, *, seed, pack=None, mode="strict", prompts=None, **opts):

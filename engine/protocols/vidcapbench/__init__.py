@@ -2,6 +2,7 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
+from capeval.engine.keys import tagged_revision as _tagged_revision
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
@@ -50,7 +51,7 @@ class VidCapBenchProtocol(_JudgeProtocol):
         # The pack's digest and the mode enter every request key (also of the score step, see next_requests).
         mode = _prompts.check_mode(opts.get("mode"))
         pack = _prompts.pack_for(mode, opts.get("prompts"))
-        revision = f"{judge_revision}|{_prompts.revision_suffix(pack, mode)}"
+        revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, mode))
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
         return _per_pair_keys(table)
 
@@ -76,7 +77,7 @@ class VidCapBenchProtocol(_JudgeProtocol):
         settings = next((_json.loads(r["context"] or "{}").get("parse", {}).get("settings") for r in rows
                          if r["step"] == "answer"), None) or {"mode": "strict", "prompts": None}
         pack = _prompts.pack_for(settings.get("mode"), settings.get("prompts"))
-        revision = f"{judge_revision}|{_prompts.revision_suffix(pack, settings.get('mode'))}"
+        revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, settings.get("mode")))
 
         def score_step(req, v, ctx):
             p = ctx.get("parse", {})

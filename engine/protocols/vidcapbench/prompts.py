@@ -5,7 +5,7 @@ Protocol params: `mode` ("strict", capeval's own pack and JSON grading; or "offi
 from a path, sent as the official script sends it), `prompts` (a pack path), `temperature` (strict default 0;
 official default None = no sampling parameter sent, as the official script sets none).
 
-The pack's digest and the mode enter every request key (`revision_suffix`), so two packs or modes never share
+The pack's digest and the mode enter every request key (`revision_tags`), so two packs or modes never share
 cached judgments. Strict mode fences every text it did not write (caption, question, reference answer and the
 answer step's reply) as data (engine/replies/fences.py). Official mode sends one user message per call, no JSON schema, no temperature, and the same
 content for every judge seed (the official script has no seed)."""
@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 
 from capeval.engine import packs
+from capeval.engine.keys import mode_tag, pack_tag
 from capeval.engine.replies.fences import fence
 from capeval.engine.packs import PromptPack, resolve_pack
 from capeval.engine.protocols.base import Rendered
@@ -47,8 +48,8 @@ def temperature_for(mode: str, temperature=UNSET) -> float | None:
     return None if temperature is None or temperature == "none" else float(temperature)
 
 
-def revision_suffix(pack: PromptPack, mode: str) -> str:
-    return f"pack:{pack.digest}|mode:{check_mode(mode)}"
+def revision_tags(pack: PromptPack, mode: str) -> tuple[str, str]:
+    return pack_tag(pack.digest), mode_tag(check_mode(mode))
 
 
 def _settings(mode, prompts, temperature) -> dict:
