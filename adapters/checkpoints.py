@@ -13,6 +13,18 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 BUILD_SPEC_FILE = "capeval_build.json"
+_CHECKOUT = Path(__file__).resolve().parents[1]  # the repository root in a source checkout
+
+
+def model_cache() -> Path:
+    """Where model folders are built: $CAPEVAL_MODEL_CACHE; else .capeval/models of the source checkout capeval runs
+    from; else (an installed capeval, which must not write into site-packages) $XDG_CACHE_HOME/capeval/models,
+    ~/.cache/capeval/models by default."""
+    if os.environ.get("CAPEVAL_MODEL_CACHE"):
+        return Path(os.environ["CAPEVAL_MODEL_CACHE"])
+    if (_CHECKOUT / ".git").exists():
+        return _CHECKOUT / ".capeval" / "models"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "capeval" / "models"
 
 
 @contextmanager

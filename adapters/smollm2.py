@@ -18,16 +18,15 @@ import os
 import sys
 from pathlib import Path
 
-from capeval.adapters.checkpoints import build_once, staged_build
+from capeval.adapters.checkpoints import build_once, model_cache, staged_build
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_NAME = "SmolLM2-135M-Instruct"
 BUILD_VERSION = 1
-_REPO = Path(__file__).resolve().parents[1]
 
 
 def default_dir() -> Path:
-    return Path(os.environ.get("CAPEVAL_MODEL_CACHE", _REPO / ".capeval" / "models")) / "smollm2-135m-instruct"
+    return model_cache() / "smollm2-135m-instruct"
 
 
 def find_gguf() -> Path:

@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from capeval.adapters.checkpoints import model_cache
+
 FAMILY = "qwen2_vl"
 N_FRAMES, SIDE = 4, 64
 MAX_IN_FLIGHT = 64
@@ -31,8 +33,7 @@ BATCH = 4
 def _model_dir() -> Path:
     from capeval.testing.random_vlm_families import build_tiny_vlm
 
-    cache = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[1] / ".capeval" / "models"))
-    return build_tiny_vlm(FAMILY, cache / f"tiny-{FAMILY.replace('_', '-')}")
+    return build_tiny_vlm(FAMILY, model_cache() / f"tiny-{FAMILY.replace('_', '-')}")
 
 
 def requests(n: int, seed: int = 0, tag: str = "r") -> list:

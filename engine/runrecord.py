@@ -45,10 +45,14 @@ def package_versions(names=DEPENDENCIES) -> dict[str, str | None]:
 
 
 def git_revision(start: Path | None = None) -> str | None:
-    """The commit of the capeval checkout (plus "-dirty" when tracked files differ), or None outside git."""
+    """The commit of the capeval checkout (plus "-dirty" when tracked files differ), or None outside git. An installed
+    capeval is no checkout: its site-packages may sit inside another repository (a project's .venv), whose commit is
+    not capeval's."""
     import subprocess
 
     root = start or Path(__file__).resolve().parents[1]
+    if start is None and not (root / ".git").exists():
+        return None
     try:
         rev = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
                              timeout=5)

@@ -1,4 +1,4 @@
-"""`capeval demo`: the README's main job. A small sweep (examples/demo.toml) on a machine with no GPU and no network:
+"""`capeval demo`: the README's main job. A small sweep (demo.toml beside this module, shipped in the package) on a machine with no GPU and no network:
 real generated videos -> Ray decode -> local captioner (2 prompts x 2 frame counts) -> local judge -> CapQuiz metrics
 -> results table. A second run redoes nothing and says how many cells came from the cache.
 
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-DEMO_FILE = Path(__file__).resolve().parents[2] / "examples" / "demo.toml"
+DEMO_FILE = Path(__file__).resolve().with_name("demo.toml")  # package data (setup.py): an install has it too
 NOTICE = (
     "NOTE: these numbers are a PLUMBING CHECK. The local captioner describes pixel statistics (colours, blobs, motion)"
     " and the local judge is not an LLM; they exercise decode -> caption -> judge -> metrics on real videos, and say"
@@ -22,7 +22,7 @@ NOTICE = (
 def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run the no-GPU, no-network demo sweep (a plumbing check)")
     p.add_argument("--out", default=".capeval/demo", help="output folder (default .capeval/demo); reruns resume")
-    p.add_argument("--sweep", default=str(DEMO_FILE), help="sweep file (default examples/demo.toml)")
+    p.add_argument("--sweep", default=str(DEMO_FILE), help="sweep file (default: the demo's own, engine/cli/demo.toml)")
     from capeval.engine.cli.sweep import add_run_options
 
     add_run_options(p)

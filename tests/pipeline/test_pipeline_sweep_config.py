@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from capeval.engine.cli.demo import DEMO_FILE
 from capeval.engine.errors import UsageError
 from capeval.engine.sweep.config import SweepFileError, load_sweep
 from capeval.engine.sweep.grid import caption_cells, expand
@@ -124,7 +125,7 @@ def test_yaml_sweep_file(tmp_path):
 
 
 def test_shipped_example_sweeps_are_valid():
-    demo = load_sweep(REPO / "examples" / "demo.toml")
+    demo = load_sweep(DEMO_FILE)
     assert len(expand(demo)) == 4  # 2 prompts x 2 frame counts, one protocol, one judge
     # written for a GPU cluster: its items file is not in this checkout
     gpu = load_sweep(REPO / "examples" / "capquiz_vllm_gpu.toml", check_registry=False, check_paths=False)
