@@ -31,7 +31,6 @@ import numpy as np
 
 from capeval.adapters.base import CaptionRequest, CaptionResponse
 from capeval.engine.params import Param
-from capeval.engine.registry import register_captioner
 
 #: Named colours (RGB); a blob gets the nearest name. Covers what the synthetic videos draw.
 PALETTE: dict[str, tuple[int, int, int]] = {
@@ -204,7 +203,6 @@ def _read_answers(path: str | Path) -> dict[tuple, str]:
     return out
 
 
-@register_captioner("local")
 class LocalCaptioner:
     """Pixel-statistics captioner (plumbing check; no model). Same API as the model-backed captioners."""
 

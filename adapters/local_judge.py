@@ -20,7 +20,6 @@ import numpy as np
 from capeval.adapters import local_judge_lvcap, local_judge_lvcap_gt
 from capeval.adapters.base import JudgeRequest, JudgeResponse
 from capeval.adapters.local_judge_text import overlap, sentences, stem, words
-from capeval.engine.registry import register_judge
 
 # task -> (t_hi, t_lo, code between, code below) for "is X mentioned" tasks; feature = max(cosine, word overlap).
 CALIBRATION: dict[str, tuple[float, float, int, int]] = {  # fitted on qwen2.5vl_7b, 150 items per task
@@ -190,7 +189,6 @@ def _classify(task: str, caption: str, categories: list[str]) -> list[str]:
     return pred or ["N/A"]
 
 
-@register_judge("local")
 class LocalJudge:
     name = "local-minilm"
     revision = "all-MiniLM-L6-v2+rules-v1"

@@ -30,7 +30,6 @@ from capeval.adapters.batch_files import CHAT_URL, BatchLine, file_bytes, file_d
 from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params
 from capeval.adapters.batch_state import KNOWN_STATUSES, TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
 from capeval.adapters.openai_http import HTTPConfig
-from capeval.engine.registry import register_judge
 from capeval.engine.secrets import redact_url
 
 log = logging.getLogger(__name__)
@@ -47,7 +46,6 @@ def _fatal(exc: BaseException) -> BaseException:
     return exc
 
 
-@register_judge("openai-batch")
 class OpenAIBatchJudge(BatchJudge):
     """Judge over an OpenAI-compatible Batch API (see the module docstring)."""
 

@@ -28,7 +28,6 @@ import numpy as np
 from capeval.adapters.base import BackendFatalError, CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
 from capeval.adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, Unwrap, encode_body, retry_after_s
 from capeval.adapters.http_transport import MAX_BODY_BYTES, check_transport, check_url
-from capeval.engine.registry import register_captioner, register_judge
 
 __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "subsample_indices", "user_content"]
 
@@ -260,7 +259,6 @@ def _judge_response(key: str, res: ChatResult) -> JudgeResponse:
                          raw_replies=res.raw_replies)
 
 
-@register_judge("openai")
 class OpenAIJudge(_HTTPBackend):
     """Judge over any OpenAI-compatible chat endpoint (OpenAI, vLLM `serve`, SGLang, ...)."""
 
@@ -354,7 +352,6 @@ def _caption_response(key: str, res: ChatResult, n_sent: int, note: str | None) 
                                reasoning_tokens=getattr(res, "reasoning_tokens", None))
 
 
-@register_captioner("openai")
 class OpenAICaptioner(_HTTPBackend):
     """Multimodal captioner: the frames of the frame spec go as JPEG data URLs in one user message, all of them
     unless `max_frames` (the backend's limit) says otherwise; then they are evenly subsampled and the number sent is

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Sequence
 
 from capeval.adapters.base import JudgeRequest, JudgeResponse
-from capeval.engine.registry import register_judge
 
 _ANY = object()
 
@@ -32,7 +31,6 @@ def _key(item_id, step, sub_index, seed, attempt) -> tuple:
     return (str(item_id), str(step or ""), sub_index, seed, int(attempt))
 
 
-@register_judge("replay")
 class ReplayJudge:
     """Answers each request with the recorded reply for (item_id, step, sub_index, seed, attempt)."""
 

@@ -34,7 +34,6 @@ from capeval.adapters.batch_files import BatchLine, file_bytes, file_digest
 from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params
 from capeval.adapters.batch_state import TERMINAL, BatchState, abandoned, owner
 from capeval.adapters.openai_http import HTTPConfig
-from capeval.engine.registry import register_judge
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,6 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-@register_judge("vllm-batch")
 class VLLMBatchJudge(BatchJudge):
     """Judge whose rounds run through `python -m vllm.entrypoints.openai.run_batch` (see the module docstring)."""
 

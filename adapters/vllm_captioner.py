@@ -45,7 +45,6 @@ from capeval.adapters.base import CaptionRequest, CaptionResponse
 from capeval.adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
 from capeval.adapters.vlm_video_inputs import check_frames, video_input
 from capeval.engine.params import Param
-from capeval.engine.registry import register_captioner
 
 DEFAULT_MAX_IN_FLIGHT = 256
 # model_type of families whose vLLM 0.32 model crashes the whole engine when videos of different frame counts are
@@ -189,7 +188,6 @@ def _notify(done: Callable, out, exc) -> None:
         pass
 
 
-@register_captioner("vllm")
 class VLLMCaptioner:
     # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
     param_limits = (Param("max_model_len", low=1), Param("gpu_memory_utilization", low=0, high=1, low_open=True),

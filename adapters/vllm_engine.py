@@ -32,7 +32,6 @@ from typing import Any, Sequence
 from capeval.adapters.base import JudgeRequest, JudgeResponse
 from capeval.adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
 from capeval.engine.params import Param
-from capeval.engine.registry import register_judge
 
 # Files that define what a local model computes; their bytes make the default revision.
 _REVISION_GLOBS = ("config.json", "generation_config.json", "*.safetensors", "*.bin", "tokenizer*.json", "*.model")
@@ -53,7 +52,6 @@ def model_revision(model: str) -> str:
     return h.hexdigest()[:16]
 
 
-@register_judge("vllm")
 class VLLMJudge:
     """Judge protocol over `vllm.LLM`. Construction starts the engine (seconds on CPU with enforce_eager)."""
 

@@ -1,100 +1,84 @@
-"""Registries with decorators (as inspect_ai does): a new protocol, judge or captioner is one file that registers
-itself; the CLI and sweep files refer to it by name.
+"""The one registry of every kind of plugin: protocols, judges, captioners, dataset kinds and benchmarks. The CLI and
+sweep files refer to a plugin by name; `lookup(kind, name)` finds it and `names(kind)` lists them.
 
-Besides the builtin modules, packages installed elsewhere register through entry points (group `capeval.<kind>`s,
-e.g. `capeval.protocols`: `toy = "my_pkg.toy"`); loading the entry point's module runs its registration, so a
-protocol defined outside engine/ needs no engine file edited (docs/architecture.md). An entry point that names an
-object (`kernels = "capeval.benchmarks.bench_kernels:main"`) registers that object under the entry point's name: that is
-how benchmarks register (engine/cli/bench.py), so no module of theirs imports the engine's registry."""
+Plugins are declared as entry points (group `capeval.<kind>s`: `capeval.protocols`, `capeval.judges`,
+`capeval.captioners`, `capeval.dataset_kinds`, `capeval.benchmarks`), this project's own builtins in its
+pyproject.toml like any other distribution's, so a plugin defined outside engine/ needs no engine file edited
+(docs/architecture.md). An entry point names the registered object (`capquiz = "capeval.engine.protocols.capquiz:
+PROTOCOL"`, `kernels = "capeval.benchmarks.bench_kernels:main"`), which is registered under the entry point's name;
+one that names a bare module registers whatever that module registers on import (`register`). Entry points are
+loaded when a name is looked up, so a plugin's module is imported only when it is asked for (or listed).
+
+`register(kind, name)(obj)` registers an object at run time (a test's protocol or judge)."""
 
 from __future__ import annotations
 
-import importlib
+from importlib.metadata import EntryPoint, entry_points
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
-_REGISTRIES: dict[str, dict[str, object]] = {"protocol": {}, "judge": {}, "captioner": {}, "benchmark": {}}
-# Modules imported on first lookup so that registration does not depend on import order elsewhere.
-_BUILTIN_MODULES = {
-    "protocol": [f"capeval.engine.protocols.{p}" for p in ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")],
-    "judge": ["capeval.adapters.local_judge", "capeval.adapters.vllm_engine", "capeval.adapters.openai_http", "capeval.adapters.replay",
-              "capeval.adapters.openai_batch", "capeval.adapters.vllm_batch"],
-    "captioner": ["capeval.adapters.vllm_captioner", "capeval.adapters.openai_http", "capeval.adapters.local_captioner"],
-    "benchmark": [],
-}
-ENTRY_POINT_GROUPS = {kind: f"capeval.{kind}s" for kind in _REGISTRIES}
+#: kind -> how messages name it
+KINDS = {"protocol": "protocol", "judge": "judge", "captioner": "captioner", "dataset_kind": "dataset kind",
+         "benchmark": "benchmark"}
+ENTRY_POINT_GROUPS = {kind: f"capeval.{kind}s" for kind in KINDS}
+
+_REGISTRIES: dict[str, dict[str, object]] = {kind: {} for kind in KINDS}
+_ALL_LOADED: set[str] = set()  # kinds whose every entry point has been loaded (a scan reads every dist's metadata)
 
 
-def _register(kind: str, name: str) -> Callable[[T], T]:
+def register(kind: str, name: str) -> Callable[[T], T]:
+    """A decorator (or call: `register("judge", "x")(obj)`) registering `obj` as the `kind` called `name`; the same
+    name registered twice with different objects is an error."""
+    registry = _REGISTRIES[kind]
+
     def decorator(obj: T) -> T:
-        existing = _REGISTRIES[kind].get(name)
+        existing = registry.get(name)
         if existing is not None and existing is not obj:
-            raise ValueError(f"{kind} {name!r} is registered twice ({existing!r} and {obj!r})")
-        _REGISTRIES[kind][name] = obj
+            raise ValueError(f"{KINDS[kind]} {name!r} is registered twice ({existing!r} and {obj!r})")
+        registry[name] = obj
         return obj
 
     return decorator
 
 
-def register_protocol(name: str):
-    return _register("protocol", name)
+def _load(kind: str, ep: EntryPoint) -> None:
+    """Import one entry point and register what it names. A plugin that fails to import is an error naming it: a
+    silently missing protocol would look like a typo in a sweep file."""
+    try:
+        loaded = ep.load()
+    except Exception as exc:  # noqa: BLE001 -- re-raised with the plugin named
+        raise ImportError(f"capeval plugin {ep.name!r} ({ep.value}, entry point group {ep.group}) failed to "
+                          f"load: {exc}") from exc
+    if ep.attr:  # `module:object` names the registered thing itself; a bare module registered itself on import
+        register(kind, ep.name)(loaded)
 
 
-def register_judge(name: str):
-    return _register("judge", name)
-
-
-def register_captioner(name: str):
-    return _register("captioner", name)
-
-
-def register_benchmark(name: str):
-    return _register("benchmark", name)
-
-
-_LOADED: set[str] = set()
-
-
-def _load_builtins(kind: str) -> None:
-    if kind in _LOADED:  # entry points are scanned once per process (a scan reads every installed dist's metadata)
+def _load_all(kind: str) -> None:
+    if kind in _ALL_LOADED:
         return
-    for module in _BUILTIN_MODULES[kind]:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            # Only a missing builtin module itself is tolerated (optional backends); a broken import is an error.
-            if exc.name != module:
-                raise
-    _load_entry_points(kind)
-    _LOADED.add(kind)
-
-
-def _load_entry_points(kind: str) -> None:
-    """Import each installed `capeval.<kind>s` entry point's module (its import registers it). A plugin that fails
-    to import is an error naming the plugin: a silently missing protocol would look like a typo in a sweep file."""
-    from importlib.metadata import entry_points
-
     for ep in entry_points(group=ENTRY_POINT_GROUPS[kind]):
-        try:
-            loaded = ep.load()
-        except Exception as exc:  # noqa: BLE001 -- re-raised with the plugin named
-            raise ImportError(f"capeval plugin {ep.name!r} ({ep.value}, entry point group {ep.group}) failed to "
-                              f"load: {exc}") from exc
-        if ep.attr:  # `module:object` names the registered thing itself; a bare module registered itself on import
-            _register(kind, ep.name)(loaded)
+        if ep.name not in _REGISTRIES[kind]:
+            _load(kind, ep)
+    _ALL_LOADED.add(kind)
 
 
 def lookup(kind: str, name: str):
-    if name not in _REGISTRIES[kind]:
-        _load_builtins(kind)
+    """The `kind` registered as `name`: its entry point is loaded on first use. An unknown name is a KeyError that
+    lists the registered names."""
+    registry = _REGISTRIES[kind]
+    if name not in registry and kind not in _ALL_LOADED:
+        for ep in entry_points(group=ENTRY_POINT_GROUPS[kind], name=name):
+            _load(kind, ep)
+        if name not in registry:  # a bare-module plugin may register names other than its entry point's
+            _load_all(kind)
     try:
-        return _REGISTRIES[kind][name]
+        return registry[name]
     except KeyError:
-        known = ", ".join(sorted(_REGISTRIES[kind])) or "none"
-        raise KeyError(f"unknown {kind} {name!r}; registered: {known}") from None
+        known = ", ".join(sorted(registry)) or "none"
+        raise KeyError(f"unknown {KINDS[kind]} {name!r}; registered: {known}") from None
 
 
 def names(kind: str) -> list[str]:
-    _load_builtins(kind)
+    _load_all(kind)
     return sorted(_REGISTRIES[kind])

@@ -166,11 +166,11 @@ class _Planner:
 
     # ---- the sweep's declared fields ----
     def dataset_roots(self, raw: dict) -> None:
-        from capeval.engine.datasets.registry import get_kind
+        from capeval.engine.registry import lookup
 
         for d in _entries(raw, "datasets"):
             try:
-                kind = get_kind(d.get("kind"))
+                kind = lookup("dataset_kind", d.get("kind"))
             except (KeyError, TypeError):
                 continue  # load_sweep has reported it already
             for p in kind.params:
@@ -188,11 +188,11 @@ class _Planner:
         return self.ship(path, why) if self.ship_data else str(path.resolve())
 
     def datasets(self, raw: dict) -> None:
-        from capeval.engine.datasets.registry import get_kind
+        from capeval.engine.registry import lookup
 
         for i, d in enumerate(_entries(raw, "datasets")):
             try:
-                kind = get_kind(d.get("kind"))
+                kind = lookup("dataset_kind", d.get("kind"))
             except (KeyError, TypeError):
                 continue
             for p in kind.params:

@@ -399,7 +399,6 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/datasets/kinds/synthetic.py": 2,
     "engine/datasets/kinds/vatex_eval.py": 2,
     "engine/datasets/kinds/videos.py": 1,
-    "engine/datasets/registry.py": 2,
     "engine/frames/ray_decode.py": 3,
     "engine/inputs/rows.py": 1,
     "engine/inputs/tables.py": 2,
@@ -442,7 +441,7 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/report/transcripts.py": 1,
     "engine/runrecord.py": 4,
     "engine/stages/caption.py": 6,
-    "engine/stages/caption_worker.py": 7,
+    "engine/stages/caption_worker.py": 6,
     "engine/stages/decode.py": 8,
     "engine/stages/pipeline.py": 2,
     "engine/stages/progress.py": 5,
@@ -465,9 +464,9 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/sweep/plan_tokens.py": 3,
     "engine/sweep/prices.py": 2,
     "engine/sweep/results.py": 4,
-    "engine/sweep/runner.py": 15,
+    "engine/sweep/runner.py": 14,
     "engine/sweep/usage.py": 7,
-    "engine/sweep/validation.py": 14,
+    "engine/sweep/validation.py": 13,
 }
 
 

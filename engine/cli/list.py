@@ -43,11 +43,11 @@ def protocols() -> list[str]:
 
 
 def kinds() -> list[str]:
-    from capeval.engine.datasets.registry import get_kind, kind_names
+    from capeval.engine.registry import lookup, names
 
     out = []
-    for n in kind_names():
-        k = get_kind(n)
+    for n in names("dataset_kind"):
+        k = lookup("dataset_kind", n)
         out.append(f"  {n:<14} {' '.join(k.doc.split()).split(': ', 1)[-1]}")
         for p in k.params:
             need = "required" if p.required else "optional"

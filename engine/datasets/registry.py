@@ -1,9 +1,9 @@
 """Dataset kinds: how a sweep's `[[datasets]]` table (or `capeval judge --dataset KIND`) becomes ITEMS + media.
 
-Each kind is one module that registers itself (as protocols do) with its parameters: the generic kinds live under
-engine/datasets/kinds/; a protocol that brings its own release layout (CAPability, VidCapBench) registers its kind
-from its own package and names that module in `JudgeProtocol.dataset_kind_modules`, so this package never imports
-a protocol by name (docs/architecture.md).
+Each kind is one module defining a `DatasetKind` with its parameters, registered as a `capeval.dataset_kinds`
+entry point (capeval.engine.registry; `lookup("dataset_kind", name)`): the generic kinds live under
+engine/datasets/kinds/; a protocol that brings its own release layout (CAPability, VidCapBench) defines its kind in
+its own package, so this package never imports a protocol by name (docs/architecture.md).
 `validate(params, base_dir)` checks them without loading anything heavy (types, required keys, paths that must
 exist) and returns every problem as "key: message"; `load(params, base_dir=, out_dir=)` returns the items and
 {video_id: media path}. Relative paths resolve against `base_dir` (the sweep file's folder); relative media paths
@@ -13,15 +13,14 @@ inside a dataset file resolve against that file (or the kind's `media_root`).
 from __future__ import annotations
 
 import glob as globmod
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import pyarrow as pa
 
-#: the generic kinds (engine/datasets/kinds/<name>.py); protocols add theirs (`dataset_kind_modules`)
-KIND_MODULES = ("synthetic", "items", "videos", "dream1k", "vatex_eval")
+from capeval.engine.errors import UsageError
+from capeval.engine.registry import lookup
 
 
 @dataclass(frozen=True)
@@ -95,8 +94,6 @@ class DatasetKind:
 
     def load(self, params: dict, *, base_dir: str | Path = ".", out_dir: str | Path = ".capeval",
              name: str = "data") -> DatasetLoad:
-        from capeval.engine.errors import UsageError
-
         errors = self.validate(params, base_dir)
         if errors:
             raise UsageError(f"dataset {name!r} (kind {self.name!r}): " + "; ".join(errors))
@@ -120,51 +117,16 @@ def _path_problem(path: Path, kind: str) -> str | None:
     return None
 
 
-_KINDS: dict[str, DatasetKind] = {}
-
-
-def register_kind(kind: DatasetKind) -> DatasetKind:
-    existing = _KINDS.get(kind.name)
-    if existing is not None and existing.loader is not kind.loader:
-        raise ValueError(f"dataset kind {kind.name!r} is registered twice")
-    _KINDS[kind.name] = kind
-    return kind
-
-
-def _load_builtins() -> None:
-    from capeval.engine.registry import lookup, names
-
-    for name in KIND_MODULES:
-        importlib.import_module(f"capeval.engine.datasets.kinds.{name}")
-    for protocol in names("protocol"):
-        for module in lookup("protocol", protocol).dataset_kind_modules:
-            importlib.import_module(module)
-
-
-def get_kind(name: str) -> DatasetKind:
-    if name not in _KINDS:
-        _load_builtins()
-    try:
-        return _KINDS[name]
-    except KeyError:
-        raise KeyError(f"unknown dataset kind {name!r}; known: {', '.join(kind_names())}") from None
-
-
-def kind_names() -> list[str]:
-    _load_builtins()
-    return sorted(_KINDS)
-
-
 def validate(kind: str, params: dict, base_dir: str | Path = ".", *, check_paths: bool = True) -> list[str]:
     try:
-        return get_kind(kind).validate(params, base_dir, check_paths=check_paths)
+        return lookup("dataset_kind", kind).validate(params, base_dir, check_paths=check_paths)
     except KeyError as exc:
         return [f"kind: {exc.args[0]}"]
 
 
 def load(kind: str, params: dict, *, base_dir: str | Path = ".", out_dir: str | Path = ".capeval",
          name: str = "data") -> DatasetLoad:
-    return get_kind(kind).load(params, base_dir=base_dir, out_dir=out_dir, name=name)
+    return lookup("dataset_kind", kind).load(params, base_dir=base_dir, out_dir=out_dir, name=name)
 
 
 def positive_int(v: Any) -> str | None:

@@ -204,8 +204,6 @@ class JudgeProtocol:
     compare_average_over: str | None = None
     #: `capeval compare`: the metrics mode used when the run does not say
     compare_default_mode: str = "strict"
-    #: modules (importable names) that register dataset kinds this protocol brings along (capeval.engine.datasets.registry)
-    dataset_kind_modules: tuple[str, ...] = ()
     #: every param the protocol reads (engine/params.py: name, type, default, valid values); a param it does not
     #: declare is refused at --check and before a run. None: undeclared (any name passes: a plugin's choice)
     params: tuple[Param, ...] | None = None

@@ -63,8 +63,6 @@ def actor_cpus(captioner: str) -> float:
     """CPUs a caption actor reserves on a CPU node: the captioner class's `actor_cpus` (0 for HTTP captioners, whose
     server does the work: reserving a core for an actor that waits on sockets would leave the decode tasks one core
     fewer), else 1."""
-    if captioner == "vllm":  # not imported here just to ask (vLLM is heavy); it computes on the node
-        return 1
     from capeval.engine.registry import lookup
 
     try:

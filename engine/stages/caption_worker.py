@@ -125,8 +125,6 @@ class CaptionWorker:
     def __init__(self, captioner: str, params: dict, exit_once_marker: str | None = None):
         from capeval.engine.registry import lookup
 
-        if captioner == "vllm":
-            import capeval.adapters.vllm_captioner  # noqa: F401  (registers "vllm"; not among the registry's builtins)
         self.name = captioner
         self.model = lookup("captioner", captioner)(**params)
         self.reasoning_tags = tags_of(self.model)

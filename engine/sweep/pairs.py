@@ -50,10 +50,9 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
     with `items` and `videos` or `media` (a LoadedDataset or DatasetView); with `read_tables`, datasets not in it
     are read here when their kind only reads files (cached while the files are unchanged); the others are judged
     by their kind."""
-    from capeval.engine.datasets.registry import kind_names
-    from capeval.engine.registry import lookup
+    from capeval.engine import registry
 
-    known_kinds = set(kind_names())
+    known_kinds = set(registry.names("dataset_kind"))
     base = config.path.parent
     views = {d.name: _view(d, base, (loaded or {}).get(d.name), read_tables) for d in config.datasets}
     plan = PairPlan({}, [], [])
@@ -66,7 +65,7 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
         where = f"protocols[{i}]"
         plan.judged[i] = ()
         try:
-            protocol = lookup("protocol", spec.name)
+            protocol = registry.lookup("protocol", spec.name)
         except KeyError:  # reported by the registry check
             unknown = True
             continue
@@ -158,11 +157,12 @@ def read_view(spec, base: Path) -> DatasetView | None:
     generates its data (`DatasetKind.reads_only` false). Kept while the files its parameters name are unchanged:
     the checks and the grid read the same tables."""
     from capeval.engine.datasets.kinds._media import filter_limit
-    from capeval.engine.datasets.registry import get_kind, load
+    from capeval.engine.datasets.registry import load
     from capeval.engine.keys import canonical_json
+    from capeval.engine.registry import lookup
 
     try:
-        if not get_kind(spec.kind).reads_only:
+        if not lookup("dataset_kind", spec.kind).reads_only:
             return None
     except KeyError:
         return None

@@ -40,8 +40,6 @@ def component_revision(kind: str, spec: ComponentSpec) -> str:
     text, or its `static_revision(params)` classmethod (e.g. a hash of the model folder); params are keyed too."""
     from capeval.engine.registry import lookup
 
-    if kind == "captioner" and spec.name == "vllm":
-        import capeval.adapters.vllm_captioner  # noqa: F401
     cls = lookup(kind, spec.name)
     if hasattr(cls, "static_revision"):
         return str(cls.static_revision(spec.params))

@@ -304,8 +304,6 @@ def _pack_params(protocol) -> tuple[str, ...]:
 def _lookup(kind: str, name: str):
     from capeval.engine.registry import lookup
 
-    if kind == "captioner" and name == "vllm":
-        import capeval.adapters.vllm_captioner  # noqa: F401 - importing it registers "vllm"
     try:
         return lookup(kind, name), None
     except KeyError as exc:

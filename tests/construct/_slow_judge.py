@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 
 from capeval.adapters.replay import ReplayJudge
-from capeval.engine.registry import register_judge
+from capeval.engine.registry import register
 
 
-@register_judge("slow-replay")
+@register("judge", "slow-replay")
 class SlowReplay(ReplayJudge):
     def __init__(self, replies, log: str, delay_s: float = 0.0, **kwargs):
         super().__init__(replies, **kwargs)

@@ -15,7 +15,7 @@ import pytest
 from capeval.adapters.replay import ReplayJudge
 from capeval.engine.cli import main
 from capeval.engine.inputs import read_items
-from capeval.engine.registry import register_judge
+from capeval.engine.registry import register
 
 from _capquiz_inputs import generated_questions, generation_replies, make_videos
 
@@ -128,7 +128,7 @@ class CapturingReplay(ReplayJudge):
         return super().judge(requests)
 
 
-register_judge("replay-capture")(CapturingReplay)
+register("judge", "replay-capture")(CapturingReplay)
 
 
 def _official_replies(truths: dict) -> list[dict]:

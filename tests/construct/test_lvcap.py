@@ -16,7 +16,7 @@ import pytest
 from _scene_videos import make_cut_video
 from capeval.adapters.local_captioner import LocalCaptioner
 from capeval.adapters.local_judge import LocalJudge
-from capeval.engine.registry import register_captioner, register_judge
+from capeval.engine.registry import register
 
 FPS = 24
 VIDEOS = {"alpha": [("red", 36), ("green", 50), ("blue", 20)], "beta": [("yellow", 30), ("purple", 42)]}
@@ -25,7 +25,7 @@ SHARED = Path(__file__).resolve().parents[3] / "shared" / "protocols" / "lvcap.t
 CALLS: dict[str, list] = {"captioner": [], "judge": []}
 
 
-@register_captioner("counting-local")
+@register("captioner", "counting-local")
 class CountingCaptioner(LocalCaptioner):
     """The local captioner, counting every request it answers."""
 
@@ -34,7 +34,7 @@ class CountingCaptioner(LocalCaptioner):
         return super().caption(requests)
 
 
-@register_judge("counting-local")
+@register("judge", "counting-local")
 class CountingJudge(LocalJudge):
     """The local judge, keeping every request it answers."""
 

@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from capeval.engine.datasets.synthetic_videos import make_video
-from capeval.engine.datasets.registry import get_kind, kind_names, load, validate
+from capeval.engine.datasets.registry import load, validate
+from capeval.engine.registry import lookup, names
 from capeval.engine.errors import UsageError
 
 IMAGE_TASKS, VIDEO_TASKS = ("scene", "OCR"), ("event", "camera_movement")
@@ -43,12 +44,13 @@ def capability_release(root: Path, shared: Path, per_task: int = 2) -> dict[str,
 
 
 def test_every_kind_is_registered_with_documented_params():
-    assert set(kind_names()) >= {"capability", "vidcapbench", "dream1k", "vatex_eval", "videos", "items",
+    assert set(names("dataset_kind")) >= {"capability", "vidcapbench", "dream1k", "vatex_eval", "videos", "items",
                                  "synthetic"}
-    for name in kind_names():
-        kind = get_kind(name)
+    for name in names("dataset_kind"):
+        kind = lookup("dataset_kind", name)
         assert kind.doc and all(p.doc for p in kind.params)
-    assert validate("nosuch", {}) == [f"kind: unknown dataset kind 'nosuch'; known: {', '.join(kind_names())}"]
+    known = ", ".join(names("dataset_kind"))
+    assert validate("nosuch", {}) == [f"kind: unknown dataset kind 'nosuch'; registered: {known}"]
 
 
 def test_capability_layout_images_and_videos_with_prompts_per_media_type(tmp_path, shared_data):
@@ -143,7 +145,7 @@ def test_capeval_list_shows_kinds_prompts_and_backend_params(capsys):
 
     assert main(["list", "kinds"]) == 0
     out = capsys.readouterr().out
-    for name in kind_names():
+    for name in names("dataset_kind"):
         assert f"\n  {name} " in out
     assert "media_root" in out and "limit = N" in out
     assert main(["list", "prompts"]) == 0

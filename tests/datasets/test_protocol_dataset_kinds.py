@@ -1,9 +1,10 @@
-"""Dataset kinds a protocol brings (JudgeProtocol.dataset_kind_modules) and the staging hooks of a kind
+"""Dataset kinds a protocol brings (its package's `capeval.dataset_kinds` entry points) and the staging hooks of a kind
 (DatasetKind.extra_roots / files_in_folder): sweeps, `capeval submit` staging and caption files learn a protocol
 only through its declarations, never by its name (issue 15).
 
 Real components: the CAPability kind on a release laid out as released (annotations/<task>.jsonl, media under the
-release root), and a protocol package written to a temporary folder, outside engine/, run in a fresh interpreter."""
+release root), and a protocol package written to a temporary folder, outside engine/, installed as a distribution's
+metadata (a dist-info folder on PYTHONPATH declaring its entry points), run in a fresh interpreter."""
 
 from __future__ import annotations
 
@@ -55,7 +56,6 @@ def test_capability_staging_ships_the_asked_task_files_and_media_under_the_relea
 
 PLUGIN = '''
 from capeval.engine.protocols.base import JudgeProtocol
-from capeval.engine.registry import register_protocol
 
 
 class Hooked(JudgeProtocol):
@@ -63,13 +63,12 @@ class Hooked(JudgeProtocol):
     judge_frames = "uniform:2"  # its judge sees frames
     pack_params = ("prompts", "rubric")
     tasks = ("hooked_task",)
-    dataset_kind_modules = ("hooked_protocol.kind",)
 
     def check_params(self, mode, params):
         return [] if params.get("strictness", "high") == "high" else [("strictness", "only 'high' is known")]
 
 
-register_protocol("hooked")(Hooked())
+PROTOCOL = Hooked()
 '''
 
 KIND = '''
@@ -79,7 +78,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 from capeval.engine.schemas import ITEMS, conform
 
 
@@ -93,20 +92,18 @@ def load(params, *, base_dir, out_dir, name):
     return DatasetLoad(conform(items, ITEMS), media)
 
 
-register_kind(DatasetKind(
+KIND = DatasetKind(
     "hooked", __doc__, (Param("path", (str,), "the folder", required=True, path="dir"),), load, reads_only=True,
     extra_roots=lambda path, params: [path.parent],
     files_in_folder=lambda folder, params: [folder / "table.jsonl"],
-))
+)
 '''
 
 PROBE = '''
 import json, sys
 from pathlib import Path
 
-import hooked_protocol  # registers the protocol only; its dataset kind module is imported by the registry
-
-from capeval.engine.datasets.registry import kind_names
+from capeval.engine.registry import names
 from capeval.engine.inputs.tables import _captioner_from_path
 from capeval.engine.staging import plan_staging
 from capeval.engine.sweep.config import load_sweep
@@ -117,7 +114,7 @@ root = Path(sys.argv[1])
 config = load_sweep(root / "sweeps" / "s.toml")
 plan = plan_staging(root / "sweeps" / "s.toml")
 print(json.dumps({
-    "kinds": kind_names(),
+    "kinds": names("dataset_kind"),
     "media_required": media_required(config, config.datasets[0]),
     "problems": protocol_param_problems({"rubric": "nope.toml", "strictness": "low"}, root, protocol="hooked"),
     "captioner": _captioner_from_path(Path("/x/model_a/hooked_task.jsonl")),
@@ -128,13 +125,18 @@ print(json.dumps({
 
 
 def test_a_protocol_outside_engine_brings_its_dataset_kind_frames_packs_tasks_and_param_checks(tmp_path):
-    """A protocol package outside engine/ declares a dataset kind module, judge frames, a second pack param, its
-    tasks and its own param check; the dataset registry, sweep validation, media check, staging and caption-file
-    reading all follow those declarations."""
+    """A protocol package outside engine/ declares a dataset kind (an entry point beside its protocol's), judge
+    frames, a second pack param, its tasks and its own param check; the registry, sweep validation, media check,
+    staging and caption-file reading all follow those declarations."""
     pkg = tmp_path / "site" / "hooked_protocol"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text(textwrap.dedent(PLUGIN))
     (pkg / "kind.py").write_text(textwrap.dedent(KIND))
+    dist = tmp_path / "site" / "hooked_protocol-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: hooked-protocol\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[capeval.protocols]\nhooked = hooked_protocol:PROTOCOL\n\n"
+                                           "[capeval.dataset_kinds]\nhooked = hooked_protocol.kind:KIND\n")
     data = tmp_path / "data"
     (data / "set" / "clips").mkdir(parents=True)
     (data / "set" / "clips" / "a.mp4").write_bytes(b"\0" * 64)

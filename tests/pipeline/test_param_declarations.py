@@ -14,7 +14,7 @@ import pytest
 from capeval.adapters.replay import ReplayJudge
 from capeval.engine.cli import main as cli_main
 from capeval.engine.exitcodes import USAGE
-from capeval.engine.registry import lookup, names, register_judge
+from capeval.engine.registry import lookup, names, register
 from capeval.engine.sweep.config import SweepFileError, load_sweep
 
 
@@ -168,7 +168,7 @@ def test_capeval_list_prints_the_declarations(capsys):
     assert "latency_s (default 0.0; float >= 0)" in out, out
 
 
-@register_judge("unannotated-replay")
+@register("judge", "unannotated-replay")
 class UnannotatedReplay(ReplayJudge):
     def __init__(self, replies, delay_s: float = 0.0, **kwargs):
         super().__init__(replies, **kwargs)

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 
 from capeval.adapters.base import JudgeResponse
-from capeval.engine.registry import register_judge
+from capeval.engine.registry import register
 from capeval.engine.sweep.config import load_sweep
 from capeval.engine.sweep.runner import run_sweep
 
@@ -27,7 +27,7 @@ COLOURS = ["red", "green", "blue", "yellow"]
 SHAPES = ["circle", "square", "triangle"]
 
 
-@register_judge("colour-reader")
+@register("judge", "colour-reader")
 class ColourReader:
     """Answers a CapQuiz colour question with the option the caption names for its shape, else "cannot"."""
 

@@ -61,7 +61,7 @@ class SilentProtocol(TallyProtocol):
 def _registered(cls):
     protocol = cls()
     protocol.name = f"test_{cls.__name__.lower()}_{uuid.uuid4().hex[:8]}"
-    registry.register_protocol(protocol.name)(protocol)
+    registry.register("protocol", protocol.name)(protocol)
     return protocol
 
 

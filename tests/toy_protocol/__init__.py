@@ -18,7 +18,7 @@ from pathlib import Path
 
 from capeval.engine.packs import load_pack
 from capeval.engine.protocols.base import JudgeProtocol, Rendered
-from capeval.engine.registry import register_protocol
+from capeval.engine.registry import register
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 PACK = Path(__file__).resolve().parent / "pack.toml"
@@ -75,4 +75,4 @@ class MentionProtocol(JudgeProtocol):
         return PIPELINE
 
 
-PROTOCOL = register_protocol("toy_mention")(MentionProtocol())
+PROTOCOL = register("protocol", "toy_mention")(MentionProtocol())

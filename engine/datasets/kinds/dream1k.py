@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capeval.engine.datasets.kinds._media import find_media
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
 
 def _unit(v) -> str | None:
@@ -24,10 +24,10 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     return DatasetLoad(items, media)
 
 
-KIND = register_kind(DatasetKind(
+KIND = DatasetKind(
     "dream1k", __doc__.split("\n\n")[0],
     (Param("path", (str,), "DREAM-1k.jsonl", required=True, path="file"),
      Param("media_root", (str,), "folder of the videos (default: the jsonl's folder)", path="dir"),
      Param("unit", (str,), "'clips' (default) or 'events'", check=_unit)),
     load, reads_only=True,
-))
+)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
@@ -19,9 +19,9 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     return DatasetLoad(items, media)
 
 
-KIND = register_kind(DatasetKind(
+KIND = DatasetKind(
     "items", __doc__.split("\n\n")[0],
     (Param("path", (str,), "the items file (.jsonl, .csv, .tsv or .parquet)", required=True, path="file"),
      Param("benchmark", (str,), "benchmark name for rows without one (default: 'items')")),
     load, needs_media=False, reads_only=True,
-))
+)

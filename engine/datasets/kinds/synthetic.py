@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, positive_int, positive_number, register_kind
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, positive_int, positive_number
 from capeval.engine.keys import derived_seed
 from capeval.engine.schemas import ITEMS
 
@@ -102,10 +102,10 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     return DatasetLoad(pa.Table.from_pylist(rows, schema=ITEMS), videos)
 
 
-KIND = register_kind(DatasetKind(
+KIND = DatasetKind(
     "synthetic", __doc__.split("\n\n")[0],
     (Param("n_videos", (int,), "number of videos to generate (default 6)", check=positive_int),
      Param("seed", (int,), "generator seed (default 0)"),
      Param("duration_s", (int, float), "seconds per video (default 2.0)", check=positive_number)),
     load,
-))
+)

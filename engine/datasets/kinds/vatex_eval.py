@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capeval.engine.datasets.kinds._media import find_media
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
     from capeval.engine.datasets import vatex_eval  # polars, loaded when the kind is used
@@ -28,10 +28,10 @@ def _files_in_folder(folder: Path, params: dict) -> list[Path]:
     return [folder / FILE]
 
 
-KIND = register_kind(DatasetKind(
+KIND = DatasetKind(
     "vatex_eval", __doc__.split("\n\n")[0],
     (Param("path", (str,), "the folder holding vid_cans_score_dict.json",
            required=True, path="file_or_dir"),
      Param("media_root", (str,), "folder of the VATEX clips", path="dir")),
     load, needs_media=False, reads_only=True, files_in_folder=_files_in_folder,
-))
+)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from capeval.engine.datasets.kinds._media import media_suffixes
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 from capeval.engine.schemas import ITEMS
 
 
@@ -51,11 +51,11 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     return DatasetLoad(pa.Table.from_pylist(rows, schema=ITEMS), media)
 
 
-KIND = register_kind(DatasetKind(
+KIND = DatasetKind(
     "videos", __doc__.split("\n\n")[0],
     (Param("path", (str,), "a folder or a glob such as 'clips/**/*.mp4'", required=True, path="glob"),
      Param("recursive", (bool,), "search sub-folders of a folder (default true)"),
      Param("benchmark", (str,), "benchmark column of the items (default 'videos')"),
      Param("task", (str,), "task column of the items (default 'caption')")),
     load, extra_check=_check, reads_only=True,
-))
+)

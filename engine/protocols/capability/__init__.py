@@ -4,7 +4,6 @@ from capeval.engine.keys import pack_tag as _pack_tag, tagged_revision as _tagge
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
-from capeval.engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
 from .codes import CapabilityVerdict as _CapabilityVerdict
@@ -36,7 +35,6 @@ class CapabilityProtocol(_JudgeProtocol):
     item_columns = ("annotation",)
     compare_average_over = "task"
     compare_default_mode = "official"
-    dataset_kind_modules = ("capeval.engine.protocols.capability.dataset_kind",)
     params = (_MODE, _PROMPTS, _CONFIDENCE,
               _Param("structured", (bool, str, type(None)), None, "strict mode: send a JSON schema (default: unless "
                      "the judge is known to lack it; \"auto\")", check=lambda v: _prompts.use_structured(v, "strict")),
@@ -90,4 +88,4 @@ class CapabilityProtocol(_JudgeProtocol):
         return metrics.compute_metrics(verdicts, **kwargs)
 
 
-PROTOCOL = _register_protocol("capability")(CapabilityProtocol())
+PROTOCOL = CapabilityProtocol()

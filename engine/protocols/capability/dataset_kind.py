@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 from capeval.engine.errors import UsageError
 
 from .codes import TASKS
@@ -50,7 +50,7 @@ def files_in_folder(folder: Path, params: dict) -> list[Path]:
         return []
 
 
-KIND = register_kind(DatasetKind(
+KIND = DatasetKind(
     "capability", __doc__.split("\n\n")[0],
     (Param("path", (str,), "the release's annotations/ folder, or one <task>.jsonl", required=True,
            path="file_or_dir"),
@@ -58,4 +58,4 @@ KIND = register_kind(DatasetKind(
            path="dir"),
      Param("tasks", (list,), "only these tasks (default: every task file present)", check=_tasks)),
     load, reads_only=True, extra_roots=extra_roots, files_in_folder=files_in_folder,
-))
+)

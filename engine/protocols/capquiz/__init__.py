@@ -10,7 +10,6 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                    JudgingPolicy as _JudgingPolicy, Rendered as _Rendered,
                                    caption_identity as _caption_identity, make_row as _make_row,
                                    rows_to_table as _rows_to_table)
-from capeval.engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
 from .codes import CapQuizVerdict as _CapQuizVerdict
@@ -110,7 +109,7 @@ class CapQuizProtocol(_JudgeProtocol):
         return rows
 
 
-PROTOCOL = _register_protocol("capquiz")(CapQuizProtocol())
+PROTOCOL = CapQuizProtocol()
 
 
 def _types_check(value) -> None:

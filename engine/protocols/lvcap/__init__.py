@@ -13,7 +13,6 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                    pair_items_captions as _pair_items_captions, parse_context as _parse_context,
                                    rows_to_table as _rows_to_table)
 from capeval.engine.packs import load_pack as _load_pack
-from capeval.engine.registry import register_protocol as _register_protocol
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
 from . import autodq as _autodq, paper_events as _paper, parsing as _parsing, prompts as _prompts
@@ -198,4 +197,4 @@ def _paper_extract(item: dict, caption: dict, event_pack):
                                         "mode": "official"})
 
 
-PROTOCOL = _register_protocol("lvcap")(LVCapProtocol())
+PROTOCOL = LVCapProtocol()

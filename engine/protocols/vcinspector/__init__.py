@@ -5,7 +5,6 @@ from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
-from capeval.engine.registry import register_protocol as _register_protocol
 
 from . import parsing as _parsing, prompts as _prompts
 from .codes import VCInspectorVerdict as _VCInspectorVerdict
@@ -62,4 +61,4 @@ class VCInspectorProtocol(_JudgeProtocol):
         return _parsing.parse(request, text)
 
 
-PROTOCOL = _register_protocol("vcinspector")(VCInspectorProtocol())
+PROTOCOL = VCInspectorProtocol()

@@ -9,7 +9,6 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                    TEMPERATURE_PARAM as _TEMPERATURE, JudgeProtocol as _JudgeProtocol,
                                    JudgingPolicy as _JudgingPolicy,
                                    rows_to_table as _rows_to_table)
-from capeval.engine.registry import register_protocol as _register_protocol
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
 from . import parsing as _parsing, prompts as _prompts
@@ -33,7 +32,6 @@ class VidCapBenchProtocol(_JudgeProtocol):
     breakdowns = ("dimension",)
     dataset_kinds = ("vidcapbench", "items")  # the QA file, or a table of QA items
     item_columns = ("annotation", "answer")  # the question and its reference answer
-    dataset_kind_modules = ("capeval.engine.protocols.vidcapbench.dataset_kind",)
     params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE, _PAPER_COMPATIBLE,
               _Param("con_tokens", (str,), None, "caption column counted for Con (default: the paper's token count)",
                      metrics=True))
@@ -116,4 +114,4 @@ def _per_pair_keys(table):
     return _rows_to_table(rows) if changed else table
 
 
-PROTOCOL = _register_protocol("vidcapbench")(VidCapBenchProtocol())
+PROTOCOL = VidCapBenchProtocol()

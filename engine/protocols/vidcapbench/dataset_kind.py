@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from capeval.engine.datasets.kinds._media import find_media
-from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, register_kind, resolve
+from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
 from .release import load_vidcapbench
 
@@ -19,9 +19,9 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     return DatasetLoad(items, media)
 
 
-KIND = register_kind(DatasetKind(
+KIND = DatasetKind(
     "vidcapbench", __doc__.split("\n\n")[0],
     (Param("path", (str,), "the QA file (JSON lines or one JSON array)", required=True, path="file"),
      Param("media_root", (str,), "folder of the videos (default: the QA file's folder)", path="dir")),
     load, needs_media=True, reads_only=True,
-))
+)
