@@ -2,7 +2,7 @@
 
 Engine start is the expensive part (seconds to minutes on CPU), so the whole suite shares ONE offline engine
 (`vllm_judge`) and ONE `vllm serve` process (`vllm_server`), both over the same tiny model (`tiny_lm_dir`).
-The model is built once into a cache directory (CAPEVAL_MODEL_CACHE, default <repo>/.capeval/models) and reused
+The model is built once into a cache directory (capeval.adapters.checkpoints.model_cache: CAPEVAL_MODEL_CACHE, default <repo>/.capeval/models) and reused
 while its build spec matches.
 """
 
@@ -21,7 +21,8 @@ from typing import NamedTuple
 
 import pytest
 
-_REPO = Path(__file__).resolve().parents[1]
+from capeval.adapters.checkpoints import model_cache
+
 TINY_LM_NAME = "tiny-lm"
 TINY_LM_MAX_MODEL_LEN = 2048
 SERVER_START_TIMEOUT_S = float(os.environ.get("CAPEVAL_VLLM_SERVER_TIMEOUT", "420"))
@@ -51,16 +52,12 @@ class VLLMServer(NamedTuple):
     model: str  # the served model name to put in requests
 
 
-def _model_cache() -> Path:
-    return Path(os.environ.get("CAPEVAL_MODEL_CACHE", _REPO / ".capeval" / "models"))
-
-
 @pytest.fixture(scope="session")
 def tiny_lm_dir(shared_data) -> Path:
     """A 2-layer random-weight Llama (hidden 64) with a BPE tokenizer trained on the real captions/questions."""
     from capeval.testing.random_models import build_tiny_lm, default_corpus
 
-    return build_tiny_lm(_model_cache() / TINY_LM_NAME, corpus=default_corpus(shared_data))
+    return build_tiny_lm(model_cache() / TINY_LM_NAME, corpus=default_corpus(shared_data))
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +80,7 @@ def tiny_vlm_dir(shared_data) -> Path:
     from capeval.testing.random_models import default_corpus
     from capeval.testing.random_vlm import build_tiny_vlm
 
-    return build_tiny_vlm(_model_cache() / TINY_VLM_NAME, corpus=default_corpus(shared_data))
+    return build_tiny_vlm(model_cache() / TINY_VLM_NAME, corpus=default_corpus(shared_data))
 
 
 @pytest.fixture(scope="session")

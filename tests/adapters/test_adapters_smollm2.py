@@ -4,16 +4,15 @@ checkpoint loads, its chat template renders, and it generates text; a second bui
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
+from capeval.adapters.checkpoints import model_cache
+
 pytest.importorskip("gguf")
 pytestmark = pytest.mark.slow  # builds the checkpoint once (~1-2.5 min), loads it with transformers
 smollm2 = pytest.importorskip("capeval.adapters.smollm2")
-
-_CACHE = Path(os.environ.get("CAPEVAL_MODEL_CACHE", Path(__file__).resolve().parents[2] / ".capeval" / "models"))
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +21,7 @@ def smollm2_dir() -> Path:
         smollm2.find_gguf()
     except FileNotFoundError as exc:
         pytest.skip(str(exc))
-    return smollm2.build_smollm2(_CACHE / "smollm2-135m-instruct")
+    return smollm2.build_smollm2(model_cache() / "smollm2-135m-instruct")
 
 
 def test_saved_checkpoint_loads_renders_and_generates(smollm2_dir):
