@@ -1,6 +1,6 @@
 """Declared parameters: what a protocol or a backend accepts, each named once with its type, default and valid range,
 so that a typo in a name or a value out of range is a usage error naming the parameter and the valid ones -- at
-`sweep --check` and before any run (engine/sweep/validation.py, engine/cli/judge.py) -- never a silently ignored
+`sweep --check` and before any run (engine/sweep/validation.py, engine/judge_run/options.py) -- never a silently ignored
 setting or a run whose every request fails.
 
 Protocols declare `params` (engine/protocols/base.py); backends declare the ranges of their constructor's
@@ -9,9 +9,12 @@ parameters in `param_limits` (the constructor's signature already gives the name
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
+
+from capeval.engine.errors import UsageError
 
 REQUIRED = object()  # a parameter with no default
 
@@ -91,4 +94,19 @@ def param_problems(declared: Iterable[Param], params: Mapping[str, Any], what: s
             out.append((key, f"{what} has no parameter {key!r} (valid: {', '.join(sorted(by_name)) or 'none'})"))
         elif (msg := param.problem(value)) is not None:
             out.append((key, msg))
+    return out
+
+
+def key_values(pairs: list[str], flag: str) -> dict:
+    """A repeated KEY=VALUE flag (--param, --judge-option) as a dict: a value is read as JSON when it parses
+    (`n=3`, `flag=true`, `x=null`), else kept as the text given."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE")
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
     return out

@@ -49,6 +49,13 @@ def for_terminal(value: object, *, keep_newlines: bool = False) -> str:
     return "".join(out)
 
 
+def terminal_text(text: str) -> str:
+    """`text` with every line that holds control or format characters escaped: messages and tables carry ids,
+    captions and file contents, which may hold escape sequences. Printable lines stay as they are, so the
+    backslashes of an id that a message already shows with repr() are not doubled."""
+    return "\n".join(line if line.isprintable() else for_terminal(line) for line in text.split("\n"))
+
+
 def clip(value: object, limit: int = 120) -> str:
     """for_terminal(value), cut to `limit` characters with an ellipsis and the full length."""
     text = for_terminal(value)

@@ -14,11 +14,12 @@ import os
 import sys
 
 from capeval.engine import exitcodes
+from capeval.engine.safetext import terminal_text
 from capeval.engine.secrets import redact_message
 
 # Subcommand modules, in help order. A module registers one or more subcommands.
-_COMMAND_MODULES = ("demo", "capability", "capquiz", "construct", "score", "judge", "validate", "align", "sweep",
-                    "plan", "compare", "show", "report", "submit", "list", "bench")
+_COMMAND_MODULES = ("demo", "capability", "capquiz", "construct", "score", "judge", "align", "sweep", "plan",
+                    "compare", "show", "report", "submit", "list", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,15 +50,6 @@ def _usage_errors() -> tuple[type, ...]:
     return (SweepFileError, FrameSpecError, PackError)
 
 
-def terminal_text(text: str) -> str:
-    """`text` with every line that holds control or format characters escaped (engine/safetext.py): messages and
-    tables carry ids, captions and file contents, which may hold escape sequences. Printable lines stay as they are,
-    so the backslashes of an id that a message already shows with repr() are not doubled."""
-    from capeval.engine.safetext import for_terminal
-
-    return "\n".join(line if line.isprintable() else for_terminal(line) for line in text.split("\n"))
-
-
 def main(argv: list[str] | None = None) -> int:
     from capeval.engine.safetext import guard_terminal_streams
 
@@ -79,12 +71,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _main(argv: list[str] | None) -> int:
-    from capeval.engine.cli.validate import merge_subcommand
     from capeval.engine.errors import CapevalError, Terminated
 
     parser = build_parser()
-    # `capeval judge validate ...`: one subcommand named "judge validate" (engine/cli/validate.py says why)
-    args = parser.parse_args(merge_subcommand(sys.argv[1:] if argv is None else argv))  # bad: exit USAGE (2)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)  # bad: exit USAGE (2)
     if not getattr(args, "func", None):
         parser.print_help()
         return exitcodes.USAGE

@@ -67,27 +67,6 @@ def run_kt(args) -> int:
     return 0
 
 
-def release_verdicts(path: Path, items, flag: str):
-    """(VERDICTS rows (polars) of `items` from CAPability's released judgments/<model>/ folder `path`, the number
-    of released records for ids that are no item of `items`): what `capeval score --verdicts` and `capeval judge
-    validate --reference` read from such a folder. A UsageError naming `flag` when the folder is not one model's
-    (the judgments/ root lists its model folders) or lacks a task of the items."""
-    import polars as pl
-
-    from capeval.engine.errors import UsageError
-    from capeval.engine.protocols.capability.release import judgments_folder_problem, load_judgments
-
-    problem = judgments_folder_problem(path)
-    if problem:
-        raise UsageError(f"{flag} {path}: {problem}")
-    tasks = list(dict.fromkeys(items.column("task").to_pylist()))
-    absent = [t for t in tasks if not (path / f"{t}.jsonl").is_file()]
-    if absent:
-        raise UsageError(f"{flag} {path}: no judgments for task(s) {', '.join(absent)} (<task>.jsonl)")
-    loaded = load_judgments(path, items, on_unknown="count", tasks=tasks)
-    return pl.from_arrow(loaded.verdicts), int(loaded.counts["n_unknown"].sum())
-
-
 def score_table(annotations: Path, judgments: Path, *, mode: str = "official", resamples: int = 1000,
                 seed: int = 0, unknown_ids: str = "error"):
     """The CLI's CSV as a Polars frame: dimension, precision, recall, f1, hit_rate, their CIs, counts, the mode

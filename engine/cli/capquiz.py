@@ -133,7 +133,7 @@ def run_filter(args) -> int:
 
     from capeval.engine.errors import UsageError
     from capeval.engine.inputs.tables import read_items
-    from capeval.engine.cli.judge_checks import build_judge
+    from capeval.engine.judge_run.backend import build_judge
     from capeval.engine.judging.runner import run_judging
     from capeval.engine.protocols.capquiz.filtering import BlindProtocol, FilterSettings, blind_counts, decide
 

@@ -125,7 +125,7 @@ def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[
 def run(args) -> int:
     from capeval.engine import construct
     from capeval.engine.cli.capquiz import _as_option_text
-    from capeval.engine.cli.judge_checks import build_judge
+    from capeval.engine.judge_run.backend import build_judge
     from capeval.engine import exitcodes
     from capeval.engine.construct.base import ConstructContext, failure_lines
     from capeval.engine.construct.outputs import write_outputs

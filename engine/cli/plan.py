@@ -72,7 +72,7 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(plan, indent=1))
     else:
-        from capeval.engine.cli import terminal_text
+        from capeval.engine.safetext import terminal_text
 
         print(terminal_text(format_plan(plan)))
     return 0

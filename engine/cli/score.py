@@ -12,15 +12,22 @@ import importlib
 import sys
 from pathlib import Path
 
+from capeval.engine.cli.breakdowns import add_by_option
+from capeval.engine.cli.options import add_protocol_options
 from capeval.engine.errors import UsageError
+from capeval.engine.inputs import read_captions, read_verdicts
+from capeval.engine.judge_run.breakdowns import add_breakdowns, check_by
+from capeval.engine.judge_run.inputs import caption_file_rules, load_items, lookup_protocol
+from capeval.engine.judge_run.options import accepted, check_out, protocol_params
+from capeval.engine.metrics.reasons import explain_nulls
+from capeval.engine.report.leaderboard import videos_per_system
+from capeval.engine.report.metrics_text import format_table
+from capeval.engine.safetext import terminal_text
 
 PROTOCOLS = ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")
 
 
 def register(sub) -> None:
-    from capeval.engine.cli.breakdowns import add_by_option
-    from capeval.engine.cli.judge import add_protocol_options
-
     p = sub.add_parser("score", help="compute a protocol's metrics (with CIs) from a verdict table")
     p.add_argument("--protocol", required=True, choices=PROTOCOLS)
     p.add_argument("--verdicts", required=True, type=Path, help="verdicts (Parquet as `capeval judge` writes; "
@@ -45,9 +52,6 @@ def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: in
     """compute_metrics of `protocol` (importable API behind the command), with a `reason` for every null value (a
     group without a single verdict: "no verdicts: <first error> (xN)"); options it does not take are left out
     (a sweep's protocol params include build-only ones such as `prompts`)."""
-    from capeval.engine.cli.judge import accepted
-    from capeval.engine.metrics.reasons import explain_nulls
-
     if protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     module = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics")
@@ -60,25 +64,19 @@ def _items(path: Path | None, protocol: str):
     """ITEMS as read for `protocol` (a pyarrow Table), None without --items."""
     if path is None:
         return None
-    from capeval.engine.cli.judge import load_items
-
     return load_items(path, None, None, protocol)
 
 
 def read_verdicts_or_release(path: Path, protocol: str, items):
     """--verdicts: a verdict table, or (CAPability) one model's released judgments/<model>/ folder, the layouts
     `capeval judge validate --reference` reads; any other folder is answered with what it holds."""
-    from capeval.engine.inputs import read_verdicts
-
     if not path.is_dir():
         return read_verdicts(path)
     if protocol == "capability":
-        from capeval.engine.cli.capability import release_verdicts
-
         if items is None:
             raise UsageError(f"--verdicts {path}: a folder is read as CAPability's released judgments/<model>/, "
                              f"whose verdicts need the annotations: give --items (annotations/ or task files)")
-        verdicts, n_unknown = release_verdicts(path, items, "--verdicts")
+        verdicts, n_unknown = lookup_protocol(protocol).released_verdicts(path, items, "--verdicts")
         if n_unknown:
             print(f"note: {n_unknown} released judgments are for ids that are no item of --items: left out",
                   file=sys.stderr)
@@ -96,23 +94,16 @@ def _captions(path: Path | None, rules: dict):
 
     if path is None:
         return None
-    from capeval.engine.inputs import read_captions
-
     return pl.from_arrow(read_captions(path, **rules))
 
 
 def run(args) -> int:
     import polars as pl
 
-    from capeval.engine.cli import terminal_text
-    from capeval.engine.cli.breakdowns import add_breakdowns, check_by
-    from capeval.engine.cli.judge import caption_file_rules, check_out, protocol_params
-    from capeval.engine.report.metrics_text import format_table
-
     if args.resamples < 0:
         raise UsageError(f"--resamples must be >= 0, got {args.resamples}")
     check_out(args.out)
-    options = protocol_params(args)
+    options = protocol_params(args.protocol, args.param, args.mode, args.prompts)
     if args.paper_compatible:
         options["paper_compatible"] = True
     items = _items(args.items, args.protocol)
@@ -131,8 +122,6 @@ def run(args) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     frame.write_csv(args.out)
     if not args.quiet:
-        from capeval.engine.report.leaderboard import videos_per_system
-
         videos = videos_per_system(verdicts if isinstance(verdicts, pl.DataFrame) else pl.from_arrow(verdicts))
         # the leaderboard and its breakdown; every metric row is in --out
         print(terminal_text(format_table(frame, n_videos=videos, every_row=False)))

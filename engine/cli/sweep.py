@@ -76,7 +76,7 @@ def register(subparsers) -> None:
 def print_results(result, stream=None) -> None:
     # sys.stdout is looked up at call time: a default bound at import would keep whatever stream was current then
     stream = stream if stream is not None else sys.stdout
-    from capeval.engine.cli import terminal_text
+    from capeval.engine.safetext import terminal_text
     from capeval.engine.report import format_table, headline
 
     table = headline(result.results)

@@ -15,11 +15,17 @@ from __future__ import annotations
 import enum
 import importlib
 import json
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Iterable
 
 import pyarrow as pa
 
+from capeval.engine.datasets.video_ids import with_dataset_video_ids
+from capeval.engine.errors import UsageError
+from capeval.engine.inputs import read_captions
 from capeval.engine.keys import derived_seed, protocol_tag, request_key, tagged_revision
 from capeval.engine.params import Param, param_problems
 from capeval.engine.schemas import JUDGE_REQUESTS, ParseStatus
@@ -376,13 +382,41 @@ class JudgeProtocol:
         raise NotImplementedError
 
     # -- metrics ----------------------------------------------------------------------------------------------
-    def compute_metrics(self, verdicts, **kwargs):
-        """Delegates to the `metrics` module beside the protocol's class (its own package, wherever it lives)."""
+    #: whether compute_metrics is given the run's CAPTIONS (False: its caption groups come from the verdicts alone)
+    metrics_read_captions: bool = True
+
+    def metrics_module(self) -> ModuleType:
+        """The `metrics` module beside the protocol's class (its own package, wherever it lives)."""
         package = type(self).__module__
         if not _is_package(package):
             package = package.rpartition(".")[0]
-        module = importlib.import_module(f"{package}.metrics")
-        return module.compute_metrics(verdicts, **kwargs)
+        return importlib.import_module(f"{package}.metrics")
+
+    def compute_metrics(self, verdicts, **kwargs):
+        """Delegates to metrics_module()'s compute_metrics."""
+        return self.metrics_module().compute_metrics(verdicts, **kwargs)
+
+    # -- the benchmark's release files (as its authors published them) ----------------------------------------------
+    def release_dataset_kind(self, path: Path) -> str | None:
+        """The dataset kind that reads `path` when it is this benchmark's release layout, else None (`capeval judge
+        --items PATH` without --dataset asks every protocol; an items table is the default)."""
+        return None
+
+    def read_captions(self, path: Path, items: pa.Table, rules: dict) -> pa.Table:
+        """CAPTIONS for `items` from `--captions PATH`: a caption file read with `rules` (caption_file_rules), a
+        caption naming its video by the media file matched to the items (docs/inputs.md "Video ids")."""
+        captions, _ = with_dataset_video_ids(read_captions(path, **rules), items)
+        return captions
+
+    def released_verdicts_problem(self, path: Path) -> str | None:
+        """Why the folder `path` is not a set of this benchmark's released judge verdicts (None: it is one); checked
+        before anything is loaded."""
+        return f"a folder; protocol {self.name!r} reads no released verdicts: give a VERDICTS table (Parquet or CSV)"
+
+    def released_verdicts(self, path: Path, items: pa.Table, flag: str):
+        """(VERDICTS rows (polars) of `items`, the number of released records for ids that are no item of `items`)
+        from the folder of released judge verdicts `path`; a UsageError naming `flag` when it cannot be read."""
+        raise UsageError(f"{flag} {path}: {self.released_verdicts_problem(path)}")
 
     def __repr__(self) -> str:
         return f"<protocol {self.name}@{self.version}>"
@@ -393,7 +427,5 @@ def reask_seed(seed: int, attempt: int) -> int:
 
 
 def _is_package(module_name: str) -> bool:
-    import sys
-
     module = sys.modules.get(module_name)
     return bool(module is not None and getattr(module, "__path__", None) is not None)

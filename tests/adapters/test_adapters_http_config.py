@@ -45,7 +45,7 @@ def test_sweep_check_reports_each_bad_value_by_field():
 
 
 def test_judge_option_timeout_minus_one_is_a_usage_error():
-    from capeval.engine.cli.judge_checks import build_judge
+    from capeval.engine.judge_run.backend import build_judge
     from capeval.engine.errors import UsageError
 
     with pytest.raises(UsageError, match="timeout_s: must be > 0"):

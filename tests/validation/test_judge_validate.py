@@ -152,7 +152,7 @@ def test_changed_share_gives_exact_agreement_and_bias(release):
 
 
 def test_per_task_sample_is_seeded_and_capped_by_the_task_size():
-    from capeval.engine.cli.validate import sample_per_task
+    from capeval.engine.judge_run.validation import sample_per_task
 
     keys = pl.DataFrame({"task": ["a"] * 10 + ["b"] * 3, "item_id": [f"a{i}" for i in range(10)] + ["b0", "b1", "b2"]})
     first = sample_per_task(keys, 4, seed=7)

@@ -5,7 +5,7 @@ from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
 
-from . import parsing as _parsing, prompts as _prompts
+from . import parsing as _parsing, prompts as _prompts, release as _release
 from .codes import CapabilityVerdict as _CapabilityVerdict
 
 #: The official retry rule (eval.py:427-468, argparse defaults): up to 5 more rounds, stopping once at most 5 items
@@ -78,6 +78,27 @@ class CapabilityProtocol(_JudgeProtocol):
                 stop_when_failed_at_most=int(params.get("max_allow_missing", OFFICIAL_MAX_ALLOW_MISSING)),
                 mode="official")
         return _JudgingPolicy(mode="strict")
+
+    #: its metrics take the caption groups from the verdicts (metrics.py with_groups); CAPTIONS have no verdict column
+    metrics_read_captions = False
+
+    def release_dataset_kind(self, path):
+        """The release's annotations (a folder, or one of its task files) are read as the `capability` kind."""
+        return "capability" if path.is_dir() or _release.is_release_file(path) else None
+
+    def read_captions(self, path, items, rules):
+        if path.is_dir():  # a captions/<model>/ folder: one <task>.jsonl per task
+            return _release.load_captions(path, items)
+        captions = super().read_captions(path, items, rules)
+        if set(items.column("benchmark").to_pylist()) == {"capability"}:
+            captions = _release.label_released_captions(captions, items)
+        return captions
+
+    def released_verdicts_problem(self, path):
+        return _release.judgments_folder_problem(path)
+
+    def released_verdicts(self, path, items, flag):
+        return _release.released_verdicts(path, items, flag)
 
     def compute_metrics(self, verdicts, **kwargs):
         from . import metrics

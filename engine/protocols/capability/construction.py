@@ -105,7 +105,7 @@ class CapabilityQAPipeline(ConstructionPipeline):
         _tasks(args)
 
     def run(self, args, ctx: ConstructContext) -> PipelineResult:
-        from capeval.engine.cli.judge_checks import key_values
+        from capeval.engine.params import key_values
         from capeval.engine.protocols.capability.release import load_items
 
         params = key_values(args.captioner_option, "--captioner-option")

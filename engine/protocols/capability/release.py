@@ -24,6 +24,7 @@ import pyarrow as pa
 
 from capeval.engine import schemas
 from capeval.engine.datasets.jsonl import DatasetFormatError, field, read_jsonl, to_json_text
+from capeval.engine.errors import UsageError
 from capeval.engine.keys import content_key
 from capeval.engine.protocols.capability.codes import CLASSIFICATION_TASKS, FROM_SCORE, TASKS, CapabilityVerdict
 
@@ -300,3 +301,32 @@ def _append(out, task, item_id, sub_index, code, status, detail, media_type):
     out["parse_status"].append(int(status))
     out["detail"].append(detail)
     out["media_type"].append(media_type)
+
+
+def label_released_captions(captions: pa.Table, items: pa.Table) -> pa.Table:
+    """Captions read from a caption file for release items, labelled as `capeval capability score` labels the
+    released ones: the per-media prompt id and the "released" frame spec where the file named none ("file")."""
+    media = dict(zip(items.column("video_id").to_pylist(), items.column("media_type").to_pylist()))
+    prompts = [prompt_id_for(media.get(v) or "video") if p == "file" else p
+               for v, p in zip(captions.column("video_id").to_pylist(), captions.column("prompt_id").to_pylist())]
+    specs = [RELEASED_FRAME_SPEC if f == "file" else f for f in captions.column("frame_spec").to_pylist()]
+    captions = captions.set_column(captions.schema.get_field_index("prompt_id"), "prompt_id",
+                                   pa.array(prompts, pa.string()))
+    return captions.set_column(captions.schema.get_field_index("frame_spec"), "frame_spec",
+                               pa.array(specs, pa.string()))
+
+
+def released_verdicts(path: Path, items: pa.Table, flag: str) -> tuple[pl.DataFrame, int]:
+    """(VERDICTS rows (polars) of `items` from the released judgments/<model>/ folder `path`, the number of released
+    records for ids that are no item of `items`): what `capeval score --verdicts` and `capeval judge validate
+    --reference` read from such a folder. A UsageError naming `flag` when the folder is not one model's (the
+    judgments/ root lists its model folders) or lacks a task of the items."""
+    problem = judgments_folder_problem(path)
+    if problem:
+        raise UsageError(f"{flag} {path}: {problem}")
+    tasks = list(dict.fromkeys(items.column("task").to_pylist()))
+    absent = [t for t in tasks if not (path / f"{t}.jsonl").is_file()]
+    if absent:
+        raise UsageError(f"{flag} {path}: no judgments for task(s) {', '.join(absent)} (<task>.jsonl)")
+    loaded = load_judgments(path, items, on_unknown="count", tasks=tasks)
+    return pl.from_arrow(loaded.verdicts), int(loaded.counts["n_unknown"].sum())

@@ -1,6 +1,5 @@
-"""Checks of `capeval judge`'s command line that need the loaded inputs or the judge registry: the judge backend
-built from --judge, --judge-model, --base-url and --judge-option (every mistake an exit-2 error naming the option,
-not a TypeError from a constructor), and that the captions match at least one item.
+"""The judge backend of a command line: built from --judge, --judge-model, --base-url and --judge-option, every
+mistake an exit-2 error naming the option, not a TypeError from a constructor.
 
 A backend's constructor validates its config (adapters/openai_http.py HTTPConfig: `max_attempts=0`, no API key);
 its ValueError/TypeError is the user's option value, so it becomes a UsageError naming the options given."""
@@ -8,30 +7,18 @@ its ValueError/TypeError is the user's option value, so it becomes a UsageError 
 from __future__ import annotations
 
 import inspect
-import json
 
 from capeval.engine.errors import UsageError
+from capeval.engine.params import key_values
+from capeval.engine.judging.backends import make_judge
+from capeval.engine.registry import lookup
 from capeval.engine.safetext import clip
-from capeval.engine.secrets import redact_urls
+from capeval.engine.secrets import is_secret_name, redact_urls
+from capeval.engine.sweep.validation import constructor_problems, param_value_problems
 
 #: constructor parameters with their own flag (make_judge offers --judge-model under any of these names)
 _FLAGS = {"model": "--judge-model", "model_path": "--judge-model", "model_name": "--judge-model",
           "base_url": "--base-url"}
-
-
-def key_values(pairs: list[str], flag: str) -> dict:
-    """A repeated KEY=VALUE flag (--param, --judge-option) as a dict: a value is read as JSON when it parses
-    (`n=3`, `flag=true`, `x=null`), else kept as the text given."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"{flag} {pair!r}: expected KEY=VALUE")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def judge_options(model: str | None, base_url: str | None, option_pairs: list[str]) -> tuple[str | None, str | None,
@@ -50,16 +37,11 @@ def judge_options(model: str | None, base_url: str | None, option_pairs: list[st
 
 def _shown(options: dict) -> str:
     """The options as the user wrote them, credentials blanked (the message may end up in a log)."""
-    from capeval.engine.secrets import is_secret_name
-
     return ", ".join(f"{k}={'***' if is_secret_name(k) else clip(redact_urls(v), 60)}" for k, v in options.items())
 
 
 def build_judge(name: str, model: str | None, base_url: str | None, option_pairs: list[str]):
     """The judge backend for the command line, or a UsageError naming --judge, the flag or the --judge-option."""
-    from capeval.engine.judging.backends import make_judge
-    from capeval.engine.registry import lookup
-
     model, base_url, options = judge_options(model, base_url, option_pairs)
     try:
         factory = lookup("judge", name)
@@ -74,8 +56,6 @@ def build_judge(name: str, model: str | None, base_url: str | None, option_pairs
     if required:
         needed = ", ".join(_FLAGS.get(r, f"--judge-option {r}=…") for r in required)
         raise UsageError(f"--judge {name} needs {needed}")
-    from capeval.engine.sweep.validation import constructor_problems, param_value_problems
-
     # names and values checked as a sweep's judges[].params are, before the backend starts (an engine, a connection)
     problems = [m for m in constructor_problems(factory, options, f"--judge {name}") if " needs " not in m]
     problems += [f"--judge-option {k}: {m}" if k else m for k, m in param_value_problems(factory, options)]
@@ -91,22 +71,3 @@ def build_judge(name: str, model: str | None, base_url: str | None, option_pairs
                          + f": {exc}") from None
 
 
-def check_pairs(items, captions, source) -> None:
-    """A UsageError when no caption matches any item (captions match by item_id, then video_id), with a few ids
-    from each side: judging would only produce rows without a verdict, and a rerun could not change that."""
-    if captions is None:
-        return
-    item_ids = set(items.column("item_id").to_pylist()) | set(items.column("video_id").to_pylist())
-    caption_ids = list(dict.fromkeys(captions.column("video_id").to_pylist()))
-    if any(c in item_ids for c in caption_ids):
-        return
-
-    def some(values) -> str:
-        values = list(dict.fromkeys(values))
-        more = f" (+{len(values) - 3} more)" if len(values) > 3 else ""
-        return ", ".join(f"'{clip(v, 60)}'" for v in values[:3]) + more
-
-    videos, ids = items.column("video_id").to_pylist(), items.column("item_id").to_pylist()
-    item_side = f"video_id {some(videos)}" + (f", item_id {some(ids)}" if ids != videos else "")
-    raise UsageError(f"{source}: no (item, caption) pair matched (captions match items by item_id, then video_id, then media file): "
-                     f"items have {item_side}; captions have {some(caption_ids)}")
