@@ -14,17 +14,12 @@ import os
 import numpy as np
 import pytest
 
+from capeval.adapters.checkpoints import model_cache
 from capeval.testing.random_vlm_families import FAMILIES, build_tiny_vlm
 
 N_FRAMES = 4
 SIDE = 64  # frames are 64x64 RGB; each family resizes them to its own tiny processor size
 FPS = 2.0
-
-
-def _model_cache():
-    from _fixtures_vllm import _model_cache as cache
-
-    return cache()
 
 
 def _frames(n: int = N_FRAMES, seed: int = 0) -> np.ndarray:
@@ -71,7 +66,7 @@ RENDERED_VIDEO_PART = {
 
 @pytest.fixture(scope="module")
 def family_dirs():
-    return {f: build_tiny_vlm(f, _model_cache() / f"tiny-{f.replace('_', '-')}") for f in FAMILIES}
+    return {f: build_tiny_vlm(f, model_cache() / f"tiny-{f.replace('_', '-')}") for f in FAMILIES}
 
 
 def test_builds_are_reused_by_content(tmp_path):

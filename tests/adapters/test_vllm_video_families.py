@@ -17,6 +17,7 @@ import time
 import numpy as np
 import pytest
 
+from capeval.adapters.checkpoints import model_cache
 from capeval.testing.random_vlm_families import FAMILIES, build_tiny_vlm
 
 pytestmark = pytest.mark.vllm
@@ -26,9 +27,7 @@ VIDEO_SECONDS, VIDEO_FPS = 2.0, 12
 
 
 def _model_dir(family: str):
-    from _fixtures_vllm import _model_cache
-
-    return build_tiny_vlm(family, _model_cache() / f"tiny-{family.replace('_', '-')}")
+    return build_tiny_vlm(family, model_cache() / f"tiny-{family.replace('_', '-')}")
 
 
 @pytest.fixture(scope="module")
