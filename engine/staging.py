@@ -134,7 +134,7 @@ class _Planner:
 
     def place(self, path: Path, why: str, *, media: bool = False) -> str | None:
         """Staged relative path of `path` (resolved), or None after recording why it may not be shipped."""
-        from capeval.engine.datasets.kinds._media import media_suffixes
+        from capeval.engine.datasets.media import media_suffixes
 
         real = path.resolve()
         root = next((r for r in self.roots if real.is_relative_to(r)), None)

@@ -336,11 +336,6 @@ KNOWN_PRIVATE_IMPORTS = {
     "benchmarks/local_judge_agreement.py imports _Embeddings from capeval.adapters.local_judge",
     "engine/cli/construct.py imports _judge_options from capeval.engine.cli.capquiz",
     "engine/cli/construct.py imports _as_option_text from capeval.engine.cli.capquiz",
-    "engine/protocols/vidcapbench/dataset_kind.py imports the private module capeval.engine.datasets.kinds._media",
-    "engine/staging.py imports the private module capeval.engine.datasets.kinds._media",
-    "engine/sweep/datasets.py imports the private module capeval.engine.datasets.kinds._media",
-    "engine/sweep/pairs.py imports the private module capeval.engine.datasets.kinds._media",
-    "engine/sweep/plan.py imports the private module capeval.engine.datasets.kinds._media",
 }
 
 #: file -> how many function-level imports of the project's own modules it may still have without a `# deferred:`
@@ -383,12 +378,12 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/construct/outputs.py": 1,
     "engine/construct/pipeline.py": 1,
     "engine/datasets/jsonl.py": 1,
-    "engine/datasets/kinds/_media.py": 1,
     "engine/datasets/kinds/dream1k.py": 1,
     "engine/datasets/kinds/items.py": 1,
     "engine/datasets/kinds/synthetic.py": 2,
     "engine/datasets/kinds/vatex_eval.py": 2,
     "engine/datasets/kinds/videos.py": 1,
+    "engine/datasets/media.py": 1,
     "engine/frames/ray_decode.py": 3,
     "engine/inputs/rows.py": 1,
     "engine/inputs/tables.py": 2,

@@ -75,7 +75,7 @@ def dataset_records(datasets: dict[str, LoadedDataset], sweep_dir: Path) -> dict
 
 
 def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_media: bool = True) -> LoadedDataset:
-    from capeval.engine.datasets.kinds._media import filter_limit
+    from capeval.engine.datasets.media import filter_limit
     from capeval.engine.datasets.registry import load
 
     loaded = load(spec.kind, spec.kind_params(), base_dir=sweep_dir, out_dir=out_dir, name=spec.name)

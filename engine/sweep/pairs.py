@@ -156,7 +156,7 @@ def read_view(spec, base: Path) -> DatasetView | None:
     loader (its errors raised: UsageError names file, row and column); None for an unknown kind or one that
     generates its data (`DatasetKind.reads_only` false). Kept while the files its parameters name are unchanged:
     the checks and the grid read the same tables."""
-    from capeval.engine.datasets.kinds._media import filter_limit
+    from capeval.engine.datasets.media import filter_limit
     from capeval.engine.datasets.registry import load
     from capeval.engine.keys import canonical_json
     from capeval.engine.registry import lookup

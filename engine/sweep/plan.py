@@ -86,7 +86,7 @@ def plan_sweep(config, *, rate: float | None = None, cached_share: float | str |
 
 def _datasets(config, work: Path) -> dict:
     """name -> LoadedDataset (items and media paths; media are not read, so no digest)."""
-    from capeval.engine.datasets.kinds._media import filter_limit
+    from capeval.engine.datasets.media import filter_limit
     from capeval.engine.datasets.registry import load
     from capeval.engine.sweep.datasets import LoadedDataset
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capeval.engine.datasets.kinds._media import find_media
+from capeval.engine.datasets.media import find_media
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from capeval.engine.datasets.kinds._media import media_suffixes
+from capeval.engine.datasets.media import media_suffixes
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 from capeval.engine.schemas import ITEMS
 
