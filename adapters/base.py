@@ -8,7 +8,8 @@ response per request in the same order, and reports failures per request instead
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator, Mapping, Protocol, Sequence, runtime_checkable
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -125,9 +126,8 @@ class CaptionResponse:
 
 @runtime_checkable
 class Judge(Protocol):
-    """Optional attribute `max_in_flight` (int): the requests the backend takes at once, which the judge loop keeps
-    in flight (capeval.engine.judging.window.judge_window; its default is chosen per backend, docs/judges.md). A judge
-    without it gets the loop's default window."""
+    """What every judge implements. What a judge may declare besides (its window, thread safety, streaming, retry
+    reports, batch rounds ...) is listed in `JudgeCapabilities`, read by `judge_capabilities`."""
 
     name: str  # model name as recorded in verdicts
     revision: str  # weights/version identity; part of every cache key
@@ -145,6 +145,106 @@ class Captioner(Protocol):
     def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]: ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RetryReportingJudge(Protocol):
+    """Optional: a judge that retries requests itself (the HTTP judges, adapters/http_chat.py) and reports each retry
+    as it happens. The judge loop calls `watch_retries(callback)` when it starts, then the judge calls `callback(kind)`
+    (e.g. "429", "timeout") at each retry, on its own thread; `watch_retries(None)` when the loop ends (the judge
+    may serve another loop)."""
+
+    def watch_retries(self, callback: Callable[[str], None] | None) -> None: ...
+
+
+@runtime_checkable
+class RoundJudge(Protocol):
+    """Optional: a judge that answers whole rounds of requests (the batch judges, adapters/batch_rounds.py).
+    `round_requests` is the round's size: the judge loop gathers that many requests before sending (its window is at
+    least that). `use_state_dir(folder)` tells it where its batches' state lives (beside the judgment cache, so a
+    rerun resumes them); `forget_answer(key)` drops a kept answer the loop refused (too large), so a rerun asks
+    again instead of reading it back."""
+
+    round_requests: int
+
+    def use_state_dir(self, folder: Path) -> None: ...
+
+    def forget_answer(self, key: str) -> None: ...
+
+
+@runtime_checkable
+class TokenLimitJudge(Protocol):
+    """Optional: a judge that sends a different `max_tokens` than the request asks (the OpenAI-compatible judge adds
+    room for the JSON object around a structured choice); transcripts record what was sent."""
+
+    def sent_max_tokens(self, max_tokens: int | None, choices: Sequence[str] | None,
+                        json_schema: str | None) -> int | None: ...
+
+
+def _positive_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+@dataclass(frozen=True)
+class JudgeCapabilities:
+    """What the judge loop may use of a judge besides `Judge.judge`, each optional on the backend, with the default a
+    judge that declares nothing gets:
+
+    - `streaming`: it implements `StreamingJudge.stream` (default False: driven batch by batch through `judge`);
+    - `max_in_flight`: the requests it takes at once, which the loop keeps in flight (default None: the loop's default
+      window, capeval.engine.judging.window; chosen per backend, docs/judges.md);
+    - `thread_safe`: `judge()` may be called from several threads at once (default False: one batch at a time);
+    - `max_reply_chars`: the longest reply it accepts before the loop refuses it (default None: the loop's cap);
+    - `reports_retries`: a `RetryReportingJudge`; `round_requests`: the round size of a `RoundJudge` (0: none);
+      `adjusts_max_tokens`: a `TokenLimitJudge`."""
+
+    streaming: bool = False
+    max_in_flight: int | None = None
+    thread_safe: bool = False
+    max_reply_chars: int | None = None
+    reports_retries: bool = False
+    round_requests: int = 0
+    adjusts_max_tokens: bool = False
+
+
+def judge_capabilities(judge: Judge) -> JudgeCapabilities:
+    """The capabilities `judge` declares (see JudgeCapabilities); a value of the wrong type counts as undeclared."""
+    return JudgeCapabilities(
+        streaming=isinstance(judge, StreamingJudge),
+        max_in_flight=_positive_int(getattr(judge, "max_in_flight", None)),
+        thread_safe=bool(getattr(judge, "thread_safe", False)),
+        max_reply_chars=_positive_int(getattr(judge, "max_reply_chars", None)),
+        reports_retries=isinstance(judge, RetryReportingJudge),
+        round_requests=(_positive_int(judge.round_requests) or 0) if isinstance(judge, RoundJudge) else 0,
+        adjusts_max_tokens=isinstance(judge, TokenLimitJudge),
+    )
+
+
+@dataclass(frozen=True)
+class CaptionerCapabilities:
+    """What the caption stage may use of a captioner besides `Captioner.caption`, each optional, with its default:
+
+    - `streaming`: it implements `StreamingCaptioner.acaption` (default False: driven through `caption`);
+    - `max_in_flight`: calls kept outstanding per instance (default None: the stage's default);
+    - `thread_safe`: `caption()` may run in several threads at once (default False: one call at a time);
+    - `actor_cpus`: the CPUs a caption actor reserves on a CPU node, a class attribute read before any instance
+      exists (default 1; 0 for HTTP captioners, whose server does the work)."""
+
+    streaming: bool = False
+    max_in_flight: int | None = None
+    thread_safe: bool = False
+    actor_cpus: float = 1.0
+
+
+def captioner_capabilities(captioner: Any) -> CaptionerCapabilities:
+    """The capabilities a captioner instance or class declares (see CaptionerCapabilities)."""
+    cpus = getattr(captioner, "actor_cpus", 1)
+    return CaptionerCapabilities(
+        streaming=callable(getattr(captioner, "acaption", None)),
+        max_in_flight=_positive_int(getattr(captioner, "max_in_flight", None)),
+        thread_safe=bool(getattr(captioner, "thread_safe", False)),
+        actor_cpus=float(cpus) if isinstance(cpus, (int, float)) and not isinstance(cpus, bool) and cpus >= 0 else 1.0,
+    )
 
 
 @runtime_checkable

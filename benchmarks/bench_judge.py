@@ -38,6 +38,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from capeval.adapters.base import StreamingJudge
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("CAPEVAL_SHARED_DATA", REPO.parent / "shared" / "data"))
 SCORE_CHOICES = ("1", "0", "-1")
@@ -225,7 +227,7 @@ def vllm_section(data: Path, quick: bool, model_dir: Path | None, say) -> dict:
         result["grouped_prefix_cache"]["cached_share_ceiling"] = prefix_cache_ceiling(
             [judge.render(r) for r in grouped], block_size)
         grouped_answers = {r.key: r.text for r in out}
-        if not quick and callable(getattr(judge, "stream", None)):
+        if not quick and isinstance(judge, StreamingJudge):
             judge.reset_prefix_cache()
             say("vllm: same prompts through stream() (prefix cache reset)")
             out, wall = _run(judge, grouped, stream=True, window=window)

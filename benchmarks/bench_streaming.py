@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from capeval.adapters.base import StreamingJudge
+
 MEDIAN_S, SIGMA, IN_FLIGHT = 0.3, 0.8, 64
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "capability"
 
@@ -230,7 +232,7 @@ def streaming(quick: bool = True) -> dict:
     cfg = FaultConfig(latency_median_s=MEDIAN_S, latency_sigma=SIGMA, log_attempts=False, lifetime_s=900.0)
     with LoopbackServer(cfg, mode="process") as server:
         judge = OpenAIJudge(model="loopback", base_url=server.base_url, max_in_flight=IN_FLIGHT, timeout_s=60.0)
-        streams = callable(getattr(judge, "stream", None))
+        streams = isinstance(judge, StreamingJudge)
         if not streams:
             judge.thread_safe = True  # its judge() runs on a private event loop: concurrent calls are safe
         try:

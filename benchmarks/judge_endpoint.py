@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from capeval.adapters.base import StreamingJudge
+from capeval.adapters.base import StreamingJudge, judge_capabilities
 from capeval.adapters.http_chat import Prices
 
 PLACEHOLDER_CAPTION = ("A placeholder caption standing in for a model's description of this video: a person walks "
@@ -321,9 +321,7 @@ def run(args, levels: list[int]) -> dict:
     params = _options(args.param)
     judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url, **options)
     try:
-        from capeval.engine.judging.window import declared_window
-
-        takes = declared_window(judge)
+        takes = judge_capabilities(judge).max_in_flight
         if takes is not None and max(levels) > takes:
             raise UsageError(f"--concurrency {max(levels)}: judge {judge.name} takes at most {takes} requests in "
                              f"flight (its max_in_flight option); give --judge-option max_in_flight={max(levels)}")

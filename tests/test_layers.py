@@ -355,7 +355,7 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "benchmarks/bench_streaming.py": 11,
     "benchmarks/bench_sweep.py": 5,
     "benchmarks/http_loopback.py": 2,
-    "benchmarks/judge_endpoint.py": 17,
+    "benchmarks/judge_endpoint.py": 16,
     "benchmarks/micro/conftest.py": 2,
     "benchmarks/micro/test_micro_kernels.py": 3,
     "benchmarks/micro/test_micro_request_path.py": 8,

@@ -26,7 +26,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from capeval.adapters.base import BackendFatalError, JudgeResponse
+from capeval.adapters.base import BackendFatalError, JudgeResponse, judge_capabilities
 from capeval.engine.errors import AbortedError
 from capeval.engine.reasoning import tags_of
 from capeval.engine.schemas import utf8_text
@@ -58,7 +58,8 @@ class JudgeLoop:
                  progress: bool = False, claim_timeout_s: float | None = None, max_reply_chars: int | None = None,
                  warn_failure_share: float | None = WARN_FAILURE_SHARE):
         self.judge = judge
-        limit = max_reply_chars if max_reply_chars is not None else getattr(judge, "max_reply_chars", None)
+        self.capabilities = caps = judge_capabilities(judge)
+        limit = max_reply_chars if max_reply_chars is not None else caps.max_reply_chars
         self.max_reply_chars = int(limit) if isinstance(limit, int) and limit > 0 else MAX_REPLY_CHARS
         # stripped from each reply before the protocol parses it (cells.Cell.answer); the cache keeps the raw reply,
         # so other tags re-parse cached replies without asking again
@@ -66,10 +67,9 @@ class JudgeLoop:
         self.max_in_flight = judge_window(judge, max_in_flight)
         # A batch judge (adapters/batch_rounds.py) answers whole rounds: the window is a round, gathered whole while
         # a source still adds cells (`_gathering`), and its batches' state lives beside the judgment cache.
-        rounds = getattr(judge, "round_requests", None)
-        self.round_requests = rounds if isinstance(rounds, int) and not isinstance(rounds, bool) and rounds > 0 else 0
+        self.round_requests = caps.round_requests
         self.max_in_flight = max(self.max_in_flight, self.round_requests)
-        if callable(getattr(judge, "use_state_dir", None)):
+        if caps.round_requests:
             judge.use_state_dir(Path(cache_dir) / "batches")
         self.batch_size = max(1, int(batch_size))
         self.use_cache = use_cache
@@ -84,7 +84,7 @@ class JudgeLoop:
         # Optional producer of cells (JudgeScheduler.run(source=...)): poll(timeout) adds cells and parts as their
         # inputs appear (a sweep's captions); `open` is true while it may add more.
         self.source = None
-        self.streaming = callable(getattr(judge, "stream", None))
+        self.streaming = caps.streaming
         try:
             self.cache = JudgmentCache(cache_dir, claim_timeout_s=claim_timeout_s)
             self.committer = Committer(cache_dir)
@@ -97,7 +97,7 @@ class JudgeLoop:
             self._bar = Bar(0, f"judge {getattr(judge, 'name', '')}", "req", True, growing=True)
         # retries, rate limits and failures as they happen: on the bar, and a warning past warn_failure_share
         self.live = LiveCounts(getattr(judge, "name", ""), bar=self._bar, warn_share=warn_failure_share)
-        if callable(getattr(judge, "watch_retries", None)):  # HTTP judges tell each retry (adapters/http_chat.py)
+        if caps.reports_retries:  # HTTP judges tell each retry (adapters/http_chat.py)
             judge.watch_retries(self.live.retried)
 
     def add(self, cell: Cell) -> None:
@@ -311,7 +311,7 @@ class JudgeLoop:
         self.live.answered(failure is not None, failure, reask=rows[0].attempt > 0)
         if failure is not None:
             self._release(resp.key)  # a failed request is not ours any more: another run may ask it
-            if resp.text is not None and callable(getattr(self.judge, "forget_answer", None)):
+            if resp.text is not None and self.capabilities.round_requests:
                 self.judge.forget_answer(resp.key)  # a batch judge keeps answers: a refused one must not come back
             if resp.text is None:  # with what the server answered that the backend refused, for the transcript
                 failure = BackendError(failure, tuple(utf8_text(r) for r in getattr(resp, "raw_replies", ()) or ()))
@@ -368,7 +368,7 @@ class JudgeLoop:
                 pass
             self.cache.close()
             self.live.close()
-            if callable(getattr(self.judge, "watch_retries", None)):
+            if self.capabilities.reports_retries:
                 self.judge.watch_retries(None)  # the judge may serve another loop: its retries are not ours
             if self._bar is not None:
                 self._bar.close()

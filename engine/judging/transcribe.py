@@ -75,9 +75,9 @@ class Transcriber:
         max_tokens = req.get("max_tokens")
         # the limit the backend sends, when it differs from the protocol's (the OpenAI-compatible judge adds room
         # for the JSON object around a structured choice)
-        sent = getattr(getattr(row.cell.loop, "judge", None), "sent_max_tokens", None)
-        if callable(sent) and max_tokens is not None:
-            max_tokens = sent(max_tokens, req.get("choices"), req.get("json_schema"))
+        loop = row.cell.loop
+        if loop is not None and loop.capabilities.adjusts_max_tokens and max_tokens is not None:
+            max_tokens = loop.judge.sent_max_tokens(max_tokens, req.get("choices"), req.get("json_schema"))
         self._records.append({
             **ids, "judge": self.judge_name, "system": req.get("system"), "user": req.get("user"),
             "frames_path": frames, "images_digest": ctx.get("images_digest"),

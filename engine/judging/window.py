@@ -20,7 +20,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Iterator
 
-from capeval.adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
+from capeval.adapters.base import BackendFatalError, JudgeRequest, JudgeResponse, judge_capabilities
 from capeval.engine.errors import UsageError
 from capeval.engine.store.judgment_cache import CachedResponse, JudgmentCache
 
@@ -28,17 +28,11 @@ from capeval.engine.store.judgment_cache import CachedResponse, JudgmentCache
 DEFAULT_WINDOW = 64
 
 
-def declared_window(judge) -> int | None:
-    """The judge's `max_in_flight` (capeval.adapters.base.Judge: the requests it takes at once), or None when it has none."""
-    value = getattr(judge, "max_in_flight", None)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-
 def judge_window(judge, asked: int | None = None) -> int:
     """Requests the judge loop keeps in flight at `judge`: `asked` when the caller sets a window (`capeval construct
     --max-in-flight`), else the judge's own `max_in_flight`, else DEFAULT_WINDOW. A window larger than the judge
     takes (its connection pool, its option) is a UsageError naming the option, never silently lowered."""
-    declared = declared_window(judge)
+    declared = judge_capabilities(judge).max_in_flight
     if asked is None:
         return declared or DEFAULT_WINDOW
     if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
@@ -118,7 +112,7 @@ def batch_stream(judge, feed: WindowFeed, max_in_flight: int, batch_size: int) -
     max_in_flight // batch_size batches run at once (threads), else one at a time. A BackendFatalError stops taking
     work; the batches already running finish and are yielded, then it is raised."""
     batch_size = max(1, min(int(batch_size), int(max_in_flight)))
-    workers = max(1, int(max_in_flight) // batch_size) if getattr(judge, "thread_safe", False) else 1
+    workers = max(1, int(max_in_flight) // batch_size) if judge_capabilities(judge).thread_safe else 1
     if workers == 1:
         while True:
             batch = feed.take(batch_size)

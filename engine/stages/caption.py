@@ -26,6 +26,7 @@ from typing import Iterable, Iterator
 
 import pyarrow as pa
 
+from capeval.adapters.base import captioner_capabilities
 from capeval.engine.schemas import CAPTIONS, conform
 from capeval.engine.stages.caption_worker import (TIMESTAMP_MODES, CaptionTask, CaptionWorker,  # noqa: F401 (re-exported)
                                           prompt_with_timestamps, row, segment_chunks)
@@ -66,7 +67,7 @@ def actor_cpus(captioner: str) -> float:
     from capeval.engine.registry import lookup
 
     try:
-        return float(getattr(lookup("captioner", captioner), "actor_cpus", 1))
+        return captioner_capabilities(lookup("captioner", captioner)).actor_cpus
     except KeyError:  # unknown: the actor's constructor will say so
         return 1
 

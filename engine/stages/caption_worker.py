@@ -25,7 +25,9 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 
+from capeval.adapters.base import CaptionerCapabilities, captioner_capabilities
 from capeval.engine.reasoning import caption_row_fields, strip_caption, tags_of
 
 TIMESTAMP_MODES = ("none", "text")
@@ -132,18 +134,22 @@ class CaptionWorker:
         self.exit_once_marker = exit_once_marker
 
     # -- how many calls the stage keeps outstanding here ------------------------------------------------------------
+    @cached_property
+    def capabilities(self) -> CaptionerCapabilities:
+        return captioner_capabilities(self.model)
+
     @property
     def streaming(self) -> bool:
-        return callable(getattr(self.model, "acaption", None))
+        return self.capabilities.streaming
 
     def _threads(self) -> int:
-        if not getattr(self.model, "thread_safe", False):
+        if not self.capabilities.thread_safe:
             return 1
-        return max(1, int(getattr(self.model, "max_in_flight", 0) or SYNC_THREADS))
+        return self.capabilities.max_in_flight or SYNC_THREADS
 
     def window(self) -> int:
         if self.streaming:
-            return max(1, int(getattr(self.model, "max_in_flight", 0) or SYNC_THREADS))
+            return self.capabilities.max_in_flight or SYNC_THREADS
         return self._threads() + 1  # one queued behind the busy threads: no idle gap between requests
 
     def info(self) -> dict:
