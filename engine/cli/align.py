@@ -1,15 +1,16 @@
 """`capeval align`: how well a caption metric or a judge agrees with human ratings (human alignment).
 
-Ratings: `--dataset vatex_eval --data DIR` (VATEX-EVAL: 3,000 videos x 6 candidates x 3 annotators) or
-`--ratings FILE`, any table (Parquet, CSV, JSON lines) with `video_id`, `candidate_index` and one column per
-annotator (`--rating-columns`, default: every column whose name starts with "rating").
+Ratings: `--dataset KIND --data DIR`, a registered dataset kind that carries human ratings (its `ratings` loader;
+e.g. `vatex_eval`: 3,000 videos x 6 candidates x 3 annotators), or `--ratings FILE`, any table (Parquet, CSV, JSON
+lines) with `video_id`, `candidate_index` and one column per annotator (`--rating-columns`, default: every column
+whose name starts with "rating").
 Scores: `--scores FILE` keyed by `video_id`, `candidate_index`, the value in `--column` (default `score`). A verdict
-table (capeval.engine.schemas.VERDICTS, e.g. VC-Inspector's) works the same way: the candidate comes from `item_id`
-"<video>/<k>" (engine/datasets/vatex_eval.py), the value is the verdict code (+1 for VC-Inspector's 1-5 scale), and
-rows without a verdict are left out and counted.
+table (capeval.engine.schemas.VERDICTS, e.g. a protocol that scores a caption 1-5) works the same way: the candidate
+comes from `item_id` "<video>/<k>" (as a rating dataset kind names its items), the value is the verdict code (+1, so
+that codes 0-4 read as a 1-5 scale), and rows without a verdict are left out and counted.
 
-Printed figures (EMScore's protocol, as VC-Inspector's Table 3): tau_b and rho = the mean over annotators of Kendall
-tau_b / Spearman rho against that annotator; `*_mean_human` against the mean rating; fractions, unrounded unless
+Printed figures (EMScore's meta-evaluation protocol, which caption-metric papers report): tau_b and rho = the mean
+over annotators of Kendall tau_b / Spearman rho against that annotator; `*_mean_human` against the mean rating; fractions, unrounded unless
 `--round4`; bootstrap CIs resample videos (`--resamples`, 0 = none).
 """
 
@@ -20,7 +21,9 @@ import json
 import sys
 from pathlib import Path
 
+from capeval.engine.datasets.registry import DatasetKind
 from capeval.engine.errors import UsageError
+from capeval.engine.registry import lookup
 
 USAGE = """examples:
   capeval align --dataset vatex_eval --data ../shared/data/vatex_eval \\
@@ -34,7 +37,8 @@ def register(sub) -> None:
     p = sub.add_parser("align", help="rank correlation of a metric or judge with human ratings (VATEX-EVAL, ...)",
                        epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--dataset", choices=["vatex_eval"], help="a known human-rating release (needs --data)")
+    src.add_argument("--dataset", metavar="KIND", help="a dataset kind that carries human ratings, e.g. vatex_eval "
+                     "(needs --data)")
     src.add_argument("--ratings", type=Path, help="table with video_id, candidate_index and one column per annotator")
     p.add_argument("--data", type=Path, help="folder of the --dataset release")
     p.add_argument("--rating-columns", help="comma-separated annotator columns of --ratings (default: rating*)")
@@ -69,17 +73,28 @@ def read_table(path: Path, what: str):
     raise UsageError(f"{what} file {path}: unknown format {suffix!r} (use .parquet, .csv, .tsv, .jsonl or .json)")
 
 
+def rating_kind(name: str) -> DatasetKind:
+    """The registered dataset kind `name`, refused unless it carries human ratings."""
+    try:
+        kind = lookup("dataset_kind", name)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+    if kind.ratings is None:
+        raise UsageError(f"--dataset {name}: dataset kind {name!r} carries no human ratings")
+    return kind
+
+
 def ratings_table(args):
     import polars as pl
 
-    if args.dataset == "vatex_eval":
+    if args.dataset is not None:
+        kind = rating_kind(args.dataset)
         if args.data is None:
-            raise UsageError("--dataset vatex_eval needs --data DIR (the folder holding vid_cans_score_dict.json)")
+            raise UsageError(f"--dataset {args.dataset} needs --data DIR ({kind.param('path').doc})")
         from capeval.engine.datasets.jsonl import DatasetFormatError
-        from capeval.engine.datasets.vatex_eval import load_ratings
 
         try:
-            table = load_ratings(args.data)
+            table = kind.ratings(args.data)
         except DatasetFormatError as exc:
             raise UsageError(str(exc)) from None
     else:

@@ -1,2 +1,3 @@
-"""Benchmark release loaders (capability, dream1k, vdc, vidcapbench, vatex_eval: release files -> ITEMS/CAPTIONS/
-VERDICTS) and the dataset kinds a sweep or `capeval judge --dataset` names (registry.py, kinds/)."""
+"""The dataset kinds a sweep or `capeval judge --dataset` names (registry.py; the generic ones in kinds/) and what
+release loaders share (JSON-lines records, media lookup, video ids). A benchmark's own release format lives in its
+package (engine/protocols/<name>/), registered as a dataset kind."""

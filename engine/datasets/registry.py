@@ -60,6 +60,9 @@ class DatasetKind:
     # listed by the loader itself).
     extra_roots: Callable[[Path, dict], list[Path]] | None = None
     files_in_folder: Callable[[Path, dict], list[Path]] | None = None
+    # Human ratings the release carries, for `capeval align --dataset KIND --data DIR`: ratings(folder) -> a Polars
+    # frame of video_id, candidate_index and one rating_<k> column per annotator (None: the kind has none).
+    ratings: Callable[[Path], Any] | None = None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from capeval.adapters.local_judge import LocalJudge
-from capeval.engine.datasets import dream1k
+from capeval.engine.protocols.lvcap import dream1k
 from capeval.engine.judging.runner import run_judging
 from capeval.engine.protocols.lvcap import PROTOCOL
 from capeval.engine.protocols.lvcap.metrics import compute_metrics

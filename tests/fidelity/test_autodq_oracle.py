@@ -16,7 +16,7 @@ import pyarrow as pa
 import pytest
 
 from capeval.adapters.replay import ReplayJudge
-from capeval.engine.datasets import dream1k
+from capeval.engine.protocols.lvcap import dream1k
 from capeval.engine.judging.runner import run_judging
 from capeval.engine.protocols.lvcap import PROTOCOL
 from capeval.engine.protocols.lvcap.autodq_metrics import clip_info, clip_scores, summarize

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from capeval.adapters.replay import ReplayJudge
-from capeval.engine.datasets import dream1k
+from capeval.engine.protocols.lvcap import dream1k
 from capeval.engine.replies.repair import ParseError
 from capeval.engine.judging.runner import run_judging
 from capeval.engine.packs import builtin_pack_path

@@ -196,7 +196,7 @@ def test_capquiz_sends_the_judge_prompt_and_no_sampling_parameter(tmp_path):
 
 
 def test_lvcap_autodq_events_send_one_user_message_and_nothing_else(tmp_path):
-    from capeval.engine.datasets import dream1k
+    from capeval.engine.protocols.lvcap import dream1k
 
     pack = _pack("autodq")
     oracle = PACK_DIR / "autodq_oracle.jsonl"
@@ -251,7 +251,7 @@ def test_vcinspector_sends_the_frames_the_text_and_max_tokens_1024_only(tmp_path
 def test_lvcap_paper_events_and_scene_questions_send_one_user_message_and_nothing_else(tmp_path):
     """LVCap-Eval's own official flow (the paper states no sampling): Prompt2 then Prompt5 per clip, and Prompt4 once
     per video for its scene questions -- each a model and one user message, nothing else."""
-    from capeval.engine.datasets import dream1k
+    from capeval.engine.protocols.lvcap import dream1k
 
     _pack("lvcap")
     spec = importlib.util.spec_from_file_location(

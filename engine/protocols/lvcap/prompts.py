@@ -3,7 +3,7 @@
 Items: a scene question has `task` "scene" (any task other than "events"), the question in `annotation`, yes/no in
 `answer`, and in `extra` (JSON) optionally `scene` (its scene number) and `scene_description` (the reference text of
 that scene). An event item has `task` "events", the reference events as a JSON list in `annotation` and the reference
-description in `answer` (the events joined when absent), as engine/datasets/dream1k.py produces.
+description in `answer` (the events joined when absent), as dream1k.py produces.
 
 Params (sweep `protocols[].params`, CLI `--mode/--prompts/--param`):
 * `mode` = "strict" (default, capeval's flow) or "official" (the published flow: Prompt4 per video for scenes,

@@ -9,16 +9,16 @@ from pathlib import Path
 from capeval.engine.datasets.media import find_media
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
+from .dream1k import load_clips, load_events
+
 
 def _unit(v) -> str | None:
     return None if v in ("clips", "events") else f"expected 'clips' or 'events', got {v!r}"
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from capeval.engine.datasets import dream1k
-
     path = resolve(base_dir, params["path"])
-    items = (dream1k.load_events if params.get("unit") == "events" else dream1k.load_clips)(path)
+    items = (load_events if params.get("unit") == "events" else load_clips)(path)
     root = resolve(base_dir, params["media_root"]) if "media_root" in params else path.parent
     media = {v: find_media(root, v) for v in dict.fromkeys(items.column("video_id").to_pylist())}
     return DatasetLoad(items, media)

@@ -1,4 +1,5 @@
-"""DREAM-1K and VDC loaders on the real files and on small bad files."""
+"""The DREAM-1K (LVCap-Eval's AutoDQ events) and VATEX-EVAL (VC-Inspector's human ratings) release loaders on the
+real files and on small bad files."""
 
 import json
 
@@ -6,8 +7,9 @@ import polars as pl
 import pytest
 
 from capeval.engine import schemas
-from capeval.engine.datasets import dream1k, vdc
 from capeval.engine.datasets.jsonl import DatasetFormatError
+from capeval.engine.protocols.lvcap import dream1k
+from capeval.engine.protocols.vcinspector import vatex_eval
 
 
 def test_dream1k_clips_and_events(shared_data):
@@ -31,24 +33,6 @@ def test_dream1k_bad_event_type(tmp_path):
         dream1k.load_clips(path)
 
 
-def test_vdc_questions(shared_data):
-    root = shared_data / "vdc"
-    q = pl.from_arrow(vdc.load_questions(root))
-    expected = {k: sum(len(v) for l in open(root / f"{k}.jsonl") for v in json.loads(l).values()) for k in vdc.KINDS}
-    assert dict(q.group_by("task").len().iter_rows()) == expected
-    assert (q["category"] == q["task"]).all()
-    assert q.select("task", "item_id").n_unique() == q.height  # repeated video ids keep all questions
-
-
-def test_vdc_bad_question(tmp_path):
-    for k in vdc.KINDS:
-        (tmp_path / f"{k}.jsonl").write_text("")
-    (tmp_path / "camera.jsonl").write_text(json.dumps({"v1": [{"question": "q?", "answer": "a"}]}) + "\n"
-                                           + json.dumps({"v2": [{"answer": "a"}]}) + "\n")
-    with pytest.raises(DatasetFormatError, match=r"camera.jsonl:2: field 'question': missing"):
-        vdc.load_questions(tmp_path)
-
-
 def test_dream1k_clips_are_lvcap_event_items_matching_the_autodq_oracle(shared_data):
     """DREAM-1K clips load as the LVCap-Eval protocol's event items (task "events"), and the real clips of the AutoDQ
     oracle cases have the same events, reference and source as the oracle's inputs."""
@@ -67,8 +51,6 @@ def test_dream1k_clips_are_lvcap_event_items_matching_the_autodq_oracle(shared_d
 
 
 def test_vatex_eval_loaders(shared_data):
-    from capeval.engine.datasets import vatex_eval
-
     folder = shared_data / "vatex_eval"
     ratings = vatex_eval.load_ratings(folder)
     assert ratings.height == 18000 and ratings["video_id"].n_unique() == 3000
@@ -82,8 +64,6 @@ def test_vatex_eval_loaders(shared_data):
 
 
 def test_vatex_eval_bad_scores(tmp_path):
-    from capeval.engine.datasets import vatex_eval
-
     (tmp_path / "vid_cans_score_dict.json").write_text(json.dumps(
         {"v1": {"vid": "v1", "cands": "['a', 'b']", "scores": "[[1, 2, 3]]", "refs": "[['r']]"}}))
     with pytest.raises(DatasetFormatError, match="field 'scores'"):

@@ -1,5 +1,5 @@
 """`vatex_eval`: VATEX-EVAL's human-rated candidate captions (VC-Inspector's correlation benchmark; the folder
-holding vid_cans_score_dict.json) plus the VATEX clips under `media_root`. Read by engine/datasets/vatex_eval.py:
+holding vid_cans_score_dict.json) plus the VATEX clips under `media_root`. Read by vatex_eval.py beside it:
 one item per candidate, the candidates come with the dataset as captions, the ratings ride in the items."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from capeval.engine.datasets.media import find_media
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from capeval.engine.datasets import vatex_eval  # polars, loaded when the kind is used
+    from . import vatex_eval  # deferred: polars, loaded when the kind is used
 
     path = resolve(base_dir, params["path"])
     items = vatex_eval.load_items(path)
@@ -23,9 +23,16 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
 
 def _files_in_folder(folder: Path, params: dict) -> list[Path]:
     """The score file the loader reads when `path` is the VATEX-EVAL folder (staging ships it)."""
-    from capeval.engine.datasets.vatex_eval import FILE
+    from .vatex_eval import FILE  # deferred: polars, loaded when the kind is used
 
     return [folder / FILE]
+
+
+def _ratings(folder: Path):
+    """The annotators' ratings of each candidate (`capeval align --dataset vatex_eval`)."""
+    from .vatex_eval import load_ratings  # deferred: polars, loaded when the kind is used
+
+    return load_ratings(folder)
 
 
 KIND = DatasetKind(
@@ -33,5 +40,5 @@ KIND = DatasetKind(
     (Param("path", (str,), "the folder holding vid_cans_score_dict.json",
            required=True, path="file_or_dir"),
      Param("media_root", (str,), "folder of the VATEX clips", path="dir")),
-    load, needs_media=False, reads_only=True, files_in_folder=_files_in_folder,
+    load, needs_media=False, reads_only=True, files_in_folder=_files_in_folder, ratings=_ratings,
 )
