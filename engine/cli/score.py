@@ -18,7 +18,7 @@ from capeval.engine.errors import UsageError
 from capeval.engine.inputs import read_captions, read_verdicts
 from capeval.engine.judge_run.breakdowns import add_breakdowns, check_by
 from capeval.engine.judge_run.inputs import caption_file_rules, load_items, lookup_protocol
-from capeval.engine.judge_run.options import accepted, check_out, protocol_params
+from capeval.engine.judge_run.options import check_out, protocol_params
 from capeval.engine.metrics.reasons import explain_nulls
 from capeval.engine.report.leaderboard import videos_per_system
 from capeval.engine.report.metrics_text import format_table
@@ -50,13 +50,13 @@ def register(sub) -> None:
 
 def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0, **options):
     """compute_metrics of `protocol` (importable API behind the command), with a `reason` for every null value (a
-    group without a single verdict: "no verdicts: <first error> (xN)"); options it does not take are left out
-    (a sweep's protocol params include build-only ones such as `prompts`)."""
+    group without a single verdict: "no verdicts: <first error> (xN)"); only the options its metrics read are passed
+    (`JudgeProtocol.metric_params`: a sweep's protocol params include build-only ones such as `prompts`)."""
     if protocol not in PROTOCOLS:
         raise UsageError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
     module = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics")
     frame = module.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
-                                   **accepted(module.compute_metrics, options))
+                                   **lookup_protocol(protocol).metric_params(options))
     return explain_nulls(frame, verdicts, captions=captions)
 
 

@@ -4,7 +4,6 @@ anything runs)."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 from capeval.engine.errors import UsageError
@@ -24,14 +23,6 @@ def protocol_params(protocol: str, param_pairs: list[str], mode: str | None, pro
         raise UsageError("; ".join(f"--param {k}: {m}" if k not in ("mode", "prompts") else f"--{k}: {m}"
                                    for k, m in problems))
     return params
-
-
-def accepted(fn, params: dict) -> dict:
-    """The params `fn` takes (all of them when it takes **kwargs)."""
-    sig = inspect.signature(fn).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.values()):
-        return dict(params)
-    return {k: v for k, v in params.items() if k in sig}
 
 
 def check_out(path: Path, flag: str = "--out") -> None:

@@ -20,7 +20,7 @@ from capeval.engine.judge_run.backend import build_judge
 from capeval.engine.judge_run.breakdowns import add_breakdowns, check_by, metrics_of
 from capeval.engine.judge_run.inputs import (InputOptions, check_pairs, frames_for_judge, given_captions,
                                              protocol_and_items)
-from capeval.engine.judge_run.options import accepted, check_out
+from capeval.engine.judge_run.options import check_out
 from capeval.engine.judging.runner import run_judging
 from capeval.engine.metrics.reasons import explain_nulls
 from capeval.engine.packs import PackError, load_pack, resolve_pack
@@ -96,9 +96,9 @@ def judge_items(options: JudgeOptions, record_config: dict) -> int:
     print(f"[judge] wrote {verdicts.num_rows} verdict rows to {options.out}")
     caps = pl.from_arrow(captions) if protocol.metrics_read_captions else None
     metrics = protocol.compute_metrics(pl.from_arrow(verdicts), items=pl.from_arrow(items), captions=caps,
-                                       n_resamples=options.resamples, seed=0, **metrics_params(protocol, params))
+                                       n_resamples=options.resamples, seed=0, **protocol.metric_params(params))
     metrics = explain_nulls(metrics, verdicts, captions=captions)  # no verdicts: null and why, never a number
-    metrics = add_breakdowns(metrics, metrics_of(protocol, options.resamples, metrics_params(protocol, params)),
+    metrics = add_breakdowns(metrics, metrics_of(protocol, options.resamples, protocol.metric_params(params)),
                              verdicts, options.by, protocol=protocol.name, items=items, captions=caps, params=params)
     if options.metrics:
         metrics.write_csv(options.metrics)
@@ -109,15 +109,6 @@ def judge_items(options: JudgeOptions, record_config: dict) -> int:
         print(f"[judge] every metric row ({metrics.height}): add --metrics FILE to write them as CSV", file=sys.stderr)
     record_run(options.out, record_config, protocol, judge, params, verdicts, summary, started)
     return exit_code(verdicts, options.max_failure_share, protocol.intermediate_steps)
-
-
-def metrics_params(protocol: JudgeProtocol, params: dict) -> dict:
-    """The params the protocol's metrics module takes (build-only params such as prompts stay out)."""
-    try:
-        module = protocol.metrics_module()
-    except ModuleNotFoundError:
-        return params
-    return accepted(module.compute_metrics, params)
 
 
 def requests_wording(n_requests: int, items, captions, seeds) -> str:
