@@ -94,12 +94,12 @@ def judge(protocol: str, items: pa.Table | pl.DataFrame | str | Path,
           judge_options: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
           seeds: Sequence[int] = (0,), frames: pa.Table | None = None, cache: str | Path = ".capeval/judge-cache",
           n_resamples: int = 1000, progress: bool = False) -> JudgeResult[pl.DataFrame]:
-    """Judge `captions` of `items` with `protocol` (a registered name: capquiz, lvcap, capability, ...) and the
+    """Judge `captions` of `items` with `protocol` (a registered protocol's name, `capeval list`) and the
     judge backend `judge` built with `judge_options` (e.g. {"model": ..., "base_url": ...}), as `capeval judge`
     does: requests go through the judgment cache `cache`, so a repeated call sends nothing. `items` and `captions`
     are Arrow tables, Polars frames or files (JSONL/CSV/Parquet, docs/inputs.md); `params` are protocol params
-    (mode, prompts, ...), `seeds` one trial each. A protocol whose judge sees frames (VC-Inspector) needs `frames`,
-    a FRAMES table. Raises ValueError for params or items the protocol refuses, before anything is judged."""
+    (mode, prompts, ...), `seeds` one trial each. A protocol whose judge sees frames (a multimodal judge) needs
+    `frames`, a FRAMES table. Raises ValueError for params or items the protocol refuses, before anything is judged."""
     chosen = lookup("protocol", protocol)
     run_params = dict(params or {})
     problems = protocol_param_problems(run_params, Path.cwd(), protocol=protocol)

@@ -85,7 +85,7 @@ def fits(value: Any, types: Iterable[type]) -> bool:
 
 def param_problems(declared: Iterable[Param], params: Mapping[str, Any], what: str) -> list[tuple[str, str]]:
     """(param name, message) for every parameter of `params` that `declared` does not name (the message lists the
-    valid names) and every value a declared parameter refuses. `what` names the owner ("protocol 'capquiz'")."""
+    valid names) and every value a declared parameter refuses. `what` names the owner ("protocol '<name>'")."""
     by_name = {p.name: p for p in declared}
     out = []
     for key, value in params.items():

@@ -114,7 +114,7 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
     """Append one run's record to `out_dir/run.json` (created if missing); returns the file's path.
 
     components: identities and revisions, e.g. {"captioners": {"local": "rev"}, "judges": {"local": "rev"}};
-    modes: per protocol, e.g. {"capquiz": "strict"}; pack_digests: {pack name or protocol: digest};
+    modes: per protocol, e.g. {"<protocol>": "strict"}; pack_digests: {pack name or protocol: digest};
     counts_by_status: e.g. {"cells": {"run": 4, "cached": 0}, "verdicts": {"ok": 90, "failed": 2}};
     throughput: e.g. {"judge_requests_per_s": 12.5}; cost: tokens and USD per judge and captioner, paid in this run
     and reused (engine/sweep/usage.py); datasets: per dataset name, what was read (path, digests, counts:

@@ -32,7 +32,7 @@ NOT_ASKED_MARK = "not asked under the official retry rule"
 
 ITEMS = pa.schema(
     [
-        pa.field("benchmark", pa.string(), nullable=False),  # capability | capquiz | lvcap | vidcapbench | vcinspector
+        pa.field("benchmark", pa.string(), nullable=False),  # the registered protocol's name
         pa.field("task", pa.string(), nullable=False),  # task / dimension / question set
         pa.field("item_id", pa.string(), nullable=False),  # unique within (benchmark, task)
         pa.field("video_id", pa.string(), nullable=False),  # the video or image the item is about; bootstrap cluster
@@ -67,7 +67,7 @@ CAPTIONS = pa.schema(
         pa.field("frame_spec", pa.string(), nullable=False),
         pa.field("video_id", pa.string(), nullable=False),  # or item id for per-item captions
         pa.field("text", pa.string()),
-        pa.field("n_tokens", pa.int32()),  # caption tokens (VidCapBench's conciseness divides by this)
+        pa.field("n_tokens", pa.int32()),  # caption tokens (a conciseness metric divides by this)
         pa.field("prompt_tokens", pa.int32()),
         pa.field("latency_s", pa.float32()),
         pa.field("error", pa.string()),
@@ -102,7 +102,7 @@ JUDGE_REQUESTS = pa.schema(
         pa.field("json_schema", pa.string()),  # JSON schema text for structured decoding, when any
         pa.field("max_tokens", pa.int32()),
         pa.field("seed", pa.int64()),
-        pa.field("trial", pa.int16()),  # repeated judge seeds (VidCapBench)
+        pa.field("trial", pa.int16()),  # repeated judge seeds (protocols that judge each item several times)
     ]
 )
 

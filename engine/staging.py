@@ -3,14 +3,14 @@
 `plan_staging(sweep)` decides everything before a byte is copied; `write_staging(plan, folder)` copies it.
 
 - Declared path fields only: each dataset kind's path parameters (registry `Param.path`), the files its loader
-  reads (an items table; from a folder, what the kind's `files_in_folder` names: CAPability's task files,
-  VATEX-EVAL's score file), `[[captions]].path`, prompt `file`/`pack`, the protocol params that name prompt packs
+  reads (an items table; from a folder, what the kind's `files_in_folder` names: a release's task files or
+  score file), `[[captions]].path`, prompt `file`/`pack`, the protocol params that name prompt packs
   (`JudgeProtocol.pack_params`), `[options] prices` (a prices file), and `replies` of a replay judge or captioner.
   Any other string (a label, a name) is never read as a path and never rewritten.
 - Media: exactly the files the dataset kind's own loader lists (`DatasetLoad.media`), never a folder wholesale.
 - Roots: every shipped file must lie (after symlinks are resolved) under an allowed root: the sweep file's folder,
   each dataset's folders (the folder of its path, its `media_root`, those its kind's `extra_roots` adds:
-  CAPability's release root) and any
+  a release root above the annotations) and any
   `--allow-root`; below its root no path component may be hidden (`.ssh`, `.aws`), and media must have a video or
   image suffix. Anything else is refused (exit 2) naming the field, or the table's row, and the resolved path.
 - Size: the total is computed from the plan and refused above the cap before anything is copied.

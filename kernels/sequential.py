@@ -37,7 +37,7 @@ zero-width interval; the pseudo-observation's weight fades as 1/t.
 Assumptions (say them when you read a decision): (1) videos are judged in a uniformly random order (the sweep's
 seeded permutation); (2) the per-video values are bounded (so the variance exists and the plug-in converges; the
 bounds used per metric kind are in engine/sweep/decide.py: a metric's extreme values over one verdict code, e.g.
-[0, 100] for shares of items, [1, 5] for VC-Inspector's score, times the largest video's share of the items);
+[0, 100] for shares of items, [1, 5] for a 1-5 quality score, times the largest video's share of the items);
 (3) the guarantee is asymptotic (Waudby-Smith et al.'s "asymptotic confidence sequence": the error of the normal
 approximation vanishes as t grows), not a finite-sample bound; decisions therefore start after a minimum number of
 videos. tests/kernels/test_sequential.py measures the time-uniform coverage on simulated populations.

@@ -1,9 +1,9 @@
 """Shot cuts of a video (PySceneDetect) and the per-video scene boundaries that items carry.
 
-LVCap-Eval's ground truth starts from PySceneDetect shots (paper §3.3: "segment each video into shots, typically
-ranging from 5 to 10 seconds, while preserving original timestamps"). `detect_shots` runs PySceneDetect's content
-detector through its PyAV backend (the decoder capeval already uses; no OpenCV video I/O) and returns the shots in
-seconds from the start of the video.
+Long-video benchmarks build their ground truth from shots (segments of typically 5 to 10 seconds, with the original
+timestamps kept), so segmental captioning and construction need the same cuts. `detect_shots` runs
+PySceneDetect's content detector through its PyAV backend (the decoder capeval already uses; no OpenCV video I/O)
+and returns the shots in seconds from the start of the video.
 
 The content detector scores each frame by the mean absolute change of its hue, saturation and value from the previous
 frame (0-255 scale, the three channels weighted equally, edges not counted: PySceneDetect's defaults) and cuts where
@@ -13,8 +13,8 @@ under 5 on the generated test videos). Fades and slow dissolves are not cuts for
 little from the last. `min_shot_s` keeps two cuts at least that far apart (PySceneDetect's `min_scene_len`, given in
 frames there), so a flash does not split a shot.
 
-`boundaries_from_extra` / `video_boundaries` read the boundaries an items file gives per video (the items that
-`capeval construct lvcap` writes carry them), so segmental captioning follows each video's own scenes: an item's
+`boundaries_from_extra` / `video_boundaries` read the boundaries an items file gives per video (the items a
+construction pipeline writes carry them), so segmental captioning follows each video's own scenes: an item's
 `extra.scene_boundaries` (the scene cuts, seconds, increasing) wins; without it `extra.shot_boundaries` (the detected
 shot cuts) is used; a video with neither has none.
 """

@@ -28,6 +28,7 @@ import pyarrow as pa
 from capeval.engine import schemas
 from capeval.engine.errors import UsageError
 from capeval.engine.inputs.rows import FORMATS, int_value, is_missing, pick, read_rows, text_value, warn, where
+from capeval.engine.registry import lookup, names
 from capeval.engine.keys import canonical_json, caption_file_key, repeated_caption_file_key
 from capeval.engine.safetext import clip
 
@@ -94,9 +95,13 @@ def read_items(path: str | Path, *, benchmark: str | None = None, resolve_media:
     path = Path(path)
     rows, lines = [], []
     for n, rec in read_rows(path):
-        if "file_id" in rec and "data_type" in rec and "item_id" not in rec:
-            raise UsageError(f"{path}: this is a CAPability annotation file; use --dataset capability "
-                             f"(or a sweep dataset of kind 'capability')")
+        if "file_id" in rec and "data_type" in rec and "item_id" not in rec:  # release annotations, not items
+            kind = release_kind_of(path)
+            if kind is None:
+                raise UsageError(f"{path}: this looks like a benchmark's release annotation file (file_id, data_type, "
+                                 f"no item_id); read it with --dataset KIND, the benchmark's dataset kind")
+            raise UsageError(f"{path}: this is a {kind} release annotation file; use --dataset {kind} "
+                             f"(or a sweep dataset of kind '{kind}')")
         vcol, video = pick(rec, ("video_id",))
         video = text_value(video, path, n, "video_id", required=False, id_like=True)
         media = text_value(rec.get("media_path"), path, n, "media_path", required=False)
@@ -211,11 +216,16 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
     return schemas.conform(pa.Table.from_pylist(rows), schemas.CAPTIONS)
 
 
-def _captioner_from_path(path: Path) -> str:
-    """`<model>/<task>.jsonl` (a task a registered protocol declares, e.g. CAPability's released captions) names
-    its captioner by the folder; any other file by its own name."""
-    from capeval.engine.registry import lookup, names
+def release_kind_of(path: Path) -> str | None:
+    """The dataset kind that reads `path` as a registered benchmark's release layout (its protocol's
+    `release_dataset_kind`), else None."""
+    return next((kind for name in names("protocol") if (kind := lookup("protocol", name).release_dataset_kind(path))),
+                None)
 
+
+def _captioner_from_path(path: Path) -> str:
+    """`<model>/<task>.jsonl` (a task a registered protocol declares, e.g. a benchmark's released captions) names
+    its captioner by the folder; any other file by its own name."""
     tasks = {t for n in names("protocol") for t in lookup("protocol", n).tasks}
     return path.parent.name if path.stem in tasks and path.parent.name else path.stem
 

@@ -3,15 +3,16 @@
 * `correlate(metric, human)`: Kendall τ_b and τ_c and Spearman ρ between a metric's per-caption scores and the
   mean human score, plus the VATEX-EVAL protocol (Shi et al., EMScore, CVPR 2022; `compute_correlation_uniquehuman`
   in github.com/shiyaya/emscore): correlate the metric with *each annotator's* scores separately (scipy's
-  kendalltau = τ_b, spearmanr) and average over annotators. VC-Inspector (arXiv 2509.16538) reports τ_b and τ_c on
-  VATEX-Eval this way. EMScore also rounds the metric to 4 decimals first (and the averages after): off by default
+  kendalltau = τ_b, spearmanr) and average over annotators, as papers on caption metrics report τ_b and τ_c on
+  VATEX-Eval. EMScore also rounds the metric to 4 decimals first (and the averages after): off by default
   here (`round_decimals=4` turns it on), since it changes τ_b by up to 0.0014 on VATEX-EVAL's BLEU-1.
 * `align(table, score_column, rating_columns, ...)`: the whole `capeval align` computation on a joined table, with
   percentile bootstrap CIs that resample videos.
 * `gwet_ac1(ratings)`: Gwet's AC1 agreement among raters (Gwet 2008, "Computing inter-rater reliability and its
   variance in the presence of high agreement", BJMSP 61), multi-rater form; tolerant of missing ratings (NaN).
-* `swap_caption(caption, swaps, seed)`: VC-Inspector's data recipe makes captions with controlled factual errors
-  by replacing objects and actions; this swaps whole words/phrases from a given table, deterministically.
+* `swap_caption(caption, swaps, seed)`: negatives for training or checking a judge are captions with controlled
+  factual errors, made by replacing objects and actions; this swaps whole words/phrases from a given table,
+  deterministically.
 
 Correlations use capeval.kernels.correlation (O(n log n) Numba, exact tie handling; the tests check them against scipy).
 """
@@ -154,7 +155,7 @@ def match_case(template: str, word: str) -> str:
 def swap_caption(caption: str, swaps: dict[str, str], seed: int, n_swaps: int | None = None) -> str:
     """A negative caption: occurrences of `swaps` keys (whole words or phrases, case-insensitive, longest first)
     replaced by their values, keeping the capitalisation of the first letter. With `n_swaps`, only that many
-    occurrences, chosen by `seed`, are replaced (VC-Inspector grades quality by the number of errors); without it,
+    occurrences, chosen by `seed`, are replaced (a quality grade can then follow the number of errors); without it,
     all are. Deterministic: the same (caption, swaps, seed, n_swaps) always gives the same text."""
     if not swaps:
         return caption

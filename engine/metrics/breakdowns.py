@@ -6,8 +6,8 @@ An attribute is
 * a key of the items' `extra` JSON, as `extra.<key>` or as the plain key when no ITEMS column has that name
   (items tables put unknown columns there: `sub_category` in an items file is `extra.sub_category`);
 * derived, per video: `duration_bucket` (extra.duration in seconds, else the media's duration when the caller can
-  probe it; edges in minutes, default the LVCap-Eval paper's 2, 5, 10, 15, 20 -> "<2min", "2-5min", "6-10min",
-  "11-15min", "16-20min", ">20min", "unknown": engine/metrics/buckets.py, as the lvcap protocol) and `n_scenes`
+  probe it; edges in minutes, default 2, 5, 10, 15, 20 -> "<2min", "2-5min", "6-10min", "11-15min", "16-20min",
+  ">20min", "unknown": engine/metrics/buckets.py, which a protocol's metrics share) and `n_scenes`
   (extra.n_scenes, else len(extra.scenes), else the number of distinct extra.scene values among the video's items).
 
 Item attributes join the verdict rows by (task, item_id), per-video ones by video_id (rows of a per-video request
@@ -16,8 +16,8 @@ carry one item's id). For each level the protocol's own metrics are computed on 
 bootstrap on the subset), labelled with the column `by` (the attribute's name) and the attribute's column (the
 level); the unsplit rows are kept as they were with `by` and every attribute column = "all". `level_videos` says
 how many videos each row rests on (the report warns below capeval.engine.report.leaderboard.MIN_VIDEOS). A column the
-protocol's metrics already have (CAPability's task, VC-Inspector's category) is left to the protocol: its own rows
-are that breakdown.
+protocol's metrics already have (e.g. task or category, when its metrics are per task) is left to the protocol: its
+own rows are that breakdown.
 """
 
 from __future__ import annotations
@@ -285,7 +285,8 @@ def with_breakdowns(unsplit: pl.DataFrame, compute: Compute, verdicts: pl.DataFr
 
 
 def _captions_of(captions, verdicts: pl.DataFrame, items: pl.DataFrame | None):
-    """The captions of a level's videos (per-item captions, as CAPability's, carry the item id as video_id)."""
+    """The captions of a level's videos (per-item captions, as a protocol that captions each item has them,
+    carry the item id as video_id)."""
     if captions is None or "video_id" not in captions.columns:
         return captions
     ids = set(verdicts["video_id"].to_list()) | set(verdicts["item_id"].to_list() if "item_id" in verdicts.columns

@@ -1,6 +1,7 @@
-"""Duration buckets as LVCap-Eval labels them (Table 3: "<2min", "2-5min", "6-10min", "11-15min", "16-20min",
-">20min"), shared by the LVCap protocol's metrics and the generic `--by duration_bucket` breakdown so that both
-label a video the same way (the protocol may import capeval.engine.metrics; the generic engine may not import the protocol).
+"""Duration buckets of long videos in minutes ("<2min", "2-5min", "6-10min", "11-15min", "16-20min", ">20min", as
+long-video caption benchmarks label them), shared by a protocol's metrics and the generic `--by duration_bucket`
+breakdown so that both label a video the same way (a protocol may import capeval.engine.metrics; the generic engine
+may not import a protocol).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 
 UNKNOWN = "unknown"
-#: LVCap-Eval (Table 3): 2-5, 6-10, 11-15, 16-20 minutes
+#: the default edges: 2-5, 6-10, 11-15, 16-20 minutes
 PAPER_DURATION_EDGES = (2.0, 5.0, 10.0, 15.0, 20.0)
 
 

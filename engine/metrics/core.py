@@ -7,7 +7,7 @@ A protocol builds a `CountTable` (per video, per group, per code: `count_table`;
 `sum_table`) and names its metrics as vectorised functions of counts (..., n_codes + 1) -- the last column is
 NO_VERDICT -- and `metrics_frame` runs the mechanism on it:
 
-    table = count_table(verdicts, ["captioner", "task"], n_codes=3)            # CAPability codes
+    table = count_table(verdicts, ["captioner", "task"], n_codes=3)            # a three-code protocol
     hit = lambda c: safe_ratio(c[..., 1] + c[..., 2], c[..., :3].sum(-1))       # POSITIVE+NEGATIVE / all
     precision = lambda c: safe_ratio(c[..., 1], c[..., 1] + c[..., 2])
     frame = metrics_frame(table, {"precision": precision, "hit": hit}, n_resamples=1000, seed=0,
@@ -15,7 +15,7 @@ NO_VERDICT -- and `metrics_frame` runs the mechanism on it:
 
 The result is long format (capeval.engine.schemas.metrics_schema): group columns (strings), metric, value, ci_low,
 ci_high, n (verdicts with a code), n_no_verdict (rows without one: never dropped silently). Protocols with their
-own count columns (CAPability: n_missing, n_failed) call `bootstrap_frame` on their own array.
+own count columns (e.g. n_missing, n_failed) call `bootstrap_frame` on their own array.
 """
 
 from __future__ import annotations

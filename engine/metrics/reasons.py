@@ -3,7 +3,7 @@
 A metric row whose rows have no verdict at all (a judge that was down, captions that match no item) gets a null
 value and CI and the reason "no verdicts: <first error> (xN)" -- the first failure among its verdict rows, and how
 many rows failed that way (plus how many failed otherwise). Other null values keep the reason their protocol gave
-(`reason`, or CAPability's `note`), else a generic one (a 0/0 on these verdicts). Values are never filled in here:
+(`reason`, or a `note` column), else a generic one (a 0/0 on these verdicts). Values are never filled in here:
 a metric defined on its verdicts is left as its protocol computed it.
 
     metrics = explain_nulls(compute_metrics(verdicts, ...), verdicts, captions=captions)

@@ -273,7 +273,7 @@ def validation_summary(path: str | Path, judge_revision: str | None = None) -> d
 def judge_validation_record(judges, revisions: dict | None = None, protocols=()) -> dict:
     """{judge label: validation_summary(...) or {"status": "unvalidated"}} for a sweep's judges. A validation holds
     for the protocol it was made on: the sweep's other protocols (`protocols`: their names) are listed in
-    `not_validated_for`, so a judge validated on CAPability does not pass as validated on CapQuiz."""
+    `not_validated_for`, so a judge validated on one protocol does not pass as validated on another."""
     revisions = revisions or {}
     out = {}
     for j in judges:

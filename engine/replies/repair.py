@@ -98,7 +98,7 @@ def _loads_lenient(span: str) -> Any:
             return json.loads(candidate)
         except (ValueError, RecursionError):  # JSONDecodeError, and an integer over Python's 4,300-digit limit
             pass
-        try:  # single-quoted dicts, as the official CAPability script accepts via ast.literal_eval
+        try:  # single-quoted dicts, as official scoring scripts that parse with ast.literal_eval accept
             return ast.literal_eval(candidate)
         except (ValueError, SyntaxError, MemoryError, RecursionError):
             pass

@@ -1,13 +1,13 @@
 """Leaderboards: per protocol, one wide table of headline metrics with CIs, plus the breakdown below it.
 
 Rows are systems (captioner x prompt x frame spec [x judge] [x dataset]); columns are the protocol's headline
-metrics as value, ci_low, ci_high. Every command that scores (`capeval sweep`, `score`, `capability score`, the
-HTML report) builds the same shape from a long-format metrics table with `leaderboards(metrics, ...)`.
+metrics as value, ci_low, ci_high. Every command that scores (`capeval sweep`, `score`, a benchmark's own score
+subcommand, the HTML report) builds the same shape from a long-format metrics table with `leaderboards(metrics, ...)`.
 
 Two things the long table does not say by itself, said here:
-* an average over tasks that one undefined task made null (CAPability's 13-task average is nan when one task's
-  F1 is, as in the official script) is replaced by the mean of the DEFINED tasks, with a note naming the tasks
-  left out and no CI (the bootstrap replicates of that mean are not in the table);
+* an average over tasks that one undefined task made null (a protocol's average over its tasks is nan when one
+  task's F1 is, as some official scripts compute it) is replaced by the mean of the DEFINED tasks, with a note
+  naming the tasks left out and no CI (the bootstrap replicates of that mean are not in the table);
 * intervals that rest on fewer than MIN_VIDEOS videos, and degenerate intervals (low == high, e.g. [100, 100]
   from a handful of videos that all agree), get a warning;
 * a null value says why (`<m>_reason`, from the results' `reason` column): "no verdicts: <first error> (xN)" for a
@@ -50,7 +50,7 @@ class Leaderboard:
 
 
 def to_long(frame: pl.DataFrame) -> pl.DataFrame:
-    """A wide metrics table (`<m>`, `<m>_ci_low`, `<m>_ci_high` columns, as `capeval capability score` writes)
+    """A wide metrics table (`<m>`, `<m>_ci_low`, `<m>_ci_high` columns, as a benchmark's own score subcommand writes)
     in the long format (metric, value, ci_low, ci_high); a long table is returned as it is."""
     if "metric" in frame.columns:
         return frame
@@ -134,7 +134,7 @@ def leaderboard(metrics: pl.DataFrame, protocol: str | None = None, *, n_videos:
     df = metrics.filter(pl.col("protocol") == protocol) if "protocol" in metrics.columns else metrics
     if df.is_empty():
         raise ValueError(f"no metric rows for protocol {protocol!r}")
-    if not any(c in df.columns for c in SYSTEM_COLUMNS):  # one system's table (e.g. capability score): name it
+    if not any(c in df.columns for c in SYSTEM_COLUMNS):  # one system's table (a benchmark's score subcommand): name it
         df = df.with_columns(pl.lit("-").alias("captioner"))
     systems, breakdown = split_columns(df)
     df = df.with_columns(pl.col(c).cast(pl.String).fill_null("-") for c in systems)

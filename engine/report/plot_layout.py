@@ -7,7 +7,7 @@
   MAX_SERIES (e.g. one panel per captioner, its prompts as the series), else one panel per series.
 * **verdict colours in the codes' order**: the verdict codes' colours follow the protocol's codes, so a stack
   reads the same in every chart: right green, wrong red, in between amber (the same name gets the same colour in
-  every protocol); codes that carry no such name (VC-Inspector's SCORE_1..SCORE_5, a protocol's own codes) get a
+  every protocol); codes that carry no such name (a 1-5 score's SCORE_1..SCORE_5, a protocol's own codes) get a
   sequential red-to-green scale in code order; rows without a verdict are grey and come last.
 """
 

@@ -282,3 +282,16 @@ def test_judge_vcinspector_decodes_judge_frames_from_media(tmp_path, capsys):
     (tmp_path / "m" / "b.png").unlink()
     assert main(argv) == USAGE
     assert "1 of 2 media files not found" in capsys.readouterr().err
+
+
+def test_a_release_annotation_file_given_as_items_names_the_kind_its_protocol_declares(tmp_path):
+    """read_items names no benchmark itself: the dataset kind in its message comes from the protocols'
+    release_dataset_kind hook; a file no protocol claims gets the generic hint."""
+    release = tmp_path / "OCR.jsonl"
+    release.write_text(json.dumps({"file_id": "a", "file_path": "a.jpg", "data_type": "image", "annotation": {}}) + "\n")
+    with pytest.raises(UsageError, match="this is a capability release annotation file; use --dataset capability"):
+        read_items(release)
+    unclaimed = tmp_path / "other.jsonl"
+    unclaimed.write_text(json.dumps({"file_id": "a", "data_type": "image"}) + "\n")
+    with pytest.raises(UsageError, match="read it with --dataset KIND, the benchmark's dataset kind"):
+        read_items(unclaimed)

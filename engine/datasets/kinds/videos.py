@@ -1,6 +1,6 @@
 """`videos`: a folder (searched recursively) or a glob of videos and images, one item each, for reference-free
-protocols (VC-Inspector) or caption-only sweeps. item_id = video_id = the path relative to the folder, without
-its suffix; media_type from the suffix (JPEG/PNG/WebP/BMP are images)."""
+protocols (a judge that sees the video, no annotations) or caption-only sweeps. item_id = video_id = the path
+relative to the folder, without its suffix; media_type from the suffix (JPEG/PNG/WebP/BMP are images)."""
 
 from __future__ import annotations
 
