@@ -24,9 +24,11 @@ import math
 import resource
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from capeval.adapters.base import StreamingJudge
+from capeval.engine.protocols.base import RequestContext
 
 MEDIAN_S, SIGMA, IN_FLIGHT = 0.3, 0.8, 64
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "capability"
@@ -148,11 +150,7 @@ def scale_requests(n: int):
     import pyarrow.compute as pc
 
     protocol, base = capability_requests(12_000)
-    ctx = []
-    for c in base["context"].to_pylist():
-        d = json.loads(c)
-        d.pop("fields", None)
-        ctx.append(json.dumps(d))
+    ctx = [replace(RequestContext.decode(c), fields={}).encode() for c in base["context"].to_pylist()]
     base = base.set_column(base.schema.get_field_index("context"), "context", pa.array(ctx, pa.string()))
     base = base.set_column(base.schema.get_field_index("user"), "user",
                            pc.utf8_slice_codeunits(base["user"], 0, 40))

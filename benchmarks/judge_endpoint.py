@@ -62,7 +62,7 @@ def read_inputs(items_path: Path, captions_path: Path | None, protocol: str):
 def build_requests(protocol_name: str, items, captions, judge, params: dict, seeds=(0,)) -> list:
     """First-step JudgeRequests, in the protocol's order (requests sharing a caption adjacent)."""
     from capeval.engine.judging.requests import to_judge_request
-    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import RequestContext
     from capeval.engine.registry import lookup
 
     protocol = lookup("protocol", protocol_name)
@@ -70,7 +70,7 @@ def build_requests(protocol_name: str, items, captions, judge, params: dict, see
                                     seeds=list(seeds), **params)
     out = []
     for row in table.to_pylist():
-        if parse_context(row).get("parse", {}).get("missing"):
+        if RequestContext.decode(row["context"]).missing:
             continue  # no caption: the judge is never asked
         out.append(to_judge_request(row))
     return out
@@ -78,7 +78,7 @@ def build_requests(protocol_name: str, items, captions, judge, params: dict, see
 
 def no_requests_reason(protocol_name: str, items_path, items, captions, params: dict) -> str:
     """Why a protocol gave no request to send for these inputs, in words the user can act on."""
-    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import RequestContext
     from capeval.engine.registry import lookup
 
     protocol = lookup("protocol", protocol_name)
@@ -87,7 +87,7 @@ def no_requests_reason(protocol_name: str, items_path, items, captions, params: 
                 f"request would go without them); measure a text protocol (capquiz, capability, vidcapbench, "
                 f"lvcap) on the same judge, or time `capeval judge --protocol {protocol_name}`, which decodes them")
     table = protocol.build_requests(items, captions, judge="bench", judge_revision="bench", **params)
-    reasons = [parse_context(r).get("parse", {}).get("missing") for r in table.to_pylist()]
+    reasons = [RequestContext.decode(r["context"]).missing for r in table.to_pylist()]
     reasons = [r for r in reasons if r]
     why = (f"; all {len(reasons)} request rows lack their input, e.g. {reasons[0]}" if reasons else
            " (no item matches a caption: captions match items by item_id, then video_id)")

@@ -75,7 +75,7 @@ def test_parse_completion_body(benchmark):
 
 
 def _annotation_text(row) -> str:
-    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import RequestContext
 
-    fields = parse_context(row).get("fields") or {}
+    fields = RequestContext.decode(row["context"]).fields
     return fields.get("annotation") or ""

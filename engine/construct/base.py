@@ -27,7 +27,8 @@ import pyarrow as pa
 
 from capeval.engine.keys import construct_tag, mode_tag, pack_tag, tagged_revision
 from capeval.engine.packs import PromptPack
-from capeval.engine.protocols.base import JudgeProtocol, JudgingPolicy, Rendered, make_row, parse_context, rows_to_table
+from capeval.engine.protocols.base import (JudgeProtocol, JudgingPolicy, Rendered, RequestContext, make_row,
+                                          rows_to_table)
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 
@@ -115,7 +116,7 @@ class StepProtocol(JudgeProtocol):
         self.name, self.version = step.protocol, step.version
 
     def parse(self, request, text):
-        ctx = parse_context(request).get("parse", {})
+        ctx = RequestContext.decode(request.get("context")).parse
         try:
             payload = self.step.parse(ctx, text)
         except ParseFailure as exc:

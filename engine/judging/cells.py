@@ -13,7 +13,6 @@ input order, later steps by caption/item/step/sub_index/trial, so the table neve
 
 from __future__ import annotations
 
-import json
 import operator
 from collections import deque
 from typing import Callable, Iterator
@@ -22,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capeval.engine.protocols.base import REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy
+from capeval.engine.protocols.base import (REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy,
+                                          RequestContext)
 from capeval.engine.reasoning import DEFAULT_TAGS, empty_answer_reason, reasoning_tokens, split_reasoning
 from capeval.engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform, utf8_text
 
@@ -58,7 +58,7 @@ class Row:
 
     def __init__(self, cell: "Cell", req: dict, depth: int, order: int):
         self.cell, self.req, self.depth, self.order = cell, req, depth, order
-        self.ctx = json.loads(req["context"]) if req.get("context") else {}
+        self.ctx = RequestContext.decode(req.get("context"))
         self.unit: Unit | None = None
         self.attempt = 0
         self.key = req["request_key"]
@@ -249,7 +249,7 @@ class Cell:
 
     def _admit(self, row: Row) -> list[Row]:
         """[row] to ask it, or what finishing it without asking releases (no caption, an upstream step failed)."""
-        missing = row.ctx.get("parse", {}).get("missing")
+        missing = row.ctx.missing
         if not missing and self.not_asked and row.depth == 0:
             n = self.not_asked.get(group_of(row.req))
             if n is not None:
@@ -260,7 +260,7 @@ class Cell:
             return [row]
         if row.depth == 0 and self.loop is not None:
             self.loop.finished_unasked(1)
-        status = row.ctx["parse"].get("upstream_status", int(ParseStatus.MISSING))
+        status = row.ctx.parse.get("upstream_status", int(ParseStatus.MISSING))
         return self._final(row, {"verdict": NO_VERDICT, "parse_status": int(status), "error": missing,
                                  "attempt": None})
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from capeval.adapters.base import JudgeRequest
 from capeval.engine.keys import reask_key, resend_key
-from capeval.engine.protocols.base import REASK_TEMPERATURE, parse_context, reask_seed
+from capeval.engine.protocols.base import REASK_TEMPERATURE, RequestContext, reask_seed
 
 
 @lru_cache(maxsize=64)
@@ -36,38 +36,36 @@ def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
     raise ValueError(f"{path}: frames must be an .npy array, a .jpg, or a directory of .jpg files")
 
 
-def to_judge_request(row: dict, *, attempt: int = 0, ctx: dict | None = None,
+def to_judge_request(row: dict, *, attempt: int = 0, ctx: RequestContext | None = None,
                      reask_temperature: float | None = REASK_TEMPERATURE) -> JudgeRequest:
     """The backend request for a row. attempt > 0 is a re-ask with its own cache key (derived from the original
     one, so each attempt is cached separately): with `reask_temperature` None the request is resent unchanged
     (same seed and sampling, as official scripts re-ask); otherwise at that temperature with a derived seed (a
-    re-ask at temperature 0 would repeat the same malformed answer). `ctx`: the row's parsed context, if at hand."""
-    ctx = parse_context(row) if ctx is None else ctx
-    images = load_jpegs(ctx["frames_path"]) if ctx.get("frames_path") else ()
+    re-ask at temperature 0 would repeat the same malformed answer). `ctx`: the row's decoded context, if at hand."""
+    ctx = RequestContext.decode(row.get("context")) if ctx is None else ctx
+    images = load_jpegs(ctx.frames_path) if ctx.frames_path else ()
     key, temperature, seed = attempt_sampling(row, attempt, ctx, reask_temperature)
     return JudgeRequest(
         key=key, user=row["user"], system=row.get("system"),
         choices=tuple(row["choices"]) if row.get("choices") else None, json_schema=row.get("json_schema"),
         images=images, max_tokens=None if row.get("max_tokens") is None else int(row["max_tokens"]),
         temperature=temperature, seed=seed,
-        task=ctx.get("task", ""), fields={k: v if isinstance(v, str) else json.dumps(v)
-                                          for k, v in (ctx.get("fields") or {}).items()},
+        task=ctx.task, fields={k: v if isinstance(v, str) else json.dumps(v) for k, v in ctx.fields.items()},
         meta={"item_id": row.get("item_id"), "step": row.get("step"), "sub_index": int(row.get("sub_index") or 0),
               "seed": int(row["seed"] or 0), "trial": int(row.get("trial") or 0), "attempt": int(attempt)},
     )
 
 
-def attempt_sampling(row: dict, attempt: int, ctx: dict,
+def attempt_sampling(row: dict, attempt: int, ctx: RequestContext,
                      reask_temperature: float | None = REASK_TEMPERATURE) -> tuple[str, float | None, int | None]:
     """(cache key, temperature, seed) of the row's `attempt`-th ask, as `to_judge_request` sends it; temperature
     or seed None: none sent (the backend's default). Transcripts record the same values without building the
     request."""
-    temperature = ctx.get("temperature", 0.0)  # None: send no temperature (the backend's default)
-    temperature = None if temperature is None else float(temperature)
+    temperature = None if ctx.temperature is None else float(ctx.temperature)  # None: the backend's default
     seed = int(row["seed"] or 0)
     if attempt and reask_temperature is not None:
         seed, temperature = reask_seed(seed, attempt), float(reask_temperature)
-    if ctx.get("send_seed") is False:  # the official scripts send none: every ask, re-asks included, is a new draw
+    if not ctx.send_seed:  # the official scripts send none: every ask, re-asks included, is a new draw
         seed = None
     return attempt_key(row["request_key"], attempt, reask_temperature), temperature, seed
 

@@ -13,13 +13,13 @@ of one captioning model and trial (see `group_of`).
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from capeval.engine.protocols.base import RequestContext
 from capeval.engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
 
 DROPPED = ("dropped by the official retry rule: accepted at attempt {attempt}, but only {rounds} re-ask round(s) "
@@ -43,7 +43,7 @@ def small_groups(tables: list[pa.Table], k: int) -> dict[tuple, int]:
     for t in tables:
         cols = [t.column(n).to_pylist() if n in t.column_names else [None] * t.num_rows for n in names]
         for task, step, captioner, prompt_id, frames, trial, item, caption, context in zip(*cols):
-            if context and '"missing"' in context and json.loads(context).get("parse", {}).get("missing"):
+            if context and '"missing"' in context and RequestContext.decode(context).missing:
                 continue
             group = group_of({"task": task, "step": step, "captioner": captioner, "prompt_id": prompt_id,
                               "frame_spec": frames, "trial": trial})

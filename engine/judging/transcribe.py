@@ -70,8 +70,8 @@ class Transcriber:
         if schema not in self._schemas:
             self._schemas[schema] = _schema_ref(schema)
         name, digest = self._schemas[schema]
-        frames = ctx.get("frames_path")
-        temperature = ctx.get("temperature", 0.0)
+        frames = ctx.frames_path
+        temperature = ctx.temperature
         max_tokens = req.get("max_tokens")
         # the limit the backend sends, when it differs from the protocol's (the OpenAI-compatible judge adds room
         # for the JSON object around a structured choice)
@@ -80,7 +80,7 @@ class Transcriber:
             max_tokens = loop.judge.sent_max_tokens(max_tokens, req.get("choices"), req.get("json_schema"))
         self._records.append({
             **ids, "judge": self.judge_name, "system": req.get("system"), "user": req.get("user"),
-            "frames_path": frames, "images_digest": ctx.get("images_digest"),
+            "frames_path": frames, "images_digest": ctx.images_digest,
             "n_images": row.n_images if row.n_images is not None else (_count_images(frames) if frames else 0),
             "max_tokens": max_tokens, "temperature": None if temperature is None else float(temperature),
             "choices": req.get("choices"), "json_schema_name": name, "json_schema_digest": digest,

@@ -5,9 +5,11 @@ code (`parse`), builds the next step's requests for multi-step flows (`next_requ
 LVCap extract -> entail), and delegates metrics to its `metrics` module.
 
 Request tables have the columns of `capeval.engine.schemas.JUDGE_REQUESTS` plus one trailing `context` column (JSON text,
-see REQUESTS_WITH_CONTEXT): what the parser and the next step need (the correct letter, the reference answer), the
-`fields`/`task` a structured backend answers from (capeval.adapters.base.JudgeRequest), the frames path for multimodal judges
-and the sampling temperature. `conform(table, JUDGE_REQUESTS)` drops it when only the public columns are wanted.
+see REQUESTS_WITH_CONTEXT): a `RequestContext` -- what the parser and the next step need (the correct letter, the
+reference answer), the `fields`/`task` a structured backend answers from (capeval.adapters.base.JudgeRequest), the
+frames path for multimodal judges and the sampling temperature. `RequestContext.encode` writes the column's text and
+`RequestContext.decode` reads it back; nothing else parses it. `conform(table, JUDGE_REQUESTS)` drops the column when
+only the public columns are wanted.
 """
 
 from __future__ import annotations
@@ -75,6 +77,52 @@ class JudgingPolicy:
     mode: str = "strict"
 
 
+@dataclass(frozen=True)
+class RequestContext:
+    """What a request row carries beyond its public columns, stored as the `context` column's JSON text.
+
+    `task` is "protocol/task/step"; `fields` are what a structured backend answers from (and the untrusted texts a
+    parser must not take for an answer); `parse` is the protocol's own record for its parser and next step (the
+    correct letter, the reference answer, `missing` when the row is finished without asking). `frames_path` /
+    `images_digest`: the frames a multimodal judge sees. `temperature` None: none sent; `send_seed` False: no seed
+    sent. The text leaves out what is at its default (no frames, temperature 0, seed sent), so the stored text of
+    every existing request stays as it was."""
+
+    task: str = ""
+    fields: dict[str, Any] = field(default_factory=dict)
+    parse: dict[str, Any] = field(default_factory=dict)
+    frames_path: str | None = None
+    images_digest: str | None = None
+    temperature: float | None = 0.0
+    send_seed: bool = True
+
+    @property
+    def missing(self) -> str | None:
+        """Why the row is finished without asking the judge (no caption, an earlier step failed), or None."""
+        return self.parse.get("missing")
+
+    def encode(self) -> str:
+        text: dict[str, Any] = {"task": self.task, "fields": self.fields, "parse": self.parse}
+        if self.frames_path:
+            text["frames_path"] = self.frames_path
+            text["images_digest"] = self.images_digest
+        if self.temperature is None or self.temperature:
+            text["temperature"] = self.temperature  # absent = 0.0; null = none sent
+        if not self.send_seed:
+            text["send_seed"] = False  # absent = sent
+        return json.dumps(text, ensure_ascii=False, sort_keys=True)
+
+    @classmethod
+    def decode(cls, text: str | None) -> "RequestContext":
+        """The context of a stored `context` value (None or empty: the defaults)."""
+        if not text:
+            return cls()
+        value = json.loads(text)
+        return cls(task=value.get("task") or "", fields=value.get("fields") or {}, parse=value.get("parse") or {},
+                   frames_path=value.get("frames_path"), images_digest=value.get("images_digest"),
+                   temperature=value.get("temperature", 0.0), send_seed=value.get("send_seed") is not False)
+
+
 @dataclass
 class Rendered:
     """One rendered request before keying (what a protocol's prompts module produces)."""
@@ -108,19 +156,15 @@ def make_row(r: Rendered, base: dict, *, protocol: str, judge: str, judge_revisi
     key = request_key(judge, judge_revision, system=r.system, user=r.user, images_digest=r.images_digest,
                       choices=r.choices, json_schema=r.json_schema, max_tokens=r.max_tokens,
                       temperature=temperature, seed=seed, send_seed=r.send_seed)
-    context = {"task": f"{protocol}/{r.task}/{r.step}", "fields": r.fields, "parse": r.parse}
-    if r.frames_path:
-        context["frames_path"] = r.frames_path
-        context["images_digest"] = r.images_digest
-    if temperature is None or temperature:
-        context["temperature"] = temperature  # absent = 0.0; null = none sent
-    if not r.send_seed:
-        context["send_seed"] = False  # absent = sent
+    context = RequestContext(task=f"{protocol}/{r.task}/{r.step}", fields=r.fields, parse=r.parse,
+                             frames_path=r.frames_path or None,
+                             images_digest=r.images_digest if r.frames_path else None, temperature=temperature,
+                             send_seed=r.send_seed)
     return {
         **base, "request_key": key, "protocol": protocol, "task": r.task, "step": r.step, "sub_index": r.sub_index,
         "system": r.system, "user": r.user, "choices": list(r.choices) if r.choices else None,
         "json_schema": r.json_schema, "max_tokens": r.max_tokens, "seed": int(seed), "trial": int(trial),
-        "context": json.dumps(context, ensure_ascii=False, sort_keys=True),
+        "context": context.encode(),
     }
 
 
@@ -157,11 +201,6 @@ def count_uncaptioned_items(items: pa.Table, captions: pa.Table) -> int:
     """How many items pair_items_captions pairs with no caption (they get no request)."""
     by_video = _captions_by_video(captions)
     return sum(1 for item in items.to_pylist() if not _captions_of(item, by_video))
-
-
-def parse_context(request: dict) -> dict:
-    ctx = request.get("context")
-    return json.loads(ctx) if ctx else {}
 
 
 def annotation_value(item: dict) -> Any:
@@ -357,7 +396,8 @@ class JudgeProtocol:
 
     def _next_rows(self, requests: pa.Table, verdicts: pa.Table, step: str, judge: str, judge_revision: str,
                    render_next) -> list[dict]:
-        """Helper: `render_next(request_row, verdict_row, ctx) -> list[Rendered]` for the finished rows of `step`.
+        """Helper: `render_next(request_row, verdict_row, RequestContext) -> list[Rendered]` for the finished rows of
+        `step`.
         `verdicts` is row-aligned with `requests` (the runner guarantees it)."""
         if requests.num_rows != verdicts.num_rows:
             raise ValueError(f"{self.name}: {requests.num_rows} requests but {verdicts.num_rows} verdicts")
@@ -367,7 +407,7 @@ class JudgeProtocol:
             if req["step"] != step:
                 continue
             base = {k: req[k] for k in ("item_id", "video_id", "caption_key", "captioner", "prompt_id", "frame_spec")}
-            for r in render_next(req, v, parse_context(req)):
+            for r in render_next(req, v, RequestContext.decode(req["context"])):
                 rows.append(make_row(r, base, protocol=self.name, judge=judge, judge_revision=revision,
                                      seed=req["seed"], trial=req["trial"]))
         return rows

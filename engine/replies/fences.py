@@ -73,8 +73,7 @@ def strip_fenced(reply: str) -> tuple[str, bool]:
     return "".join(kept), removed
 
 
-def data_texts(context: dict) -> tuple[str, ...]:
-    """The untrusted texts a request showed its judge (the text fields of its context: caption, question, earlier
+def data_texts(fields: dict) -> tuple[str, ...]:
+    """The untrusted texts a request showed its judge (the text `fields` of its context: caption, question, earlier
     reply, ...), for the parsers to recognise quotations of them (repair.extract_verdict)."""
-    fields = context.get("fields") or {}
     return tuple(v for v in fields.values() if isinstance(v, str) and len(v) > 1)

@@ -124,7 +124,7 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
     """StepPlans of every cell's first-step requests (identical requests of a judge once), per (protocol, judge)
     one cell's request table (the later steps' sample) and the first-step rows asked (what later steps grow from:
     a request shared by two cells leads to the later steps of each)."""
-    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import RequestContext
     from capeval.engine.registry import lookup
     from capeval.engine.sweep.cells import cell_items, judge_frames_spec
     from capeval.engine.sweep.datasets import judge_sees_frames
@@ -145,8 +145,8 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
         table = protocol.build_requests(cell_items(cell, data), captions[cell.caption], judge=judge,
                                         judge_revision="plan", seeds=list(cell.judge.seeds), **extra,
                                         **cell.protocol.params)
-        rows = [(r, parse_context(r)) for r in table.to_pylist()]
-        asked = [(r, ctx) for r, ctx in rows if not ctx.get("parse", {}).get("missing")]
+        rows = [(r, RequestContext.decode(r["context"])) for r in table.to_pylist()]
+        asked = [(r, ctx) for r, ctx in rows if not ctx.missing]
         asked_rows[(protocol_label, judge)] = asked_rows.get((protocol_label, judge), 0) + len(asked)
         if (protocol_label, judge) not in firsts and _multi_step(protocol):
             firsts[(protocol_label, judge)] = (cell, table)
@@ -165,7 +165,7 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
                 assumed.add(f"{protocol_label} {r['step'] or ''}".strip())
             key = (judge, protocol_label, r["step"] or "")
             plan = steps.setdefault(key, StepPlan(judge, protocol_label, r["step"] or "", "first step (exact)"))
-            images = n_images if ctx.get("frames_path") else 0
+            images = n_images if ctx.frames_path else 0
             plan.add(prompt + tokens_per_image * images, share * prompt, typical, most, images)
     if assumed:
         notes.append(f"completion: {', '.join(sorted(assumed))} answers (no fixed choice set) assumed to take their "
@@ -198,7 +198,7 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
     answered by the local stand-in judge (the caller scales them to the first-step requests of every cell)."""
     import pyarrow as pa
 
-    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import RequestContext
 
     label = f"{cell.protocol.display} / {cell.judge.display}"
     if sample <= 0:
@@ -223,7 +223,7 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
     except Exception as exc:  # noqa: BLE001 - an estimate that cannot be made is said, never guessed
         notes.append(f"{label}: later steps not estimated: the stand-in judge failed ({type(exc).__name__}: {exc})")
         return []
-    n_first = sum(1 for r in part.to_pylist() if not parse_context(r).get("parse", {}).get("missing"))
+    n_first = sum(1 for r in part.to_pylist() if not RequestContext.decode(r["context"]).missing)
     later: dict[str, StepPlan] = {}
     for r in judge.asked:
         if r.key in first_keys or r.meta.get("attempt"):

@@ -65,7 +65,7 @@ def test_capability_every_task_answered_in_a_format_both_parsers_accept(judge, s
     from capeval.engine.protocols.capability import PROTOCOL
     from capeval.engine.protocols.capability.codes import TASKS
     from capeval.engine.protocols.capability.parsing import parse_official, parse_strict
-    from capeval.engine.protocols.base import parse_context
+    from capeval.engine.protocols.base import RequestContext
 
     root = shared_data / "capability"
     items = pl.from_arrow(load_items(root / "annotations")).group_by("task", maintain_order=True).head(4).to_arrow()
@@ -77,7 +77,7 @@ def test_capability_every_task_answered_in_a_format_both_parsers_accept(judge, s
     out = judge.judge([to_judge_request(r) for r in rows])
     for row, resp in zip(rows, out):
         assert resp.error is None, (row["task"], resp.error)
-        ctx = parse_context(row)["parse"]
+        ctx = RequestContext.decode(row["context"]).parse
         official = parse_official(row["task"], resp.text, ctx)
         strict = parse_strict(row["task"], resp.text, {**ctx, "mode": "strict"})
         assert official[1] == 0 and strict[1] == 0, (row["task"], resp.text, official, strict)

@@ -21,7 +21,7 @@ import json
 
 from capeval.engine.replies.repair import ParseError, extract_verdict, repeats_data
 from capeval.engine.replies.fences import data_texts
-from capeval.engine.protocols.base import parse_context
+from capeval.engine.protocols.base import RequestContext
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from . import official
@@ -110,9 +110,9 @@ def parse_strict(task: str, text: str | None, ctx: dict, data: tuple[str, ...] =
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    full = parse_context(request)
-    ctx = full.get("parse", {})
+    full = RequestContext.decode(request.get("context"))
+    ctx = full.parse
     task = ctx.get("task") or request.get("task")
     if ctx.get("mode") == "official":
         return parse_official(task, text, ctx)
-    return parse_strict(task, text, ctx, data_texts(full))
+    return parse_strict(task, text, ctx, data_texts(full.fields))

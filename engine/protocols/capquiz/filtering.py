@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from capeval.engine.keys import derived_seed, pack_tag, protocol_tag, tagged_revision
-from capeval.engine.protocols.base import JudgeProtocol, Rendered, make_row, parse_context, rows_to_table
+from capeval.engine.protocols.base import JudgeProtocol, Rendered, RequestContext, make_row, rows_to_table
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import CapQuizVerdict
@@ -90,7 +90,7 @@ class BlindProtocol(JudgeProtocol):
         return rows_to_table(rows)
 
     def parse(self, request, text):
-        ctx = parse_context(request).get("parse", {})
+        ctx = RequestContext.decode(request.get("context")).parse
         shown = ctx.get("shown") or []
         try:
             letter, status = pick_letter(text, shown, tuple(ALPHABET[: len(shown)]))

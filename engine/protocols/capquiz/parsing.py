@@ -11,7 +11,7 @@ import json
 import re
 
 from capeval.engine.replies.repair import ParseError, match_choice
-from capeval.engine.protocols.base import parse_context
+from capeval.engine.protocols.base import RequestContext
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import CapQuizVerdict
@@ -47,7 +47,7 @@ def pick_letter(text: str | None, shown: list[str], letters: tuple[str, ...]) ->
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    ctx = parse_context(request).get("parse", {})
+    ctx = RequestContext.decode(request.get("context")).parse
     shown = ctx.get("shown") or [*([""] * len(LETTERS)), CANNOT_DETERMINE_TEXT]
     letters = tuple(ALPHABET[: len(shown)])
     cannot = ctx.get("cannot", letters[-1])

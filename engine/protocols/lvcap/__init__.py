@@ -10,7 +10,7 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
                                    caption_identity as _caption_identity, make_row as _make_row,
-                                   pair_items_captions as _pair_items_captions, parse_context as _parse_context,
+                                   pair_items_captions as _pair_items_captions, RequestContext as _RequestContext,
                                    rows_to_table as _rows_to_table)
 from capeval.engine.packs import load_pack as _load_pack
 from capeval.engine.schemas import ParseStatus as _ParseStatus
@@ -150,7 +150,7 @@ class LVCapProtocol(_JudgeProtocol):
         for req, v in pairs:
             if req["step"] != "extract":
                 continue
-            ctx = _parse_context(req).get("parse", {})
+            ctx = _RequestContext.decode(req["context"]).parse
             suffix = ctx.get("revision_suffix", "")
             revision = _tagged_revision(judge_revision, _protocol_tag(self.name, self.version)) + suffix
             pack = _load_pack(ctx["event_pack"])

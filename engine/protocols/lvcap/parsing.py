@@ -11,7 +11,7 @@ import json
 
 from capeval.engine.replies.repair import ParseError, extract_json, extract_verdict_list, match_choice
 from capeval.engine.replies.fences import data_texts
-from capeval.engine.protocols.base import parse_context
+from capeval.engine.protocols.base import RequestContext
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from . import autodq, paper_events
@@ -24,7 +24,8 @@ OFFICIAL_STEPS = ("recall", "precision", "scene_qa")
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    ctx = parse_context(request).get("parse", {})
+    context = RequestContext.decode(request.get("context"))
+    ctx = context.parse
     step = request.get("step")
     try:
         if ctx.get("event_scoring") == "paper":  # the paper's Prompt2 / Prompt5 (paper_events.py)
@@ -40,7 +41,7 @@ def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None
             return int(BatchVerdict.JUDGED), ParseStatus.OK, json.dumps(parse_scene_scores(text, ctx))
         if step == "extract":
             # the judge's own list, not one quoted from the caption
-            events, repaired = extract_verdict_list(text, data_texts(parse_context(request)))
+            events, repaired = extract_verdict_list(text, data_texts(context.fields))
             if not all(isinstance(e, str) for e in events):
                 raise ParseError("extracted events must be strings")
             events = [e.strip() for e in events if e.strip()]

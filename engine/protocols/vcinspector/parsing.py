@@ -13,7 +13,7 @@ import re
 
 from capeval.engine.replies.repair import ParseError, extract_verdict, parse_int_field
 from capeval.engine.replies.fences import data_texts
-from capeval.engine.protocols.base import parse_context
+from capeval.engine.protocols.base import RequestContext
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import from_score
@@ -32,14 +32,14 @@ def parse_official(text: str | None) -> tuple[int, str]:
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    ctx = parse_context(request)
-    official = ctx.get("parse", {}).get("mode") == "official"
+    ctx = RequestContext.decode(request.get("context"))
+    official = ctx.parse.get("mode") == "official"
     try:
         if official:
             score, explanation = parse_official(text)
             status = ParseStatus.OK
         else:
-            obj, repaired = extract_verdict(text, ("score",), data=data_texts(ctx))
+            obj, repaired = extract_verdict(text, ("score",), data=data_texts(ctx.fields))
             score, fixed = parse_int_field(obj, "score", (1, 2, 3, 4, 5))
             explanation = obj.get("explanation")
             status = ParseStatus.REPAIRED if (repaired or fixed) else ParseStatus.OK

@@ -7,7 +7,7 @@ from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    TEMPERATURE_PARAM as _TEMPERATURE, JudgeProtocol as _JudgeProtocol,
-                                   JudgingPolicy as _JudgingPolicy,
+                                   JudgingPolicy as _JudgingPolicy, RequestContext as _RequestContext,
                                    rows_to_table as _rows_to_table)
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
@@ -72,13 +72,13 @@ class VidCapBenchProtocol(_JudgeProtocol):
 
     def next_requests(self, requests, verdicts, *, judge, judge_revision):
         rows = requests.to_pylist()
-        settings = next((_json.loads(r["context"] or "{}").get("parse", {}).get("settings") for r in rows
+        settings = next((_RequestContext.decode(r["context"]).parse.get("settings") for r in rows
                          if r["step"] == "answer"), None) or {"mode": "strict", "prompts": None}
         pack = _prompts.pack_for(settings.get("mode"), settings.get("prompts"))
         revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, settings.get("mode")))
 
         def score_step(req, v, ctx):
-            p = ctx.get("parse", {})
+            p = ctx.parse
             ok = v["parse_status"] in (_ParseStatus.OK, _ParseStatus.REPAIRED)
             if not ok and (p.get("settings") or {}).get("mode") == "official" and _parsing.is_no_content(v["error"]):
                 # the official script stores such a reply as pred None and judges "Predicted Answer: None"
@@ -107,7 +107,7 @@ def _per_pair_keys(table):
     rows = table.to_pylist()
     changed = False
     for r in rows:
-        temperature = _json.loads(r["context"] or "{}").get("temperature", 0.0)
+        temperature = _RequestContext.decode(r["context"]).temperature
         if temperature is None or temperature > 0:
             r["request_key"] = _content_key("vidcapbench-pair", r["request_key"], r["item_id"], r["caption_key"])
             changed = True

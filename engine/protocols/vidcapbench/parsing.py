@@ -17,7 +17,7 @@ import json
 
 from capeval.engine.replies.repair import ParseError, extract_verdict, parse_int_field
 from capeval.engine.replies.fences import data_texts
-from capeval.engine.protocols.base import parse_context
+from capeval.engine.protocols.base import RequestContext
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 from .codes import from_score
@@ -94,12 +94,15 @@ def parse_score_official(text: str | None) -> tuple[int, ParseStatus, str | None
 
 
 def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None]:
-    full = parse_context(request)
-    ctx = full.get("parse", {})
+    full = RequestContext.decode(request.get("context"))
+    ctx = full.parse
     mode = (ctx.get("settings") or {}).get("mode", "strict")
     if request.get("step") == "answer":
         return parse_answer(text, mode)
-    code, status, detail = parse_score_official(text) if mode == "official" else parse_score(text, data_texts(full))
+    if mode == "official":
+        code, status, detail = parse_score_official(text)
+    else:
+        code, status, detail = parse_score(text, data_texts(full.fields))
     answer = ctx.get("answer")
     if status != ParseStatus.FAILED and answer is not None:
         detail = json.dumps({**json.loads(detail), "answer": answer}, ensure_ascii=False)
