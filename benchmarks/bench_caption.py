@@ -36,7 +36,7 @@ def bound_per_s(in_flight: int = IN_FLIGHT, median_s: float = MEDIAN_S, sigma: f
 
 def make_videos(root: Path, n: int) -> list[tuple[str, str]]:
     """`n` small generated H.264 clips under root (made once per run, outside the timings)."""
-    from capeval.engine.datasets.kinds.synthetic import SIZE
+    from capeval.engine.protocols.capquiz.dataset_kind import SIZE
     from capeval.engine.datasets.synthetic_videos import make_video
 
     root.mkdir(parents=True, exist_ok=True)

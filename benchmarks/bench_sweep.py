@@ -65,7 +65,7 @@ overlap = {"true" if overlap else "false"}
 
 def _items(root: Path, n_videos: int) -> Path:
     """Generated videos and their CapQuiz items as an items table (both runs read the same files)."""
-    from capeval.engine.datasets.kinds.synthetic import load
+    from capeval.engine.protocols.capquiz.dataset_kind import load
 
     loaded = load({"n_videos": n_videos, "seed": 11, "duration_s": 1.0}, base_dir=root, out_dir=root / "data",
                   name="shapes")

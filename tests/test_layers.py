@@ -379,7 +379,6 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/construct/pipeline.py": 1,
     "engine/datasets/jsonl.py": 1,
     "engine/datasets/kinds/items.py": 1,
-    "engine/datasets/kinds/synthetic.py": 2,
     "engine/datasets/kinds/videos.py": 1,
     "engine/datasets/media.py": 1,
     "engine/frames/ray_decode.py": 3,

@@ -27,7 +27,7 @@ SWEEP = sweep_toml("submit-test", frames=("uniform:2", "uniform:4"),
 @pytest.fixture(scope="module")
 def sweep_file(tmp_path_factory) -> Path:
     """Real generated videos and their CapQuiz items in a folder of their own, named by a relative path."""
-    from capeval.engine.datasets.kinds.synthetic import load
+    from capeval.engine.protocols.capquiz.dataset_kind import load
 
     root = tmp_path_factory.mktemp("elsewhere")
     loaded = load({"n_videos": 3, "seed": 7, "duration_s": 1.5}, base_dir=root, out_dir=root / "data", name="clips")

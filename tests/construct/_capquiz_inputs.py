@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from capeval.engine.datasets.kinds.synthetic import SIZE, capquiz_items
+from capeval.engine.protocols.capquiz.dataset_kind import SIZE, capquiz_items
 from capeval.engine.datasets.synthetic_videos import make_video
 
 N_VIDEOS = 3

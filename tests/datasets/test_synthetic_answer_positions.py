@@ -8,7 +8,7 @@ from collections import Counter
 
 import pyarrow as pa
 
-from capeval.engine.datasets.kinds.synthetic import SIZE, capquiz_items
+from capeval.engine.protocols.capquiz.dataset_kind import SIZE, capquiz_items
 from capeval.engine.registry import lookup
 from capeval.engine.schemas import CAPTIONS, ITEMS, conform
 

@@ -54,7 +54,7 @@ def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int], 
                   seed: int = 0) -> list[dict]:
     """Multiple-choice questions (5 options, answer = option text) whose answers are the video's ground truth; the
     answer's position follows answer_position over the dataset's items (video_number: the video's place in it)."""
-    from capeval.engine.datasets.synthetic_videos import BACKGROUNDS, COLORS, SHAPES
+    from capeval.engine.datasets.synthetic_videos import BACKGROUNDS, COLORS, SHAPES  # deferred: PyAV, NumPy
 
     shapes = truth["shapes"]
     present = sorted({f"a {s['color']} {s['shape']}" for s in shapes})
@@ -84,7 +84,7 @@ def capquiz_items(video_id: str, path: str, truth: dict, size: tuple[int, int], 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
     """Generate (once; reused when present) `n_videos` real H.264 videos under out_dir/videos/<name>."""
-    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.datasets.synthetic_videos import make_video  # deferred: PyAV, NumPy
 
     n_videos, seed, duration = params.get("n_videos", 6), params.get("seed", 0), params.get("duration_s", 2.0)
     out = out_dir / "videos" / name
