@@ -2,8 +2,8 @@
 
 Builds CAPability judge requests from annotations + captions, answers them with `LocalJudge`, maps both answers to
 verdict codes (engine/protocols/capability/codes.py) and compares per task. `--calibrate` fits the thresholds of
-`capeval.adapters.local_judge.CALIBRATION` on the qwen2.5vl_7b split (run once; the result is pasted into that module);
-the evaluation split is gpt-4o-0806, never used for fitting.
+`capeval.engine.protocols.capability.stand_in.CALIBRATION` on the qwen2.5vl_7b split (run once; the result is pasted
+into that module); the evaluation split is gpt-4o-0806, never used for fitting.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from capeval.adapters.base import JudgeRequest
-from capeval.adapters.local_judge import CALIBRATION, LocalJudge, _Embeddings, overlap, sentences
+from capeval.adapters.local_judge import BatchEmbeddings, LocalJudge
+from capeval.engine.protocols.capability.stand_in import CALIBRATION
+from capeval.engine.stand_in import overlap, sentences
 from capeval.engine.protocols.capability.codes import CLASSIFICATION_TASKS, FROM_SCORE, TASKS, CapabilityVerdict
 
 # Official CAPability categories (ali-vilab/CAPability evaluation/prompt.py).
@@ -114,7 +116,7 @@ def calibrate(data: Path, model: str = "qwen2.5vl_7b", per_task: int | None = 15
         for _, r, _ in items:
             texts.update(sentences(r.fields["caption"]))
             texts.add(r.fields["annotation"])
-    emb = _Embeddings(texts)
+    emb = BatchEmbeddings(texts)
     for task, items in by_task.items():
         feats = []
         for _, r, _ in items:

@@ -31,6 +31,7 @@ from capeval.engine.inputs import read_captions
 from capeval.engine.keys import derived_seed, protocol_tag, request_key, tagged_revision
 from capeval.engine.params import Param, param_problems
 from capeval.engine.schemas import JUDGE_REQUESTS, ParseStatus
+from capeval.engine.stand_in import StandIn, StandInRequest
 
 REQUESTS_WITH_CONTEXT = JUDGE_REQUESTS.append(pa.field("context", pa.string()))
 #: Sort order that puts requests sharing a caption (and so a prompt prefix) next to each other.
@@ -367,6 +368,13 @@ class JudgeProtocol:
         code sets)."""
         enums = [c for c in self.codes if isinstance(c, type) and issubclass(c, enum.IntEnum)]
         return {int(m): m.name for m in enums[0]} if len(enums) == 1 else {}
+
+    # -- what the benchmark brings beyond judging (hooks; the defaults bring nothing) -----------------------------
+    def stand_in_answer(self, request: StandInRequest) -> StandIn | None:
+        """The local judge's plumbing answer to one of this protocol's requests (engine/stand_in.py: the texts it
+        compares by meaning and the reply), or None when the protocol has none for this request (the local judge
+        then reports the request as one it cannot answer)."""
+        return None
 
     # -- building ---------------------------------------------------------------------------------------------
     def render(self, item: dict, caption: dict, *, seed: int, **opts) -> list[Rendered]:

@@ -102,15 +102,15 @@ def test_other_protocols(judge):
     assert out[0].text == "A" and out[1].text == "C"
     assert "bread" in out[2].text
     assert json.loads(out[3].text)["score"] in (1, 2)
-    # lvcap/ requests are answered by adapters/local_judge_lvcap (its formats are tested with that module)
-    from capeval.adapters import local_judge_lvcap
+    # lvcap/ requests are answered by the lvcap protocol's stand-in (its formats are tested with that module)
+    from capeval.engine.protocols.lvcap import stand_in as lvcap_stand_in
 
     lv = [_req("lvcap/events/extract", caption=cap),
           _req("lvcap/events/entail", choices=("entailment", "neutral", "contradiction"), caption=cap,
                event="A man rides a bicycle.")]
-    from capeval.adapters.local_judge import _Embeddings
+    from capeval.adapters.local_judge import BatchEmbeddings
 
-    direct = [local_judge_lvcap.answer(r, _Embeddings(set())) for r in lv]
+    direct = [lvcap_stand_in.answer(r, BatchEmbeddings(set())) for r in lv]
     assert [o.text for o in out[4:6]] == direct and all(direct)
     assert json.loads(out[6].text)["score"] >= 3
     assert out[7].text is None and "nonsense" in out[7].error

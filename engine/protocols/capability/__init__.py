@@ -5,7 +5,7 @@ from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
 
-from . import parsing as _parsing, prompts as _prompts, release as _release
+from . import parsing as _parsing, prompts as _prompts, release as _release, stand_in as _stand_in
 from .codes import CapabilityVerdict as _CapabilityVerdict
 
 #: The official retry rule (eval.py:427-468, argparse defaults): up to 5 more rounds, stopping once at most 5 items
@@ -67,6 +67,9 @@ class CapabilityProtocol(_JudgeProtocol):
         if pack is None:
             pack = _prompts.pack_for(mode, prompts)
         return _prompts.render(item, caption, pack=pack, mode=mode, judge=judge_name, **opts)
+
+    def stand_in_answer(self, request):
+        return _stand_in.stand_in(request)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)

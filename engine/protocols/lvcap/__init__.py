@@ -15,7 +15,8 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
 from capeval.engine.packs import load_pack as _load_pack
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
-from . import autodq as _autodq, paper_events as _paper, parsing as _parsing, prompts as _prompts
+from . import (autodq as _autodq, paper_events as _paper, parsing as _parsing, prompts as _prompts,
+               stand_in as _stand_in, stand_in_gt as _stand_in_gt)
 from .codes import (BatchVerdict as _BatchVerdict, EntailmentVerdict as _EntailmentVerdict,
                     SceneQAVerdict as _SceneQAVerdict)
 
@@ -131,6 +132,11 @@ class LVCapProtocol(_JudgeProtocol):
                 return [_paper_extract(item, caption, event_pack)]
             return _prompts.render_official_events(item, caption, event_pack)
         return _prompts.render_strict(item, caption, scene_pack, event_pack)
+
+    def stand_in_answer(self, request):
+        if request.task.startswith("lvcap/gt/"):  # `capeval construct lvcap`'s ground-truth steps
+            return _stand_in_gt.stand_in(request)
+        return _stand_in.stand_in(request)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)

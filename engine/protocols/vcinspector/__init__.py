@@ -6,7 +6,7 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
 
-from . import parsing as _parsing, prompts as _prompts
+from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
 from .codes import VCInspectorVerdict as _VCInspectorVerdict
 
 
@@ -56,6 +56,9 @@ class VCInspectorProtocol(_JudgeProtocol):
         if mode == "official":  # the official inference script generates once and has no parser to retry on
             return _JudgingPolicy(max_reasks=0, reask_temperature=None, mode="official")
         return _JudgingPolicy(mode=mode)
+
+    def stand_in_answer(self, request):
+        return _stand_in.stand_in(request)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)

@@ -11,7 +11,7 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                    rows_to_table as _rows_to_table)
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
-from . import parsing as _parsing, prompts as _prompts
+from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
 from .codes import VidCapBenchVerdict as _VidCapBenchVerdict
 
 
@@ -60,6 +60,9 @@ class VidCapBenchProtocol(_JudgeProtocol):
             # caption is formatted into the prompts like any other.
             return {"every_line": True, "empty_text": True}
         return {}
+
+    def stand_in_answer(self, request):
+        return _stand_in.stand_in(request)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)

@@ -1,4 +1,5 @@
-"""The local judge's answers for LVCap-Eval / AutoDQ (adapters/local_judge.py dispatches `lvcap/...` tasks here).
+"""LVCap-Eval's stand-in answers for the local judge (`JudgeProtocol.stand_in_answer`; engine/stand_in.py): the
+evaluation and AutoDQ steps here, the ground-truth construction steps (`lvcap/gt/...`) in stand_in_gt.py.
 
 `answer(request, embedder)` returns text in the format the step's prompt asks for, so that both modes' parsers take
 it on the first try:
@@ -25,7 +26,8 @@ from __future__ import annotations
 import json
 import re
 
-from capeval.adapters.local_judge_text import NEGATIONS, overlap, pick, sentences, words
+from capeval.engine.stand_in import (NEGATIONS, StandIn, StandInRequest, TextSimilarity, compared_texts, overlap,
+                                     pick, sentences, task_parts, words)
 
 SUPPORT = 0.6
 RELATED = 0.35
@@ -89,9 +91,9 @@ def _event_match(request, embedder) -> str:
                        "precision": round(precision, 2), "f1": round(f1, 2)})
 
 
-def answer(request, embedder=None) -> str:
-    """Reply text for one LVCap/AutoDQ request (capeval.adapters.base.JudgeRequest)."""
-    _, _task, step = (request.task.split("/") + ["", "", ""])[:3]
+def answer(request: StandInRequest, embedder: TextSimilarity | None = None) -> str:
+    """Reply text for one LVCap/AutoDQ request."""
+    _, _task, step = task_parts(request)
     f = request.fields
     caption = f.get("caption", "")
     if step == "answer":
@@ -119,3 +121,8 @@ def answer(request, embedder=None) -> str:
                            "reason": f"best match in the description: {label}"})
         return json.dumps({"events": judged})
     raise ValueError(f"local judge: no LVCap answer for step {step!r} (task {request.task!r})")
+
+
+def stand_in(request: StandInRequest) -> StandIn:
+    """The deferred reply to an LVCap-Eval / AutoDQ request."""
+    return StandIn(texts=compared_texts(request.fields), reply=lambda similarity: answer(request, similarity))

@@ -1,5 +1,5 @@
-"""The local judge's answers to LVCap-Eval ground-truth construction (`capeval construct lvcap`, steps
-`lvcap/gt/narrative`, `lvcap/gt/events`, `lvcap/gt/qa`), dispatched from adapters/local_judge.py.
+"""LVCap-Eval's stand-in answers to its ground-truth construction (`capeval construct lvcap`, steps
+`lvcap/gt/narrative`, `lvcap/gt/events`, `lvcap/gt/qa`), reached through stand_in.py.
 
 A plumbing check like the rest of the local judge, not a writer: it answers from the request's `fields` in the layout
 the step's prompt asks for (`reply_format` "strict": capeval's pack; "paper": the paper's Prompt1-3), so that the whole
@@ -7,7 +7,7 @@ pipeline runs on a laptop and its parsers see both layouts.
 
 * narrative: consecutive shots whose captions use the same words (word overlap >= MERGE both ways) form one
   scene; the narrative is the scene's captions with their times.
-* events: the narrative's clauses (local_judge_lvcap.extract_events).
+* events: the narrative's clauses (stand_in.extract_events).
 * qa: the scene's clauses as questions, alternately a "yes" question (the clause as stated) and a "no" question (the
   clause negated, which the local judge's scene answerer reads as a contradiction of a caption that states it).
 """
@@ -17,8 +17,9 @@ from __future__ import annotations
 import json
 import re
 
-from capeval.adapters.local_judge_lvcap import extract_events
-from capeval.adapters.local_judge_text import overlap
+from capeval.engine.stand_in import StandIn, StandInRequest, overlap, task_parts
+
+from .stand_in import extract_events
 
 MERGE = 0.95
 _TIMES = re.compile(r"\s*\(from [\d.]+ s to [\d.]+ s\)")
@@ -70,9 +71,9 @@ def _paper_qa(scenes: list[dict], n: int) -> str:
     return "\n".join(lines)
 
 
-def answer(request) -> str:
-    """Reply text for one `lvcap/gt/<step>` request (capeval.adapters.base.JudgeRequest)."""
-    step = (request.task.split("/") + ["", "", ""])[2]
+def answer(request: StandInRequest) -> str:
+    """Reply text for one `lvcap/gt/<step>` request."""
+    step = task_parts(request)[2]
     f = request.fields
     paper = f.get("reply_format") == "paper"
     if step == "narrative":
@@ -92,3 +93,8 @@ def answer(request) -> str:
             return _paper_qa(json.loads(f["scenes"]), n)
         return "\n".join(json.dumps(q) for q in _questions(f.get("narrative", ""), n))
     raise ValueError(f"local judge: no LVCap ground-truth answer for step {step!r} (task {request.task!r})")
+
+
+def stand_in(request: StandInRequest) -> StandIn:
+    """The deferred reply to an `lvcap/gt/...` request: it compares nothing by meaning."""
+    return StandIn(texts=frozenset(), reply=lambda similarity: answer(request))
