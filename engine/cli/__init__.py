@@ -14,11 +14,15 @@ import os
 import sys
 
 from capeval.engine import exitcodes
+from capeval.engine.cli.command_tools import CliCommandTools
+from capeval.engine.registry import lookup, names
 from capeval.engine.safetext import terminal_text
 from capeval.engine.secrets import redact_message
 
-# Subcommand modules, in help order. A module registers one or more subcommands.
-_COMMAND_MODULES = ("demo", "capability", "capquiz", "construct", "score", "judge", "align", "sweep", "plan",
+# Subcommand modules, in help order. A module registers one or more subcommands; BENCHMARK_COMMANDS marks where the
+# benchmarks' own commands go (each registered protocol's `cli_commands`, in the registry's order).
+BENCHMARK_COMMANDS = "<benchmark commands>"
+_COMMAND_MODULES = ("demo", BENCHMARK_COMMANDS, "construct", "score", "judge", "align", "sweep", "plan",
                     "compare", "show", "report", "submit", "list", "bench")
 
 
@@ -29,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the log lines and warnings of the libraries a command runs (vLLM, Ray, transformers)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in _COMMAND_MODULES:
+        if name == BENCHMARK_COMMANDS:
+            add_benchmark_commands(sub)
+            continue
         importlib.import_module(f"capeval.engine.cli.{name}").register(sub)
     for command in sub.choices.values():  # every command: --verbose shows the libraries' log lines and warnings
         try:
@@ -38,6 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
         except argparse.ArgumentError:  # the command has its own --verbose (same meaning, more said)
             pass
     return parser
+
+
+def add_benchmark_commands(subparsers) -> None:
+    """The commands each registered protocol brings (`JudgeProtocol.cli_commands`, e.g. `capeval <benchmark> ...`),
+    handed the CLI's services (engine/cli/command_tools.py)."""
+    tools = CliCommandTools()
+    for name in names("protocol"):
+        lookup("protocol", name).cli_commands(subparsers, tools)
 
 
 def _usage_errors() -> tuple[type, ...]:

@@ -84,8 +84,8 @@ def _list_or_help(args) -> int:
 
 def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[dict, dict]:
     """(role -> [label], label -> (backend name, options)) from --judge / --step-judge / --judge-option."""
-    from capeval.engine.cli.capquiz import _judge_options
     from capeval.engine.errors import UsageError
+    from capeval.engine.judge_specs import judge_options
 
     specs: dict[str, str] = {}  # label -> backend name
     roles: dict[str, list[str]] = {}
@@ -118,18 +118,18 @@ def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[
     if missing:
         raise UsageError(f"no judge for step(s) {', '.join(missing)}: give --judge NAME (every step) or "
                          f"--step-judge STEP=NAME")
-    options = _judge_options(args.judge_option, list(specs))
+    options = judge_options(args.judge_option, list(specs))
     return roles, {label: (name, options[label]) for label, name in specs.items()}
 
 
 def run(args) -> int:
     from capeval.engine import construct
-    from capeval.engine.cli.capquiz import _as_option_text
     from capeval.engine.judge_run.backend import build_judge
     from capeval.engine import exitcodes
     from capeval.engine.construct.base import ConstructContext, failure_lines
     from capeval.engine.construct.outputs import write_outputs
     from capeval.engine.errors import UsageError
+    from capeval.engine.judge_specs import option_text
     from capeval.engine.sweep.validation import writable_problem
 
     started = time.time()
@@ -154,7 +154,7 @@ def run(args) -> int:
         opts = dict(opts)
         model = opts.pop("model", None) or args.judge_model
         base_url = opts.pop("base_url", None) or args.base_url
-        return build_judge(name, model, base_url, [f"{k}={_as_option_text(v)}" for k, v in opts.items()])
+        return build_judge(name, model, base_url, [f"{k}={option_text(v)}" for k, v in opts.items()])
 
     ctx = ConstructContext(pipeline.name, args.mode, pack, args.cache or args.out / "judge-cache", roles=roles,
                            factory=factory, progress=not args.no_progress, max_in_flight=args.max_in_flight)

@@ -1,14 +1,13 @@
 """`capeval score`: metrics from a verdict table, with video-clustered bootstrap CIs, as CSV and a printed table.
 
-Dispatches to engine/protocols/<protocol>/metrics.py:compute_metrics by module name, so a new protocol needs no
-change here. The verdict table is checked first (engine/inputs/verdicts.py): duplicate verdict rows and verdict
+Takes any registered protocol (builtin or an entry point's) and computes its metrics through the protocol object
+(`JudgeProtocol.compute_metrics` with its `metric_params`, as a sweep does), so a new protocol needs no change here. The verdict table is checked first (engine/inputs/verdicts.py): duplicate verdict rows and verdict
 codes that are not integers are errors naming the rows, never narrower CIs or a traceback. `--by COLUMN[,COLUMN]`
 adds the metrics per level of item attributes (engine/metrics/breakdowns.py, docs/breakdowns.md);
 engine/cli/breakdowns.py gives `capeval judge` the same flag."""
 
 from __future__ import annotations
 
-import importlib
 import sys
 from pathlib import Path
 
@@ -20,21 +19,21 @@ from capeval.engine.judge_run.breakdowns import add_breakdowns, check_by
 from capeval.engine.judge_run.inputs import caption_file_rules, load_items, lookup_protocol
 from capeval.engine.judge_run.options import check_out, protocol_params
 from capeval.engine.metrics.reasons import explain_nulls
+from capeval.engine.registry import lookup, names
 from capeval.engine.report.leaderboard import videos_per_system
 from capeval.engine.report.metrics_text import format_table
 from capeval.engine.safetext import terminal_text
 
-PROTOCOLS = ("capquiz", "lvcap", "capability", "vidcapbench", "vcinspector")
-
 
 def register(sub) -> None:
     p = sub.add_parser("score", help="compute a protocol's metrics (with CIs) from a verdict table")
-    p.add_argument("--protocol", required=True, choices=PROTOCOLS)
+    p.add_argument("--protocol", required=True, choices=names("protocol"))
+    folders = "".join(f", or with --protocol {name} a {lookup('protocol', name).released_verdicts_folder} (needs "
+                      f"--items)" for name in _folder_readers())
     p.add_argument("--verdicts", required=True, type=Path, help="verdicts (Parquet as `capeval judge` writes; "
-                   "JSONL or CSV with the VERDICTS columns), or with --protocol capability a released "
-                   "judgments/<model>/ folder (needs --items: the annotations)")
-    p.add_argument("--items", type=Path, help="items file (question types, categories, durations); "
-                   "JSONL/CSV/Parquet or a CAPability annotations folder")
+                   f"JSONL or CSV with the VERDICTS columns){folders}")
+    p.add_argument("--items", type=Path, help="items file (question types, categories, durations): "
+                   "JSONL/CSV/Parquet, or a dataset folder of a kind the protocol reads")
     p.add_argument("--captions", type=Path, help="captions file (n_tokens, for VidCapBench's conciseness)")
     p.add_argument("--out", required=True, type=Path, help="CSV file to write (long format, one row per metric)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples over videos (0: no CIs)")
@@ -49,15 +48,18 @@ def register(sub) -> None:
 
 
 def score(protocol: str, verdicts, *, items=None, captions=None, n_resamples: int = 1000, seed: int = 0, **options):
-    """compute_metrics of `protocol` (importable API behind the command), with a `reason` for every null value (a
-    group without a single verdict: "no verdicts: <first error> (xN)"); only the options its metrics read are passed
-    (`JudgeProtocol.metric_params`: a sweep's protocol params include build-only ones such as `prompts`)."""
-    if protocol not in PROTOCOLS:
-        raise UsageError(f"unknown protocol {protocol!r}; known: {', '.join(PROTOCOLS)}")
-    module = importlib.import_module(f"capeval.engine.protocols.{protocol}.metrics")
-    frame = module.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
-                                   **lookup_protocol(protocol).metric_params(options))
+    """compute_metrics of the registered `protocol` (importable API behind the command), with a `reason` for every
+    null value (a group without a single verdict: "no verdicts: <first error> (xN)"); only the params its metrics
+    read are passed (`metric_params`: a sweep's protocol params include build-only ones such as `prompts`)."""
+    found = lookup_protocol(protocol)
+    frame = found.compute_metrics(verdicts, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
+                                  **found.metric_params(options))
     return explain_nulls(frame, verdicts, captions=captions)
+
+
+def _folder_readers() -> list[str]:
+    """The registered protocols that read released verdicts from a folder (`released_verdicts_folder`)."""
+    return [name for name in names("protocol") if lookup("protocol", name).released_verdicts_folder]
 
 
 def _items(path: Path | None, protocol: str):
@@ -68,15 +70,17 @@ def _items(path: Path | None, protocol: str):
 
 
 def read_verdicts_or_release(path: Path, protocol: str, items):
-    """--verdicts: a verdict table, or (CAPability) one model's released judgments/<model>/ folder, the layouts
-    `capeval judge validate --reference` reads; any other folder is answered with what it holds."""
+    """--verdicts: a verdict table, or a folder of the benchmark's released verdicts where the protocol reads one
+    (`released_verdicts_folder`), as `capeval judge validate --reference` reads them; any other folder is answered
+    with what it holds."""
     if not path.is_dir():
         return read_verdicts(path)
-    if protocol == "capability":
+    found = lookup_protocol(protocol)
+    if found.released_verdicts_folder is not None:
         if items is None:
-            raise UsageError(f"--verdicts {path}: a folder is read as CAPability's released judgments/<model>/, "
-                             f"whose verdicts need the annotations: give --items (annotations/ or task files)")
-        verdicts, n_unknown = lookup_protocol(protocol).released_verdicts(path, items, "--verdicts")
+            raise UsageError(f"--verdicts {path}: a folder is read as --protocol {protocol}'s "
+                             f"{found.released_verdicts_folder}, whose verdicts need the items: give --items")
+        verdicts, n_unknown = found.released_verdicts(path, items, "--verdicts")
         if n_unknown:
             print(f"note: {n_unknown} released judgments are for ids that are no item of --items: left out",
                   file=sys.stderr)
@@ -84,9 +88,10 @@ def read_verdicts_or_release(path: Path, protocol: str, items):
     entries = sorted(e.name + ("/" if e.is_dir() else "") for e in path.iterdir())
     held = ", ".join(entries[:8]) + (", ..." if len(entries) > 8 else "") if entries else "nothing"
     hint = " (a sweep's run folder: `capeval report` scores it)" if (path / "verdicts").is_dir() else ""
+    readers = "".join(f", or for --protocol {name} a {lookup('protocol', name).released_verdicts_folder}"
+                      for name in _folder_readers())
     raise UsageError(f"--verdicts {path}: a folder; capeval score reads a verdict table (Parquet, JSONL or CSV with "
-                     f"the VERDICTS columns), or for --protocol capability a released judgments/<model>/ folder. "
-                     f"This folder holds: {held}{hint}")
+                     f"the VERDICTS columns){readers}. This folder holds: {held}{hint}")
 
 
 def _captions(path: Path | None, rules: dict):

@@ -21,7 +21,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Protocol, Sequence
 
 import pyarrow as pa
 
@@ -32,6 +32,10 @@ from capeval.engine.keys import derived_seed, protocol_tag, request_key, tagged_
 from capeval.engine.params import Param, param_problems
 from capeval.engine.schemas import JUDGE_REQUESTS, ParseStatus
 from capeval.engine.stand_in import StandIn, StandInRequest
+
+if TYPE_CHECKING:  # typing only: a protocol package imports polars and numpy itself where it uses them
+    import numpy as np
+    import polars as pl
 
 REQUESTS_WITH_CONTEXT = JUDGE_REQUESTS.append(pa.field("context", pa.string()))
 #: Sort order that puts requests sharing a caption (and so a prompt prefix) next to each other.
@@ -215,6 +219,45 @@ def annotation_value(item: dict) -> Any:
         return text
 
 
+@dataclass(frozen=True)
+class ReportSection:
+    """A section a protocol adds to the HTML report of a run (`JudgeProtocol.report_sections`)."""
+
+    anchor: str  # the section's id in the page (links, tests)
+    title: str  # its heading, plain text
+    html: str  # its body: HTML whose every value the protocol escaped
+
+
+class JudgeHandle(Protocol):
+    """A judge backend as a benchmark's command holds it (capeval.adapters.base's backends are such handles)."""
+
+    name: str
+    revision: str
+
+    def close(self) -> None: ...
+
+
+class CommandTools(Protocol):
+    """What the CLI hands a benchmark's own commands (`JudgeProtocol.cli_commands`): the services above the protocol
+    layer they use (tests/test_layers.py keeps a protocol package from importing the CLI, the judging loop, the report
+    or a backend itself). engine/cli/command_tools.py implements it."""
+
+    def build_judge(self, name: str, model: str | None, base_url: str | None, options: list[str]) -> JudgeHandle:
+        """A judge backend from the registry, as `capeval judge --judge NAME --judge-model M --judge-base-url U
+        --judge-option KEY=VALUE...` builds it (the user's mistakes are UsageErrors naming the option)."""
+
+    def run_judging(self, requests: pa.Table, judge: JudgeHandle, *, cache_dir: Path, protocol: JudgeProtocol,
+                    progress: bool) -> tuple[pa.Table, object]:
+        """(verdicts, summary) of the judge loop over `requests` (REQUESTS_WITH_CONTEXT) with the judgment cache in
+        `cache_dir`; the summary prints as one line."""
+
+    def leaderboards(self, table: pl.DataFrame, protocol: str) -> str:
+        """The leaderboards every scoring command prints for a metrics table of `protocol`."""
+
+    def sentence_embeddings(self, texts: Sequence[str]) -> np.ndarray:
+        """Unit-norm sentence embeddings of `texts`, one row each (the local judge's bundled model)."""
+
+
 class JudgeProtocol:
     """Base class; subclasses set `name`, `version`, `codes` and implement `render` and `parse`.
 
@@ -370,6 +413,15 @@ class JudgeProtocol:
         return {int(m): m.name for m in enums[0]} if len(enums) == 1 else {}
 
     # -- what the benchmark brings beyond judging (hooks; the defaults bring nothing) -----------------------------
+    def cli_commands(self, subparsers, tools: CommandTools) -> None:
+        """Adds the benchmark's own commands (`capeval capability score`) to the CLI's argparse `subparsers`; each
+        command's function gets the parsed args and may use `tools`. Default: none."""
+
+    def report_sections(self, run_path: Path) -> list[ReportSection]:
+        """Sections this protocol adds to the HTML report of the run folder `run_path` (e.g. CAPability's KT from
+        the run's CAPability-QA results), in page order; [] when the run holds nothing for them."""
+        return []
+
     def stand_in_answer(self, request: StandInRequest) -> StandIn | None:
         """The local judge's plumbing answer to one of this protocol's requests (engine/stand_in.py: the texts it
         compares by meaning and the reply), or None when the protocol has none for this request (the local judge
@@ -455,6 +507,11 @@ class JudgeProtocol:
         caption naming its video by the media file matched to the items (docs/inputs.md "Video ids")."""
         captions, _ = with_dataset_video_ids(read_captions(path, **rules), items)
         return captions
+
+    #: the folder layout of the benchmark's released judge verdicts that `released_verdicts` reads, in words for the
+    #: messages of commands that take a verdict table or such a folder (e.g. "released judgments/<model>/ folder");
+    #: None: it reads none
+    released_verdicts_folder: str | None = None
 
     def released_verdicts_problem(self, path: Path) -> str | None:
         """Why the folder `path` is not a set of this benchmark's released judge verdicts (None: it is one); checked

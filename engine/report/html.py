@@ -1,9 +1,10 @@
 """`write_report(run_dir)`: ONE self-contained HTML file for a run folder (opens offline: plotly.js, CSS and the
 per-sample browser's JavaScript are inlined; nothing is fetched).
 
-Sections: run record, leaderboards (headline table with CIs, warnings, breakdown), plots (metric vs frames, per
-task bars, paired-difference forest plot, verdict distributions, judge agreement when several judges or seeds
-ran), paired comparisons, the per-sample browser and the failures table.
+Sections: run record, leaderboards (headline table with CIs, warnings, breakdown), the sections the run's protocols
+add (`JudgeProtocol.report_sections`), plots (metric vs frames, per task bars, paired-difference forest plot, verdict
+distributions, judge agreement when several judges or seeds ran), paired comparisons, the per-sample browser and the
+failures table.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from pathlib import Path
 
 import polars as pl
 
+from capeval.engine.protocols.base import ReportSection
+from capeval.engine.registry import lookup
 from capeval.engine.report import plots
 from capeval.engine.report.across import across_html
 from capeval.engine.report.assets import CSS, JS
 from capeval.engine.report.breakdowns import breakdowns_html, section_tables
 from capeval.engine.report.compare import compare_run
 from capeval.engine.report.cost import cost_html
-from capeval.engine.report.kt import kt_html
 from capeval.engine.report.leaderboard import Leaderboard, leaderboards
 from capeval.engine.report.rundir import RunData, load_items, load_run
 from capeval.engine.report.transcripts import verdict_labels as _verdict_labels
@@ -204,6 +206,27 @@ def _record_html(run: RunData) -> str:
     return f"<table>{body}</table>"
 
 
+def protocol_sections(run: RunData) -> list[ReportSection]:
+    """The sections every protocol the run judged with adds (`JudgeProtocol.report_sections`), protocol by protocol
+    in the run's order; a protocol that is not registered here adds none."""
+    if run.verdicts is not None and "protocol_name" in run.verdicts.columns:
+        names = list(dict.fromkeys(run.verdicts["protocol_name"].to_list()))
+    else:
+        names = run.protocols
+    sections = []
+    for name in names:
+        try:
+            protocol = lookup("protocol", name)
+        except KeyError:
+            continue
+        sections += protocol.report_sections(run.path)
+    return sections
+
+
+def _section_html(section: ReportSection) -> str:
+    return f'<section id="{_e(section.anchor)}"><h2>{_e(section.title)}</h2>{section.html}</section>'
+
+
 def script_json(value) -> str:
     """`value` as JSON that is safe inside a <script> element: captions and judge replies are untrusted text, and
     `</script` would end the element while `<!--` followed by `<script` switches the HTML parser into a state where
@@ -256,7 +279,7 @@ def build_report(run: RunData, *, n_resamples: int = 2000, max_samples: int = MA
 <p class="note">Headline metrics with 95% percentile intervals from a bootstrap that resamples videos.</p>
 {''.join(_leaderboard_html(lb) for lb in lbs) or "<p class='note'>No results table in this folder.</p>"}
 </section>
-{kt_html(run.path)}
+{''.join(_section_html(section) for section in protocol_sections(run))}
 <section id="breakdowns"><h2>Breakdowns</h2>{breakdowns_html(section_tables(run, breakdowns))}</section>
 <section id="plots"><h2>Plots</h2>{''.join(f for f in figures if f)}</section>
 <section id="comparisons"><h2>Paired comparisons</h2>{_comparison_html(comp)}</section>

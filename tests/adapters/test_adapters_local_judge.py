@@ -114,3 +114,33 @@ def test_other_protocols(judge):
     assert [o.text for o in out[4:6]] == direct and all(direct)
     assert json.loads(out[6].text)["score"] >= 3
     assert out[7].text is None and "nonsense" in out[7].error
+
+
+def test_the_local_judge_answers_through_the_requests_protocol(judge, monkeypatch):
+    """The reply is the stand-in answer of the protocol the task names, found through the registry: the texts it
+    declares are embedded and handed to its reply; a protocol without a stand-in answer is a per-request error."""
+    from capeval.engine.stand_in import StandIn
+
+    protocol = lookup("protocol", "vcinspector")
+    seen = {}
+
+    def answer(request):
+        def reply(similarity):
+            seen["sim"] = similarity.max_sim("a red bicycle", ["A man rides a red bicycle."])
+            return f"stand-in for {request.fields['word']}"
+        return StandIn(texts=frozenset({"a red bicycle", "A man rides a red bicycle."}), reply=reply)
+
+    monkeypatch.setattr(protocol, "stand_in_answer", answer)
+    monkeypatch.setattr(lookup("protocol", "vidcapbench"), "stand_in_answer", lambda request: None)
+    out = judge.judge([_req("vcinspector/default/score", word="cycling"), _req("vidcapbench/default/answer")])
+    assert out[0].text == "stand-in for cycling" and 0.5 < seen["sim"] <= 1.0
+    assert out[1].text is None and "unknown task 'vidcapbench/default/answer'" in out[1].error
+
+
+def test_adapters_import_no_protocol_package():
+    """Backends reach a protocol only through the registry (the local judge's answers live in the protocols)."""
+    from test_layers import ROOT, collect_imports  # tests/ is on sys.path (pytest's default import mode)
+
+    imports, _ = collect_imports(ROOT, ("adapters",))
+    upward = [i.where() for i in imports if i.target.startswith("capeval.engine.protocols")]
+    assert upward == []

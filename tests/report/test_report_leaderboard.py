@@ -66,7 +66,7 @@ def test_undefined_task_does_not_blank_the_average_silently():
 
 def test_capability_score_table_gives_the_same_leaderboard_shape(shared_data):
     """`capeval capability score` writes a wide table; its leaderboard has the sweep's shape and the paper's avg."""
-    from capeval.engine.cli.capability import score_table
+    from capeval.engine.protocols.capability.cli import score_table
 
     wide = score_table(shared_data / "capability" / "annotations",
                        shared_data / "capability" / "judgments" / "gpt-4o-0806", resamples=50)

@@ -5,13 +5,10 @@ from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
 
-from . import parsing as _parsing, prompts as _prompts, release as _release, stand_in as _stand_in
+from . import cli as _cli, parsing as _parsing, prompts as _prompts, release as _release, report as _report
+from . import stand_in as _stand_in
 from .codes import CapabilityVerdict as _CapabilityVerdict
-
-#: The official retry rule (eval.py:427-468, argparse defaults): up to 5 more rounds, stopping once at most 5 items
-#: are still unanswered; re-asks resend the same request.
-OFFICIAL_MAX_RETRY_TIMES = 5
-OFFICIAL_MAX_ALLOW_MISSING = 5
+from .official import OFFICIAL_MAX_ALLOW_MISSING, OFFICIAL_MAX_RETRY_TIMES
 
 
 class CapabilityProtocol(_JudgeProtocol):
@@ -71,6 +68,13 @@ class CapabilityProtocol(_JudgeProtocol):
     def stand_in_answer(self, request):
         return _stand_in.stand_in(request)
 
+    def cli_commands(self, subparsers, tools):
+        _cli.register(subparsers, tools)
+
+    def report_sections(self, run_path):
+        section = _report.kt_section(run_path)
+        return [] if section is None else [section]
+
     def parse(self, request, text):
         return _parsing.parse(request, text)
 
@@ -96,6 +100,8 @@ class CapabilityProtocol(_JudgeProtocol):
         if set(items.column("benchmark").to_pylist()) == {"capability"}:
             captions = _release.label_released_captions(captions, items)
         return captions
+
+    released_verdicts_folder = "released judgments/<model>/ folder"
 
     def released_verdicts_problem(self, path):
         return _release.judgments_folder_problem(path)

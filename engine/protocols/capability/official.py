@@ -28,6 +28,11 @@ from typing import Any, Sequence
 
 import polars as pl
 
+#: The official retry rule (eval.py:427-468, argparse defaults): up to 5 more rounds, stopping once at most 5 items
+#: are still unanswered; re-asks resend the same request.
+OFFICIAL_MAX_RETRY_TIMES = 5
+OFFICIAL_MAX_ALLOW_MISSING = 5
+
 from capeval.engine.schemas import ParseStatus
 
 from .codes import CLASSIFICATION_TASKS, CapabilityVerdict

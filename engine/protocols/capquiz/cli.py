@@ -1,5 +1,6 @@
-"""`capeval capquiz filter`: the CapQuiz blind-solvability filter and semantic de-duplication over an items file
-(see engine/protocols/capquiz/filtering.py for the rules), writing the kept items and a per-item record of why."""
+"""CapQuiz's own command (`CapQuizProtocol.cli_commands`), `capeval capquiz filter`: the blind-solvability filter and
+semantic de-duplication over an items file (see filtering.py for the rules), writing the kept items and a per-item
+record of why."""
 
 from __future__ import annotations
 
@@ -7,6 +8,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from capeval.engine.errors import UsageError
+from capeval.engine.inputs.tables import read_items
+from capeval.engine.judge_specs import judge_options, judge_specs, option_text
+from capeval.engine.protocols.base import CommandTools
+
+from .filtering import BlindProtocol, FilterSettings, blind_counts, decide
 
 USAGE = """examples:
   capeval capquiz filter --items quiz.jsonl --judges local --trials 3 --out kept.jsonl --record why.parquet
@@ -20,7 +31,7 @@ without the video, in at least --min-correct of --trials shuffled trials.
 """
 
 
-def register(subparsers) -> None:
+def register(subparsers, tools: CommandTools) -> None:
     p = subparsers.add_parser("capquiz", help="CapQuiz question-set tools (filter)")
     sub = p.add_subparsers(dest="capquiz_command", metavar="SUBCOMMAND")
     f = sub.add_parser("filter", help="blind-solvability filter + semantic de-duplication of CapQuiz items",
@@ -44,63 +55,11 @@ def register(subparsers) -> None:
     f.add_argument("--record", type=Path, default=None, help="per-item record of why (.parquet, .csv or .jsonl)")
     f.add_argument("--no-progress", action="store_true")
     f.add_argument("--debug", action="store_true", help="show tracebacks")
-    f.set_defaults(func=run_filter)
+    f.set_defaults(func=lambda args: run_filter(args, tools))
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
 
-def _judge_specs(args) -> list[tuple[str, str]]:
-    """[(backend name, label)] from --judges / --judge; labels are unique."""
-    from capeval.engine.errors import UsageError
-
-    text = args.judges or args.judge or "local"
-    specs = []
-    for part in (s.strip() for s in text.split(",")):
-        if not part:
-            continue
-        name, _, label = part.partition("@")
-        specs.append((name, label or name))
-    labels = [label for _, label in specs]
-    if len(set(labels)) != len(labels):
-        raise UsageError(f"--judges {text!r}: the same judge twice; tell them apart as NAME@LABEL")
-    if not specs:
-        raise UsageError("--judges: no judge given")
-    return specs
-
-
-def _judge_options(pairs: list[str], labels: list[str]) -> dict[str, dict]:
-    from capeval.engine.errors import UsageError
-
-    out: dict[str, dict] = {label: {} for label in labels}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise UsageError(f"--judge-option {pair!r}: expected [LABEL:]KEY=VALUE")
-        target, colon, name = key.partition(":")
-        try:
-            parsed = json.loads(value)
-        except json.JSONDecodeError:
-            parsed = value
-        if colon:
-            if target not in out:
-                raise UsageError(f"--judge-option {pair!r}: no judge labelled {target!r} (judges: {labels})")
-            out[target][name] = parsed
-        else:
-            for opts in out.values():
-                opts[key] = parsed
-    return out
-
-
-def _as_option_text(value) -> str:
-    """An option value parsed by _judge_options written back so that the CLI's parser reads the same value."""
-    if isinstance(value, str):
-        try:
-            json.loads(value)
-        except json.JSONDecodeError:
-            return value  # plain text: read back as text
-    return json.dumps(value)
-
-
-def _write(table, path: Path, what: str) -> None:
+def _write(table: pa.Table, path: Path, what: str) -> None:
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
@@ -115,28 +74,10 @@ def _write(table, path: Path, what: str) -> None:
             for row in table.to_pylist():
                 f.write(json.dumps(row, ensure_ascii=False) + "\n")
     else:
-        from capeval.engine.errors import UsageError
-
         raise UsageError(f"{what} {path}: use a .parquet, .csv or .jsonl file name")
 
 
-def sentence_embeddings(texts: list[str]):
-    """The de-duplication's embeddings: the local judge's bundled all-MiniLM-L6-v2, unit-norm rows (loaded on the
-    first call, once per process)."""
-    from capeval.adapters.local_judge import embedding_model
-
-    return embedding_model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
-
-
-def run_filter(args) -> int:
-    import pyarrow.compute as pc
-
-    from capeval.engine.errors import UsageError
-    from capeval.engine.inputs.tables import read_items
-    from capeval.engine.judge_run.backend import build_judge
-    from capeval.engine.judging.runner import run_judging
-    from capeval.engine.protocols.capquiz.filtering import BlindProtocol, FilterSettings, blind_counts, decide
-
+def run_filter(args, tools: CommandTools) -> int:
     if args.trials < 1 or not 1 <= args.min_correct <= args.trials:
         raise UsageError(f"--trials {args.trials} / --min-correct {args.min_correct}: need 1 <= min-correct <= trials")
     for name, value in (("--dedup-threshold", args.dedup_threshold), ("--answer-threshold", args.answer_threshold)):
@@ -145,8 +86,8 @@ def run_filter(args) -> int:
     if args.out.suffix.lower() not in (".parquet", ".jsonl", ".json"):
         raise UsageError(f"--out {args.out}: use a .parquet or .jsonl file name")
     items = read_items(args.items, benchmark="capquiz", resolve_media=False)
-    specs = _judge_specs(args)
-    options = _judge_options(args.judge_option, [label for _, label in specs])
+    specs = judge_specs(args.judges or args.judge or "local")
+    options = judge_options(args.judge_option, [label for _, label in specs])
     settings = FilterSettings(trials=args.trials, min_correct=args.min_correct, dedup=not args.no_dedup,
                               question_threshold=args.dedup_threshold,
                               answer_threshold=args.dedup_threshold if args.answer_threshold is None
@@ -156,17 +97,17 @@ def run_filter(args) -> int:
     for name, label in specs:
         opts = dict(options[label])
         model, base_url = opts.pop("model", None), opts.pop("base_url", None)
-        pairs = [f"{k}={_as_option_text(v)}" for k, v in opts.items()]
-        judge = build_judge(name, model, base_url, pairs)  # the user's mistakes exit 2 naming the option
+        pairs = [f"{k}={option_text(v)}" for k, v in opts.items()]
+        judge = tools.build_judge(name, model, base_url, pairs)  # the user's mistakes exit 2 naming the option
         try:
             requests = protocol.requests(items, judge=judge.name, judge_revision=judge.revision, trials=args.trials)
-            verdicts, summary = run_judging(requests, judge, cache_dir=args.cache, protocol=protocol,
-                                            progress=not args.no_progress, return_summary=True)
+            verdicts, summary = tools.run_judging(requests, judge, cache_dir=args.cache, protocol=protocol,
+                                                  progress=not args.no_progress)
         finally:
             judge.close()
         right[label] = blind_counts(verdicts)
         print(f"[capquiz filter] judge {label}: {summary}", file=sys.stderr)
-    record = decide(items, right, settings, embed=sentence_embeddings)
+    record = decide(items, right, settings, embed=tools.sentence_embeddings)
     kept = items.filter(pc.is_in(items.column("item_id"), record.filter(record.column("kept")).column("item_id")))
     _write(kept, args.out, "--out")
     if args.record is not None:

@@ -1,7 +1,7 @@
-"""The report's CAPability KT section: for a run folder with CAPability-QA results (`capeval construct capability-qa
---out RUN/capability_qa`), the caption F1, QA accuracy and KT ("know but cannot tell", lower is better) side by side
-per caption group and task, with their intervals. The table is read from the pipeline's kt.parquet (long metrics:
-f1 / qa_accuracy / kt per group and task); nothing here knows the protocol beyond those metric names."""
+"""CAPability's section of the HTML report (`CapabilityProtocol.report_sections`): for a run folder with
+CAPability-QA results (`capeval construct capability-qa --out RUN/capability_qa`), the caption F1, QA accuracy and KT
+("know but cannot tell", lower is better) side by side per caption group and task, with their intervals. The table
+is read from the pipeline's kt.parquet (long metrics: f1 / qa_accuracy / kt per group and task)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import html
 from pathlib import Path
 
 import polars as pl
+
+from capeval.engine.protocols.base import ReportSection
 
 QA_FOLDER = "capability_qa"  # where the run's CAPability-QA outputs live
 KT_FILE = "kt.parquet"
@@ -35,7 +37,7 @@ def load_kt(run_path: str | Path) -> pl.DataFrame | None:
     return pl.read_parquet(path) if path.is_file() else None
 
 
-def kt_wide(long: pl.DataFrame) -> pl.DataFrame:
+def _wide(long: pl.DataFrame) -> pl.DataFrame:
     groups = [c for c in (*_GROUPS, "task") if c in long.columns]
     out = long.select(groups).unique(maintain_order=True)
     for m, _ in _METRICS:
@@ -46,12 +48,12 @@ def kt_wide(long: pl.DataFrame) -> pl.DataFrame:
     return out
 
 
-def kt_html(run_path: str | Path) -> str:
-    """The section (heading included), or "" when the run has no CAPability-QA results."""
+def kt_section(run_path: str | Path) -> ReportSection | None:
+    """The KT section, or None when the run has no CAPability-QA results."""
     long = load_kt(run_path)
     if long is None or long.height == 0:
-        return ""
-    table = kt_wide(long)
+        return None
+    table = _wide(long)
     groups = [c for c in _GROUPS if c in table.columns]
     parts = []
     for key, g in table.group_by(groups, maintain_order=True):
@@ -71,4 +73,4 @@ def kt_html(run_path: str | Path) -> str:
                  f"questions the captioning model answered correctly (asked with {_e(qa_frames)}). KT (paper Eq. 4): "
                  f"among those, the share its caption got wrong or left out; lower is better. F1 and KT use the "
                  f"caption verdicts in {_e(mode)} mode.</p>")
-    return f'<section id="kt"><h2>CAPability KT</h2>{"".join(parts)}</section>'
+    return ReportSection(anchor="kt", title="CAPability KT", html="".join(parts))

@@ -1,4 +1,5 @@
-"""`capeval capability score`: CAPability metrics of one model's released (or our own) judgment files.
+"""CAPability's own commands (`CapabilityProtocol.cli_commands`):
+`capeval capability score`: CAPability metrics of one model's released (or our own) judgment files.
 `capeval capability kt`: KT beside QA accuracy and F1 from CAPability-QA verdicts (capeval construct capability-qa)."""
 
 from __future__ import annotations
@@ -6,8 +7,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import polars as pl
 
-def register(subparsers) -> None:
+from capeval.engine.errors import UsageError
+from capeval.engine.protocols.base import CommandTools
+
+from .official import OFFICIAL_MAX_ALLOW_MISSING
+from .release import judgments_folder_problem, load_items, load_judgments
+
+
+def register(subparsers, tools: CommandTools) -> None:
     cap = subparsers.add_parser("capability", help="CAPability benchmark tools")
     sub = cap.add_subparsers(dest="capability_command", metavar="SUBCOMMAND")
     score = sub.add_parser("score", help="precision / recall / F1 / hit rate per task and their average, from "
@@ -23,7 +32,7 @@ def register(subparsers) -> None:
     score.add_argument("--unknown-ids", choices=("error", "count"), default="error",
                        help="a judgment for a file_id not annotated for its task: fail, or skip and count it")
     score.add_argument("--debug", action="store_true", help="show tracebacks")
-    score.set_defaults(func=run_score)
+    score.set_defaults(func=lambda args: run_score(args, tools))
     kt = sub.add_parser("kt", help="KT (know but cannot tell) beside QA accuracy and F1, per task and averaged, from "
                                    "QA verdicts (capeval construct capability-qa) and the same model's caption "
                                    "verdicts")
@@ -43,11 +52,11 @@ def register(subparsers) -> None:
 
 
 def run_kt(args) -> int:
-    import polars as pl
+    # loaded when the command runs: the construction pipeline's reader brings the construction machinery, the KT
+    # metrics the numba bootstrap kernels
+    from .construction import load_caption_verdicts
 
-    from capeval.engine.protocols.capability.construction import load_caption_verdicts
-    from capeval.engine.errors import UsageError
-    from capeval.engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide
+    from .kt import format_kt_table, kt_table, kt_wide
 
     if not args.qa_verdicts.is_file():
         raise UsageError(f"--qa-verdicts {args.qa_verdicts}: not found")
@@ -71,10 +80,7 @@ def score_table(annotations: Path, judgments: Path, *, mode: str = "official", r
                 seed: int = 0, unknown_ids: str = "error"):
     """The CLI's CSV as a Polars frame: dimension, precision, recall, f1, hit_rate, their CIs, counts, the mode
     that made it and a note saying why a value is empty (0/0)."""
-    import polars as pl
-
-    from capeval.engine.protocols.capability.release import load_items, load_judgments
-    from capeval.engine.protocols.capability.metrics import METRICS, compute_metrics, wide
+    from .metrics import METRICS, compute_metrics, wide  # loaded when used: the numba bootstrap kernels
 
     items = load_items(annotations)
     loaded = load_judgments(judgments, items, on_unknown=unknown_ids)
@@ -88,10 +94,7 @@ def score_table(annotations: Path, judgments: Path, *, mode: str = "official", r
     return table.select("dimension", *METRICS, *cis, *counts, "mode", "note")
 
 
-def run_score(args) -> int:
-    from capeval.engine.errors import UsageError
-    from capeval.engine.protocols.capability.release import judgments_folder_problem
-
+def run_score(args, tools: CommandTools) -> int:
     problem = judgments_folder_problem(args.judgments)
     if problem:
         raise UsageError(f"--judgments {args.judgments}: {problem}")
@@ -99,29 +102,23 @@ def run_score(args) -> int:
                         seed=args.seed, unknown_ids=args.unknown_ids)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     table.write_csv(args.out)
-    print(_leaderboard(table, args.judgments.name))
+    print(_leaderboard(table, args.judgments.name, tools))
     print(_notes(table), file=sys.stderr)
     print(f"wrote {args.out}")
     return 0
 
 
-def _leaderboard(table, model: str) -> str:
-    """The leaderboard every scoring command prints (capeval.engine.report.leaderboard), with the judged model as the
-    captioner, its per-dimension breakdown below it (the counts per dimension are in the CSV)."""
-    import polars as pl
-
-    from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
-
-    boards = leaderboards(table.with_columns(pl.lit(model).alias("captioner")), protocol="capability")
-    return "\n\n".join(format_leaderboard(lb) for lb in boards)
+def _leaderboard(table, model: str, tools: CommandTools) -> str:
+    """The leaderboard every scoring command prints, with the judged model as the captioner, its per-dimension
+    breakdown below it (the counts per dimension are in the CSV)."""
+    return tools.leaderboards(table.with_columns(pl.lit(model).alias("captioner")), protocol="capability")
 
 
 def _unfinished_rounds(per_task) -> list[str]:
     """Official mode, released judgments: a task with more items unjudged than the official script leaves behind.
     eval.py re-asks in rounds until at most max_allow_missing items are missing (427-468), so such files are not
     where an official run ends: the figures of an official rerun may differ."""
-    from capeval.engine.protocols.capability import OFFICIAL_MAX_ALLOW_MISSING as k
-
+    k = OFFICIAL_MAX_ALLOW_MISSING
     return [f"note: {d}: {n} items have no judgment, more than the official max_allow_missing ({k}): the official "
             f"eval.py would re-ask them in another retry round (eval.py:427-468) instead of leaving them out, so "
             f"these judgments are not the end of an official run and its figures for {d} may differ."
