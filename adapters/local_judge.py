@@ -4,7 +4,7 @@
 It answers a request by asking the request's protocol (found through the registry by the name in the request's task
 "<protocol>/<task>/<step>") for its stand-in answer (`JudgeProtocol.stand_in_answer`, engine/stand_in.py), in the
 output format the protocol's parser expects; this module names no protocol. It is the no-GPU default for demos and
-CI, much weaker than an LLM judge: its agreement with the released GPT-4-Turbo verdicts on CAPability is measured in
+CI, much weaker than an LLM judge: its agreement with a released LLM judge's verdicts is measured in
 docs/local_judge_agreement.md.
 """
 

@@ -119,3 +119,87 @@ def test_provenance_names_everything_behind_each_number(toy_run):
     text = subprocess.run([*toy_run["capeval"], "show", str(toy_run["out"]), "--provenance", "--system",
                            "prompt_id=brief"], env=toy_run["env"], capture_output=True, text=True, timeout=300)
     assert text.returncode == 0 and "prompt_id=brief" in text.stdout and "capquiz_standard" not in text.stdout
+
+
+def _toy_verdicts(toy_run) -> Path:
+    """One of the run's verdict files that holds toy_mention rows."""
+    for path in sorted((toy_run["out"] / "verdicts").glob("*.parquet")):
+        if pl.read_parquet(path).filter(pl.col("protocol") == "toy_mention").height:
+            return path
+    raise AssertionError("no toy_mention verdicts in the run")
+
+
+def test_the_toy_brings_its_own_command(toy_run):
+    """`capeval toy rate` exists because the toy protocol registers it (JudgeProtocol.cli_commands)."""
+    path = _toy_verdicts(toy_run)
+    r = subprocess.run([*toy_run["capeval"], "toy", "rate", "--verdicts", str(path)], env=toy_run["env"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    verdicts = pl.read_parquet(path)
+    for prompt in verdicts["prompt_id"].unique().to_list():
+        rows = verdicts.filter(pl.col("prompt_id") == prompt)
+        yes = int((rows["verdict"] == 1).sum())
+        assert f"{prompt}: {100.0 * yes / rows.height:.1f}% ({yes} of {rows.height})" in r.stdout
+    help_text = subprocess.run([*toy_run["capeval"], "--help"], env=toy_run["env"], capture_output=True, text=True,
+                               timeout=300).stdout
+    assert "the toy protocol's tools" in help_text
+    missing = subprocess.run([*toy_run["capeval"], "toy", "rate", "--verdicts", str(toy_run["root"] / "none.parquet")],
+                             env=toy_run["env"], capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+def test_the_report_shows_the_toy_section(toy_run):
+    """The report asks each protocol of the run for its sections (JudgeProtocol.report_sections)."""
+    html = toy_run["root"] / "report-sections.html"
+    r = subprocess.run([*toy_run["capeval"], "report", str(toy_run["out"]), "--out", str(html)],
+                       env=toy_run["env"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = html.read_text()
+    section = text[text.index('<section id="toy-mentions"><h2>Toy mentions</h2>'):]
+    section = section[:section.index("</section>")]
+    results = pl.read_parquet(toy_run["out"] / "results.parquet").filter(pl.col("protocol") == "toy_mention")
+    for row in results.iter_rows(named=True):
+        assert f"<td>{row['prompt_id']}</td><td class='num'>{row['value']:.1f}</td>" in section
+
+
+def test_score_takes_the_entry_point_protocol(toy_run):
+    """`capeval score --protocol toy_mention`: the protocol list comes from the registry, the metrics from the
+    protocol object."""
+    path = _toy_verdicts(toy_run)
+    out = toy_run["root"] / "score.csv"
+    r = subprocess.run([*toy_run["capeval"], "score", "--protocol", "toy_mention", "--verdicts", str(path), "--out",
+                        str(out), "--resamples", "50"], env=toy_run["env"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    scored = pl.read_csv(out)
+    verdicts = pl.read_parquet(path)
+    for row in scored.filter(pl.col("metric") == "mention_rate").iter_rows(named=True):
+        cell = verdicts.filter(pl.col("prompt_id") == row["prompt_id"])
+        assert row["value"] == pytest.approx(100.0 * (cell["verdict"] == 1).sum() / cell.height)
+    assert scored.filter(pl.col("metric") == "mention_rate").height >= 1
+
+
+def test_the_local_judge_answers_toy_requests_with_the_toys_stand_in(tmp_path):
+    """The local judge finds the toy protocol through the registry by the task's protocol name and replies with its
+    stand-in answer, which the toy's parser reads."""
+    site = _plugin_site(tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    script = """
+import json
+import pyarrow as pa
+from capeval.adapters.local_judge import LocalJudge
+from capeval.engine.judging.requests import to_judge_request
+from capeval.engine.registry import lookup
+protocol = lookup("protocol", "toy_mention")
+items = pa.Table.from_pylist([
+    {"item_id": "a", "video_id": "v1", "task": "color", "answer": "bicycle"},
+    {"item_id": "b", "video_id": "v1", "task": "color", "answer": "volcano"}])
+captions = pa.Table.from_pylist([{"video_id": "v1", "caption_key": "k", "captioner": "c", "prompt_id": "p",
+                                  "frame_spec": "uniform:2", "text": "A man rides a red bicycle down a hill."}])
+rows = protocol.build_requests(items, captions, judge="local", judge_revision="r").to_pylist()
+replies = LocalJudge().judge([to_judge_request(r) for r in rows])
+print(json.dumps({r["item_id"]: [x.text, protocol.parse(r, x.text)[0]] for r, x in zip(rows, replies)}))
+"""
+    r = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"a": ["yes", 1], "b": ["no", 0]}
