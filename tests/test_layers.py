@@ -314,13 +314,6 @@ _IMPORTS, _MODULES = collect_imports(ROOT)
 #: Imports that break the table today, each with the change that removes it. The list only shrinks: an entry whose
 #: import is gone fails the test until it is deleted here.
 KNOWN_LAYER_BREAKS = {
-    # the local judge's CAPability answers move into the protocol (stand_in_answer hook)
-    "adapters/local_judge.py imports capeval.engine.protocols.capability.official": "stand-in answers",
-    # benchmark subcommands move into their protocol packages (cli_commands hook)
-    **{f"engine/cli/capability.py imports capeval.engine.protocols.capability{m}": "capability subcommands"
-       for m in ("", ".kt", ".release", ".metrics")},
-    "engine/cli/capquiz.py imports capeval.engine.protocols.capquiz.filtering": "capquiz subcommands",
-    "engine/cli/capability.py imports capeval.engine.protocols.capability.construction": "capability subcommands",
     # the report reads the sweep file and the cell columns of the sweep (the sweep's run context)
     "engine/report/results.py imports capeval.engine.sweep.grid": "cell columns below the sweep",
     "engine/report/rundir.py imports capeval.engine.sweep.config": "sweep file below the report",
@@ -332,16 +325,11 @@ KNOWN_LAYER_BREAKS = {
 }
 
 #: Private names imported across modules today; the list only shrinks (as KNOWN_LAYER_BREAKS).
-KNOWN_PRIVATE_IMPORTS = {
-    "benchmarks/local_judge_agreement.py imports _Embeddings from capeval.adapters.local_judge",
-    "engine/cli/construct.py imports _judge_options from capeval.engine.cli.capquiz",
-    "engine/cli/construct.py imports _as_option_text from capeval.engine.cli.capquiz",
-}
+KNOWN_PRIVATE_IMPORTS: set[str] = set()
 
 #: file -> how many function-level imports of the project's own modules it may still have without a `# deferred:`
 #: reason. The numbers only go down: a file over its number fails (lower a number when its file has fewer).
 UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
-    "adapters/local_judge.py": 1,
     "adapters/openai_http.py": 3,
     "adapters/ray_pool.py": 2,
     "adapters/vllm_batch.py": 1,
@@ -362,8 +350,6 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/cli/__init__.py": 10,
     "engine/cli/align.py": 3,
     "engine/cli/bench.py": 3,
-    "engine/cli/capability.py": 9,
-    "engine/cli/capquiz.py": 9,
     "engine/cli/compare.py": 5,
     "engine/cli/construct.py": 12,
     "engine/cli/demo.py": 6,

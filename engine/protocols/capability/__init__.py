@@ -5,8 +5,7 @@ from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE, PROMPTS_PARAM as _PROMPTS,
                                    JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy)
 
-from . import cli as _cli, parsing as _parsing, prompts as _prompts, release as _release, report as _report
-from . import stand_in as _stand_in
+from . import parsing as _parsing, prompts as _prompts, release as _release, stand_in as _stand_in
 from .codes import CapabilityVerdict as _CapabilityVerdict
 from .official import OFFICIAL_MAX_ALLOW_MISSING, OFFICIAL_MAX_RETRY_TIMES
 
@@ -69,10 +68,14 @@ class CapabilityProtocol(_JudgeProtocol):
         return _stand_in.stand_in(request)
 
     def cli_commands(self, subparsers, tools):
-        _cli.register(subparsers, tools)
+        from . import cli  # deferred: an extension (`capeval capability ...`), loaded by its hook
+
+        cli.register(subparsers, tools)
 
     def report_sections(self, run_path):
-        section = _report.kt_section(run_path)
+        from . import report  # deferred: an extension (the report's KT section), loaded by its hook
+
+        section = report.kt_section(run_path)
         return [] if section is None else [section]
 
     def parse(self, request, text):

@@ -52,11 +52,9 @@ def register(subparsers, tools: CommandTools) -> None:
 
 
 def run_kt(args) -> int:
-    # loaded when the command runs: the construction pipeline's reader brings the construction machinery, the KT
-    # metrics the numba bootstrap kernels
-    from .construction import load_caption_verdicts
+    from .construction import load_caption_verdicts  # deferred: construction machinery
 
-    from .kt import format_kt_table, kt_table, kt_wide
+    from .kt import format_kt_table, kt_table, kt_wide  # deferred: numba bootstrap kernels
 
     if not args.qa_verdicts.is_file():
         raise UsageError(f"--qa-verdicts {args.qa_verdicts}: not found")
@@ -80,7 +78,7 @@ def score_table(annotations: Path, judgments: Path, *, mode: str = "official", r
                 seed: int = 0, unknown_ids: str = "error"):
     """The CLI's CSV as a Polars frame: dimension, precision, recall, f1, hit_rate, their CIs, counts, the mode
     that made it and a note saying why a value is empty (0/0)."""
-    from .metrics import METRICS, compute_metrics, wide  # loaded when used: the numba bootstrap kernels
+    from .metrics import METRICS, compute_metrics, wide  # deferred: numba bootstrap kernels
 
     items = load_items(annotations)
     loaded = load_judgments(judgments, items, on_unknown=unknown_ids)

@@ -11,7 +11,7 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                    caption_identity as _caption_identity, make_row as _make_row,
                                    rows_to_table as _rows_to_table)
 
-from . import cli as _cli, parsing as _parsing, prompts as _prompts, stand_in as _stand_in
+from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
 from .codes import CapQuizVerdict as _CapQuizVerdict
 
 
@@ -69,7 +69,9 @@ class CapQuizProtocol(_JudgeProtocol):
         return _stand_in.stand_in(request)
 
     def cli_commands(self, subparsers, tools):
-        _cli.register(subparsers, tools)
+        from . import cli  # deferred: an extension (`capeval capquiz filter`), loaded by its hook
+
+        cli.register(subparsers, tools)
 
     def parse(self, request, text):
         return _parsing.parse(request, text)
