@@ -84,8 +84,8 @@ def no_requests_reason(protocol_name: str, items_path, items, captions, params: 
     protocol = lookup("protocol", protocol_name)
     if protocol.judge_frames is not None:
         return (f"--protocol {protocol_name}: its judge sees the videos' frames, and `bench judge` sends none (every "
-                f"request would go without them); measure a text protocol (capquiz, capability, vidcapbench, "
-                f"lvcap) on the same judge, or time `capeval judge --protocol {protocol_name}`, which decodes them")
+                f"request would go without them); measure a protocol whose judge reads text only on the same "
+                f"judge, or time `capeval judge --protocol {protocol_name}`, which decodes them")
     table = protocol.build_requests(items, captions, judge="bench", judge_revision="bench", **params)
     reasons = [RequestContext.decode(r["context"]).missing for r in table.to_pylist()]
     reasons = [r for r in reasons if r]
@@ -250,7 +250,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--judge", required=True, choices=("openai", "vllm"), help="backend to measure")
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (openai), e.g. http://gpu-node:8000/v1")
     p.add_argument("--judge-model", required=True, help="model name (openai) or local path / HF id (vllm)")
-    p.add_argument("--protocol", required=True, help="capquiz | lvcap | capability | vidcapbench | vcinspector")
+    p.add_argument("--protocol", required=True, help="a registered protocol (capeval list)")
     p.add_argument("--items", required=True, type=Path, help="items: a CAPability annotations folder, or a "
                    "JSONL/CSV/Parquet items file (docs/inputs.md)")
     p.add_argument("--captions", type=Path, help="captions file or CAPability captions/<model> folder (default: "

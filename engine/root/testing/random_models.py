@@ -34,7 +34,7 @@ _WORDS = (
 
 
 def iter_corpus_texts(paths: Sequence[str | os.PathLike] = (), *, max_chars_per_file: int = 400_000) -> Iterator[str]:
-    """Yield text lines from real data files: CAPability caption JSONL (`caption`), VDC question JSONL
+    """Yield text lines from real data files: caption JSONL (`caption`), question JSONL
     (video id -> list of {question, answer}), or plain text. Directories are walked (sorted, for determinism); each
     file contributes its first `max_chars_per_file` characters so every source is represented."""
     files: list[Path] = []
@@ -71,7 +71,7 @@ def _texts_from_line(line: str) -> list[str]:
         for key in ("caption", "question", "annotation"):
             if isinstance(obj.get(key), str):
                 out.append(obj[key])
-        for v in obj.values():  # VDC: {video_id: [{question, answer}, ...]}
+        for v in obj.values():  # question files: {video_id: [{question, answer}, ...]}
             if isinstance(v, list):
                 out.extend(f"{q.get('question', '')} {q.get('answer', '')}" for q in v if isinstance(q, dict))
     return out
@@ -199,7 +199,8 @@ def count_parameters(model_dir: str | os.PathLike) -> int:
 
 
 def default_corpus(shared_data: str | os.PathLike) -> list[Path]:
-    """Real text from the shared data folder: gpt-4o captions and VDC short questions (a few MB)."""
+    """Real text from the shared data folder: a release's gpt-4o captions and a set of short
+    questions (a few MB)."""
     root = Path(shared_data)
     paths = [root / "capability" / "captions" / "gpt-4o-0806", root / "vdc" / "short.jsonl"]
     return [p for p in paths if p.exists()]
