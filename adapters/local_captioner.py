@@ -9,10 +9,10 @@ engine/datasets/synthetic_videos.py draws) its captions are even mostly right, w
 
 The prompt only changes verbosity: prompts that ask for something short ("brief", "concise", "one sentence",
 "short") get colours and counts only; every other prompt gets shapes, positions and motion as well. With `context`
-(LVCap segmental mode) the caption says it continues the previous segments.
+(segmental mode) the caption says it continues the previous segments.
 
-Questions (CAPability-QA: a request with `question`, capeval.adapters.base.CaptionRequest) are answered from the same
-description (`answer_question`): a multiple-choice question gets the letter of the option its caption supports, an
+Questions (a construction pipeline's question step: a request with `question`,
+capeval.adapters.base.CaptionRequest) are answered from the same description (`answer_question`): a multiple-choice question gets the letter of the option its caption supports, an
 open one the part of the caption about the quoted subject. With `answers=FILE` (JSONL lines {"task", "item_id",
 "sub_index" (optional), "text"}) it answers from that script instead, so tests know every answer in advance; a
 question the script lacks fails, naming it.

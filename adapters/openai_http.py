@@ -357,8 +357,8 @@ class OpenAICaptioner(_HTTPBackend):
     unless `max_frames` (the backend's limit) says otherwise; then they are evenly subsampled and the number sent is
     recorded (`frames_sent`, `note`). An image item (`media_type="image"`) is sent as one image. A caption cut at
     `max_tokens` (finish_reason "length") has `truncated=True`. The prompt's system message, when it has one, goes
-    first. A question (CAPability-QA: `CaptionRequest.question` set) goes exactly like a caption request: its
-    `prompt` is the whole question with its options, the frames go before it, and the reply is the answer; the
+    first. A question (a construction pipeline's question step: `CaptionRequest.question` set) goes exactly like a
+    caption request: its `prompt` is the whole question with its options, the frames go before it, and the reply is the answer; the
     question's fields are not sent."""
 
     actor_cpus = 0  # a caption actor waits on the server: it reserves no core (capeval.engine.stages.caption.actor_cpus)

@@ -5,7 +5,7 @@ Each line of the file is one recorded reply:
     {"item_id": "...", "step": "judge", "sub_index": 0, "seed": 0, "attempt": 0, "text": "..."}
 
 `sub_index`, `seed` and `task` are optional (absent = any; `task` tells apart items whose ids repeat across
-tasks, e.g. CAPability's action items, which reuse the event videos' file ids); `attempt` is 0 for the first ask
+tasks, e.g. a benchmark's action items that reuse its event videos' file ids); `attempt` is 0 for the first ask
 and k for the k-th re-ask;
 `text` null means the backend returned no content (the request then fails like an empty API answer). A request with
 no recorded reply fails with an error naming what was looked up, so a re-scoring run never invents an answer.

@@ -1,6 +1,6 @@
-"""Judges named on a command line, as the commands that ask several judges read them (`capeval capquiz filter
---judges`, `capeval construct --judge`): a judge is NAME or NAME@LABEL (the same backend twice with different
-options), and `--judge-option [LABEL:]KEY=VALUE` gives an option to every judge or to the one with that label.
+"""Judges named on a command line, as the commands that ask several judges read them (a benchmark's
+subcommand with `--judges`, `capeval construct --judge`): a judge is NAME or NAME@LABEL (the same backend twice with
+different options), and `--judge-option [LABEL:]KEY=VALUE` gives an option to every judge or to the one with that label.
 
 A library below the commands and the benchmark packages that define commands (engine/protocols/<name>/cli.py), so
 that both read the same syntax; the user's mistakes are UsageErrors naming the option."""

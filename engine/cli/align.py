@@ -53,6 +53,18 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def verdict_score_offset(verdicts) -> int:
+    """What turns the verdict codes of one registered protocol's table into its judge's scores
+    (JudgeProtocol.verdict_score_offset); 0 for a table of several protocols or of an unregistered one."""
+    protocols = set(verdicts["protocol"].unique()) if "protocol" in verdicts.columns else set()
+    if len(protocols) != 1:
+        return 0
+    try:
+        return lookup("protocol", next(iter(protocols))).verdict_score_offset
+    except KeyError:
+        return 0
+
+
 def read_table(path: Path, what: str):
     import polars as pl
 
@@ -128,7 +140,7 @@ def scores_table(path: Path, column: str | None):
             parts = pl.col("item_id").cast(pl.String).str.split("/")
             table = table.with_columns(parts.list.last().cast(pl.Int64, strict=False).alias("candidate_index"),
                                        parts.list.slice(0, parts.list.len() - 1).list.join("/").alias("video_id"))
-        offset = 1 if "protocol" in table.columns and set(table["protocol"].unique()) == {"vcinspector"} else 0
+        offset = verdict_score_offset(table)
         no_verdict = pl.col("verdict").is_null() | (pl.col("verdict") < 0)
         table = table.with_columns(no_verdict.alias("no_verdict"),
                                    pl.when(no_verdict).then(None).otherwise(pl.col("verdict").cast(pl.Float64) + offset)

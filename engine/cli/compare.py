@@ -29,7 +29,7 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--confidence", type=float, default=0.95)
     p.add_argument("--mode", action="append", default=[], metavar="PROTOCOL=MODE",
-                   help="metric mode per protocol (capquiz=paper, capability=strict, ...); default: the run's")
+                   help="metric mode per protocol (PROTOCOL=MODE, e.g. <name>=paper, ...); default: the run's")
     p.add_argument("--across", choices=["protocols", "judges"],
                    help="instead of pairs of systems: rank agreement of the systems between protocols (or judges) "
                         "that scored the same ones, and each one's length sensitivity with length-controlled scores")

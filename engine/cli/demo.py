@@ -1,6 +1,6 @@
 """`capeval demo`: the README's main job. A small sweep (demo.toml beside this module, shipped in the package) on a machine with no GPU and no network:
-real generated videos -> Ray decode -> local captioner (2 prompts x 2 frame counts) -> local judge -> CapQuiz metrics
--> results table. A second run redoes nothing and says how many cells came from the cache.
+real generated videos -> Ray decode -> local captioner (2 prompts x 2 frame counts) -> local judge -> the metrics
+of the protocol demo.toml names -> results table. A second run redoes nothing and says how many cells came from the cache.
 
 The captioner reads pixel statistics and the judge is not an LLM, so the numbers only show that the pipeline works
 end to end (a plumbing check); they say nothing about any captioning model.

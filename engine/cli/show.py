@@ -15,7 +15,7 @@ from capeval.engine.safetext import json_for_terminal
 
 USAGE = """examples:
   capeval show runs/demo --item shapes-001/action
-  capeval show runs/demo --system "captioner=local,prompt_id=brief" --protocol capquiz --limit 5
+  capeval show runs/demo --system "captioner=local,prompt_id=brief" --protocol <name> --limit 5
   capeval show verdicts.parquet --json --limit 0        (capeval judge --out verdicts.parquet)
   capeval show runs/demo --provenance --system prompt_id=brief   (what a published number depends on)
 """

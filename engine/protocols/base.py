@@ -293,6 +293,8 @@ class JudgeProtocol:
     compare_average_over: str | None = None
     #: `capeval compare`: the metrics mode used when the run does not say
     compare_default_mode: str = "strict"
+    #: `capeval align`: added to a verdict code to read it on the scale the judge scores (codes 0-4 for scores 1-5: 1)
+    verdict_score_offset: int = 0
     #: every param the protocol reads (engine/params.py: name, type, default, valid values); a param it does not
     #: declare is refused at --check and before a run. None: undeclared (any name passes: a plugin's choice)
     params: tuple[Param, ...] | None = None

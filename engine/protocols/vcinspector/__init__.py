@@ -17,6 +17,7 @@ class VCInspectorProtocol(_JudgeProtocol):
     version = "2"
     codes = (_VCInspectorVerdict,)
     headline = ("mean_score",)
+    verdict_score_offset = 1  # code = score - 1 (codes.py)
     metric_definitions = (
         ("mean_score", "the judge's mean quality score of the caption given the video, from 1 (worst) to 5 (best)"),
     )
