@@ -1,6 +1,6 @@
 """Construction pipelines come to `capeval construct` through the registry: each protocol's `construction` hook names
-its pipeline (under the pipeline's own name), and the generic machinery (engine/construct/) names no benchmark, so
-adding a benchmark's pipeline edits no file there."""
+its pipeline (under the pipeline's own name), and neither the generic machinery (engine/construct/) nor the command
+(engine/cli/construct.py) names a benchmark, so adding a benchmark's pipeline edits no file there."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pytest
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 
 
-def test_the_construction_machinery_names_no_protocol_and_no_pipeline():
+def test_the_construction_machinery_and_command_name_no_protocol_and_no_pipeline():
     from capeval.engine import construct, registry
 
     names = set(registry.names("protocol")) | set(construct.pipelines())
     assert {"capquiz", "capability", "lvcap", "vcinspector", "capability-qa"} <= names  # what is looked for
-    files = sorted((ENGINE / "construct").glob("*.py"))
+    files = sorted((ENGINE / "construct").glob("*.py")) + [ENGINE / "cli" / "construct.py"]
     assert files
     hits = sorted(f"{path.relative_to(ENGINE.parent)}: {name}" for path in files for name in names
                   if re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", path.read_text(encoding="utf-8"), re.I))
