@@ -21,16 +21,15 @@ class JudgeRequest:
     system: str | None = None
     choices: tuple[str, ...] | None = None  # structured output: exactly one of these strings
     json_schema: str | None = None  # structured output: JSON matching this schema (JSON text)
-    images: tuple[bytes, ...] = ()  # JPEG bytes, for multimodal judges (VC-Inspector)
+    images: tuple[bytes, ...] = ()  # JPEG bytes, for multimodal judges (a protocol whose judge sees frames)
     max_tokens: int | None = 256  # None: send none (the API default), as official scripts that set none
     temperature: float | None = 0.0  # None: send none (server default), as official scripts with no sampling do
     seed: int | None = 0  # None: send none (each ask a fresh sample), as official scripts that set none
     # What the prompt was rendered from. LLM backends ignore these (the prompt says it all; the cache key is built
     # from the rendered prompt); the local judge (adapters/local_judge.py) answers from them. `task` is
-    # "<protocol>/<task>/<step>", e.g. "capability/object_color/judge", "capquiz/action/answer",
-    # "vidcapbench/default/score", "lvcap/scene/answer", "lvcap/events/extract", "lvcap/events/entail",
-    # "vcinspector/default/score". `fields` keys used: caption, annotation, question, options (JSON list),
-    # categories (JSON list), reference, answer, event.
+    # "<protocol>/<task>/<step>", e.g. "<protocol>/object_color/judge", "<protocol>/events/extract" (the steps are
+    # the protocol's; its stand_in_answer hook reads them). `fields` keys used: caption, annotation, question,
+    # options (JSON list), categories (JSON list), reference, answer, event.
     task: str = ""
     fields: Mapping[str, str] = field(default_factory=dict)
     # Which question this is, for backends that answer from a recording (adapters/replay.py) and for logs:
@@ -93,14 +92,14 @@ class CaptionRequest:
     max_tokens: int = 512
     temperature: float = 0.0
     seed: int = 0
-    context: str | None = None  # LVCap segmental mode: captions of the previous segments
+    context: str | None = None  # segmental mode: captions of the previous segments
     # "image": `frames` is ONE still image (capeval.engine.frames.images), to be sent as an image, never as a video
     media_type: str = "video"
     system: str | None = None  # system message of the prompt, when it has one (prompts read from packs)
     # the same frames already JPEG-encoded (one bytes object per frame) when the frame cache stores them so: a
     # backend that sends JPEG passes these on as they are instead of re-encoding `frames` per request
     encoded_frames: tuple[bytes, ...] | None = field(default=None, repr=False)
-    # A question instead of a caption (CAPability-QA, engine/protocols/capability/construction.py): `prompt` is then the
+    # A question instead of a caption (a construction pipeline's question step): `prompt` is then the
     # whole question as the model should read it (question, lettered options, instruction), and this holds what it
     # was rendered from: id, task, item_id, sub_index, kind ("choice" | "open"), question, options (JSON list).
     # Model backends send `prompt` as for a caption and ignore this; the local captioner answers from it. The reply

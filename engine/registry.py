@@ -4,7 +4,7 @@ sweep files refer to a plugin by name; `lookup(kind, name)` finds it and `names(
 Plugins are declared as entry points (group `capeval.<kind>s`: `capeval.protocols`, `capeval.judges`,
 `capeval.captioners`, `capeval.dataset_kinds`, `capeval.benchmarks`), this project's own builtins in its
 pyproject.toml like any other distribution's, so a plugin defined outside engine/ needs no engine file edited
-(docs/architecture.md). An entry point names the registered object (`capquiz = "capeval.engine.protocols.capquiz:
+(docs/architecture.md). An entry point names the registered object (`<name> = "capeval.engine.protocols.<name>:
 PROTOCOL"`, `kernels = "capeval.benchmarks.bench_kernels:main"`), which is registered under the entry point's name;
 one that names a bare module registers whatever that module registers on import (`register`). Entry points are
 loaded when a name is looked up, so a plugin's module is imported only when it is asked for (or listed).

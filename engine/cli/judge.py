@@ -18,13 +18,15 @@ from capeval.engine.errors import UsageError
 from capeval.engine.judge_run.run import JudgeOptions, judge_items
 
 USAGE = """examples:
-  capeval judge --protocol capability --items ../shared/data/capability/annotations/object_color.jsonl \\
-      --captions ../shared/data/capability/captions/gpt-4o-0806/object_color.jsonl --judge local --out v.parquet
-  capeval judge --protocol capquiz --items items.csv --captions captions.jsonl --judge local --out verdicts.parquet
-  capeval judge --protocol vidcapbench ... --judge openai --judge-model gpt-4.1 --seeds 0,1,2
-  capeval judge --protocol capability --mode official --prompts ../shared/protocols/capability.toml ...
-  capeval judge --protocol lvcap ... --judge openai --judge-model Qwen/Qwen2.5-72B-Instruct \\
+  capeval judge --protocol NAME --items items.csv --captions captions.jsonl --judge local --out verdicts.parquet
+  capeval judge --protocol NAME --items RELEASE/annotations/TASK.jsonl \\
+      --captions RELEASE/captions/MODEL/TASK.jsonl --judge local --out v.parquet   (a release its protocol reads)
+  capeval judge --protocol NAME ... --judge openai --judge-model gpt-4.1 --seeds 0,1,2
+  capeval judge --protocol NAME --mode official --prompts ../shared/protocols/NAME.toml ...
+  capeval judge --protocol NAME ... --judge openai --judge-model Qwen/Qwen2.5-72B-Instruct \\
       --base-url http://gpu-node:8000/v1        (a vLLM server; see docs/judges.md)
+
+NAME is a registered protocol (capeval list protocols).
 """
 
 
@@ -33,19 +35,19 @@ def register(subparsers) -> None:
                               epilog=USAGE, formatter_class=argparse.RawDescriptionHelpFormatter)
     # `capeval judge validate ...` is the one subcommand; a judging run itself takes no positional argument
     validate.register(p.add_subparsers(title="subcommand", metavar="validate"))
-    p.add_argument("--protocol", help="capquiz | lvcap | capability | vidcapbench | vcinspector (required)")
+    p.add_argument("--protocol", help="a registered protocol (capeval list protocols) (required)")
     p.add_argument("--items", type=Path,
                    help="items: JSONL/CSV/Parquet (docs/inputs.md) or a release file/folder (see --dataset) "
                         "(required)")
     p.add_argument("--captions", type=Path,
-                   help="captions: JSONL/CSV/Parquet with video_id|item_id and caption, or a CAPability "
-                        "captions/<model>/ folder (optional for datasets that bring captions: vatex_eval)")
+                   help="captions: JSONL/CSV/Parquet with video_id|item_id and caption, or a release's "
+                        "captions/<model>/ folder (optional for datasets that bring their captions)")
     p.add_argument("--dataset", metavar="KIND",
                    help="read --items as this dataset kind (capeval list kinds); default: a benchmark release layout "
                         "that a protocol recognises, else an items table")
     p.add_argument("--media-root", type=Path, help="folder the dataset's media paths are relative to")
-    p.add_argument("--frames", type=Path, help="FRAMES Parquet (VC-Inspector: frames shown to the judge); default: "
-                   "decode the items' media with the protocol's judge_frames spec (cached under --cache)")
+    p.add_argument("--frames", type=Path, help="FRAMES Parquet (the frames shown to a judge that sees frames); "
+                   "default: decode the items' media with the protocol's judge_frames spec (cached under --cache)")
     p.add_argument("--frame-size", type=int, default=448, help="longer side of frames decoded for the judge")
     p.add_argument("--judge", help="judge backend: local | replay | vllm | openai (required)")
     p.add_argument("--judge-model", help="model path or name (vLLM: a local path or HF id; openai: model name)")

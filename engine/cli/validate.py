@@ -21,11 +21,10 @@ from capeval.engine.metrics.validation import format_report
 from capeval.engine.safetext import terminal_text
 
 USAGE = """examples:
-  capeval judge validate --protocol capability --judge local \\
-      --reference ../shared/data/capability/judgments/gpt-4o-0806 \\
-      --items ../shared/data/capability/annotations/object_color.jsonl \\
-      --captions ../shared/data/capability/captions/gpt-4o-0806 --tolerance 5 --json --out local-vs-gpt4t.json
-  capeval judge validate --protocol capquiz --reference gpt-verdicts.parquet --items items.csv \\
+  capeval judge validate --protocol NAME --judge local \\
+      --reference RELEASE/judgments/MODEL --items RELEASE/annotations/TASK.jsonl \\
+      --captions RELEASE/captions/MODEL --tolerance 5 --json --out local-vs-reference.json
+  capeval judge validate --protocol NAME --reference gpt-verdicts.parquet --items items.csv \\
       --captions captions.jsonl --judge openai --judge-model Qwen/Qwen2.5-72B-Instruct --base-url http://gpu:8000/v1
 
 A sweep names the JSON file (--out) as `[[judges]] validated = "FILE"`; run.json and the report show it.
@@ -39,7 +38,7 @@ def register(subparsers) -> None:
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--protocol", required=True, help="the protocol both judges judged with")
     p.add_argument("--reference", required=True, type=Path, metavar="VERDICTS",
-                   help="the reference's verdicts: a VERDICTS Parquet/CSV, or a CAPability judgments/<model>/ folder")
+                   help="the reference's verdicts: a VERDICTS Parquet/CSV, or a release's judgments/<model>/ folder")
     p.add_argument("--items", required=True, type=Path, help="items, as `capeval judge --items` (only the reference's "
                    "items are judged)")
     p.add_argument("--captions", type=Path, help="the captions the reference judged, as `capeval judge --captions`")

@@ -2,8 +2,8 @@
 
 Each kind is one module defining a `DatasetKind` with its parameters, registered as a `capeval.dataset_kinds`
 entry point (capeval.engine.registry; `lookup("dataset_kind", name)`): the generic kinds live under
-engine/datasets/kinds/; a protocol that brings its own release layout (CAPability, VidCapBench) defines its kind in
-its own package, so this package never imports a protocol by name (docs/architecture.md).
+engine/datasets/kinds/; a protocol that brings its own release layout defines its kind in its own package
+(engine/protocols/<name>/dataset_kind.py), so this package never imports a protocol by name (docs/architecture.md).
 `validate(params, base_dir)` checks them without loading anything heavy (types, required keys, paths that must
 exist) and returns every problem as "key: message"; `load(params, base_dir=, out_dir=)` returns the items and
 {video_id: media path}. Relative paths resolve against `base_dir` (the sweep file's folder); relative media paths
@@ -55,7 +55,7 @@ class DatasetKind:
     reads_only: bool = False
     # Staging hooks (engine/staging.py), for kinds whose loader reads more than its path params name:
     # extra_roots(path, params): folders besides its path params' own that shipped files may lie under, given the
-    # resolved `path` param and the params as written (CAPability: the release root above annotations/);
+    # resolved `path` param and the params as written (e.g. the release root above annotations/);
     # files_in_folder(folder, params): the data files its loader reads from a folder given as `path` (media are
     # listed by the loader itself).
     extra_roots: Callable[[Path, dict], list[Path]] | None = None

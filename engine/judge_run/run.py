@@ -149,7 +149,7 @@ def record_run(out: Path, config: dict, protocol, judge, params: dict, verdicts,
 
 def exit_code(verdicts, max_failure_share: float, intermediate_steps=()) -> int:
     """0, or exitcodes.FAILURES when the share of rows without a verdict exceeds `max_failure_share`. Rows of
-    intermediate steps (kept with --keep-intermediate: VidCapBench "answer", LVCap "extract") never carry a verdict
+    intermediate steps (kept with --keep-intermediate, e.g. an "answer" or "extract" step) never carry a verdict
     code, so they are not counted: a failed intermediate step already shows as its next step's row without one."""
     if intermediate_steps and verdicts.num_rows:
         verdicts = verdicts.filter(pc.invert(pc.is_in(verdicts.column("step"),

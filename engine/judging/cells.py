@@ -3,8 +3,8 @@
 A cell is one `run_judging` call (or one sweep cell handed to `JudgeScheduler`): a request table, a protocol and a
 `JudgingPolicy`. Rows are pulled from the table in slices (never the whole table as Python dicts). A *unit* is the
 rows sharing (item_id, task, caption_key, trial) at one step: when all of a unit's rows are final, the protocol's
-`next_requests` is called for that unit alone, so the next step (VidCapBench answer -> score, LVCap extract ->
-entail) enters the window while the rest of the step is still being judged. With `stop_when_failed_at_most` set
+`next_requests` is called for that unit alone, so the next step (a multi-step protocol's answer -> score, or extract
+-> entail) enters the window while the rest of the step is still being judged. With `stop_when_failed_at_most` set
 (official retry rounds) a unit is asked, accepted or re-asked as a whole (the official scripts re-ask an item whose
 any per-object reply was rejected), and `rounds.RetryRounds` drops afterwards what the official rounds would not
 have reached. Verdict rows are built into Arrow chunks as they finish and ordered at the end: first-step rows in
@@ -226,7 +226,7 @@ class Cell:
 
     def _attach(self, row: Row, sealed: bool) -> None:
         r = row.req
-        # task too: CAPability's action items reuse the event items' ids, but they are separate items
+        # task too: a benchmark may reuse item ids across tasks (action items on the event videos), still separate items
         key = (r["item_id"], r["task"], r["caption_key"], r["trial"], row.depth)
         unit = self.units.get(key)
         if unit is None:

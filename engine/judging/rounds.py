@@ -1,12 +1,12 @@
 """Official retry rounds, reproduced after streaming (JudgingPolicy.stop_when_failed_at_most).
 
-Official scripts (CAPability's `evaluation/eval.py`) ask every item, then re-ask the rejected ones in ROUNDS, and
+Official scripts (a release's `evaluation/eval.py`) ask every item, then re-ask the rejected ones in ROUNDS, and
 stop as soon as at most K items are still rejected; what is rejected then is dropped. The streaming loop does not
 wait for rounds: it re-asks an item as soon as its answer is rejected. The outcome is the same if, afterwards, an item
 accepted only at an attempt whose round would not have run is turned back into a row without a verdict. Round r
 (r >= 1) runs iff more than K items were still rejected after round r-1; since that count only falls, the rounds that
 run are 1..R for one R. Round 0 itself runs only when the run has more than K items: with at most K, the official
-script makes no judge call at all and prints nan (CAPability eval.py:431-432), so every row of such a run is turned
+script makes no judge call at all and prints nan (the official eval.py:431-432), so every row of such a run is turned
 into a row without a verdict whose error starts with NOT_ASKED_MARK. Items are counted per official run: one task
 of one captioning model and trial (see `group_of`).
 """
@@ -24,6 +24,7 @@ from capeval.engine.schemas import NO_VERDICT, NOT_ASKED_MARK, ParseStatus
 
 DROPPED = ("dropped by the official retry rule: accepted at attempt {attempt}, but only {rounds} re-ask round(s) "
            "would have run ({failed} item(s) still failed after round {last}, at most {k} allowed)")
+#: the text is stored in verdict rows (`error`): kept as it is so that verdict tables stay byte-identical
 NOT_ASKED = (NOT_ASKED_MARK + ": this run has {n} item(s), at most max_allow_missing={k}, so the official script "
              "stops before its first round and makes no judge call (CAPability eval.py:431-432); its metrics are nan")
 

@@ -3,7 +3,7 @@
 A thin front over the streaming loop (engine/judging/loop.py, cells.py): requests are looked up and claimed in the
 cache just before sending, sent in caption order through a bounded in-flight window, committed as they arrive,
 parsed, re-asked per the protocol's JudgingPolicy (each re-ask cached under its own key), and a unit's next step
-(VidCapBench answer -> score, LVCap extract -> entail) is asked as soon as that unit's answers are parsed. Every
+(a multi-step protocol's answer -> score, extract -> entail) is asked as soon as that unit's answers are parsed. Every
 request row yields exactly one verdict row: parsed, REPAIRED, FAILED (judge answered, nothing parseable, or dropped
 by an official retry rule), ERROR (backend failed) or MISSING (no caption / upstream step failed). Nothing is dropped.
 """
@@ -42,7 +42,7 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
     `max_reasks` overrides its re-ask budget. `use_cache=False` sends every request even if the cache has it (for
     benchmarking a judge); answers are still stored.
 
-    Rows of intermediate steps (protocol.intermediate_steps: VidCapBench "answer", LVCap "extract") carry no verdict
+    Rows of intermediate steps (protocol.intermediate_steps, e.g. an "answer" or "extract" step) carry no verdict
     code; they are left out unless keep_intermediate=True. Nothing is lost: their text is in the judgment cache and
     in the next step's `detail`, and a failed intermediate step yields a next-step row without a verdict whose
     parse_status says why. Raises capeval.engine.errors.AbortedError when the backend refuses the run (401/403) or the
