@@ -10,7 +10,6 @@ request deterministically from a hash of its prompt (benchmarks/loopback_server.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,18 +17,10 @@ from pathlib import Path
 import polars as pl
 import pytest
 from _sweeps import write_sweep
+from _toy_plugin import toy_plugin_env
 
 TESTS = Path(__file__).resolve().parents[1]
 ENGINE = TESTS.parent / "engine"
-
-
-def _plugin_site(root: Path) -> Path:
-    """A folder holding only the metadata of an installed distribution whose entry point names the toy package."""
-    dist = root / "toy_capeval_protocol-0.1.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: toy-capeval-protocol\nVersion: 0.1\n")
-    (dist / "entry_points.txt").write_text("[capeval.protocols]\ntoy_mention = toy_protocol\n")
-    return root
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +28,7 @@ def toy_run(tmp_path_factory):
     from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
     root = tmp_path_factory.mktemp("toy")
-    site = _plugin_site(root / "site")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = toy_plugin_env(root)
     capeval = [sys.executable, "-m", "capeval.engine.cli"]
     with LoopbackServer(FaultConfig(latency_s=0.0)) as server:
         judge = {"name": "openai", "params": {"base_url": server.base_url, "model": "loopback",
@@ -182,8 +172,7 @@ def test_score_takes_the_entry_point_protocol(toy_run):
 def test_the_local_judge_answers_toy_requests_with_the_toys_stand_in(tmp_path):
     """The local judge finds the toy protocol through the registry by the task's protocol name and replies with its
     stand-in answer, which the toy's parser reads."""
-    site = _plugin_site(tmp_path / "site")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    env = toy_plugin_env(tmp_path)
     script = """
 import json
 import pyarrow as pa
