@@ -9,19 +9,21 @@ Sweep files name prompts by id (`prompts = ["detailed", "brief"]`) or define the
     image = "Describe the picture."          # optional variant for image items
 
     [[prompts]]                              # prompts read from a pack at run time (never copied into capeval)
-    id = "capability"
-    pack = "../shared/protocols/capability.toml"
+    id = "official"
+    pack = "../shared/protocols/<name>.toml"
     video = "caption/video"                  # pack prompt ids per media type (`prompt = ...` for a single one)
     image = "caption/image"
 
-A prompt may carry an image and a video variant; `text_for(media_type)` picks the one for an item (CAPability asks
-images and videos differently). `key_text` (every variant, and the system message) enters caption keys, so editing
+A prompt may carry an image and a video variant; `text_for(media_type)` picks the one for an item (a benchmark may
+ask images and videos differently). `key_text` (every variant, and the system message) enters caption keys, so editing
 a text makes new keys; old captions stay in the store and are simply no longer matched.
 
-Built-in texts are capeval's own; none is a benchmark's official prompt. For an official prompt read it from the
+Built-in texts are capeval's own; none is a benchmark's official prompt. The generic ones are BUILTIN here; those
+named after a benchmark's captioning settings are declared by its protocol (JudgeProtocol.caption_prompts) and
+join on first use (`builtin_prompts`). For an official prompt read it from the
 benchmark's pack (`[[prompts]] pack = ...`), which keeps its text out of this project.
 
-LVCap's segmental mode (`segmental=True`) captions a long video segment by segment (the frame spec's segments:
+Segmental mode (`segmental=True`) captions a long video segment by segment (the frame spec's segments:
 `segments:length=60,...` or scene cuts `segments:at=...`); the stage passes the captions of the previous segments
 once, in `CaptionRequest.context`, which each captioner puts before the prompt.
 """
@@ -32,6 +34,8 @@ import json
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from capeval.engine.registry import lookup, names
 
 MEDIA_TYPES = ("video", "image")
 
@@ -46,7 +50,7 @@ class CaptionPrompt:
     text: str  # the video prompt (and the prompt for any media type without its own variant)
     source: str  # where the text comes from
     verbatim: bool = False  # True only for texts read from an official pack at run time
-    segmental: bool = False  # LVCap segmental mode: conditioned on the previous segments' captions
+    segmental: bool = False  # segmental mode: conditioned on the previous segments' captions
     image_text: str | None = None  # variant for image items
     system: str | None = None  # system message, when the source gives one (packs)
 
@@ -88,48 +92,10 @@ _DETAILED_IMAGE = (
 BUILTIN: dict[str, CaptionPrompt] = {
     p.id: p
     for p in [
-        CaptionPrompt("capquiz_standard", "Describe this video in detail.",
-                      "capeval: the plain detailed-description instruction CapQuiz uses as its standard setting"),
-        CaptionPrompt(
-            "capquiz_report",
-            "Write a detailed report of this video. Cover, in order: the setting and background; every visible "
-            "object or person with its appearance, colour, count and position; each action and event in the order "
-            "it happens, including where things move; the camera's viewpoint and movement; and any text on screen. "
-            "Describe only what is visible.",
-            "capeval: a detailed-report prompt written from CapQuiz's description of its report setting"),
         CaptionPrompt("detailed", _DETAILED_VIDEO,
-                      "capeval: covers the 13 CAPability dimensions; image and video variants",
+                      "capeval: covers objects, counts, colours, positions, events, camera, style, on-screen text and "
+                      "people; image and video variants",
                       image_text=_DETAILED_IMAGE),
-        # Kept for sweep files written before the official text was removed: capeval's wording, video only.
-        CaptionPrompt("capability_video", _DETAILED_VIDEO,
-                      "capeval: the video variant of `detailed` (the official prompt is read from a pack)"),
-        CaptionPrompt(
-            "vidcapbench_miradata",
-            "Describe this video as a structured caption with these parts: a short caption; the main object; the "
-            "background; the visual style; the camera movement; and a dense caption of everything that happens.",
-            "capeval: VidCapBench caption format after MiraData's structured captions"),
-        CaptionPrompt(
-            "vidcapbench_dream1k",
-            "Describe the video in detail, focusing on the sequence of actions and events of every subject, in the "
-            "order they happen.",
-            "capeval: VidCapBench caption format after DREAM-1K's event-centred descriptions"),
-        CaptionPrompt(
-            "vidcapbench_vript",
-            "Describe this video clip like a script: state the shot type and camera movement, then narrate the "
-            "content, subjects, actions and scene in detail.",
-            "capeval: VidCapBench caption format after Vript's script-like captions"),
-        CaptionPrompt(
-            "vidcapbench_hunyuan",
-            "Describe this video for a text-to-video model: the main subject and its appearance, its motion, the "
-            "environment, the lighting and atmosphere, the shot type, the camera movement and the visual style.",
-            "capeval: VidCapBench caption format after HunyuanVideo's structured captions"),
-        CaptionPrompt(
-            "lvcap_segment",
-            "Describe this segment of the video in detail: the scene, the subjects and every event in order. Keep "
-            "the names and descriptions of subjects consistent with the previous segments, and do not repeat what "
-            "they already said.",
-            "capeval: LVCap-Eval segmental captioning, conditioned on previous segments' captions",
-            segmental=True),
         CaptionPrompt("brief", "Briefly describe this video in one sentence.",
                       "capeval: a short-caption baseline", image_text="Briefly describe this image in one sentence."),
     ]
@@ -139,7 +105,27 @@ BUILTIN: dict[str, CaptionPrompt] = {
 PROMPTS: dict[str, CaptionPrompt] = dict(BUILTIN)
 
 
+def builtin_prompts() -> dict[str, CaptionPrompt]:
+    """capeval's generic built-in prompts, then every registered protocol's (JudgeProtocol.caption_prompts), by id.
+    Loads the protocols: called when an id is not among the prompts already known."""
+    found = dict(BUILTIN)
+    for name in names("protocol"):
+        for p in lookup("protocol", name).caption_prompts:
+            if found.setdefault(p.id, p).key_text != p.key_text:
+                raise PromptError(f"caption prompt id {p.id!r} of protocol {name!r} is already defined with another "
+                                  f"text ({found[p.id].source})")
+    return found
+
+
+def with_builtin_prompts() -> None:
+    """Make every built-in prompt (the protocols' too) visible to get_prompt and to register_prompts' clash check."""
+    for pid, p in builtin_prompts().items():
+        PROMPTS.setdefault(pid, p)
+
+
 def get_prompt(prompt_id: str) -> CaptionPrompt:
+    if prompt_id not in PROMPTS:
+        with_builtin_prompts()
     try:
         return PROMPTS[prompt_id]
     except KeyError:
@@ -149,6 +135,7 @@ def get_prompt(prompt_id: str) -> CaptionPrompt:
 def register_prompts(prompts: dict[str, CaptionPrompt]) -> None:
     """Make user/pack prompts visible to get_prompt (the caption stage looks prompts up by id). An id may be
     registered again only with the same texts: one id never means two prompts within a process."""
+    with_builtin_prompts()
     for pid, p in prompts.items():
         old = PROMPTS.get(pid)
         if old is not None and old.key_text != p.key_text:
@@ -190,7 +177,7 @@ def prompt_from_entry(entry: dict[str, Any], base_dir: Path, where: str = "promp
             image = pack.prompt(entry["image"]) if "image" in entry else None
         except PackError as exc:
             raise PromptError(f"{where}: {exc}") from None
-        # verbatim: a pack's text is sent exactly as the official code sends it (CAPability's ends in a space)
+        # verbatim: a pack's text is sent exactly as the official code sends it (trailing spaces included)
         image_text = image.user if image else None
         return CaptionPrompt(pid, video.user, f"pack {path} ({pack.digest[:12]}): {video_id}"
                              + (f", image: {entry['image']}" if image else ""), verbatim=True,

@@ -57,10 +57,10 @@ def kinds() -> list[str]:
 
 
 def prompts() -> list[str]:
-    from capeval.engine.prompts_library import BUILTIN
+    from capeval.engine.prompts_library import builtin_prompts
 
     out = []
-    for pid, p in BUILTIN.items():
+    for pid, p in builtin_prompts().items():
         media = "image+video" if p.image_text else "any"
         flags = " (segmental)" if p.segmental else ""
         out.append(f"  {pid:<22} {media:<12} {p.source}{flags}")

@@ -1,8 +1,8 @@
 """`JudgeProtocol`: what every judged protocol provides (lm-eval style: a name and a version that enters every key).
 
 A protocol renders judge requests from items x captions (`build_requests`), turns one judge output into a verdict
-code (`parse`), builds the next step's requests for multi-step flows (`next_requests`: VidCapBench answer -> score,
-LVCap extract -> entail), and delegates metrics to its `metrics` module.
+code (`parse`), builds the next step's requests for multi-step flows (`next_requests`: answer -> score, extract ->
+entail), and delegates metrics to its `metrics` module.
 
 Request tables have the columns of `capeval.engine.schemas.JUDGE_REQUESTS` plus one trailing `context` column (JSON text,
 see REQUESTS_WITH_CONTEXT): a `RequestContext` -- what the parser and the next step need (the correct letter, the
@@ -30,6 +30,7 @@ from capeval.engine.errors import UsageError
 from capeval.engine.inputs import read_captions
 from capeval.engine.keys import derived_seed, protocol_tag, request_key, tagged_revision
 from capeval.engine.params import Param, param_problems
+from capeval.engine.prompts_library import CaptionPrompt
 from capeval.engine.schemas import JUDGE_REQUESTS, ParseStatus
 from capeval.engine.stand_in import StandIn, StandInRequest
 
@@ -72,7 +73,7 @@ class JudgingPolicy:
     strict mode (capeval's own): up to `max_reasks` re-asks at `reask_temperature` (a re-ask at temperature 0 would
     repeat the same malformed answer). official mode mirrors the official code: re-asks are the same request again
     (`reask_temperature=None`: sampling unchanged), and `stop_when_failed_at_most` reproduces scripts that stop their
-    retry rounds once at most that many items are still unanswered (CAPability: 5) -- items still failed then are
+    retry rounds once at most that many items are still unanswered (e.g. 5) -- items still failed then are
     kept as rows without a verdict (status FAILED/ERROR) and counted in n_no_verdict, never dropped from the table.
     """
 
@@ -196,8 +197,8 @@ def _captions_of(item: dict, by_video: dict[str, list[dict]]) -> list[dict]:
 
 
 def pair_items_captions(items: pa.Table, captions: pa.Table) -> list[tuple[dict, dict]]:
-    """(item, caption) pairs: a caption whose video_id equals the item's item_id (per-item captions, e.g. CAPability)
-    wins; otherwise every caption of the item's video."""
+    """(item, caption) pairs: a caption whose video_id equals the item's item_id (per-item captions, as a protocol
+    that captions each item has them) wins; otherwise every caption of the item's video."""
     by_video = _captions_by_video(captions)
     return [(item, cap) for item in items.to_pylist() for cap in _captions_of(item, by_video)]
 
@@ -295,6 +296,9 @@ class JudgeProtocol:
     compare_default_mode: str = "strict"
     #: `capeval align`: added to a verdict code to read it on the scale the judge scores (codes 0-4 for scores 1-5: 1)
     verdict_score_offset: int = 0
+    #: built-in caption prompts named after this benchmark's captioning settings (capeval's own wording), which a
+    #: sweep names by id like capeval's generic ones (capeval.engine.prompts_library.builtin_prompts)
+    caption_prompts: tuple[CaptionPrompt, ...] = ()
     #: every param the protocol reads (engine/params.py: name, type, default, valid values); a param it does not
     #: declare is refused at --check and before a run. None: undeclared (any name passes: a plugin's choice)
     params: tuple[Param, ...] | None = None
@@ -348,7 +352,7 @@ class JudgeProtocol:
 
     def item_problem(self, item: dict) -> tuple[str, str] | None:
         """(column, why) when this protocol cannot render `item` although it has every `item_columns` column (a
-        CapQuiz answer that is none of its options); None when it can. Checked for every item before any work."""
+        multiple-choice answer that is none of its options); None when it can. Checked for every item before any work."""
         return None
 
     def items_problems(self, items: pa.Table, source=None, limit: int = 5) -> list[str]:

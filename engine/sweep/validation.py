@@ -24,8 +24,9 @@ PROTOCOL_MODES = ("strict", "official")
 
 def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
     """Prompt ids of the sweep and the CaptionPrompts it defines ({id: prompt}); problems go to checker `c`."""
-    from capeval.engine.prompts_library import BUILTIN, PromptError, prompt_from_entry
+    from capeval.engine.prompts_library import PromptError, builtin_prompts, prompt_from_entry
 
+    builtin = builtin_prompts()
     # a table with only an id names a built-in prompt, as a plain string does (TOML cannot mix both forms)
     entries = [e["id"] if isinstance(e, dict) and set(e) == {"id"} else e for e in entries]
     defined = {}
@@ -36,15 +37,15 @@ def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
             except PromptError as exc:
                 c.fail(f"prompts[{i}]", str(exc).split(": ", 1)[-1], "prompts")
                 continue
-            if p.id in defined or (p.id in BUILTIN and BUILTIN[p.id].key_text != p.key_text):
+            if p.id in defined or (p.id in builtin and builtin[p.id].key_text != p.key_text):
                 c.fail(f"prompts[{i}].id", f"prompt id {p.id!r} is already taken; choose another id", "id")
                 continue
             defined[p.id] = p
     ids = []
     for i, e in enumerate(entries):
         if isinstance(e, str):
-            if e not in BUILTIN and e not in defined:
-                known = sorted(set(BUILTIN) | set(defined))
+            if e not in builtin and e not in defined:
+                known = sorted(set(builtin) | set(defined))
                 c.fail(f"prompts[{i}]", f"unknown caption prompt {e!r}; known: {', '.join(known)}", "prompts")
             ids.append(e)
         elif isinstance(e, dict):

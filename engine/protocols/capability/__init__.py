@@ -1,3 +1,4 @@
+from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
 from .codes import *  # noqa: F401,F403
 
 from capeval.engine.keys import pack_tag as _pack_tag, tagged_revision as _tagged_revision
@@ -16,6 +17,7 @@ class CapabilityProtocol(_JudgeProtocol):
     (strict mode: send a JSON schema; default on unless the judge lacks schema support), max_retry_times / max_allow_missing (official retry rounds)."""
 
     name = "capability"
+    caption_prompts = _CAPTION_PROMPTS
     version = "2"
     codes = (_CapabilityVerdict,)
     headline = ("f1", "precision", "recall", "hit_rate")

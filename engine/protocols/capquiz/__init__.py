@@ -1,3 +1,4 @@
+from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
 from .codes import *  # noqa: F401,F403
 
 from capeval.engine.keys import (caption_group_tags as _caption_group_tags, mode_tag as _mode_tag,
@@ -20,6 +21,7 @@ class CapQuizProtocol(_JudgeProtocol):
     Params: mode, prompts, shuffle, type_families, average (pooled | per_video: metrics.py)."""
 
     name = "capquiz"
+    caption_prompts = _CAPTION_PROMPTS
     version = "2"
     codes = (_CapQuizVerdict,)
     headline = ("CapF1", "CapP", "CapR")

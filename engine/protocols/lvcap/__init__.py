@@ -1,3 +1,4 @@
+from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
 from .codes import *  # noqa: F401,F403
 
 import json as _json
@@ -29,6 +30,7 @@ class LVCapProtocol(_JudgeProtocol):
     (metrics.py)."""
 
     name = "lvcap"
+    caption_prompts = _CAPTION_PROMPTS
     version = "2"
     codes = (_SceneQAVerdict, _EntailmentVerdict, _BatchVerdict)
     intermediate_steps = ("extract",)

@@ -1,3 +1,4 @@
+from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
 from .codes import *  # noqa: F401,F403
 
 import json as _json
@@ -20,6 +21,7 @@ class VidCapBenchProtocol(_JudgeProtocol):
     Params: mode, prompts, temperature, con_tokens."""
 
     name = "vidcapbench"
+    caption_prompts = _CAPTION_PROMPTS
     version = "2"
     codes = (_VidCapBenchVerdict,)
     headline = ("Acc", "Pre", "Cov", "Con")
