@@ -34,7 +34,7 @@ def register(sub) -> None:
                    f"JSONL or CSV with the VERDICTS columns){folders}")
     p.add_argument("--items", type=Path, help="items file (question types, categories, durations): "
                    "JSONL/CSV/Parquet, or a dataset folder of a kind the protocol reads")
-    p.add_argument("--captions", type=Path, help="captions file (n_tokens, for VidCapBench's conciseness)")
+    p.add_argument("--captions", type=Path, help="captions file (n_tokens, for metrics that read caption lengths)")
     p.add_argument("--out", required=True, type=Path, help="CSV file to write (long format, one row per metric)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples over videos (0: no CIs)")
     p.add_argument("--seed", type=int, default=0)

@@ -420,12 +420,12 @@ class JudgeProtocol:
 
     # -- what the benchmark brings beyond judging (hooks; the defaults bring nothing) -----------------------------
     def cli_commands(self, subparsers, tools: CommandTools) -> None:
-        """Adds the benchmark's own commands (`capeval capability score`) to the CLI's argparse `subparsers`; each
+        """Adds the benchmark's own commands (`capeval <benchmark> ...`) to the CLI's argparse `subparsers`; each
         command's function gets the parsed args and may use `tools`. Default: none."""
 
     def report_sections(self, run_path: Path) -> list[ReportSection]:
-        """Sections this protocol adds to the HTML report of the run folder `run_path` (e.g. CAPability's KT from
-        the run's CAPability-QA results), in page order; [] when the run holds nothing for them."""
+        """Sections this protocol adds to the HTML report of the run folder `run_path` (from files its own tools wrote
+        there), in page order; [] when the run holds nothing for them."""
         return []
 
     def stand_in_answer(self, request: StandInRequest) -> StandIn | None:
