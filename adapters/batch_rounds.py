@@ -33,6 +33,7 @@ from capeval.adapters.batch_state import BatchesPending, BatchState, no_wait
 from capeval.adapters.http_chat import RAW_REPLY_CHARS, Prices, TruncatedReply, parse_completion
 from capeval.adapters.openai_http import HTTPConfig, OpenAIJudge
 from capeval.engine.errors import AbortedError
+from capeval.engine.params import Param
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,18 @@ class BatchOptions:
     # the provider's batch price as a share off the streaming prices (price_*_per_m): OpenAI's Batch API is 50% off
     batch_discount: float = 0.5
     wait: bool = True  # False: submit and stop with BatchesPending (exit code PENDING); a rerun collects
+
+
+def round_params(defaults: BatchOptions) -> tuple[Param, ...]:
+    """The round options a batch judge takes, with its defaults (engine/params.py)."""
+    return (Param("state_dir", (str, type(None)), None, "where the batches' state lives (default: beside the judgment "
+                  "cache)"),
+            Param("round_requests", (int,), defaults.round_requests, "requests gathered into one round"),
+            Param("max_file_requests", (int,), defaults.max_file_requests, "requests per batch file"),
+            Param("max_file_bytes", (int,), defaults.max_file_bytes, "bytes per batch file"),
+            Param("batch_discount", (float,), defaults.batch_discount, "the batch price as a share off the "
+                  "streaming prices"),
+            Param("wait", (bool,), defaults.wait, "false: submit and stop (exit code PENDING); a rerun collects"))
 
 
 def check_options(opts: BatchOptions) -> None:
@@ -114,6 +127,8 @@ class BatchJudge:
     thread_safe = False
     provider = ""
     default_batch_discount = BatchOptions.batch_discount  # engine/sweep/prices.py prices a run's tokens with it
+
+    config_class = HTTPConfig  # its params besides its own (engine/params.py): the HTTP config's fields
 
     def __init__(self, config: HTTPConfig, options: BatchOptions):
         check_options(options)

@@ -207,8 +207,10 @@ class LocalCaptioner:
     """Pixel-statistics captioner (plumbing check; no model). Same API as the model-backed captioners."""
 
     revision = "pixelstats-1"
-    # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
-    param_limits = (Param("latency_s", low=0), Param("max_in_flight", low=1))
+    params = (Param("name", (str,), "local", "captioner name recorded in captions"),
+              Param("latency_s", (float,), 0.0, "seconds each caption takes on top of the pixel statistics", low=0),
+              Param("max_in_flight", (int,), 8, "captions one caption actor works on at once", low=1),
+              Param("answers", (str, type(None)), None, "a JSONL script of answers to questions"))
 
     def __init__(self, name: str = "local", latency_s: float = 0.0, max_in_flight: int = 8,
                  answers: str | None = None, **_: object):

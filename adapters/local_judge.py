@@ -16,6 +16,7 @@ from typing import Sequence
 import numpy as np
 
 from capeval.adapters.base import JudgeRequest, JudgeResponse
+from capeval.engine.params import Param
 from capeval.engine.registry import lookup
 from capeval.engine.stand_in import StandIn, task_parts
 
@@ -68,8 +69,11 @@ class BatchEmbeddings:
 
 
 class LocalJudge:
+    """Answers each request with its protocol's stand-in answer: sentence embeddings and lexical cues, no LLM."""
+
     name = "local-minilm"
     revision = "all-MiniLM-L6-v2+rules-v1"
+    params: tuple[Param, ...] = ()  # takes none
 
     def __init__(self, **_config):
         pass

@@ -27,9 +27,10 @@ import time
 
 from capeval.adapters.base import BackendFatalError
 from capeval.adapters.batch_files import CHAT_URL, BatchLine, file_bytes, file_digest
-from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params
+from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params, round_params
 from capeval.adapters.batch_state import KNOWN_STATUSES, TERMINAL, UNCONFIRMED, BatchState, abandoned, owner
 from capeval.adapters.openai_http import HTTPConfig
+from capeval.engine.params import Param
 from capeval.engine.secrets import redact_url
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,13 @@ def _fatal(exc: BaseException) -> BaseException:
 
 class OpenAIBatchJudge(BatchJudge):
     """Judge over an OpenAI-compatible Batch API (see the module docstring)."""
+
+    params = (Param("completion_window", (str,), "24h", "the provider's completion window"),
+              *round_params(BatchOptions()),
+              Param("poll_s", (float,), BatchOptions.poll_s, "first wait between polls (grows x1.5)"),
+              Param("poll_max_s", (float,), BatchOptions.poll_max_s, "longest wait between polls"),
+              Param("max_unknown_polls", (int,), BatchOptions.max_unknown_polls, "polls in a row with a status "
+                    "capeval does not know before the batch is given up"))
 
     def __init__(self, config: HTTPConfig | None = None, *, completion_window: str = "24h",
                  state_dir: str | None = None, round_requests: int = BatchOptions.round_requests,

@@ -28,6 +28,7 @@ import numpy as np
 from capeval.adapters.base import BackendFatalError, CaptionRequest, CaptionResponse, JudgeRequest, JudgeResponse
 from capeval.adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, Unwrap, encode_body, retry_after_s
 from capeval.adapters.http_transport import MAX_BODY_BYTES, check_transport, check_url
+from capeval.engine.params import Param
 
 __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "subsample_indices", "user_content"]
 
@@ -211,6 +212,11 @@ def structured_fields(mode: str, choices: Sequence[str] | None, json_schema: str
 
 
 class _HTTPBackend:
+    # its params are the fields of its config (names, types and defaults as HTTPConfig declares them; the config's
+    # own checks run at --check too: capeval.engine.sweep.validation)
+    params: tuple[Param, ...] = ()
+    config_class = HTTPConfig
+
     def __init__(self, config: HTTPConfig | None = None, **overrides: Any):
         base = config or HTTPConfig()
         known = {f.name for f in fields(HTTPConfig)}

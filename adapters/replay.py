@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from capeval.adapters.base import JudgeRequest, JudgeResponse
+from capeval.engine.params import REQUIRED, Param
 
 _ANY = object()
 
@@ -33,6 +34,10 @@ def _key(item_id, step, sub_index, seed, attempt) -> tuple:
 
 class ReplayJudge:
     """Answers each request with the recorded reply for (item_id, step, sub_index, seed, attempt)."""
+
+    params = (Param("replies", (), REQUIRED, "the recorded replies: a JSONL file or a list of dicts"),
+              Param("name", (str,), "replay", "judge name recorded in verdicts"),
+              Param("revision", (str, type(None)), None, "part of every cache key (default: 'replay:' + a digest of the replies)"))
 
     def __init__(self, replies: str | Path | list[dict], name: str = "replay", revision: str | None = None):
         if isinstance(replies, (str, Path)):

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from capeval.adapters.batch_files import BatchLine, file_bytes, file_digest
-from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params
+from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params, round_params
 from capeval.adapters.batch_state import TERMINAL, BatchState, abandoned, owner
 from capeval.adapters.openai_http import HTTPConfig
+from capeval.engine.params import REQUIRED, Param
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +81,14 @@ class VLLMBatchJudge(BatchJudge):
     """Judge whose rounds run through `python -m vllm.entrypoints.openai.run_batch` (see the module docstring)."""
 
     default_batch_discount = 0.0
+    params = (Param("model", (), REQUIRED, "a hub id or a local model folder"),
+              Param("served_model_name", (str, type(None)), None, "the model name in the batch file (default: the "
+                    "folder's name or the hub id)"),
+              Param("engine_args", (), None, "a table of vLLM engine options"),
+              Param("python", (str, type(None)), None, "the interpreter that runs vLLM's run_batch"),
+              Param("run_timeout_s", (float,), 24 * 3600.0, "longest a round's run may take"),
+              *round_params(BatchOptions(max_file_requests=_ONE_FILE, max_file_bytes=100 * _ONE_FILE,
+                                         batch_discount=0.0)))
 
     def __init__(self, model: str | os.PathLike, config: HTTPConfig | None = None, *,
                  served_model_name: str | None = None, engine_args: dict | None = None, python: str | None = None,

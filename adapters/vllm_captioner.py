@@ -44,7 +44,7 @@ import numpy as np
 from capeval.adapters.base import CaptionRequest, CaptionResponse
 from capeval.adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
 from capeval.adapters.vlm_video_inputs import check_frames, video_input
-from capeval.engine.params import Param
+from capeval.engine.params import REQUIRED, Param
 
 DEFAULT_MAX_IN_FLIGHT = 256
 # model_type of families whose vLLM 0.32 model crashes the whole engine when videos of different frame counts are
@@ -189,11 +189,24 @@ def _notify(done: Callable, out, exc) -> None:
 
 
 class VLLMCaptioner:
-    # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
-    param_limits = (Param("max_model_len", low=1), Param("gpu_memory_utilization", low=0, high=1, low_open=True),
-                    Param("limit_videos", low=1), Param("limit_images", low=1), Param("max_frames", low=1),
-                    Param("frame_input", choices=("auto", "video", "images")), Param("max_in_flight", low=1),
-                    Param("tensor_parallel_size", low=1))
+    """vLLM offline-engine captioner: frames in as one video (or as images), captions streamed out."""
+
+    params = (Param("model", (str,), REQUIRED, "a hub id or a local model folder"),
+              Param("revision", (str, type(None)), None, "weights identity in caption keys (default: from the weights)"),
+              Param("max_model_len", (int,), 16384, "context length", low=1),
+              Param("gpu_memory_utilization", (float,), 0.85, "share of GPU memory the engine takes", low=0, high=1,
+                    low_open=True),
+              Param("dtype", (str,), "auto", "weights dtype"),
+              Param("limit_videos", (int,), 1, "videos per prompt", low=1),
+              Param("limit_images", (int,), 1, "images per prompt", low=1),
+              Param("max_frames", (int,), 64, "frames one request may carry", low=1),
+              Param("frame_input", (str,), "auto", "frames as one video or as images (auto: by the model's processor)",
+                    choices=("auto", "video", "images")),
+              Param("system", (str, type(None)), None, "system message sent with every prompt"),
+              Param("enforce_eager", (bool, type(None)), None, "no CUDA graphs / torch.compile (default: on CPU)"),
+              Param("max_in_flight", (int,), 256, "requests kept outstanding per instance", low=1),
+              Param("tensor_parallel_size", (int,), 1, "GPUs one replica spans", low=1))
+    passes_through = True  # other names are vLLM engine arguments
 
     def __init__(self, model: str, *, revision: str | None = None, max_model_len: int = 16384,
                  gpu_memory_utilization: float = 0.85, dtype: str = "auto", limit_videos: int = 1,

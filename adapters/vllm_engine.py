@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from capeval.adapters.base import JudgeRequest, JudgeResponse
 from capeval.adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
-from capeval.engine.params import Param
+from capeval.engine.params import REQUIRED, Param
 
 # Files that define what a local model computes; their bytes make the default revision.
 _REVISION_GLOBS = ("config.json", "generation_config.json", "*.safetensors", "*.bin", "tokenizer*.json", "*.model")
@@ -55,10 +55,20 @@ def model_revision(model: str) -> str:
 class VLLMJudge:
     """Judge protocol over `vllm.LLM`. Construction starts the engine (seconds on CPU with enforce_eager)."""
 
-    # ranges of the constructor's params, checked at `sweep --check` and before a run (engine/params.py)
-    param_limits = (Param("tensor_parallel_size", low=1), Param("max_model_len", low=1),
-                    Param("gpu_memory_utilization", low=0, high=1, low_open=True), Param("max_num_seqs", low=1),
-                    Param("max_in_flight", low=1))
+    params = (Param("model", (), REQUIRED, "a hub id or a local model folder"),
+              Param("name", (str, type(None)), None, "judge name recorded in verdicts (default: the model)"),
+              Param("revision", (str, type(None)), None, "part of every cache key (default: from the weights)"),
+              Param("tensor_parallel_size", (int,), 1, "GPUs one engine spans", low=1),
+              Param("max_model_len", (int,), 2048, "context length", low=1),
+              Param("gpu_memory_utilization", (float,), 0.9, "share of GPU memory the engine takes", low=0, high=1,
+                    low_open=True),
+              Param("enable_prefix_caching", (bool,), True, "reuse the KV cache of shared prompt prefixes"),
+              Param("enforce_eager", (bool, type(None)), None, "no CUDA graphs / torch.compile (default: on CPU)"),
+              Param("max_num_seqs", (int, type(None)), None, "sequences vLLM schedules at once", low=1),
+              Param("max_in_flight", (int, type(None)), None, "requests the judge loop keeps in flight", low=1),
+              Param("seed", (int,), 0, "the engine's seed"),
+              Param("dtype", (str,), "auto", "weights dtype"))
+    passes_through = True  # other names are vLLM engine arguments
 
     def __init__(
         self,

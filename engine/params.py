@@ -3,13 +3,17 @@ so that a typo in a name or a value out of range is a usage error naming the par
 `sweep --check` and before any run (engine/sweep/validation.py, engine/judge_run/options.py) -- never a silently ignored
 setting or a run whose every request fails.
 
-Protocols declare `params` (engine/protocols/base.py); backends declare the ranges of their constructor's
-parameters in `param_limits` (the constructor's signature already gives the names, types and defaults).
+Protocols declare `params` (engine/protocols/base.py). Judges and captioners declare theirs on the class: `params`
+(each constructor parameter: name, types, default or REQUIRED, description, valid range), `config_class` when they
+also take the fields of a config dataclass (the HTTP backends: capeval.adapters.openai_http.HTTPConfig) and
+`passes_through` when other names go on to the engine (vLLM's engine arguments). `--check`, `capeval judge`,
+`capeval list` and the judge factory read these declarations (`accepted_params`), never the constructor's signature.
 """
 
 from __future__ import annotations
 
 import json
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
@@ -71,6 +75,24 @@ class Param:
             except (ValueError, TypeError) as exc:
                 return str(exc)
         return None
+
+
+def accepted_params(cls: Any) -> tuple[dict[str, Any], bool]:
+    """({name: default, or REQUIRED}, open_ended) of what the backend class `cls` takes, as it declares it: its
+    `params`, then the fields of its `config_class`; open-ended with `passes_through`. A backend that declares no
+    `params` (a test's or a plugin's) takes any name: its constructor judges them."""
+    declared = getattr(cls, "params", None)
+    if declared is None:
+        return {}, True
+    named = {p.name: p.default for p in declared}
+    config_cls = getattr(cls, "config_class", None)
+    if config_cls is not None:
+        for f in dataclasses.fields(config_cls):
+            if f.default is not dataclasses.MISSING:
+                named.setdefault(f.name, f.default)
+            else:
+                named.setdefault(f.name, REQUIRED if f.default_factory is dataclasses.MISSING else f.default_factory())
+    return named, bool(getattr(cls, "passes_through", False))
 
 
 def fits(value: Any, types: Iterable[type]) -> bool:

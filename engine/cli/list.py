@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import inspect
 
+from capeval.engine.params import REQUIRED, accepted_params
+from capeval.engine.registry import lookup, names
+from capeval.engine.sweep.validation import constructor_params
+
 SECTIONS = ("protocols", "kinds", "prompts", "judges", "captioners")
 
 
@@ -22,7 +26,7 @@ def _first_line(obj) -> str:
 
 
 def _default(v) -> str:
-    return "required" if v is inspect.Parameter.empty else f"default {v!r}"
+    return "required" if v is REQUIRED else f"default {v!r}"
 
 
 def protocols() -> list[str]:
@@ -69,19 +73,23 @@ def prompts() -> list[str]:
 
 
 def _components(kind: str) -> list[str]:
-    from capeval.engine.registry import lookup, names
-    from capeval.engine.sweep.validation import accepted_params, constructor_params
-
+    """Each judge or captioner with its declared params (engine/params.py): name, default, valid values and what it
+    is; the fields of its config (HTTP backends) with their defaults."""
     out = []
     for n in names(kind):
         cls = lookup(kind, n)
         params, open_ended = accepted_params(cls)
-        declared = {p.name for p in getattr(cls, "param_limits", ())}  # ranges the backend declares
-        limits = {k: p.valid() for k, p in constructor_params(cls).items() if k in declared}
-        shown = ", ".join(f"{k} ({_default(v)}{'; ' + limits[k] if k in limits else ''})"
-                          for k, v in params.items()) or "none"
+        declared = constructor_params(cls)
         out.append(f"  {n:<10} {_first_line(cls)[:100]}")
-        out.append(f"      params: {shown}" + (" + backend options passed through" if open_ended else ""))
+        if not params:
+            out.append("      params: " + ("any (not declared)" if open_ended else "none"))
+        for k, default in params.items():
+            p = declared.get(k)
+            valid = f"; {p.valid()}" if p is not None and p.types else ""
+            doc = f": {p.doc}" if p is not None and p.doc else ""
+            out.append(f"      {k} ({_default(default)}{valid}){doc}")
+        if open_ended and params:
+            out.append("      + backend options passed through")
     return out
 
 

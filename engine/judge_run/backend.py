@@ -6,10 +6,8 @@ its ValueError/TypeError is the user's option value, so it becomes a UsageError 
 
 from __future__ import annotations
 
-import inspect
-
 from capeval.engine.errors import UsageError
-from capeval.engine.params import key_values
+from capeval.engine.params import REQUIRED, accepted_params, key_values
 from capeval.engine.judging.backends import make_judge
 from capeval.engine.registry import lookup
 from capeval.engine.safetext import clip
@@ -50,9 +48,8 @@ def build_judge(name: str, model: str | None, base_url: str | None, option_pairs
     offered = set(options) | ({"base_url"} if base_url is not None else set())
     if model is not None:
         offered |= {"model", "model_path", "model_name"}
-    required = [p.name for p in inspect.signature(factory).parameters.values()
-                if p.default is inspect.Parameter.empty and p.name not in offered
-                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)]
+    named, _ = accepted_params(factory)
+    required = [n for n, default in named.items() if default is REQUIRED and n not in offered]
     if required:
         needed = ", ".join(_FLAGS.get(r, f"--judge-option {r}=…") for r in required)
         raise UsageError(f"--judge {name} needs {needed}")

@@ -10,12 +10,10 @@ runs the same checks, so `--check` and every run (before Ray starts) report them
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
-import sys
 from pathlib import Path
-from typing import Any
 
+from capeval.engine.params import REQUIRED, Param, accepted_params
 from capeval.engine.sweep.checker import SweepChecker
 
 #: protocol params understood by every protocol (the rest go to the protocol as they are)
@@ -133,21 +131,16 @@ def dataset_table_problem(spec, base: Path) -> str | None:
 
 
 def param_value_problems(cls, params: dict) -> list[tuple[str | None, str]]:
-    """(field, message) for captioner/judge params whose values the backend refuses: its constructor's own
-    parameters by their type annotations and the ranges it declares (`param_limits`, engine/params.py); its config
-    dataclass's fields by that dataclass (type annotations; its own checks in __post_init__, which raise ValueError
-    naming the field). Each param is tried on its own, so every bad value is reported, then all together (checks
-    across fields). Nothing is connected to."""
-    try:
-        sig = inspect.signature(cls)
-    except (TypeError, ValueError):
-        return []
+    """(field, message) for captioner/judge params whose values the backend refuses: its declared params
+    (engine/params.py: types and ranges); its config dataclass's fields by that dataclass (type annotations; its own
+    checks in __post_init__, which raise ValueError naming the field). Each param is tried on its own, so every bad
+    value is reported, then all together (checks across fields). Nothing is connected to."""
     out: list[tuple[str | None, str]] = []
-    declared = constructor_params(cls, sig)
+    declared = constructor_params(cls)
     for k, v in params.items():
         if k in declared and (msg := declared[k].problem(v)) is not None:
             out.append((k, msg))
-    config_cls = _dataclass_of(cls, sig.parameters.get("config"))
+    config_cls = getattr(cls, "config_class", None)
     if config_cls is None:
         return out
     known = {f.name: f for f in dataclasses.fields(config_cls)}
@@ -180,23 +173,10 @@ def _without_secret_values(problems: list, params: dict) -> list:
     return out
 
 
-def constructor_params(cls, sig: inspect.Signature | None = None) -> dict:
-    """{name: capeval.engine.params.Param} of the keyword parameters of `cls`'s constructor (not `config`): the type its
-    annotation names (simple annotations only) and its default, with the range the backend declares for it in
-    `param_limits` (a tuple of Param)."""
-    from capeval.engine.params import Param
-
-    sig = sig or inspect.signature(cls)
-    limits = {p.name: p for p in getattr(cls, "param_limits", ())}
-    out = {}
-    for n, p in sig.parameters.items():
-        if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) or n == "config":
-            continue
-        types = _annotation_types(p.annotation) or ()
-        declared = limits.get(n)
-        out[n] = (dataclasses.replace(declared, types=declared.types or types, default=p.default) if declared
-                  else Param(n, types, p.default))
-    return out
+def constructor_params(cls) -> dict[str, Param]:
+    """{name: capeval.engine.params.Param} of the params the backend class declares (`params`; not its config's
+    fields); {} when it declares none."""
+    return {p.name: p for p in getattr(cls, "params", None) or ()}
 
 
 def _construct(config_cls, values: dict) -> str | None:
@@ -211,9 +191,8 @@ _SIMPLE_TYPES = {"int": int, "float": float, "str": str, "bool": bool, "None": t
 
 
 def _annotation_types(annotation) -> tuple[type, ...] | None:
-    """The types of a simple annotation ("float", "str | None", ...); None for anything else (not checked)."""
-    if annotation is inspect.Parameter.empty:  # no annotation (a class itself, so not a type to check against)
-        return None
+    """The types of a config field's simple annotation ("float", "str | None", ...); None for anything else (not
+    checked)."""
     if isinstance(annotation, type):
         return (annotation,)
     if not isinstance(annotation, str):
@@ -311,40 +290,6 @@ def _lookup(kind: str, name: str):
         return None, str(exc.args[0]) if exc.args else str(exc)
 
 
-def accepted_params(cls) -> tuple[dict[str, Any], bool]:
-    """({name: default or inspect.Parameter.empty}, open_ended) of what `cls(**params)` accepts. A `**_x` catch-all
-    (leading underscore) ignores what it receives, so it accepts nothing useful; `config` typed as a dataclass with
-    `**overrides` accepts that dataclass's fields (capeval.adapters.openai_http)."""
-    try:
-        sig = inspect.signature(cls)
-    except (TypeError, ValueError):
-        return {}, True
-    named, open_ended = {}, False
-    var_kw = None
-    for n, p in sig.parameters.items():
-        if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
-            named[n] = p.default
-        elif p.kind == p.VAR_KEYWORD:
-            var_kw = p
-    if var_kw is not None and not var_kw.name.startswith("_"):
-        config_cls = _dataclass_of(cls, sig.parameters.get("config"))
-        if config_cls is not None:
-            named.pop("config", None)
-            named.update({f.name: f.default for f in dataclasses.fields(config_cls)})
-        else:
-            open_ended = True
-    return named, open_ended
-
-
-def _dataclass_of(cls, param) -> type | None:
-    if param is None:
-        return None
-    ann = param.annotation
-    module = sys.modules.get(getattr(cls, "__module__", ""), None)
-    candidates = [ann] if not isinstance(ann, str) else [getattr(module, n.strip(), None) for n in ann.split("|")]
-    return next((t for t in candidates if isinstance(t, type) and dataclasses.is_dataclass(t)), None)
-
-
 def constructor_problems(cls, params: dict, what: str) -> list[str]:
     named, open_ended = accepted_params(cls)
     out = []
@@ -353,7 +298,7 @@ def constructor_problems(cls, params: dict, what: str) -> list[str]:
         if unknown:
             valid = ", ".join(sorted(named)) or "none"
             out.append(f"{what} does not accept {', '.join(map(repr, unknown))} (valid: {valid})")
-    missing = [n for n, d in named.items() if d is inspect.Parameter.empty and n not in params]
+    missing = [n for n, d in named.items() if d is REQUIRED and n not in params]
     if missing:
         out.append(f"{what} needs {', '.join(map(repr, missing))}")
     return out

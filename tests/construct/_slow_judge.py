@@ -6,11 +6,15 @@ from __future__ import annotations
 import time
 
 from capeval.adapters.replay import ReplayJudge
+from capeval.engine.params import REQUIRED, Param
 from capeval.engine.registry import register
 
 
 @register("judge", "slow-replay")
 class SlowReplay(ReplayJudge):
+    params = ReplayJudge.params + (Param("log", (str,), REQUIRED, "the file each answered request key is logged to"),
+                                   Param("delay_s", (float,), 0.0, "seconds before each answer"))
+
     def __init__(self, replies, log: str, delay_s: float = 0.0, **kwargs):
         super().__init__(replies, **kwargs)
         self.log, self.delay_s = log, float(delay_s)

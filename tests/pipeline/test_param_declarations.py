@@ -14,6 +14,7 @@ import pytest
 from capeval.adapters.replay import ReplayJudge
 from capeval.engine.cli import main as cli_main
 from capeval.engine.exitcodes import USAGE
+from capeval.engine.params import Param
 from capeval.engine.registry import lookup, names, register
 from capeval.engine.sweep.config import SweepFileError, load_sweep
 
@@ -170,14 +171,16 @@ def test_capeval_list_prints_the_declarations(capsys):
 
 @register("judge", "unannotated-replay")
 class UnannotatedReplay(ReplayJudge):
+    params = ReplayJudge.params + (Param("delay_s", (float,), 0.0, "seconds before each answer"),)
+
     def __init__(self, replies, delay_s: float = 0.0, **kwargs):
         super().__init__(replies, **kwargs)
         self.delay_s = delay_s
 
 
-def test_a_judge_constructor_param_without_annotation_takes_any_value(tmp_path, capsys):
-    """A judge plugin whose constructor leaves a parameter unannotated (tests/construct/_slow_judge.py's `replies`)
-    gets the value the user gives: nothing to check it against, so nothing refuses it."""
+def test_a_judge_param_declared_without_types_takes_any_value(tmp_path, capsys):
+    """A judge param declared with no types (ReplayJudge's `replies`: a file or a list of rows) gets the value the
+    user gives: nothing to check it against, so nothing refuses it; a typed one beside it is still checked."""
     from capeval.engine.sweep.validation import param_value_problems
 
     replies = tmp_path / "replies.jsonl"
@@ -194,3 +197,31 @@ def test_a_judge_constructor_param_without_annotation_takes_any_value(tmp_path, 
     err = capsys.readouterr().err
     assert rc == 0, err
     assert out.is_file()
+
+
+def test_every_builtin_backend_declares_its_params_with_a_description():
+    """Judges and captioners declare their params on the class (engine/params.py) as protocols do: every own param
+    has a description, and the checks, `capeval list` and the judge factory read the declaration (accepted_params)."""
+    from capeval.engine.params import REQUIRED, accepted_params
+
+    for kind in ("judge", "captioner"):
+        for name in names(kind):
+            cls = lookup(kind, name)
+            assert isinstance(cls.params, tuple), (kind, name)
+            assert all(p.doc for p in cls.params), (kind, name, [p.name for p in cls.params if not p.doc])
+            named, _ = accepted_params(cls)
+            assert [p.name for p in cls.params] == list(named)[:len(cls.params)], (kind, name)
+    assert accepted_params(lookup("captioner", "vllm"))[0]["model"] is REQUIRED
+    assert accepted_params(lookup("judge", "openai"))[0]["timeout_s"] == 120.0  # its config's fields
+
+
+def test_a_backend_that_declares_nothing_takes_any_name():
+    from capeval.engine.params import accepted_params
+    from capeval.engine.sweep.validation import constructor_problems
+
+    class Undeclared:
+        def __init__(self, **options):
+            self.options = options
+
+    assert accepted_params(Undeclared) == ({}, True)
+    assert constructor_problems(Undeclared, {"anything": 1}, "judge 'undeclared'") == []
