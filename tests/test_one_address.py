@@ -45,7 +45,6 @@ ALLOWED: dict[str, tuple[int, str]] = {
 PENDING: list[tuple[tuple[str, ...], int, str]] = [
     (("engine/sweep/", "engine/stages/"), 19, "comments, in the sweep run-context move"),
     (("engine/frames/sampling.py",), 2, "comments, in the FrameSpec move"),
-    (("engine/protocols/base.py", "engine/cli/score.py"), 4, "hook docstrings and score's help, in the hooks move"),
     (("benchmarks/judge_endpoint.py",), 7, "reads a release through judge_run's inputs once the benchmarks' imports land"),
 ]
 
