@@ -52,7 +52,9 @@ optional `image` variant), `{id, file}`, or `{id, pack, video, image}` (texts re
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, field, replace
+import types
+import typing
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,12 +62,24 @@ from capeval.engine.sweep.checker import SweepChecker, SweepFileError, as_tuple,
 from capeval.engine.sweep.validation import check_config, read_prompts
 
 
+# The dataclasses below are the sweep file's schema: each field is a key of its table, written as its annotation
+# says (`file_keys`: tuples as lists, `X | None` as X, a float field takes an int too); a field's metadata says when it
+# is no key of the file (`file=False`), which tables of a shared class take it (`tables`) or what the file may write
+# instead of the stored type (`file_type`). docs/inputs.md documents every key (tests/sweep/test_schema.py checks).
+NOT_IN_FILE = {"file": False}
+
+
+def _only(*tables: str, **metadata) -> dict:
+    return {"tables": tables, **metadata}
+
+
 @dataclass(frozen=True)
 class DatasetSpec:
     name: str
     kind: str  # a registered dataset kind (engine/datasets/registry.py)
     limit: int | None = None
-    params: dict = field(default_factory=dict, hash=False, compare=False)  # the kind's own parameters, as written
+    # the kind's own parameters: every other key of the table, as written
+    params: dict = field(default_factory=dict, hash=False, compare=False, metadata=NOT_IN_FILE)
 
     def kind_params(self) -> dict:
         """The parameters the kind's loader receives: the table's own keys besides name, kind and limit."""
@@ -78,19 +92,23 @@ class ComponentSpec:
 
     name: str
     params: dict = field(default_factory=dict, hash=False)
-    seeds: tuple[int, ...] = (0,)
+    seeds: tuple[int, ...] = field(default=(0,), metadata=_only("judges"))
     label: str | None = None  # how it shows in the results table; defaults to the name
-    max_tokens: int | None = None  # captioners: caption length per request (None: the stage's default)
-    timestamps: str = "none"  # captioners: "none" sends the prompt as written; "text" appends the frame times
-    frame_size: str | None = None  # captioners: decode size text (capeval.engine.frames.sizes); None: family default
-    datasets: tuple[str, ...] | None = None  # protocols: the datasets it judges (None: every one it can read)
+    # captioners: caption length per request (None: the stage's default)
+    max_tokens: int | None = field(default=None, metadata=_only("captioners"))
+    # captioners: "none" sends the prompt as written; "text" appends the frame times
+    timestamps: str = field(default="none", metadata=_only("captioners"))
+    # captioners: decode size text (capeval.engine.frames.sizes; the file may give a number); None: family default
+    frame_size: str | None = field(default=None, metadata=_only("captioners", file_type=(int, str)))
+    # protocols: the datasets it judges (None: every one it can read)
+    datasets: tuple[str, ...] | None = field(default=None, metadata=_only("protocols"))
     # protocols: the judges (names or labels) that judge it (None: every judge); checked against [[judges]]
-    judges: tuple[str, ...] | None = None
+    judges: tuple[str, ...] | None = field(default=None, metadata=_only("protocols"))
     # judges, captioners: USD per million tokens {input, cached_input, output} (engine/sweep/prices.py); no effect
     # on results, so neither on keys nor on equality
-    prices: dict | None = field(default=None, hash=False, compare=False)
+    prices: dict | None = field(default=None, hash=False, compare=False, metadata=_only("judges", "captioners"))
     # judges: a `capeval judge validate --out` file (absolute), shown in run.json and the report; not in any key
-    validated: str | None = field(default=None, hash=False, compare=False)
+    validated: str | None = field(default=None, hash=False, compare=False, metadata=_only("judges"))
 
     @property
     def display(self) -> str:
@@ -115,7 +133,7 @@ class CaptionSource:
 @dataclass(frozen=True)
 class SweepOptions:
     caption_actors: int = 1
-    batch_size: int = 4  # no effect (old files load): caption actors stream single requests, never batches
+    batch_size: int = 4  # no effect: caption actors stream single requests, never batches
     gpus_per_actor: float = 0.0  # 0 on CPU machines; 1 on GPU nodes (one actor per GPU)
     n_resamples: int = 200
     judge_batch_size: int = 64
@@ -131,47 +149,68 @@ class SweepOptions:
     prices: str | None = None  # a prices file (engine/sweep/prices.py), relative to the sweep file
     # item attributes each cell's metrics are also broken down by (engine/metrics/breakdowns.py; docs/breakdowns.md)
     breakdowns: tuple[str, ...] = ()
-    # comparisons decided with fewer judge calls: videos judged in rounds (engine/sweep/decide.py; docs/statistics.md)
-    decide: Any = None  # a decide.DecideSpec
+    # comparisons decided with fewer judge calls: videos judged in rounds (engine/sweep/decide.py; docs/statistics.md);
+    # a table in the file, kept as a decide.DecideSpec
+    decide: Any = field(default=None, metadata={"file_type": dict})
 
 
 @dataclass(frozen=True)
 class SweepConfig:
     name: str
-    path: Path
+    path: Path = field(metadata=NOT_IN_FILE)
     datasets: tuple[DatasetSpec, ...]
-    captioners: tuple[ComponentSpec, ...]
-    prompts: tuple[str, ...]  # prompt ids; texts via capeval.engine.prompts_library.get_prompt (or prompt_defs)
-    frames: tuple[str, ...]
-    protocols: tuple[ComponentSpec, ...]  # empty: a caption-only sweep
-    judges: tuple[ComponentSpec, ...]
+    captioners: tuple[ComponentSpec, ...] = ()
+    prompts: tuple[str, ...] = ()  # prompt ids; texts via capeval.engine.prompts_library.get_prompt (or prompt_defs)
+    frames: tuple[str, ...] = ()
+    protocols: tuple[ComponentSpec, ...] = ()  # empty: a caption-only sweep
+    judges: tuple[ComponentSpec, ...] = ()
     options: SweepOptions = SweepOptions()
     captions: tuple[CaptionSource, ...] = ()
-    prompt_defs: dict = field(default_factory=dict, hash=False, compare=False)  # id -> CaptionPrompt (this file's)
+    # id -> CaptionPrompt (this file's `prompts` tables)
+    prompt_defs: dict = field(default_factory=dict, hash=False, compare=False, metadata=NOT_IN_FILE)
 
     @property
     def caption_only(self) -> bool:
         return not self.protocols
 
 
-# field -> (type(s), required). Types are checked before anything else so errors are precise.
-_TOP = {"name": (str, True), "datasets": (list, True), "captioners": (list, False), "prompts": (list, False),
-        "frames": (list, False), "protocols": (list, False), "judges": (list, False), "options": (dict, False),
-        "captions": (list, False)}
-_DATASET_COMMON = {"name": (str, True), "kind": (str, True), "limit": (int, False)}
-_COMPONENT = {"name": (str, True), "params": (dict, False), "label": (str, False)}
-_CAPTIONER = {**_COMPONENT, "max_tokens": (int, False), "timestamps": (str, False), "frame_size": ((int, str), False),
-              "prices": (dict, False)}
+def file_keys(cls: type, table: str | None = None) -> dict[str, tuple[type | tuple[type, ...], bool]]:
+    """key -> (the types the file may write it as, required) of the sweep-file table `cls` describes; `table`:
+    which table of a class shared by several (ComponentSpec: "captioners", "judges" or "protocols")."""
+    hints = typing.get_type_hints(cls)
+    out = {}
+    for f in fields(cls):
+        meta = f.metadata
+        if meta.get("file") is False or (table is not None and table not in meta.get("tables", (table,))):
+            continue
+        required = f.default is MISSING and f.default_factory is MISSING
+        out[f.name] = (meta.get("file_type") or _file_type(hints[f.name]), required)
+    return out
+
+
+def _file_type(annotation) -> type | tuple[type, ...]:
+    """How a field of this annotation is written in TOML/YAML."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        written = [_file_type(a) for a in typing.get_args(annotation) if a is not type(None)]
+        return written[0] if len(written) == 1 else tuple(written)
+    if annotation is tuple or origin is tuple:
+        return list
+    if annotation is dict or origin is dict or is_dataclass(annotation):
+        return dict
+    if annotation is float:
+        return (int, float)
+    return annotation
+
+
 CAPTION_TIMESTAMPS = ("none", "text")  # capeval.engine.stages.caption_worker.TIMESTAMP_MODES
-_JUDGE = {**_COMPONENT, "seeds": (list, False), "prices": (dict, False), "validated": (str, False)}
-_PROTOCOL = {**_COMPONENT, "datasets": (list, False), "judges": (list, False)}
-_CAPTIONS = {"path": (str, True), "dataset": (str, False), "captioner": (str, False), "prompt_id": (str, False),
-             "frame_spec": (str, False)}
-_OPTIONS = {"caption_actors": (int, False), "batch_size": (int, False), "gpus_per_actor": ((int, float), False),
-            "warn_failure_share": ((int, float), False),
-            "n_resamples": (int, False), "judge_batch_size": (int, False), "max_restarts": (int, False),
-            "judge_actors": (int, False), "overlap": (bool, False), "prices": (str, False),
-            "breakdowns": (list, False), "decide": (dict, False)}
+_TOP = file_keys(SweepConfig)
+_DATASET_COMMON = file_keys(DatasetSpec)
+_CAPTIONER = file_keys(ComponentSpec, "captioners")
+_JUDGE = file_keys(ComponentSpec, "judges")
+_PROTOCOL = file_keys(ComponentSpec, "protocols")
+_CAPTIONS = file_keys(CaptionSource)
+_OPTIONS = file_keys(SweepOptions)
 
 
 def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bool = True) -> SweepConfig:
