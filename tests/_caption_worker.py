@@ -21,5 +21,5 @@ class RecordingCaptioner:
 def worker_around(model, name: str = "rec") -> CaptionWorker:
     """A CaptionWorker whose captioner is `model` (its __init__, which builds a backend by name, is skipped)."""
     worker = CaptionWorker.__new__(CaptionWorker)
-    worker.name, worker.model, worker.exit_once_marker = name, model, None
+    worker.name, worker.model = name, model
     return worker

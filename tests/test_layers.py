@@ -317,11 +317,8 @@ KNOWN_LAYER_BREAKS = {
     # the report reads the sweep file and the cell columns of the sweep (the sweep's run context)
     "engine/report/results.py imports capeval.engine.sweep.grid": "cell columns below the sweep",
     "engine/report/rundir.py imports capeval.engine.sweep.config": "sweep file below the report",
-    # fault injection and usage accounting live in sweep/ but serve the stores and the stages (one mechanism)
-    "engine/stages/caption.py imports capeval.engine.sweep.faultpoints": "fault points below the stores",
-    "engine/stages/decode.py imports capeval.engine.sweep.faultpoints": "fault points below the stores",
+    # usage accounting lives in sweep/ but serves the stages
     "engine/stages/decode.py imports capeval.engine.sweep.accounting": "accounting below the stages",
-    "engine/store/segments.py imports capeval.engine.sweep.faultpoints": "fault points below the stores",
 }
 
 #: Private names imported across modules today; the list only shrinks (as KNOWN_LAYER_BREAKS).
@@ -411,29 +408,26 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/stages/caption.py": 6,
     "engine/stages/caption_worker.py": 6,
     "engine/stages/decode.py": 8,
-    "engine/stages/pipeline.py": 2,
     "engine/stages/progress.py": 5,
     "engine/staging.py": 8,
     "engine/staging_items.py": 2,
     "engine/store/segments.py": 4,
     "engine/store/transcripts.py": 3,
     "engine/sweep/breakdowns.py": 3,
-    "engine/sweep/caption_only.py": 3,
-    "engine/sweep/cells.py": 12,
     "engine/sweep/config.py": 7,
     "engine/sweep/datasets.py": 6,
     "engine/sweep/decide_rounds.py": 8,
     "engine/sweep/grid.py": 5,
-    "engine/sweep/judge_stage.py": 9,
-    "engine/sweep/overlap.py": 2,
+    "engine/sweep/judge_stage.py": 8,
+    "engine/sweep/overlap.py": 1,
     "engine/sweep/pairs.py": 5,
-    "engine/sweep/plan.py": 20,
+    "engine/sweep/plan.py": 16,
     "engine/sweep/plan_measured.py": 1,
     "engine/sweep/plan_tokens.py": 3,
     "engine/sweep/prices.py": 2,
     "engine/sweep/results.py": 4,
-    "engine/sweep/runner.py": 14,
-    "engine/sweep/usage.py": 7,
+    "engine/sweep/runner.py": 1,
+    "engine/sweep/usage.py": 3,
     "engine/sweep/validation.py": 13,
 }
 

@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from capeval.adapters.base import captioner_capabilities
+from capeval.engine.faultpoints import actor_env
 from capeval.engine.schemas import CAPTIONS, conform
 from capeval.engine.stages.caption_worker import (TIMESTAMP_MODES, CaptionTask, CaptionWorker,  # noqa: F401 (re-exported)
                                           prompt_with_timestamps, row, segment_chunks)
@@ -220,7 +221,6 @@ def run_caption_stage(
     max_restarts: int = 3,
     max_attempts: int = 3,
     progress: bool = True,
-    exit_once_marker: str | None = None,
     on_rows=None,
     label: str | None = None,
 ) -> dict:
@@ -238,7 +238,7 @@ def run_caption_stage(
     from ray.exceptions import RayActorError, RayTaskError
 
     from capeval.engine.stages.progress import Bar, note
-    from capeval.engine.sweep.faultpoints import hit
+    from capeval.engine.faultpoints import hit
 
     params = dict(params or {})
     done = finished_keys(store)
@@ -258,13 +258,15 @@ def run_caption_stage(
 
     num_actors, gpus_per_actor = gpu_groups(params, num_actors, gpus_per_actor,
                                           ray.cluster_resources().get("GPU") if gpus_per_actor else None)
+    fault_env = actor_env()  # kill points inside the actors (engine/faultpoints.py), set only in fault drills
     actor_cls = ray.remote(CaptionWorker).options(
         num_cpus=0 if gpus_per_actor else actor_cpus(captioner), num_gpus=gpus_per_actor, max_restarts=max_restarts,
         max_task_retries=0,  # we re-queue lost calls ourselves, so we know which rows were lost
+        **({"runtime_env": {"env_vars": fault_env}} if fault_env else {}),
     )
 
     def new_actor():
-        return actor_cls.remote(captioner, params, exit_once_marker)
+        return actor_cls.remote(captioner, params)
 
     pending = fresh()
     first = next(pending, None)  # nothing to caption: no actor, no model load

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from capeval.adapters.base import CaptionerCapabilities, captioner_capabilities
+from capeval.engine.faultpoints import hit
 from capeval.engine.reasoning import caption_row_fields, strip_caption, tags_of
 
 TIMESTAMP_MODES = ("none", "text")
@@ -124,14 +125,12 @@ def _drive(coro):
 
 
 class CaptionWorker:
-    def __init__(self, captioner: str, params: dict, exit_once_marker: str | None = None):
+    def __init__(self, captioner: str, params: dict):
         from capeval.engine.registry import lookup
 
         self.name = captioner
         self.model = lookup("captioner", captioner)(**params)
         self.reasoning_tags = tags_of(self.model)
-        # Fault injection for tests and chaos drills: exit the process (a real death, not an exception) once.
-        self.exit_once_marker = exit_once_marker
 
     # -- how many calls the stage keeps outstanding here ------------------------------------------------------------
     @cached_property
@@ -169,12 +168,6 @@ class CaptionWorker:
         if pool is None:
             pool = self._pool = ThreadPoolExecutor(self._threads(), thread_name_prefix="capeval-caption")
         return pool
-
-    def _maybe_exit(self) -> None:
-        marker = getattr(self, "exit_once_marker", None)
-        if marker and os.path.exists(marker):
-            os.remove(marker)
-            os._exit(17)
 
     # -- one request ------------------------------------------------------------------------------------------------
     async def _one(self, request, sync: bool):
@@ -216,7 +209,7 @@ class CaptionWorker:
 
     async def caption_one(self, task: CaptionTask) -> dict:
         """The caption row of one task (errors as the row's `error`, never raised)."""
-        self._maybe_exit()
+        hit("caption_call")  # a fault drill's actor death (engine/faultpoints.py)
         try:
             frames, encoded = load_task_frames(task)
         except Exception as exc:  # noqa: BLE001 - its frames file vanished or is unreadable: this row fails
@@ -228,7 +221,7 @@ class CaptionWorker:
         driven without the stage and as the benchmark's baseline."""
         from capeval.adapters.base import CaptionResponse
 
-        self._maybe_exit()
+        hit("caption_call")  # a fault drill's actor death (engine/faultpoints.py)
         loaded = {t.frames_path: load_task_frames(t) for t in tasks}
         plain = [t for t in tasks if not t.segments]
         requests = [self._request(t, *loaded[t.frames_path]) for t in plain]

@@ -106,7 +106,7 @@ def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir:
     from capeval.engine.frames.shards import default_cap_bytes
     from capeval.engine.frames.sizes import DEFAULT_SIZE, parse_size
     from capeval.engine.stages.progress import Bar
-    from capeval.engine.sweep.faultpoints import hit
+    from capeval.engine.faultpoints import hit
 
     size = parse_size(DEFAULT_SIZE if size == "default" else size)
     cap_bytes = default_cap_bytes() if cap_bytes is None else int(cap_bytes)

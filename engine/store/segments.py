@@ -137,7 +137,7 @@ def storage_errno(exc: BaseException) -> int | None:
 
 
 def _fault_point(path: Path) -> None:
-    from capeval.engine.sweep.faultpoints import hit
+    from capeval.engine.faultpoints import hit
 
     hit(f"write:{path.name}")
 
@@ -392,7 +392,7 @@ def _read(path: Path, columns: list[str] | None) -> pa.Table:
 
 
 def _fault_point_named(point: str) -> None:
-    from capeval.engine.sweep.faultpoints import hit
+    from capeval.engine.faultpoints import hit
 
     hit(point)
 

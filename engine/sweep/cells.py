@@ -24,13 +24,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from capeval.engine.schemas import CAPTIONS, conform
+from capeval.engine.datasets.video_ids import with_dataset_video_ids
+from capeval.engine.frames.sizes import frame_size_for
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import CAPTIONS, FRAMES, conform
+from capeval.engine.stages.caption import read_captions
+from capeval.engine.stages.decode import decode_stream
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep.accounting import CAPTION_FAILED, FRAMES_MISSING, Failure
-from capeval.engine.sweep.grid import CELL_COLUMNS
+from capeval.engine.sweep.captioning import CaptionOutcome, frames_index, video_caption_key
+from capeval.engine.sweep.datasets import LoadedDataset
+from capeval.engine.faultpoints import hit
+from capeval.engine.sweep.grid import CELL_COLUMNS, ResultCell, file_captions
+from capeval.engine.sweep.pairs import protocol_items
+from capeval.engine.sweep.run import RunStores, SweepRun
 
 
-def recover(stores) -> list[str]:
+def recover(stores: RunStores) -> list[str]:
     """Roll back cells killed between their verdicts and their metrics (returns their keys), and remove the temp
     files of writes a kill interrupted (they were never renamed into place, so nothing refers to them)."""
     committed = {p.stem for p in stores.metrics.segments()}
@@ -38,7 +48,7 @@ def recover(stores) -> list[str]:
     for name in orphans:
         stores.verdicts.remove(name)
     out = stores.metrics.root.parent
-    for p in transcripts_folder(stores).glob("*.parquet"):  # written just before the verdicts (judge_stage.py)
+    for p in stores.transcripts.glob("*.parquet"):  # written just before the verdicts (judge_stage.py)
         if _is_cell_name(p.stem) and p.stem not in committed:
             p.unlink()
     for folder in [out] + [d for d in out.iterdir() if d.is_dir() and d.name != "frames"]:
@@ -47,16 +57,11 @@ def recover(stores) -> list[str]:
     return orphans
 
 
-def transcripts_folder(stores):
-    """transcripts/<cell_key>.parquet: each cell's judge transcripts (engine/store/transcripts.py)."""
-    return stores.metrics.root.parent / "transcripts"
-
-
 def _is_cell_name(stem: str) -> bool:
     return "-" not in stem  # cell keys are hex; timestamp-named segments of older runs contain "-"
 
 
-def cell_states(stores) -> dict[str, str]:
+def cell_states(stores: RunStores) -> dict[str, str]:
     """cell_key -> cell_status of every committed cell (segments of older runs count as complete)."""
     states: dict[str, str] = {}
     for p in stores.metrics.segments():
@@ -70,7 +75,7 @@ def cell_states(stores) -> dict[str, str]:
     return states
 
 
-def stored_verdicts(stores, key: str) -> pa.Table | None:
+def stored_verdicts(stores: RunStores, key: str) -> pa.Table | None:
     path = stores.verdicts.path_of(key)
     return pq.read_table(path) if path.exists() else None
 
@@ -85,25 +90,21 @@ class CellInputs:
     caption_failures: dict  # caption_key -> error text (this run)
 
 
-def load_inputs(stores, outcome) -> CellInputs:
-    from capeval.engine.stages.caption import read_captions
-    from capeval.engine.stages.pipeline import frames_index
-
+def load_inputs(stores: RunStores, outcome: CaptionOutcome) -> CellInputs:
     table = read_captions(stores.captions)
     ok = table.filter(pc.is_null(table.column("error"))) if table.num_rows else table
     captions = {r["caption_key"]: r for r in ok.to_pylist()}
     return CellInputs(frames_index(stores), captions, dict(outcome.frame_failures), dict(outcome.caption_failures))
 
 
-def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) -> tuple[pa.Table, dict[str, Failure]]:
+def cell_captions(cell: ResultCell, run: SweepRun, inputs: CellInputs,
+                  videos=None) -> tuple[pa.Table, dict[str, Failure]]:
     """One caption row per video of the cell's dataset (video_id = that video), and the failure of each video
     without a usable caption; with `videos`, of those videos only (in the dataset's order)."""
-    from capeval.engine.stages.pipeline import caption_key_for
-
     cc = cell.caption
+    data = run.data(cc)
     if cc.from_file:
         return file_cell_captions(cell, data)
-    media, scenes = getattr(data, "media_types", None) or {}, getattr(data, "scene_boundaries", None) or {}
     rows, failures = [], {}
     wanted = None if videos is None else set(videos)
     for vid in data.videos:
@@ -113,7 +114,7 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) ->
         failure = inputs.frame_failures.get((vid, cc.frame_spec))
         cap = None
         if frames is not None:
-            key = caption_key_for(frames, cc.captioner, cap_rev, cc.prompt_id, media.get(vid), scenes.get(vid, ()))
+            key = video_caption_key(run, frames, cc)
             cap = inputs.captions.get(key)
             if cap is None and failure is None:
                 error = inputs.caption_failures.get(key, "no caption stored for these frames")
@@ -131,17 +132,13 @@ def cell_captions(cell, data, inputs: CellInputs, cap_rev: dict, videos=None) ->
     return pa.Table.from_pylist(rows, schema=CAPTIONS), failures
 
 
-def cell_items(cell, data) -> pa.Table:
+def cell_items(cell: ResultCell, data: LoadedDataset) -> pa.Table:
     """The items of the cell's dataset its protocol reads (capeval.engine.sweep.pairs.protocol_items)."""
-    from capeval.engine.sweep.pairs import protocol_items
-
     return protocol_items(data.items, cell.protocol.name)
 
 
-def commit(stores, key: str, verdicts: pa.Table, metrics: pa.Table) -> None:
+def commit(stores: RunStores, key: str, verdicts: pa.Table, metrics: pa.Table) -> None:
     """Verdicts first, then metrics (the commit point); see the module docstring."""
-    from capeval.engine.sweep.faultpoints import hit
-
     stores.verdicts.put(verdicts, key)
     hit("cell_verdicts")
     stores.metrics.put(metrics, key)
@@ -155,13 +152,9 @@ def label_metrics(metrics, cell, key: str, status: str):
                                 + [pl.lit(key).alias("cell_key"), pl.lit(status).alias("cell_status")])
 
 
-def file_cell_captions(cell, data) -> tuple[pa.Table, dict[str, Failure]]:
+def file_cell_captions(cell: ResultCell, data: LoadedDataset) -> tuple[pa.Table, dict[str, Failure]]:
     """Captions of a `[[captions]]` cell: the file's rows (matched to items by item_id, else video_id), plus a row
     without text for every item the file does not caption (permanent: the rerun reads the same file)."""
-    from capeval.engine.sweep.grid import file_captions
-
-    from capeval.engine.datasets.video_ids import with_dataset_video_ids
-
     items = cell_items(cell, data)
     # a caption may name its video by the media file (docs/inputs.md "Video ids"): one file serves every kind
     table, _ = with_dataset_video_ids(file_captions(cell.caption), data.items)
@@ -182,14 +175,12 @@ def file_cell_captions(cell, data) -> tuple[pa.Table, dict[str, Failure]]:
     return table, failures
 
 
-def judge_frames_spec(cell) -> str:
+def judge_frames_spec(cell: ResultCell) -> str:
     """The frames a frame-showing judge (VC-Inspector) sees: the `judge_frames` param; else the protocol's declared
     default (JudgeProtocol.judge_frames: VC-Inspector's official linspace:32) in official mode and for captions read
     from a file (their `frame_spec` is a label, "file" by default, not frames anyone decoded); else, strict mode's
     rule, the frames the captioner saw (the caption cell's frame spec). The judge stage passes this spec to the
     protocol as `judge_frames`, so its requests look up the very frames decoded here."""
-    from capeval.engine.registry import lookup
-
     params = cell.protocol.params
     if params.get("judge_frames"):
         return str(params["judge_frames"])
@@ -198,19 +189,15 @@ def judge_frames_spec(cell) -> str:
     return cell.caption.frame_spec
 
 
-def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> tuple[pa.Table, dict[str, Failure]]:
+def judge_frames(cell: ResultCell, run: SweepRun, inputs: CellInputs) -> tuple[pa.Table, dict[str, Failure]]:
     """FRAMES rows of the cell's videos at the judge's frame spec, decoding (through the frame cache, on Ray) the
     videos the frames index does not hold yet; returns them and the failure of each video without frames."""
-    from capeval.engine.frames.sizes import frame_size_for
-    from capeval.engine.schemas import FRAMES
-    from capeval.engine.stages.decode import decode_stream
-    from capeval.engine.stages.pipeline import frames_index_store
-
+    data, stores = run.data(cell.caption), run.stores
     spec = judge_frames_spec(cell)
     missing = [(vid, path) for vid, path in data.videos.items() if (vid, spec) not in inputs.index]
     if missing:
         new = []
-        for rows in decode_stream(missing, [spec], cache_dir=str(stores.frames), progress=progress,
+        for rows in decode_stream(missing, [spec], cache_dir=str(stores.frames), progress=run.progress,
                                   desc=f"judge frames [{spec}]", size=frame_size_for(cell.judge)):
             for r in rows:
                 if r["failure"] is None:
@@ -219,7 +206,7 @@ def judge_frames(cell, data, stores, inputs: CellInputs, *, progress: bool) -> t
                 else:
                     inputs.frame_failures[(r["video_id"], spec)] = r["failure"]
         if new:
-            frames_index_store(stores).append(pa.Table.from_pylist(new, schema=FRAMES))
+            stores.frames_index.append(pa.Table.from_pylist(new, schema=FRAMES))
     rows = [inputs.index[(vid, spec)] for vid in data.videos if (vid, spec) in inputs.index]
     failures = {vid: inputs.frame_failures.get((vid, spec)) or Failure(FRAMES_MISSING, "no judge frames",
                                                                         f"no frames at {spec} for the judge")

@@ -27,7 +27,7 @@ class LoadedDataset:
     videos: dict[str, str]  # video_id -> path of the video or image
     digest: str
 
-    @property
+    @cached_property
     def media_types(self) -> dict[str, str]:
         """video_id -> "image" | "video" (the caption prompt is chosen per media type)."""
         return dict(zip(self.items.column("video_id").to_pylist(),
@@ -74,7 +74,11 @@ def dataset_records(datasets: dict[str, LoadedDataset], sweep_dir: Path) -> dict
     return {name: d.record(sweep_dir) for name, d in datasets.items()}
 
 
-def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_media: bool = True) -> LoadedDataset:
+def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_media: bool = True,
+                 digest: bool = True) -> LoadedDataset:
+    """The dataset's items (after `limit`) and media paths, loaded by its kind. `require_media`: every item's media
+    must exist (what a sweep captions or shows its judge). `digest=False` (`capeval plan`, which never reads media)
+    leaves the content digest empty instead of reading every media file."""
     from capeval.engine.datasets.media import filter_limit
     from capeval.engine.datasets.registry import load
 
@@ -87,18 +91,17 @@ def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_m
         if without:
             raise UsageError(f"dataset {spec.name!r}: {len(without)} videos have no media path (e.g. "
                              f"{without[0]!r}); give media_path, or take their captions from [[captions]]")
-    return _finish(spec, items, videos, require_media)
+        missing = [p for p in videos.values() if not Path(p).is_file()]
+        if missing:
+            raise UsageError(f"dataset {spec.name!r}: {len(missing)} of {len(videos)} media files not found, e.g. "
+                             f"{missing[0]}")
+    return LoadedDataset(spec, items, videos, _content_digest(items, videos) if digest else "")
 
 
-def _finish(spec: DatasetSpec, items: pa.Table, videos: dict[str, str], require_media: bool) -> LoadedDataset:
-    missing = [p for p in videos.values() if not Path(p).is_file()]
-    if missing and require_media:
-        raise UsageError(f"dataset {spec.name!r}: {len(missing)} of {len(videos)} media files not found, e.g. "
-                         f"{missing[0]}")
+def _content_digest(items: pa.Table, videos: dict[str, str]) -> str:
     digests = {vid: (file_digest(p) if Path(p).is_file() else None) for vid, p in sorted(videos.items())}
     # media_path is left out: where the videos live does not change the results, their bytes do.
-    digest = dataset_key(items.drop_columns(["media_path"]).to_pylist(), digests)
-    return LoadedDataset(spec, items, videos, digest)
+    return dataset_key(items.drop_columns(["media_path"]).to_pylist(), digests)
 
 
 def judge_sees_frames(protocol: str) -> bool:

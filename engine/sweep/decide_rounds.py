@@ -3,7 +3,7 @@ growing prefix of each dataset's videos in a seeded random order; after each rou
 system give per-video statistics (the protocol's PairedSpec, as `capeval compare` reads them), each open pair's
 confidence sequence is updated, and only systems with an open pair are judged in the next round.
 
-Each round is an ordinary judge pass (runner._caption_and_judge) over datasets restricted to the prefix: captions
+Each round is an ordinary judge pass (the runner's caption-and-judge pass) over datasets restricted to the prefix: captions
 and judgments are content-keyed, so a round sends only the new videos' requests and a cell committed in one round
 is replaced by the next. A cell judged on part of its videos is committed as `pending` (decide.PENDING): a rerun
 with `decide` replays the same rounds from the caches and stops where this one did; a rerun without it finishes
@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import polars as pl
 
 from capeval.engine.errors import UsageError
 from capeval.engine.sweep import decide as dec
+from capeval.engine.sweep.grid import ResultCell
+from capeval.engine.sweep.run import RunStores, SweepRun
 
 
 @dataclass
@@ -37,10 +40,13 @@ class _Group:
     stopped_at: dict = field(default_factory=dict)  # system index -> videos judged when its last pair stopped
 
 
-def run_adaptive(config, cells, pending, keys, datasets, stores, judge_round, log) -> tuple[dict, dict]:
-    """Judge `pending` in rounds until every pair of `config.options.decide` stopped. `judge_round(cells,
-    datasets, partial)` runs one ordinary judge pass (partial: keys of cells committed as pending) and returns
-    (caption stats, judge stats). Returns the summed stats; writes decide.json."""
+def run_adaptive(run: SweepRun, cells: list[ResultCell], pending: list[ResultCell], keys: dict[ResultCell, str],
+                 judge_round) -> tuple[dict, dict]:
+    """Judge `pending` in rounds until every pair of the run's `options.decide` stopped. `judge_round(round_run,
+    cells, partial)` runs one ordinary judge pass (round_run: the run over the round's datasets; partial: keys of
+    cells committed as pending) and returns (caption stats, judge stats). Returns the summed stats; writes
+    decide.json."""
+    config, datasets, stores, log = run.config, run.datasets, run.stores, run.log
     spec = config.options.decide
     orders = {name: dec.video_order(d.items.column("video_id").to_pylist(), spec.seed, name)
               for name, d in datasets.items()}
@@ -51,7 +57,7 @@ def run_adaptive(config, cells, pending, keys, datasets, stores, judge_round, lo
     caption_stats, judge_stats = {}, {"sent": 0, "cached": 0}
     whole = [c for c in pending if c not in in_groups]
     if whole:
-        _add(caption_stats, judge_stats, judge_round(whole, datasets, frozenset()))
+        _add(caption_stats, judge_stats, judge_round(run, whole, frozenset()))
     sizes = {name: dec.round_sizes(len(order), spec) for name, order in orders.items()}
     waiting = set(pending) & in_groups
     for r in range(max((len(s) for s in sizes.values()), default=0)):
@@ -59,15 +65,16 @@ def run_adaptive(config, cells, pending, keys, datasets, stores, judge_round, lo
         if not active:
             break
         upto = {name: s[min(r, len(s) - 1)] for name, s in sizes.items()}
-        run = [c for c in active if c in waiting]
-        if run:
+        now = [c for c in active if c in waiting]
+        if now:
             restricted = {name: _restrict(datasets[name], orders[name][:upto[name]]) for name in datasets}
-            partial = frozenset(keys[c] for c in run if upto[c.caption.dataset.name] < len(orders[c.caption.dataset.name]))
-            _add(caption_stats, judge_stats, judge_round(run, restricted, partial))
+            partial = frozenset(keys[c] for c in now
+                                if upto[c.caption.dataset.name] < len(orders[c.caption.dataset.name]))
+            _add(caption_stats, judge_stats, judge_round(run.with_datasets(restricted), now, partial))
         for g in groups:
             _update(g, upto[g.dataset], stores, keys)
     record = _record(groups, spec, keys, datasets, orders, set(pending))
-    _write(stores, record)
+    _write(run.out, record)
     log(f"[sweep {config.name}] decide: " + summary(record))
     return caption_stats, judge_stats
 
@@ -135,7 +142,7 @@ def _restrict(data, videos: list[str]):
     return LoadedDataset(data.spec, items, {v: p for v, p in data.videos.items() if v in owners}, data.digest)
 
 
-def _update(g: _Group, upto: int, stores, keys) -> None:
+def _update(g: _Group, upto: int, stores: RunStores, keys: dict[ResultCell, str]) -> None:
     from capeval.engine.metrics.paired import per_video_stats
     from capeval.engine.sweep.cells import stored_verdicts
 
@@ -196,10 +203,10 @@ def _num(x: float):
     return None if x is None or not math.isfinite(x) else round(float(x), 6)
 
 
-def _write(stores, record: dict) -> None:
+def _write(out: Path, record: dict) -> None:
     from capeval.engine.store.segments import write_text_atomic
 
-    write_text_atomic(json.dumps(record, indent=2), stores.metrics.root.parent / "decide.json",
+    write_text_atomic(json.dumps(record, indent=2), out / "decide.json",
                       what="the adaptive run's decisions")
 
 

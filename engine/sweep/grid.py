@@ -34,7 +34,7 @@ class CaptionCell:
 
     def prompt_key_text(self) -> str:
         """What of the prompt enters keys: every media-type variant of a library prompt; a file's path otherwise
-        (the file's bytes enter through `source_digest` in Cell.key)."""
+        (the file's bytes enter through `source_digest` in ResultCell.key)."""
         if self.source is not None:
             return f"file:{self.source.path}"
         from capeval.engine.prompts_library import get_prompt
@@ -43,7 +43,7 @@ class CaptionCell:
 
 
 @dataclass(frozen=True)
-class Cell:
+class ResultCell:
     """One row group of the results table: a caption cell judged under one protocol by one judge."""
 
     caption: CaptionCell
@@ -107,7 +107,7 @@ def file_captions(cell: CaptionCell):
                          frame_spec=cell.source.frame_spec)
 
 
-def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> list[Cell]:
+def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> list[ResultCell]:
     """All result cells, in a stable order (dataset, captioner, prompt, frames, protocol, judge): each protocol
     crossed with the datasets it judges only (engine/sweep/pairs.py), decided from `datasets` (name ->
     LoadedDataset: the run's) where given, else from the tables `--check` reads and the datasets' kinds. A pair
@@ -127,7 +127,7 @@ def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> l
         checker.raise_problems()
     for text in plan.notes:
         (note or _note)(text)
-    return [Cell(cc, p, j) for cc in caption_cells(config) for i, p in enumerate(config.protocols)
+    return [ResultCell(cc, p, j) for cc in caption_cells(config) for i, p in enumerate(config.protocols)
             if plan.judges(i, cc.dataset.name) for j in config.judges if p.judged_by(j)]
 
 

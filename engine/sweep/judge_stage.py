@@ -19,17 +19,19 @@ import pyarrow as pa
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep import cells as cellmod
 from capeval.engine.sweep.breakdowns import cell_breakdowns
-from capeval.engine.sweep.config import ComponentSpec, SweepConfig
+from capeval.engine.sweep.config import ComponentSpec
 from capeval.engine.sweep.datasets import LoadedDataset, judge_sees_frames
 from capeval.engine.sweep.decide import PENDING
-from capeval.engine.sweep.grid import Cell
+from capeval.engine.sweep.grid import ResultCell
+from capeval.engine.sweep.overlap import CellFeed
+from capeval.engine.sweep.run import SweepRun
 
 
 @dataclass
 class Prepared:
     """A cell ready for the judge's verdicts: what the accounting and the metrics need afterwards."""
 
-    cell: Cell
+    cell: ResultCell
     key: str
     protocol: object
     items: object
@@ -38,14 +40,14 @@ class Prepared:
 
 
 class JudgeStage:
-    """State shared by the cells of one sweep run: stores, datasets, judges (opened once each), counts."""
+    """State shared by the pending cells of one judge pass of a sweep run: the run, the cells' keys, the judges
+    (opened once each), counts."""
 
-    def __init__(self, pending: list[Cell], keys: dict, datasets: dict[str, LoadedDataset], config: SweepConfig,
-                 stores, cap_rev: dict, *, progress: bool, accept_failures: bool, log, partial=frozenset()):
-        self.pending, self.keys, self.datasets, self.config = pending, keys, datasets, config
+    def __init__(self, run: SweepRun, pending: list[ResultCell], keys: dict[ResultCell, str], *,
+                 partial: frozenset = frozenset()):
+        self.run, self.pending, self.keys = run, pending, keys
+        self.config, self.stores = run.config, run.stores
         self.partial = partial  # keys of cells judged on part of their videos (engine/sweep/decide_rounds.py)
-        self.stores, self.cap_rev, self.progress, self.accept_failures, self.log = (
-            stores, cap_rev, progress, accept_failures, log)
         self.judges: dict = {}
         self.spools: dict = {}  # cell key -> TranscriptSpool of a cell being judged
         self.stats = {"sent": 0, "cached": 0}
@@ -62,11 +64,11 @@ class JudgeStage:
         """The sink of the cell's judge transcripts (spooled under the run folder's transcripts/)."""
         from capeval.engine.store.transcripts import TranscriptSpool
 
-        self.spools[key] = TranscriptSpool(cellmod.transcripts_folder(self.stores), key)
+        self.spools[key] = TranscriptSpool(self.stores.transcripts, key)
         return self.spools[key]
 
-    def by_judge(self) -> list[list[Cell]]:
-        groups: dict[str, list[Cell]] = {}
+    def by_judge(self) -> list[list[ResultCell]]:
+        groups: dict[str, list[ResultCell]] = {}
         for cell in self.pending:
             groups.setdefault(cell.judge.display, []).append(cell)
         return list(groups.values())
@@ -90,23 +92,23 @@ class JudgeStage:
         from capeval.engine.judging.scheduler import JudgeScheduler
 
         return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
-                              progress=self.progress, warn_failure_share=self.config.options.warn_failure_share)
+                              progress=self.run.progress, warn_failure_share=self.config.options.warn_failure_share)
 
     # -- one cell -------------------------------------------------------------------------------------------------
-    def data(self, cell: Cell) -> LoadedDataset:
-        return self.datasets[cell.caption.dataset.name]
+    def data(self, cell: ResultCell) -> LoadedDataset:
+        return self.run.data(cell.caption)
 
-    def prepare(self, cell: Cell, judge, inputs, *, requests: bool = True) -> tuple[Prepared, pa.Table | None]:
+    def prepare(self, cell: ResultCell, judge, inputs, *, requests: bool = True) -> tuple[Prepared, pa.Table | None]:
         """The cell's captions, items and video failures (and, with `requests`, its whole request table)."""
         from capeval.engine.registry import lookup
 
         protocol = lookup("protocol", cell.protocol.name)
         data = self.data(cell)
-        captions, video_failures = cellmod.cell_captions(cell, data, inputs, self.cap_rev)
+        captions, video_failures = cellmod.cell_captions(cell, self.run, inputs)
         items = cellmod.cell_items(cell, data)
         extra = {}
         if requests and judge_sees_frames(cell.protocol.name):  # the judge sees frames: decode them at its spec
-            frames, frame_failures = cellmod.judge_frames(cell, data, self.stores, inputs, progress=self.progress)
+            frames, frame_failures = cellmod.judge_frames(cell, self.run, inputs)
             extra["frames"] = frames
             if "judge_frames" not in cell.protocol.params:  # the spec they were decoded at (a file's "file" is none)
                 extra["judge_frames"] = cellmod.judge_frames_spec(cell)
@@ -116,7 +118,7 @@ class JudgeStage:
             return prep, None
         return prep, self.build(cell, protocol, judge, items, captions, **extra)
 
-    def build(self, cell: Cell, protocol, judge, items, captions, **extra) -> pa.Table:
+    def build(self, cell: ResultCell, protocol, judge, items, captions, **extra) -> pa.Table:
         """The protocol's first-step requests for these items and captions under the cell's judge seeds and params."""
         return protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                        seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
@@ -129,7 +131,7 @@ class JudgeStage:
 
         cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
-        status = accounting.cell_status(verdicts, self.accept_failures)
+        status = accounting.cell_status(verdicts, self.run.accept_failures)
         if key in self.partial and status in accounting.FINISHED_STATUSES:
             status = PENDING  # an adaptive sweep stopped judging it early: not finished (a rerun can finish it)
         verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
@@ -144,7 +146,7 @@ class JudgeStage:
                                       captions=prep.captions, n_resamples=options.n_resamples,
                                       metric_params=prep.protocol.metric_params(cell.protocol.params),
                                       duration_buckets=cell.protocol.params.get("duration_buckets"),
-                                      log=self.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
+                                      log=self.run.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
         metrics = cellmod.label_metrics(metrics, cell, key, status)
         spool = self.spools.pop(key, None)
         if spool is not None:  # before the verdicts: a committed cell always has its transcripts
@@ -155,7 +157,7 @@ class JudgeStage:
         self.stats["sent"] += summary.sent
         self.stats["cached"] += summary.cached
         self.done += 1
-        self.log(f"[sweep {self.config.name}] cell {self.done}/{len(self.pending)} {status}: "
+        self.run.log(f"[sweep {self.config.name}] cell {self.done}/{len(self.pending)} {status}: "
                  + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
 
 
@@ -176,7 +178,6 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
     """Captions are being made on another thread (`watch` hears of them): per judge, each cell starts empty and
     grows by the requests of its videos as they are captioned (engine/sweep/overlap.CellFeed)."""
     from capeval.engine.registry import lookup
-    from capeval.engine.sweep.overlap import CellFeed
 
     for cells in stage.by_judge():
         judge = stage.judge_for(cells[0].judge)
@@ -185,7 +186,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
         streamed = {c: _part_items(c, stage.data(c)) for c in cells
                     if not judge_sees_frames(c.protocol.name) and not c.caption.from_file}
 
-        def start(cell: Cell) -> None:
+        def start(cell: ResultCell) -> None:
             from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
 
             protocol = lookup("protocol", cell.protocol.name)
@@ -194,18 +195,18 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
                       protocol_params=dict(cell.protocol.params), sealed=False, transcripts=stage.transcripts(key),
                       on_complete=lambda name, verdicts, summary: stage.finish(preps[name], verdicts, summary))
 
-        def part(cell: Cell, videos: list[str]) -> None:
+        def part(cell: ResultCell, videos: list[str]) -> None:
             if cell not in streamed:
                 return  # judged whole at its seal
             items, by_video, _ = streamed[cell]
             rows = [i for v in videos for i in by_video.get(v, ())]
             if not rows:
                 return
-            captions, _ = cellmod.cell_captions(cell, stage.data(cell), inputs, stage.cap_rev, videos=videos)
+            captions, _ = cellmod.cell_captions(cell, stage.run, inputs, videos=videos)
             protocol = lookup("protocol", cell.protocol.name)
             sched.extend(stage.keys[cell], stage.build(cell, protocol, judge, items.take(sorted(rows)), captions))
 
-        def seal(cell: Cell) -> None:
+        def seal(cell: ResultCell) -> None:
             if cell not in streamed:
                 prep, requests = stage.prepare(cell, judge, inputs)
                 sched.extend(prep.key, requests)
@@ -218,12 +219,11 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
             preps[prep.key] = prep
             sched.seal(prep.key)
 
-        feed = CellFeed(watch, cells, datasets=stage.datasets, inputs=inputs, cap_rev=stage.cap_rev, start=start,
-                        part=part, seal=seal)
+        feed = CellFeed(watch, cells, run=stage.run, inputs=inputs, start=start, part=part, seal=seal)
         sched.run(source=feed)
 
 
-def _part_items(cell: Cell, data: LoadedDataset) -> tuple[pa.Table, dict[str, list[int]], list[int]]:
+def _part_items(cell: ResultCell, data: LoadedDataset) -> tuple[pa.Table, dict[str, list[int]], list[int]]:
     """The cell's items, the row indices of each video's items, and the rows of items with no video of the
     dataset. An item belongs to the video its caption is matched by (capeval.engine.protocols.base.pair_items_captions:
     its own item_id when the dataset has media per item, else its video_id)."""

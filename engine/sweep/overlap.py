@@ -1,7 +1,7 @@
 """Captioning and judging at once (issue 11): a cell's judging starts with its first captions.
 
 Stage after stage, a sweep's judge idles while every caption is made, then its caption GPUs idle while it judges.
-Here the caption stage runs on a background thread (`CaptionThread`: capeval.engine.stages.pipeline.caption_cells_for, with a
+Here the caption stage runs on a background thread (`CaptionThread`: capeval.engine.sweep.captioning.caption_cells_for, with a
 `CaptionWatch` that hears of every decoded frames row, frame failure and finished caption), while the judge loop runs
 on the calling thread with a `CellFeed` as its source: whenever the loop could use more work, the feed turns the
 videos whose captions now exist (or failed) into a part of each waiting cell's requests, and seals a cell once all of
@@ -21,7 +21,10 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
-from capeval.engine.sweep import cells as cellmod
+from capeval.engine.sweep.captioning import video_caption_key
+from capeval.engine.sweep.cells import CellInputs
+from capeval.engine.sweep.grid import ResultCell
+from capeval.engine.sweep.run import SweepRun
 
 _FRAMES, _FRAME_FAILURE, _CAPTIONS = "frames", "frame_failure", "captions"
 
@@ -100,9 +103,9 @@ class CellFeed:
     """The judge loop's source for one judge's cells. `start(cell, key)` / `part(cell, key, videos)` / `seal(cell,
     key)` are the sweep's callbacks (JudgeScheduler.add / extend / seal around building requests)."""
 
-    def __init__(self, watch: CaptionWatch, cells: list, *, datasets: dict, inputs: cellmod.CellInputs,
-                 cap_rev: dict, start, part, seal):
-        self.watch, self.cells, self.datasets, self.inputs, self.cap_rev = watch, cells, datasets, inputs, cap_rev
+    def __init__(self, watch: CaptionWatch, cells: list[ResultCell], *, run: SweepRun, inputs: CellInputs, start,
+                 part, seal):
+        self.watch, self.cells, self.run, self.inputs = watch, cells, run, inputs
         self._start, self._part, self._seal = start, part, seal
         self._cursor = 0
         self._by_frames: dict[tuple[str, str], list] = {}  # (video, spec) -> cells waiting for its frames
@@ -112,7 +115,7 @@ class CellFeed:
         self._sealed: set = set()
         for cell in cells:
             self._start(cell)
-            data = datasets[cell.caption.dataset.name]
+            data = run.data(cell.caption)
             if cell.caption.from_file:  # read from a file: nothing to wait for
                 self._unsettled[cell] = set()
                 self._ready[cell] = list(data.videos)
@@ -137,9 +140,7 @@ class CellFeed:
             self._flush(done)
 
     # -- which videos are settled -----------------------------------------------------------------------------------
-    def _check(self, cell, vid: str) -> None:
-        from capeval.engine.stages.pipeline import caption_key_for
-
+    def _check(self, cell: ResultCell, vid: str) -> None:
         spec = cell.caption.frame_spec
         if (vid, spec) in self.inputs.frame_failures:
             return self._settle(cell, vid)
@@ -147,10 +148,7 @@ class CellFeed:
         if frames is None:
             self._by_frames.setdefault((vid, spec), []).append(cell)
             return
-        data = self.datasets[cell.caption.dataset.name]
-        media, scenes = getattr(data, "media_types", None) or {}, getattr(data, "scene_boundaries", None) or {}
-        key = caption_key_for(frames, cell.caption.captioner, self.cap_rev, cell.caption.prompt_id, media.get(vid),
-                              scenes.get(vid, ()))
+        key = video_caption_key(self.run, frames, cell.caption)
         if key in self.inputs.captions or key in self.inputs.caption_failures:
             return self._settle(cell, vid)
         self._by_caption.setdefault(key, []).append((cell, vid))

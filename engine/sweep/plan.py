@@ -22,6 +22,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from capeval.engine.sweep.datasets import LoadedDataset, load_dataset
+from capeval.engine.sweep.grid import caption_cells, expand
 from capeval.engine.sweep.plan_tokens import (PrefixCache, TokenCounter, frames_per_request, judge_tokenizer,
                                       placeholder_captions, placeholder_frames, typical_completion)
 
@@ -69,8 +71,6 @@ def plan_sweep(config, *, rate: float | None = None, cached_share: float | str |
     counters = {j.display: TokenCounter(tokenizer or judge_tokenizer(j)) for j in config.judges}
     with tempfile.TemporaryDirectory(prefix="capeval-plan-") as tmp:
         datasets = _datasets(config, Path(tmp))
-        from capeval.engine.sweep.grid import caption_cells, expand
-
         cells = expand(config, datasets, note=notes.append)
         captions = {cc: _captions(cc, datasets[cc.dataset.name], notes) for cc in caption_cells(config)}
         steps, firsts, asked = _first_steps(cells, datasets, captions, counters, cached_share, measured, notes,
@@ -84,19 +84,11 @@ def plan_sweep(config, *, rate: float | None = None, cached_share: float | str |
     return _summarise(config, cells, steps, caption_plan, counters, rate, measured, notes, tokens_per_image)
 
 
-def _datasets(config, work: Path) -> dict:
-    """name -> LoadedDataset (items and media paths; media are not read, so no digest)."""
-    from capeval.engine.datasets.media import filter_limit
-    from capeval.engine.datasets.registry import load
-    from capeval.engine.sweep.datasets import LoadedDataset
-
-    out = {}
-    for spec in config.datasets:
-        loaded = load(spec.kind, spec.kind_params(), base_dir=config.path.parent, out_dir=work, name=spec.name)
-        items = filter_limit(loaded.items, spec.limit)
-        keep = set(items.column("video_id").to_pylist())
-        out[spec.name] = LoadedDataset(spec, items, {v: p for v, p in loaded.media.items() if v in keep}, "")
-    return out
+def _datasets(config, work: Path) -> dict[str, LoadedDataset]:
+    """name -> LoadedDataset, loaded as the sweep loads it (items and media paths; media are not read, so no
+    digest and no media required)."""
+    return {spec.name: load_dataset(spec, out_dir=work, sweep_dir=config.path.parent, require_media=False,
+                                    digest=False) for spec in config.datasets}
 
 
 def _videos(data) -> list[str]:
@@ -110,7 +102,7 @@ def _captions(cc, data, notes: list[str]):
         from capeval.engine.datasets.video_ids import with_dataset_video_ids
 
         return with_dataset_video_ids(file_captions(cc), data.items)[0]
-    from capeval.engine.stages.pipeline import MAX_TOKENS
+    from capeval.engine.sweep.captioning import MAX_TOKENS
 
     max_tokens = cc.captioner.max_tokens or MAX_TOKENS
     note = (f"captions not made yet stand in at their captioner's max_tokens ({cc.captioner.display}: {max_tokens} "
@@ -275,7 +267,7 @@ def _share_cache(steps, cached_share, measured, notes) -> None:
 
 def _caption_plan(captions, tokens_per_image: int) -> dict[str, StepPlan]:
     from capeval.engine.prompts_library import get_prompt
-    from capeval.engine.stages.pipeline import MAX_TOKENS
+    from capeval.engine.sweep.captioning import MAX_TOKENS
 
     out: dict[str, StepPlan] = {}
     counter = TokenCounter()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from capeval.engine.errors import AbortedError, Terminated
 from capeval.engine.sweep import accounting
-from capeval.engine.sweep.config import SweepConfig
+from capeval.engine.sweep.run import SweepRun
 
 
 @dataclass
@@ -35,8 +35,8 @@ class SweepResult:
                 f"cached | {self.wall_s:.1f}s\n{self.account.summary()}" + cost_line(self.cost))
 
 
-def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_rev: dict, cell_keys: list[str],
-               log, interrupted: KeyboardInterrupt | None = None) -> None:
+def record_run(result: SweepResult, run: SweepRun, cell_keys: list[str],
+               interrupted: KeyboardInterrupt | None = None) -> None:
     """Append this run's record to run.json (capeval.engine.runrecord), items by status included; status "finished", or
     "interrupted" for a run that Ctrl-C or SIGTERM (`interrupted`) ended, `interrupted_by` naming the signal. A
     record that cannot be made is reported, not fatal: the results are complete without it; a disk that refuses it
@@ -45,7 +45,8 @@ def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_re
     from capeval.engine.runrecord import append_run_record, sweep_record
 
     try:
-        record = sweep_record(result, config, cap_rev=cap_rev, judge_rev=judge_rev, cell_keys=cell_keys)
+        record = sweep_record(result, run.config, cap_rev=run.captioner_revisions, judge_rev=run.judge_revisions,
+                              cell_keys=cell_keys)
         record["counts_by_status"]["items"] = dict(result.account.by_status)
         record["counts_by_status"]["items_without_verdict"] = result.account.without_verdict
         record["no_value"] = cells_without_value(result.results)
@@ -60,7 +61,7 @@ def record_run(result: SweepResult, config: SweepConfig, cap_rev: dict, judge_re
     except AbortedError:  # the disk is full (or read-only): the run stops saying so, naming run.json
         raise
     except Exception as exc:  # noqa: BLE001
-        log(f"[sweep {config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")
+        run.log(f"[sweep {run.config.name}] warning: run.json not written: {type(exc).__name__}: {exc}")
 
 
 def cost_line(cost: dict) -> str:

@@ -18,18 +18,28 @@ redoes it, sending only what the caches do not hold. A kill -9 anywhere loses at
 
 from __future__ import annotations
 
+import errno
 import sys
 import time
 from pathlib import Path
 
-from capeval.engine.prompts_library import get_prompt
+from capeval.engine.keys import file_digest
 from capeval.engine.ray_local import init_ray
+from capeval.engine.report import results_table
+from capeval.engine.store.lock import FolderLock
+from capeval.engine.store.segments import storage_error
 from capeval.engine.sweep import accounting
+from capeval.engine.sweep import cells as cellmod
 from capeval.engine.sweep.caption_only import run_caption_only
+from capeval.engine.sweep.captioning import CaptionOutcome, caption_cells_for
 from capeval.engine.sweep.config import ComponentSpec, SweepConfig
 from capeval.engine.sweep.datasets import LoadedDataset, dataset_records, load_dataset, media_required
-from capeval.engine.sweep.grid import Cell, expand
+from capeval.engine.sweep.decide_rounds import run_adaptive
+from capeval.engine.sweep.grid import ResultCell, expand
+from capeval.engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
+from capeval.engine.sweep.overlap import CaptionThread
 from capeval.engine.sweep.results import SweepResult, record_run, write_results_files
+from capeval.engine.sweep.run import RunStores, SweepRun
 from capeval.engine.sweep.usage import CostLedger
 
 __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision"]
@@ -47,46 +57,17 @@ def component_revision(kind: str, spec: ComponentSpec) -> str:
     return rev if isinstance(rev, str) else ""
 
 
-class _Stores:
-    """The run folder's stores. Captions and the frames index are appended row by row (a caption as it is made, a
-    video's frames rows as they are decoded), so they group-commit: a few hundred rows per segment, at most
-    GroupCommit.interval_s of rows lost to a kill, compacted as they grow. Verdicts and metrics are the cells'
-    commit points, written at once as named segments; a cell's verdicts first flush the captions and frames rows it
-    was judged from, so a committed cell never refers to rows a kill could still lose."""
-
-    def __init__(self, out: Path):
-        from capeval.engine.schemas import CAPTIONS, FRAMES
-        from capeval.engine.store import GroupCommit, SegmentStore
-
-        group = GroupCommit.from_env()
-        self.captions = SegmentStore(out / "captions", CAPTIONS, group=group)
-        self.frames_index = SegmentStore(out / "frames_index", FRAMES, group=group)
-        self.verdicts = SegmentStore(out / "verdicts", flush_before_put=(self.captions, self.frames_index))
-        self.metrics = SegmentStore(out / "metrics")
-        self.judge_cache = out / "judge_cache"
-        self.frames = out / "frames"
-
-    def close(self) -> None:
-        """Commit what is buffered and compact the appended stores (the run folder at rest: a few files each)."""
-        for store in (self.captions, self.frames_index):
-            store.close()
-
-
 def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True, log=None,
-              exit_once_marker: str | None = None, accept_failures: bool = False, max_failure_share: float = 0.0,
-              verbose: bool = False) -> SweepResult:
+              accept_failures: bool = False, max_failure_share: float = 0.0, verbose: bool = False) -> SweepResult:
     """Run every unfinished cell of `config`, writing under `out_dir` (holding its lock); returns the results of
     all its cells, the item accounting and the exit code (OK, or FAILURES when the share of items without a
     verdict exceeds `max_failure_share`). Raises AbortedError (lock held, auth refused, disk full)."""
-    from capeval.engine.store.lock import FolderLock
-
     out = Path(out_dir)
     with FolderLock(out, purpose=f"sweep {config.name}"):
-        stores = _Stores(out)
+        stores = RunStores(out)
         try:
-            result = _run_locked(config, out, stores, progress=progress, log=log, exit_once_marker=exit_once_marker,
-                                 accept_failures=accept_failures, max_failure_share=max_failure_share,
-                                 verbose=verbose)
+            result = _run_locked(config, out, stores, progress=progress, log=log, accept_failures=accept_failures,
+                                 max_failure_share=max_failure_share, verbose=verbose)
         except BaseException:
             try:  # keep what was made before the error (the run's own error is the one to report)
                 stores.close()
@@ -97,24 +78,23 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True
         return result
 
 
-def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, log, exit_once_marker, accept_failures,
-                max_failure_share, verbose) -> SweepResult:
-    from capeval.engine.sweep import cells as cellmod
-
-    t0 = time.perf_counter()
+def _run_locked(config: SweepConfig, out: Path, stores: RunStores, *, progress: bool, log, accept_failures: bool,
+                max_failure_share: float, verbose: bool) -> SweepResult:
+    started = time.perf_counter()
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     recovered = cellmod.recover(stores)
-    ledger = CostLedger(config, stores)  # what the caches hold before this run (engine/sweep/usage.py)
     if recovered:
         log(f"[sweep {config.name}] rolled back {len(recovered)} cell(s) interrupted between verdicts and metrics")
-    datasets = {d.name: _load(d, config, out) for d in config.datasets}
-    cap_rev = {c.display: component_revision("captioner", c) for c in config.captioners}
-    judge_rev = {j.display: component_revision("judge", j) for j in config.judges}
+    run = SweepRun(config, out, stores, datasets={d.name: _load(d, config, out) for d in config.datasets},
+                   captioner_revisions={c.display: component_revision("captioner", c) for c in config.captioners},
+                   judge_revisions={j.display: component_revision("judge", j) for j in config.judges},
+                   progress=progress, log=log, accept_failures=accept_failures, max_failure_share=max_failure_share,
+                   verbose=verbose, started=started)
+    ledger = CostLedger(run)  # what the caches hold before this run (engine/sweep/usage.py)
     if not config.protocols:  # caption-only sweep
-        return run_caption_only(config, out, datasets, cap_rev, stores, progress=progress, log=log, verbose=verbose,
-                                t0=t0, exit_once_marker=exit_once_marker, max_failure_share=max_failure_share)
-    cells = expand(config, datasets, note=lambda text: log(f"[sweep {config.name}] note: {text}"))
-    keys = {cell: _cell_key(cell, datasets, cap_rev, judge_rev) for cell in cells}
+        return run_caption_only(run)
+    cells = expand(config, run.datasets, note=lambda text: log(f"[sweep {config.name}] note: {text}"))
+    keys = {cell: _cell_key(run, cell) for cell in cells}
     states = cellmod.cell_states(stores)
     pending = [c for c in cells if states.get(keys[c]) not in accounting.FINISHED_STATUSES]
     redo = sum(1 for c in pending if keys[c] in states)
@@ -125,76 +105,62 @@ def _run_locked(config: SweepConfig, out: Path, stores: _Stores, *, progress, lo
     if pending:
         init_ray(verbose=verbose)
 
-        def judge(run, data, partial=frozenset()):
-            return _caption_and_judge(run, keys, data, config, stores, cap_rev, progress=progress,
-                                      exit_once_marker=exit_once_marker, accept_failures=accept_failures, log=log,
-                                      partial=partial)
+        def judge(round_run: SweepRun, cells_now: list[ResultCell], partial=frozenset()):
+            return _caption_and_judge(round_run, cells_now, keys, partial=partial)
 
         try:
             if config.options.decide is not None:  # adaptive: videos in rounds until each pair is decided
-                from capeval.engine.sweep.decide_rounds import run_adaptive
-
-                caption_stats, stats = run_adaptive(config, cells, pending, keys, datasets, stores, judge, log)
+                caption_stats, stats = run_adaptive(run, cells, pending, keys, judge)
             else:
-                caption_stats, stats = judge(pending, datasets)
+                caption_stats, stats = judge(run, pending)
         except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM: the record says what this run did and paid
-            _finish(config, out, stores, ledger, cells, keys, pending, datasets, cap_rev, judge_rev, recovered, t0,
-                    log, {}, judge_stats, max_failure_share, interrupted=stop)
+            _finish(run, ledger, cells, keys, pending, recovered, {}, judge_stats, interrupted=stop)
             raise
         judge_stats.update(stats)
-    return _finish(config, out, stores, ledger, cells, keys, pending, datasets, cap_rev, judge_rev, recovered, t0, log,
-                   caption_stats, judge_stats, max_failure_share)
+    return _finish(run, ledger, cells, keys, pending, recovered, caption_stats, judge_stats)
 
 
-def _finish(config, out, stores, ledger, cells, keys, pending, datasets, cap_rev, judge_rev, recovered, t0, log,
-            caption_stats, judge_stats, max_failure_share, interrupted: KeyboardInterrupt | None = None) -> SweepResult:
+def _finish(run: SweepRun, ledger: CostLedger, cells: list[ResultCell], keys: dict[ResultCell, str],
+            pending: list[ResultCell], recovered: list[str], caption_stats: dict, judge_stats: dict,
+            interrupted: KeyboardInterrupt | None = None) -> SweepResult:
     """The run's accounting, cost and record (run.json); the results files too unless the run was `interrupted`
     (then its record has status "interrupted" and the cost of what it made before the signal)."""
-    account = _account(stores, [keys[c] for c in cells])
-    from capeval.engine.report import results_table
-
-    results = results_table(stores.metrics, [keys[c] for c in cells])
-    results, cost = ledger.finish(results, cells, keys, datasets, cap_rev)  # tokens and USD per cell
+    cell_keys = [keys[c] for c in cells]
+    account = _account(run.stores, cell_keys)
+    results = results_table(run.stores.metrics, cell_keys)
+    results, cost = ledger.finish(results, cells, keys)  # tokens and USD per cell
     if interrupted is None:
-        write_results_files(results, out)
+        write_results_files(results, run.out)
     result = SweepResult(results, len(cells), len(cells) - len(pending), len(pending), caption_stats, judge_stats,
-                         time.perf_counter() - t0, out, account, account.exit_code(max_failure_share),
-                         len(recovered), cost=cost, datasets=dataset_records(datasets, config.path.parent))
-    record_run(result, config, cap_rev, judge_rev, [keys[c] for c in cells], log, interrupted=interrupted)
+                         time.perf_counter() - run.started, run.out, account,
+                         account.exit_code(run.max_failure_share), len(recovered), cost=cost,
+                         datasets=dataset_records(run.datasets, run.config.path.parent))
+    record_run(result, run, cell_keys, interrupted=interrupted)
     return result
 
 
-def _load(spec, config, out: Path) -> LoadedDataset:
+def _load(spec, config: SweepConfig, out: Path) -> LoadedDataset:
     """Load a dataset; a disk that refuses the generated videos (synthetic kind) is a one-line storage error."""
-    import errno
-
     try:
         return load_dataset(spec, out_dir=out, sweep_dir=config.path.parent,
                             require_media=media_required(config, spec))
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO):
             raise
-        from capeval.engine.store.segments import storage_error
-
         raise storage_error(exc, out / "videos", f"the videos of dataset {spec.name!r}") from exc
 
 
-def _cell_key(cell: Cell, datasets: dict, cap_rev: dict, judge_rev: dict) -> str:
-    from capeval.engine.keys import file_digest
-
+def _cell_key(run: SweepRun, cell: ResultCell) -> str:
     cc = cell.caption
-    from_file = getattr(cc, "from_file", False)
-    prompt_text = cc.prompt_key_text() if hasattr(cc, "prompt_key_text") else get_prompt(cc.prompt_id).text
-    extra = {"source_digest": file_digest(cc.source.path)} if from_file else {}
-    return cell.key(dataset_digest=datasets[cc.dataset.name].digest,
-                    captioner_revision="" if from_file else cap_rev[cc.captioner.display],
-                    prompt_text=prompt_text, judge_revision=judge_rev[cell.judge.display], **extra)
+    extra = {"source_digest": file_digest(cc.source.path)} if cc.from_file else {}
+    return cell.key(dataset_digest=run.data(cc).digest,
+                    captioner_revision="" if cc.from_file else run.captioner_revisions[cc.captioner.display],
+                    prompt_text=cc.prompt_key_text(), judge_revision=run.judge_revisions[cell.judge.display],
+                    **extra)
 
 
-def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
+def _account(stores: RunStores, cell_keys: list[str]) -> accounting.RunAccount:
     """Items by status over every cell of the sweep (run now or earlier), from the committed verdicts."""
-    from capeval.engine.sweep import cells as cellmod
-
     states = cellmod.cell_states(stores)
     account = accounting.RunAccount()
     for key in dict.fromkeys(cell_keys):
@@ -204,35 +170,27 @@ def _account(stores, cell_keys: list[str]) -> accounting.RunAccount:
     return account
 
 
-def _caption_and_judge(pending: list[Cell], keys: dict, datasets: dict, config: SweepConfig, stores: _Stores,
-                       cap_rev: dict, *, progress: bool, exit_once_marker, accept_failures: bool,
-                       log, partial: frozenset = frozenset()) -> tuple[dict, dict]:
+def _caption_and_judge(run: SweepRun, pending: list[ResultCell], keys: dict[ResultCell, str], *,
+                       partial: frozenset = frozenset()) -> tuple[dict, dict]:
     """Caption what the pending cells need and judge them (engine/sweep/judge_stage.py): overlapped (default; the
     captions are made on a background thread while the judge works on the cells' captioned videos) or stage after
     stage. Returns the caption stage's and the judge stage's counts. `partial`: keys of cells judged on part of
     their videos (an adaptive sweep's round), committed as pending."""
-    from capeval.engine.stages.pipeline import CaptionOutcome, caption_cells_for
-    from capeval.engine.sweep import cells as cellmod
-    from capeval.engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
-
-    stage = JudgeStage(pending, keys, datasets, config, stores, cap_rev, progress=progress,
-                       accept_failures=accept_failures, log=log, partial=partial)
+    config = run.config
+    stage = JudgeStage(run, pending, keys, partial=partial)
 
     def caption(watch=None):
-        return caption_cells_for(pending, datasets, config, stores, cap_rev, progress=progress,
-                                 exit_once_marker=exit_once_marker, watch=watch)
+        return caption_cells_for(pending, run, watch=watch)
 
     overlap, why_not = _overlap_fits(config)
     if config.options.overlap and not overlap:
-        log(f"[sweep {config.name}] captioning, then judging (no overlap): {why_not}")
+        run.log(f"[sweep {config.name}] captioning, then judging (no overlap): {why_not}")
     try:
         if not overlap:
             outcome = caption()
-            judge_after_captions(stage, cellmod.load_inputs(stores, outcome))
+            judge_after_captions(stage, cellmod.load_inputs(run.stores, outcome))
             return outcome.stats, stage.stats
-        from capeval.engine.sweep.overlap import CaptionThread
-
-        inputs = cellmod.load_inputs(stores, CaptionOutcome())  # what exists now; the feed adds what is made
+        inputs = cellmod.load_inputs(run.stores, CaptionOutcome())  # what exists now; the feed adds what is made
         thread = CaptionThread(caption).start()
         try:
             judge_while_captioning(stage, thread.watch, inputs)

@@ -24,8 +24,11 @@ from dataclasses import dataclass, field, fields
 
 import polars as pl
 
-from capeval.engine.sweep.grid import CELL_COLUMNS
+from capeval.engine.sweep.captioning import CaptionOutcome
+from capeval.engine.sweep.cells import CellInputs, cell_captions, load_inputs, stored_verdicts
+from capeval.engine.sweep.grid import CELL_COLUMNS, ResultCell
 from capeval.engine.sweep.prices import Prices, resolve_prices
+from capeval.engine.sweep.run import RunStores, SweepRun
 
 #: the results table's cost columns, in order (engine/sweep/results.py documents them)
 COST_COLUMNS = ["judge_requests", "prompt_tokens", "cached_prompt_tokens", "completion_tokens", "reasoning_tokens",
@@ -86,20 +89,20 @@ class CostLedger:
     """Opened when a sweep starts (what the caches hold then tells this run's work from earlier runs'), finished
     after its results table is built: adds the cost columns and returns run.json's `cost` section."""
 
-    def __init__(self, config, stores):
-        self.config, self.stores = config, stores
+    def __init__(self, run: SweepRun):
+        self.run, self.config, self.stores = run, run.config, run.stores
         self.started = time.time()
-        self.captions_before = _stored_caption_keys(stores)
+        self.captions_before = _stored_caption_keys(run.stores)
 
-    def finish(self, results: pl.DataFrame, cells: list, keys: dict, datasets: dict, cap_rev: dict):
+    def finish(self, results: pl.DataFrame, cells: list[ResultCell], keys: dict[ResultCell, str]):
         """(results with COST_COLUMNS, run.json's `cost`). A costing that fails leaves the finished results as they
         are and says why in `cost.error`: the results are complete without it."""
         try:
-            return self._finish(results, cells, keys, datasets, cap_rev)
+            return self._finish(results, cells, keys)
         except Exception as exc:  # noqa: BLE001
             return results, {"error": f"cost not computed: {type(exc).__name__}: {exc}"}
 
-    def _finish(self, results: pl.DataFrame, cells: list, keys: dict, datasets: dict, cap_rev: dict):
+    def _finish(self, results: pl.DataFrame, cells: list[ResultCell], keys: dict[ResultCell, str]):
         prices = resolve_prices(self.config)
         judge_keys: dict[str, dict[str, tuple]] = {}  # judge label -> request_key -> answer
         caption_keys: dict[str, dict[str, tuple]] = {}  # captioner label -> caption_key -> (tokens, reused)
@@ -114,8 +117,8 @@ class CostLedger:
                 cap_split, made = None, {}
                 if not cell.caption.from_file:
                     if inputs is None:
-                        inputs = _inputs(self.stores)
-                    made = _caption_usage(cell, datasets, inputs, cap_rev, self.captions_before)
+                        inputs = load_inputs(self.stores, CaptionOutcome())
+                    made = _caption_usage(cell, self.run, inputs, self.captions_before)
                     caption_keys.setdefault(labels["captioner"], {}).update(made)
                     cap_split = _split(made.values(), self.started)
                 jp = prices.get(("judge", cell.judge.display))
@@ -236,12 +239,10 @@ class _Answers:
         if self.db is not None:
             self.db.close()
 
-    def of_cell(self, stores, cell_key: str, cell) -> dict[str, tuple]:
+    def of_cell(self, stores: RunStores, cell_key: str, cell: ResultCell) -> dict[str, tuple]:
         """request_key -> (judge, prompt, cached, completion, reasoning, created) of every attempt of every verdict
         row of the cell; an answer missing from the cache (the cache was removed) counts with the row's own tokens,
         as reused."""
-        from capeval.engine.sweep.cells import stored_verdicts
-
         verdicts = stored_verdicts(stores, cell_key)
         if verdicts is None or verdicts.num_rows == 0:
             return {}
@@ -300,7 +301,7 @@ class _Answers:
         return out
 
 
-def _stored_caption_keys(stores) -> set[str]:
+def _stored_caption_keys(stores: RunStores) -> set[str]:
     import pyarrow.compute as pc
 
     t = stores.captions.read(["caption_key", "error"])
@@ -309,18 +310,9 @@ def _stored_caption_keys(stores) -> set[str]:
     return set(t.filter(pc.is_null(t.column("error"))).column("caption_key").to_pylist())  # failed rows: not made
 
 
-def _inputs(stores):
-    from capeval.engine.stages.pipeline import CaptionOutcome
-    from capeval.engine.sweep.cells import load_inputs
-
-    return load_inputs(stores, CaptionOutcome())
-
-
-def _caption_usage(cell, datasets: dict, inputs, cap_rev: dict, before: set[str]) -> dict[str, tuple]:
+def _caption_usage(cell: ResultCell, run: SweepRun, inputs: CellInputs, before: set[str]) -> dict[str, tuple]:
     """caption_key -> (captioner, prompt, 0, completion, reasoning, created-or-None) of the cell's captions."""
-    from capeval.engine.sweep.cells import cell_captions
-
-    captions, _ = cell_captions(cell, datasets[cell.caption.dataset.name], inputs, cap_rev)
+    captions, _ = cell_captions(cell, run, inputs)
     out = {}
     for r in captions.select(["caption_key", "captioner", "text", "prompt_tokens", "n_tokens",
                               "reasoning_tokens"]).to_pylist():

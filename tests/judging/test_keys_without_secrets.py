@@ -28,12 +28,11 @@ def test_cell_keys_ignore_the_api_key_but_not_other_params(tmp_path):
 
 
 def test_caption_keys_ignore_the_api_key(tmp_path):
-    from capeval.engine.stages.pipeline import _key
+    from capeval.engine.sweep.captioning import caption_key_at
     from capeval.engine.sweep.config import ComponentSpec
 
     def key(params):
-        cap = ComponentSpec(name="openai", params=params)
-        return _key({"frames_key": "f"}, cap, {cap.display: "rev"}, "brief")
+        return caption_key_at({"frames_key": "f"}, ComponentSpec(name="openai", params=params), "rev", "brief")
 
     base = {"model": "m", "base_url": "http://127.0.0.1:9/v1"}
     assert key(base) == key({**base, "api_key": "sk-first-key-123"}) == key({**base, "api_key": "sk-other-456"})

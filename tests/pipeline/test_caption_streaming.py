@@ -90,13 +90,16 @@ def test_decode_is_pulled_only_as_far_as_the_window_needs(decoded, tmp_path, ray
     assert max(ahead) == 3  # and the window is kept full
 
 
-def test_an_actor_death_is_counted_once_and_exactly_its_lost_requests_redone(decoded, tmp_path, ray_local):
+def test_an_actor_death_is_counted_once_and_exactly_its_lost_requests_redone(decoded, tmp_path, ray_local,
+                                                                              monkeypatch):
     marker = tmp_path / "exit-once"
-    marker.write_text("the first caption call that sees this file exits its process")
+    marker.write_text("the first caption call that sees this file kills its process")
+    monkeypatch.setenv("CAPEVAL_KILL_AT", "caption_call")  # handed to the caption actors (engine/faultpoints.py)
+    monkeypatch.setenv("CAPEVAL_KILL_ONCE", str(marker))
     store = SegmentStore(tmp_path / "captions", CAPTIONS)
     tasks = _tasks(decoded[:6])
     stats = run_caption_stage(iter(tasks), captioner="local", params={"latency_s": 0.3, "max_in_flight": 6},
-                              store=store, progress=False, exit_once_marker=str(marker), max_restarts=2)
+                              store=store, progress=False, max_restarts=2)
     assert not marker.exists()
     assert stats["actor_deaths"] == 1  # six calls lost with one process: one death, not six
     assert 1 <= stats["retried"] <= 6 and stats["failed"] == 0 and stats["captioned"] == 6
@@ -155,7 +158,7 @@ def _worker(model):
     from capeval.engine.stages.caption import CaptionWorker
 
     worker = CaptionWorker.__new__(CaptionWorker)
-    worker.name, worker.model, worker.exit_once_marker = "test", model, None
+    worker.name, worker.model = "test", model
     return worker
 
 

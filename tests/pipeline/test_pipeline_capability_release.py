@@ -72,18 +72,18 @@ n_resamples = 20
     assert set(verdicts["item_status"]) == {"ok"}, verdicts.select("task", "item_status", "error").to_dicts()
 
     # one caption per media file, each made with the pack's prompt for its media type
-    from capeval.engine.stages.pipeline import caption_key_for
+    from capeval.engine.sweep.captioning import caption_key_at
     from capeval.engine.sweep.runner import component_revision
 
     config = load_sweep(path)
     cap = config.captioners[0]
-    rev = {cap.display: component_revision("captioner", cap)}
+    rev = component_revision("captioner", cap)
     index = pl.concat([pl.read_parquet(p) for p in (out / "frames_index").glob("*.parquet")])
     keys = set(pl.concat([pl.read_parquet(p) for p in (out / "captions").glob("*.parquet")])["caption_key"])
     for row in index.filter(pl.col("frame_spec") == "uniform:2").to_dicts():
         mine, other = media_type[row["video_id"]], {"image": "video", "video": "image"}[media_type[row["video_id"]]]
-        assert caption_key_for(row, cap, rev, "capability-official", mine) in keys
-        assert caption_key_for(row, cap, rev, "capability-official", other) not in keys
+        assert caption_key_at(row, cap, rev, "capability-official", mine) in keys
+        assert caption_key_at(row, cap, rev, "capability-official", other) not in keys
 
     # metrics for every task and the 13-task average, nothing left without a verdict
     results = res.results

@@ -72,13 +72,15 @@ def test_stage_captions_every_video_and_resumes_by_key(decoded, tmp_path, ray_lo
     assert len(store.segments()) == segments  # nothing redone, nothing written
 
 
-def test_dead_caption_actor_is_restarted_and_its_videos_retried(decoded, tmp_path, ray_local):
+def test_dead_caption_actor_is_restarted_and_its_videos_retried(decoded, tmp_path, ray_local, monkeypatch):
     marker = tmp_path / "exit-once"
-    marker.write_text("the first caption call that sees this file exits its process")
+    marker.write_text("the first caption call that sees this file kills its process")
+    monkeypatch.setenv("CAPEVAL_KILL_AT", "caption_call")  # handed to the caption actors (engine/faultpoints.py)
+    monkeypatch.setenv("CAPEVAL_KILL_ONCE", str(marker))
     store = SegmentStore(tmp_path / "captions", CAPTIONS)
     stats = run_caption_stage(iter(_tasks(decoded)), captioner="local", store=store, n_videos=N_VIDEOS,
-                              progress=False, exit_once_marker=str(marker), max_restarts=2)
-    assert not marker.exists()  # the actor really reached os._exit
+                              progress=False, max_restarts=2)
+    assert not marker.exists()  # an actor really reached the kill point
     assert stats["actor_deaths"] >= 1 and stats["retried"] >= 1
     assert stats["failed"] == 0 and stats["captioned"] == N_VIDEOS * len(PROMPTS)
     table = read_captions(store)

@@ -64,16 +64,16 @@ n_resamples = 20
     captions = pl.concat([pl.read_parquet(p) for p in (tmp_path / "out" / "captions").glob("*.parquet")])
     assert captions.height == 2 * 3
     # the still image was captioned with the prompt's image variant: its caption key is the one of that text
-    from capeval.engine.stages.pipeline import caption_key_for
+    from capeval.engine.sweep.captioning import caption_key_at
     from capeval.engine.sweep.runner import component_revision
 
     config = load_sweep(path)
     cap = config.captioners[0]
-    rev = {cap.display: component_revision("captioner", cap)}
+    rev = component_revision("captioner", cap)
     row = index.filter((pl.col("video_id") == "still") & (pl.col("frame_spec") == "uniform:2")).to_dicts()[0]
     keys = set(captions["caption_key"])
-    assert caption_key_for(row, cap, rev, "brief", "image") in keys
-    assert caption_key_for(row, cap, rev, "brief", "video") not in keys
+    assert caption_key_at(row, cap, rev, "brief", "image") in keys
+    assert caption_key_at(row, cap, rev, "brief", "video") not in keys
     assert res.exit_code == 0 and res.account.items == 6
 
 

@@ -1,6 +1,6 @@
 """SegmentStore group commit and compaction (issue 21): appends buffered into few segments, every reader sees
 buffered rows, a kill -9 mid-compaction leaves each row readable exactly once, and a run folder at rest is a few
-files. Real files in tmp_path; kills are real SIGKILLs of a child process (engine/sweep/faultpoints.py)."""
+files. Real files in tmp_path; kills are real SIGKILLs of a child process (engine/faultpoints.py)."""
 
 from __future__ import annotations
 
@@ -121,7 +121,7 @@ _KILLED_CHILD = """
 import sys
 import pyarrow as pa
 from capeval.engine.store import GroupCommit, SegmentStore
-from capeval.engine.sweep.faultpoints import hit
+from capeval.engine.faultpoints import hit
 store = SegmentStore(sys.argv[1], group=GroupCommit(rows=2, interval_s=600, compact_after=3))
 for i in range(int(sys.argv[2])):
     store.append(pa.table({"key": [f"k{i:05d}"], "value": [i]}))

@@ -53,27 +53,7 @@ def _frames_row():
             "path": "unused.npy", "error": None}
 
 
-def test_caption_keys_and_tasks_carry_boundaries_of_segmental_prompts_only():
-    from capeval.engine.stages.pipeline import _task, caption_key_for
-    from capeval.engine.sweep.config import ComponentSpec
-
-    cap, rev = ComponentSpec("local"), {"local": "pixelstats-1"}
-    row = _frames_row()
-    seg, plain = "lvcap_segment", "capquiz_standard"
-    assert get_prompt(seg).segmental and not get_prompt(plain).segmental
-    # a video without boundaries keeps the key it always had; its own boundaries make another caption
-    assert caption_key_for(row, cap, rev, seg) == caption_key_for(row, cap, rev, seg, None, ())
-    with_b = caption_key_for(row, cap, rev, seg, None, (1.5, 3.6))
-    assert with_b != caption_key_for(row, cap, rev, seg) != caption_key_for(row, cap, rev, seg, None, (2.0,))
-    # prompts that are not segmental ignore them (their captions are of the whole video)
-    assert caption_key_for(row, cap, rev, plain, None, (1.5, 3.6)) == caption_key_for(row, cap, rev, plain)
-    task = _task(row, cap, rev, seg, None, (1.5, 3.6))
-    assert task.boundaries == (1.5, 3.6) and task.caption_key == with_b
-    assert _task(row, cap, rev, plain, None, (1.5, 3.6)).boundaries == ()
-
-
-def test_a_loaded_dataset_gives_each_video_the_boundaries_of_its_items(tmp_path):
-    from capeval.engine.stages.pipeline import scene_boundaries
+def _dataset_with_boundaries():
     from capeval.engine.sweep.config import DatasetSpec
     from capeval.engine.sweep.datasets import LoadedDataset
 
@@ -82,6 +62,37 @@ def test_a_loaded_dataset_gives_each_video_the_boundaries_of_its_items(tmp_path)
             {"benchmark": "lvcap", "task": "events", "item_id": "b/events", "video_id": "b",
              "extra": json.dumps({"shot_boundaries": [2.25]})},
             {"benchmark": "lvcap", "task": "events", "item_id": "c/events", "video_id": "c", "extra": "{}"}]
-    data = LoadedDataset(DatasetSpec("gt", "items"), conform(pa.Table.from_pylist(rows), ITEMS), {}, "d")
-    assert scene_boundaries(data) == {"a": (1.5, 3.6), "b": (2.25,)}
-    assert scene_boundaries(object()) == {}  # datasets without items (caption files) have none
+    return LoadedDataset(DatasetSpec("gt", "items"), conform(pa.Table.from_pylist(rows), ITEMS), {}, "d")
+
+
+def test_caption_keys_and_tasks_carry_boundaries_of_segmental_prompts_only(tmp_path):
+    from capeval.engine.sweep.captioning import caption_key_at, caption_task, video_caption_key
+    from capeval.engine.sweep.config import ComponentSpec
+    from capeval.engine.sweep.grid import CaptionCell
+    from capeval.engine.sweep.run import SweepRun
+
+    cap, rev = ComponentSpec("local"), "pixelstats-1"
+    row = _frames_row()
+    seg, plain = "lvcap_segment", "capquiz_standard"
+    assert get_prompt(seg).segmental and not get_prompt(plain).segmental
+    # a video without boundaries keeps the key it always had; its own boundaries make another caption
+    assert caption_key_at(row, cap, rev, seg) == caption_key_at(row, cap, rev, seg, None, ())
+    with_b = caption_key_at(row, cap, rev, seg, None, (1.5, 3.6))
+    assert with_b != caption_key_at(row, cap, rev, seg) != caption_key_at(row, cap, rev, seg, None, (2.0,))
+    # prompts that are not segmental ignore them (their captions are of the whole video)
+    assert caption_key_at(row, cap, rev, plain, None, (1.5, 3.6)) == caption_key_at(row, cap, rev, plain)
+    # a sweep's key of video "a" follows the scene cuts its items give (only what the key reads is set up here)
+    data = _dataset_with_boundaries()
+    run = SweepRun(None, tmp_path, None, datasets={"gt": data}, captioner_revisions={"local": rev},
+                   judge_revisions={})
+    cell, plain_cell = (CaptionCell(data.spec, cap, p, "uniform:8") for p in (seg, plain))
+    assert video_caption_key(run, {**row, "video_id": "a"}, cell) == caption_key_at(row, cap, rev, seg, None,
+                                                                                   (1.5, 3.6))
+    assert video_caption_key(run, {**row, "video_id": "c"}, cell) == caption_key_at(row, cap, rev, seg)
+    task = caption_task(row, cell, with_b, None, (1.5, 3.6))
+    assert task.boundaries == (1.5, 3.6) and task.caption_key == with_b and task.segments == 4
+    assert caption_task(row, plain_cell, "k", None, (1.5, 3.6)).boundaries == ()
+
+
+def test_a_loaded_dataset_gives_each_video_the_boundaries_of_its_items():
+    assert _dataset_with_boundaries().scene_boundaries == {"a": (1.5, 3.6), "b": (2.25,)}
