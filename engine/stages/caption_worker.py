@@ -7,7 +7,7 @@ barrier). A streaming captioner (capeval.adapters.base.StreamingCaptioner: `acap
 (`threads` of them when the captioner says it is `thread_safe`, else one thread and one request queued behind it).
 
 Frames are read only when a call starts (capeval.engine.frames.cache.load_frames), so decoded frames are held for the
-requests in the window and no longer. LVCap segmental tasks caption their segments one after another (each is
+requests in the window and no longer. Segmental tasks caption their segments one after another (each is
 conditioned on the previous captions) inside one call; different videos stream concurrently.
 
 `timestamps` (a captioner option, "none" or "text"): with "text" the stage appends the frame timestamps to the
@@ -44,12 +44,12 @@ class CaptionTask:
     frame_spec: str
     prompt_id: str
     prompt_text: str
-    segments: int = 0  # >0: LVCap segmental mode, captioned in this many consecutive segments with context
+    segments: int = 0  # >0: segmental mode, captioned in this many consecutive segments with context
     max_tokens: int = 512
     media_type: str = "video"  # "image": the frames are one still image, sent as an image
     timestamps_mode: str = "none"  # "text": the frame timestamps are appended to the video prompt
     system: str | None = None  # the prompt's system message (packs), sent as it is
-    question: str | None = None  # CAPability-QA: the question's fields as JSON text (capeval.adapters.base.CaptionRequest)
+    question: str | None = None  # a construction question: its fields as JSON text (capeval.adapters.base.CaptionRequest)
     # segmental mode: the video's own scene cuts (seconds, from its items' extra): segments split there
     boundaries: tuple[float, ...] = ()
 
@@ -236,7 +236,7 @@ class CaptionWorker:
         out += [self._segmental(t, loaded[t.frames_path][0], loaded[t.frames_path][1]) for t in tasks if t.segments]
         return out
 
-    # -- LVCap segmental mode ---------------------------------------------------------------------------------------
+    # -- segmental mode ---------------------------------------------------------------------------------------------
     def _segmental(self, task: CaptionTask, frames, encoded=None) -> dict:
         return _drive(self._asegmental(task, frames, encoded, sync=True))
 

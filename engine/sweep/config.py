@@ -7,12 +7,12 @@ parameters against what the backend's constructor accepts, paths that must exist
 Every option is documented in docs/inputs.md.
 
     name = "demo"
-    prompts = ["capquiz_standard", "brief"]      # built-in ids (capeval list prompts) or tables, see below
+    prompts = ["detailed", "brief"]              # built-in ids (capeval list prompts) or tables, see below
     frames = ["uniform:4", 8, "linspace:32"]      # sampling specs; an int N means "uniform:N"
 
     [[datasets]]
     name = "shapes"
-    kind = "synthetic"      # synthetic | items | videos | capability | vidcapbench | dream1k | vatex_eval
+    kind = "synthetic"      # synthetic | items | videos | a benchmark's own kind (capeval list kinds)
     n_videos = 6            # the kind's own parameters (capeval list kinds)
     limit = 10              # optional: only the first N videos
 
@@ -28,8 +28,8 @@ Every option is documented in docs/inputs.md.
     dataset = "shapes"      # optional (default: every dataset); captioner/prompt_id/frame_spec: labels
 
     [[protocols]]           # optional: no protocol = a caption-only sweep
-    name = "vcinspector"
-    params = { mode = "official", prompts = "../shared/protocols/vcinspector.toml", judge_frames = "linspace:32" }
+    name = "<protocol>"     # a registered protocol (capeval list protocols)
+    params = { mode = "official", prompts = "../shared/protocols/<protocol>.toml" }   # the params it declares
     datasets = ["shapes"]   # optional: the datasets it judges (default: every one it can read; engine/sweep/pairs.py)
 
     [[judges]]

@@ -1,5 +1,5 @@
-"""A sweep's datasets: each `[[datasets]]` table is loaded by its kind (engine/datasets/registry.py: synthetic,
-items, videos, dream1k, vatex_eval, and the kinds protocols bring: capability, vidcapbench) into ITEMS +
+"""A sweep's datasets: each `[[datasets]]` table is loaded by its kind (engine/datasets/registry.py: items,
+videos, and the kinds benchmark packages bring, `capeval list kinds`) into ITEMS +
 {video_id: media path}.
 
 `digest` (items + media bytes) enters every cell key, so changing a video or an item makes new cells instead of

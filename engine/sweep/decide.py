@@ -19,8 +19,8 @@ system of each such group and compares every other system with it (a = the syste
 
 Bounds (the confidence sequence's assumption of bounded per-video differences; they also set the prior pseudo-
 observation's variance, span^2): a metric's span is the spread of its values over videos whose every item got the
-same verdict code -- [0, 100] for shares of items (CapQuiz CapP/CapR/CapF1, CAPability, VidCapBench), [1, 5] for
-VC-Inspector's mean score -- and, for statistics that are not verdict codes (LVCap-Eval's event counts), [0, scale].
+same verdict code -- [0, 100] for shares of items (precision, recall, F1, accuracy), [1, 5] for a
+1-5 mean score -- and, for statistics that are not verdict codes (event counts), [0, scale].
 A per-video difference of two values in a span lies within +-span; linearised ratios can exceed it by the largest
 video's share of the items (kernels/sequential.py).
 

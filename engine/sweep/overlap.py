@@ -12,7 +12,7 @@ Nothing changes in the results: a part holds all the items of its videos, built 
 cell's request table would be (protocols render each (item, caption) on its own), and the cell's verdict rows come
 out in the order of that one table (capeval.engine.judging.cells.Cell.table). The failures of a cell's videos are the ones
 stage after stage would record, since a video counts as settled only when its caption or its failure is known (or
-the caption stage has ended). Cells whose judge sees frames (VC-Inspector) are judged whole once their captions are
+the caption stage has ended). Cells whose judge sees frames are judged whole once their captions are
 settled (their judge frames are decoded then).
 """
 

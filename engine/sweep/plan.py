@@ -6,7 +6,7 @@ before anything is sent. Nothing here calls the sweep's judges or captioners.
   of one judge counted once, as the judgment cache sends them once).
 - Captions that do not exist yet are stood in for by placeholders as long as the captioner's `max_tokens`: judge
   prompts built on them are an upper bound (said in `assumptions`).
-- Later steps of multi-step protocols (VidCapBench answer -> score, LVCap-Eval extract -> entail) are estimated: a
+- Later steps of multi-step protocols (answer -> score, extract -> entail) are estimated: a
   sample of first-step units is run through the protocol with the local stand-in judge (adapters/local_judge.py, not
   the sweep's judge), and the later requests it leads to are scaled to every first-step request.
 - Re-asks: expected from an earlier run's re-ask share (`run_dir`), else none; the bound is max_reasks per request.

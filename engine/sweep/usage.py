@@ -10,7 +10,7 @@ Read after the judging, from what is stored, so a cell finished by an earlier ru
 - captions: the caption rows each cell was judged from (prompt tokens; completion = caption tokens + reasoning
   tokens); a caption stored before this run started is reused. Captions read from `[[captions]]` files cost
   nothing here (null: capeval did not make them).
-Steps whose rows carry no verdict (LVCap-Eval's extract, VidCapBench's answer: `intermediate_steps`), and cells a
+Steps whose rows carry no verdict (a protocol's extract or answer steps: `intermediate_steps`), and cells a
 Ctrl-C or SIGTERM left uncommitted, are named by no verdict row; their answers made in this run are added to their
 judge's totals in run.json (`untraced_requests`), not to a cell's columns. A caption cell's captions are shared by its protocols and judges: each of those result
 cells shows their cost, run.json's totals count each caption once.
@@ -163,7 +163,7 @@ class CostLedger:
                              f"and could not be given to one of the sweep's judges")
         if any(j["untraced_requests"] for j in judges.values()):
             notes.append("untraced_requests: answers made in this run that no committed verdict row names (steps "
-                         "whose rows carry no verdict, e.g. LVCap-Eval extract, VidCapBench answer, or cells an "
+                         "whose rows carry no verdict, e.g. an extract or answer step, or cells an "
                          "interruption left uncommitted); counted in their judge's totals, not in a cell's columns")
         captioners = {label: _split(made.values(), self.started).record(prices.get(("captioner", label)), "captions")
                       for label, made in caption_keys.items()}
