@@ -4,12 +4,12 @@ Each spec is a small frozen dataclass with a canonical text form (`str(spec)`), 
 the `frame_spec` column, and parsed back by `parse_frame_spec`:
 
     uniform:32                     32 frames at the centres of 32 equal segments (papers use 8-128)
-    fps:0.4                        one frame every 1/0.4 s, at interval centres (LVCap: 0.4 fps)
+    fps:0.4                        one frame every 1/0.4 s, at interval centres (long-video papers' 0.4 fps)
     fps:1,max=64                   ... capped: beyond 64 frames, 64 uniform frames instead
     segments:length=60,per=4       60 s segments, 4 uniform frames in each (long videos)
     segments:at=12.5|40,per=2      segments split at given boundaries (e.g. scene cuts), 2 frames in each
     linspace:32                    32 frames at np.linspace(0, N-1, 32) frame indices, truncated to int: the first
-                                   and last frames included (VC-Inspector's official decord sampling)
+                                   and last frames included (an official decord sampling)
     uniform:32,snap=key            any spec + snap=key: take the keyframe nearest each target when one lies
                                    within half the gap to the neighbouring targets (decodes ~1 frame each)
 
