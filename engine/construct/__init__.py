@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from capeval.engine import registry
 
-from .pipeline import ConstructionPipeline, PipelineResult  # noqa: F401
+from .pipeline import ConstructionPipeline
 
 
 def pipelines() -> dict[str, ConstructionPipeline]:

@@ -250,7 +250,7 @@ def render_asks(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, ju
 
 def run_step(step: GenerationStep, asks: list[Ask], ctx: ConstructContext, judge) -> list[Generated]:
     """Send the asks through `judge` on the judging path (cached, resumable); one Generated per ask, in order."""
-    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.judging.runner import run_judging  # deferred: the judge loop (asyncio, sqlite)
 
     t0 = time.perf_counter()
     stats = ctx.stats.setdefault(step.name, StepStats())

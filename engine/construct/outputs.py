@@ -38,7 +38,7 @@ def items_jsonl(items: pa.Table) -> str:
 def write_outputs(out_dir: Path, result: PipelineResult, ctx: ConstructContext, *, started: float,
                   config: dict) -> dict:
     """Write everything; returns the paths written (name -> path)."""
-    from capeval.engine.store.segments import write_parquet_atomic
+    from capeval.engine.store.segments import write_parquet_atomic  # deferred: the stores (sqlite)
 
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {"items": out_dir / "items.jsonl", "record": out_dir / "record.parquet"}

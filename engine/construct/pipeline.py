@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from capeval.engine.errors import UsageError
 from capeval.engine.packs import PromptPack
 
 from .base import ConstructContext, RecordLog
@@ -42,8 +43,6 @@ class ConstructionPipeline:
 
     def step_caps(self, args) -> dict[str, int]:
         """`default_caps` with the --max-per-item overrides; UsageError for a step without a cap or a bad N."""
-        from capeval.engine.errors import UsageError
-
         caps = dict(self.default_caps(args))
         for text in getattr(args, "max_per_item", None) or []:
             step, sep, value = text.partition("=")

@@ -27,12 +27,20 @@ import pyarrow as pa
 from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
 from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
+from capeval.engine.frames.cache import frames_key_at
+from capeval.engine.frames.sampling import parse_frame_spec
+from capeval.engine.frames.sizes import frame_size_for
 from capeval.engine.keys import caption_key
+from capeval.engine.params import key_values
 from capeval.engine.protocols.capability.codes import TASKS, CapabilityQAVerdict
 from capeval.engine.protocols.capability.kt import format_kt_table, kt_table, kt_wide, qa_accuracy
 from capeval.engine.protocols.capability.kt_grading import OpenAnswerGrading, choice_row, grading_pack, open_row, qa_verdicts
 from capeval.engine.protocols.capability.qa import QA_VERSION, OPEN_TASKS, Question, build_questions
-from capeval.engine.schemas import ITEMS
+from capeval.engine.protocols.capability.release import load_items, load_judgments
+from capeval.engine.ray_local import init_ray
+from capeval.engine.report.rundir import load_run
+from capeval.engine.schemas import CAPTIONS, ITEMS
+from capeval.engine.secrets import without_secrets
 
 
 QA_MAX_TOKENS = 256  # answers are a letter or a short phrase; an OCR answer may be a line of text
@@ -96,8 +104,6 @@ class CapabilityQAPipeline(ConstructionPipeline):
             raise UsageError(f"--limit must be at least 1, got {args.limit}")
         if args.caption_verdicts is not None and not args.caption_verdicts.exists():
             raise UsageError(f"--caption-verdicts {args.caption_verdicts}: not found")
-        from capeval.engine.frames.sampling import parse_frame_spec
-
         try:
             parse_frame_spec(args.frames)
         except ValueError as exc:
@@ -105,9 +111,6 @@ class CapabilityQAPipeline(ConstructionPipeline):
         _tasks(args)
 
     def run(self, args, ctx: ConstructContext) -> PipelineResult:
-        from capeval.engine.params import key_values
-        from capeval.engine.protocols.capability.release import load_items
-
         params = key_values(args.captioner_option, "--captioner-option")
         label = args.label or str(params.get("model") or params.get("model_path") or args.captioner)
         tasks = _tasks(args)
@@ -158,7 +161,7 @@ def _first_per_task(items: pa.Table, limit: int | None) -> pa.Table:
 
 
 def captioner_revision(name: str, params: dict) -> str:
-    from capeval.engine.sweep.runner import component_revision
+    from capeval.engine.sweep.runner import component_revision  # deferred: the sweep runner, for one function
 
     return component_revision("captioner", SimpleNamespace(name=name, params=params))
 
@@ -168,14 +171,9 @@ def answer_questions(questions: list[Question], captioner: str, params: dict, fr
     """qa_id -> the answer's caption row (text, or error when it failed), through the caption stage."""
     import time
 
-    from capeval.engine.frames.cache import frames_key_at
-    from capeval.engine.frames.sizes import frame_size_for
-    from capeval.engine.ray_local import init_ray
-    from capeval.engine.schemas import CAPTIONS
-    from capeval.engine.secrets import without_secrets
-    from capeval.engine.stages.caption import CaptionTask, read_captions, run_caption_stage
-    from capeval.engine.stages.decode import decode_stream
-    from capeval.engine.store import GroupCommit, SegmentStore
+    from capeval.engine.stages.caption import CaptionTask, read_captions, run_caption_stage  # deferred: asyncio, ssl
+    from capeval.engine.stages.decode import decode_stream  # deferred: the Ray decode stage
+    from capeval.engine.store import GroupCommit, SegmentStore  # deferred: sqlite and the stores
 
     t0 = time.perf_counter()
     videos: dict[str, tuple[str, list[Question]]] = {}
@@ -236,7 +234,7 @@ def grade_open(questions: list[Question], answers: dict[str, dict], ctx: Constru
     """qa_id -> the judge's verdict row for every answered open question (key None: the judge's name)."""
     import time
 
-    from capeval.engine.judging.runner import run_judging
+    from capeval.engine.judging.runner import run_judging  # deferred: the judge loop (asyncio, sqlite)
 
     pairs = [(q, answers[q.qa_id]) for q in questions
              if q.kind == "open" and answers.get(q.qa_id, {}).get("text") is not None]
@@ -272,8 +270,6 @@ def load_caption_verdicts(path: Path, annotations: Path | None = None, tasks=Non
                              f"folder")
         return pl.read_parquet(path)
     if (path / "verdicts").is_dir() or (path / "results.parquet").is_file():
-        from capeval.engine.report.rundir import load_run
-
         verdicts = load_run(path).verdicts
         if verdicts is None:
             raise UsageError(f"--caption-verdicts {path}: the run folder holds no verdicts")
@@ -282,8 +278,6 @@ def load_caption_verdicts(path: Path, annotations: Path | None = None, tasks=Non
             raise UsageError(f"--caption-verdicts {path}: no CAPability verdicts in this run folder")
         return verdicts
     if any(path.glob("*.jsonl")):
-        from capeval.engine.protocols.capability.release import load_items, load_judgments
-
         if annotations is None:
             raise UsageError(f"--caption-verdicts {path}: released judgments need --annotations")
         present = [t for t in (tasks or TASKS) if (path / f"{t}.jsonl").is_file()]

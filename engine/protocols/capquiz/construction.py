@@ -21,12 +21,16 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from capeval.adapters.local_judge import embedding_model
 from capeval.engine.construct.balance import balanced_positions, place_answer
 from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats, run_step
 from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
+from capeval.engine.frames.cache import decode_videos_table
+from capeval.engine.inputs.rows import pick, read_rows, text_value
 from capeval.engine.packs import load_pack, resolve_pack
 from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
+from capeval.engine.protocols.capquiz.filtering import BlindProtocol, FilterSettings, blind_counts, decide
 from capeval.engine.protocols.capquiz.types import builtin_types, normalize_type
 from capeval.engine.schemas import ITEMS
 
@@ -180,8 +184,6 @@ def _dedup_mode(args) -> str:
 def read_videos(path: Path, limit: int | None) -> list[dict]:
     """Videos to build questions for: video_id, description (description | caption | text), media_path (relative to
     the file's folder), category."""
-    from capeval.engine.inputs.rows import pick, read_rows, text_value
-
     if not path.is_file():
         raise UsageError(f"--input {path}: file not found")
     videos, seen = [], set()
@@ -209,8 +211,6 @@ def read_videos(path: Path, limit: int | None) -> list[dict]:
 
 
 def _frames(videos: list[dict], args, ctx: ConstructContext) -> dict:
-    from capeval.engine.frames.cache import decode_videos_table
-
     media = {v["video_id"]: v["media_path"] for v in videos if v.get("media_path")}
     if not media:
         raise UsageError("--frames: no video of --input has a media_path")
@@ -297,8 +297,7 @@ def _classify(cands, ctx, log, step: ClassifyStep, mode: str) -> list[dict]:
 
 def _filter(cands, ctx, log, args, official) -> tuple[list[dict], dict]:
     """Blind solvability, then dedup; returns the kept candidates and item_id -> blind accuracy."""
-    from capeval.engine.judging.runner import run_judging
-    from capeval.engine.protocols.capquiz.filtering import BlindProtocol, FilterSettings, blind_counts, decide
+    from capeval.engine.judging.runner import run_judging  # deferred: the judge loop (asyncio, sqlite)
 
     if not cands:
         return [], {}
@@ -389,8 +388,6 @@ def _balance(kept: list[dict], args, log) -> list[dict]:
 
 
 def _sentence_embeddings(texts: list[str]):
-    from capeval.adapters.local_judge import embedding_model
-
     return embedding_model().encode(texts, batch_size=64, normalize_embeddings=True, convert_to_numpy=True)
 
 

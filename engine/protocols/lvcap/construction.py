@@ -30,10 +30,13 @@ import pyarrow as pa
 from capeval.engine.construct.base import Ask, ConstructContext, RecordLog, run_step
 from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
+from capeval.engine.frames.scenes import DEFAULT_MIN_SHOT_S, DEFAULT_THRESHOLD
+from capeval.engine.inputs.rows import pick, read_rows, text_value
 from capeval.engine.packs import load_pack, resolve_pack
 from capeval.engine.replies.fences import fence
 from capeval.engine.schemas import ITEMS
 
+from .construction_items import video_items
 from .construction_shots import CaptionerSpec, caption_all, detect_all
 from .construction_steps import EventsStep, NarrativeStep, QAStep
 
@@ -83,8 +86,6 @@ class LVCapPipeline(ConstructionPipeline):
     epilog = EPILOG
 
     def add_arguments(self, p) -> None:
-        from capeval.engine.frames.scenes import DEFAULT_MIN_SHOT_S, DEFAULT_THRESHOLD
-
         p.add_argument("--videos", action="append", default=[], type=Path, metavar="PATH",
                        help="a video file or a folder of videos (repeatable)")
         p.add_argument("--input", type=Path, default=None, help="videos as a table: video_id, media_path, [category]")
@@ -174,8 +175,6 @@ def _captioner_params(args) -> dict:
 
 def read_videos(paths: list[Path], table: Path | None, limit: int | None) -> list[dict]:
     """[{video_id, media_path, category}] from --videos files/folders and an --input table, in the order given."""
-    from capeval.engine.inputs.rows import pick, read_rows, text_value
-
     found: list[dict] = []
     for path in paths:
         if path.is_dir():
@@ -305,8 +304,6 @@ def build_items(videos, shots, scenes, events, questions, log: RecordLog,
                 n_questions: int | None = None) -> tuple[list[dict], list[dict]]:
     """ITEMS rows (scene questions, one events item per video) and one row per scene; what is left out and why
     goes to the record."""
-    from .construction_items import video_items
-
     items, scene_rows = [], []
     for v in videos:
         vid = v["video_id"]

@@ -18,11 +18,19 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 
+from capeval.adapters.base import CaptionRequest, CaptionResponse
 from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
-from capeval.engine.frames.scenes import ShotList, detect_shots
+from capeval.engine.frames.cache import video_digest
+from capeval.engine.frames.decode import decode_frames
+from capeval.engine.frames.sampling import Segments, Uniform
+from capeval.engine.frames.scenes import SceneDetectionError, ShotList, detect_shots
+from capeval.engine.frames.sizes import frame_size_for, size_text
 from capeval.engine.keys import content_key
+from capeval.engine.reasoning import strip_caption, tags_of
+from capeval.engine.registry import lookup
 from capeval.engine.secrets import without_secrets
 
 SHOTS = pa.schema([pa.field("shots_key", pa.string()), pa.field("video_id", pa.string()),
@@ -45,22 +53,18 @@ class CaptionerSpec:
 
     def revision(self) -> str:
         """The captioner's weights identity without loading it, exactly as sweeps key captions."""
-        from capeval.engine.sweep.runner import component_revision
+        from capeval.engine.sweep.runner import component_revision  # deferred: the sweep runner, for one function
 
         return component_revision("captioner", self)
 
     def build(self):
-        from capeval.engine.registry import lookup
-
         return lookup("captioner", self.name)(**self.params)
 
 
 def detect_all(videos: list[dict], out: Path, *, threshold: float, min_shot_s: float, ctx: ConstructContext,
                log: RecordLog) -> dict[str, ShotList]:
     """{video_id: shots} for every video that could be read; a video that could not is recorded and left out."""
-    from capeval.engine.frames.cache import video_digest
-    from capeval.engine.frames.scenes import SceneDetectionError
-    from capeval.engine.store import SegmentStore
+    from capeval.engine.store import SegmentStore  # deferred: sqlite and the stores
 
     store = SegmentStore(out / "shots", SHOTS)
     known = {r["shots_key"]: r["shots"] for r in store.read().to_pylist()}
@@ -96,8 +100,6 @@ def detect_all(videos: list[dict], out: Path, *, threshold: float, min_shot_s: f
 
 
 def _frame_spec(shots: ShotList, per_shot: int) -> str:
-    from capeval.engine.frames.sampling import Segments, Uniform
-
     cuts = [c for c in shots.cuts if 0 < c < shots.duration]
     return str(Segments(per_shot, boundaries=tuple(cuts))) if cuts else str(Uniform(per_shot))
 
@@ -105,9 +107,7 @@ def _frame_spec(shots: ShotList, per_shot: int) -> str:
 def caption_all(videos: list[dict], shots: dict[str, ShotList], spec: CaptionerSpec, out: Path,
                 ctx: ConstructContext, log: RecordLog) -> dict[str, list[str | None]]:
     """{video_id: [caption of each shot, None where it failed]}, captions stored as each video's finish."""
-    from capeval.engine.frames.cache import video_digest
-    from capeval.engine.frames.sizes import frame_size_for, size_text
-    from capeval.engine.store import SegmentStore
+    from capeval.engine.store import SegmentStore  # deferred: sqlite and the stores
 
     store = SegmentStore(out / "shot_captions", SHOT_CAPTIONS)
     done = {r["caption_key"]: r for r in store.read().to_pylist() if r["error"] is None}
@@ -157,12 +157,6 @@ def caption_all(videos: list[dict], shots: dict[str, ShotList], spec: CaptionerS
 def _caption_video(video: dict, shots: ShotList, frame_spec: str, size, keys: list[str], todo: list[int], captioner,
                    spec: CaptionerSpec) -> list[dict]:
     """Caption rows of the shots `todo` (indices) of one video: one decode, one request per shot."""
-    import numpy as np
-
-    from capeval.adapters.base import CaptionRequest, CaptionResponse
-    from capeval.engine.frames.decode import decode_frames
-    from capeval.engine.reasoning import strip_caption, tags_of
-
     try:
         decoded = decode_frames(video["media_path"], frame_spec, size)
     except Exception as exc:  # noqa: BLE001 - every shot of this video fails with the decoder's reason

@@ -34,6 +34,7 @@ from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResu
 from capeval.engine.protocols.vcinspector.construction_steps import (EXTRACT, REPLACE, STEPS, SUBSTITUTE, AugmentStep, extract_ask,
                                                 replace_ask, substitute_ask)
 from capeval.engine.errors import UsageError
+from capeval.engine.inputs.rows import read_rows, text_value
 from capeval.engine.packs import PackError, PromptPack, load_pack, resolve_pack
 from capeval.engine.protocols.vcinspector import augment
 from capeval.engine.protocols.vcinspector.prompts import pack_for
@@ -70,8 +71,6 @@ class Candidate:
 
 
 def read_sources(path: Path, limit: int | None) -> list[Source]:
-    from capeval.engine.inputs.rows import read_rows, text_value
-
     out, ids = [], set()
     for n, rec in read_rows(path):
         video = text_value(rec.get("video_id"), path, n, "video_id", required="media_path" not in rec, id_like=True)
