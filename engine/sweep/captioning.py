@@ -34,9 +34,10 @@ from capeval.engine.sweep.config import ComponentSpec
 from capeval.engine.sweep.grid import CaptionCell, ResultCell
 from capeval.engine.sweep.run import RunStores, SweepRun
 
-SEGMENTS_PER_VIDEO = 4  # LVCap segmental prompts: consecutive segments, each conditioned on the previous ones
-# Caption length per request when a captioner sets none: room for detailed captions (the LVCap-Eval paper's
-# InternVL2-76B averages ~1,050 T5 tokens); a caption cut at this limit is flagged `truncated` by the backend.
+SEGMENTS_PER_VIDEO = 4  # segmental prompts: consecutive segments, each conditioned on the previous ones
+# Caption length per request when a captioner sets none: room for detailed captions (a long-video benchmark's
+# paper reports InternVL2-76B averaging ~1,050 T5 tokens); a caption cut at this limit is flagged `truncated` by the
+# backend.
 MAX_TOKENS = 2048
 
 

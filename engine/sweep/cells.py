@@ -176,8 +176,8 @@ def file_cell_captions(cell: ResultCell, data: LoadedDataset) -> tuple[pa.Table,
 
 
 def judge_frames_spec(cell: ResultCell) -> str:
-    """The frames a frame-showing judge (VC-Inspector) sees: the `judge_frames` param; else the protocol's declared
-    default (JudgeProtocol.judge_frames: VC-Inspector's official linspace:32) in official mode and for captions read
+    """The frames a frame-showing judge sees: the `judge_frames` param; else the protocol's declared
+    default (JudgeProtocol.judge_frames, e.g. an official linspace:32) in official mode and for captions read
     from a file (their `frame_spec` is a label, "file" by default, not frames anyone decoded); else, strict mode's
     rule, the frames the captioner saw (the caption cell's frame spec). The judge stage passes this spec to the
     protocol as `judge_frames`, so its requests look up the very frames decoded here."""
