@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from capeval.adapters.base import BackendFatalError, Judge, JudgeRequest, JudgeResponse
+from capeval.engine.ray_local import ray_usable
+from capeval.engine.registry import lookup
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +70,6 @@ class _JudgeActor:
 
     def __init__(self, factory: JudgeFactory | str, kwargs: dict[str, Any]):
         if isinstance(factory, str):
-            from capeval.engine.registry import lookup
-
             factory_fn = lookup("judge", factory)
             self._judge = factory_fn(**kwargs)
         else:
@@ -284,8 +284,6 @@ class JudgePool:
 
     def close(self) -> None:
         import ray
-
-        from capeval.engine.ray_local import ray_usable
 
         if not ray_usable():  # after a SIGTERM the actors may be dead with the GCS: the watchdog ends them
             self._actors = []

@@ -30,6 +30,11 @@ import time
 
 import numpy as np
 
+from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
+from capeval.engine.registry import lookup
+from capeval.engine.sweep.decide import (ALL_PAIRS, DecideSpec, Decider, OPEN, agrees, metric_span, metric_statistic,
+                                         plan_pairs, round_sizes)
+
 #: logit-scale effects of the 20 systems against the baseline (0: equal to it)
 EFFECTS = (0.0, 0.0, 0.0, 0.0, 0.02, -0.03, 0.05, -0.06, 0.08, -0.1, 0.12, 0.15, -0.2, 0.25, 0.3, -0.35, 0.45,
            0.6, -0.8, 1.0)
@@ -40,8 +45,6 @@ WRONG_SHARE = 0.4
 def simulate_stats(n_videos: int, rng: np.random.Generator, spec) -> tuple[np.ndarray, np.ndarray]:
     """(systems, videos, 1 task, S) CapQuiz statistics per video from simulated verdict rows, and items per video."""
     import polars as pl
-
-    from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
 
     effects = np.concatenate([[0.0], EFFECTS])
     k = rng.integers(4, 17, n_videos)
@@ -66,8 +69,6 @@ def simulate_stats(n_videos: int, rng: np.random.Generator, spec) -> tuple[np.nd
 def one_run(stats: np.ndarray, items: np.ndarray, pairs: list[tuple[int, int]], statistic, dspec, span: float,
             rng: np.random.Generator) -> dict:
     """The adaptive run on one set of simulated verdicts, scored against the full run of the same verdicts."""
-    from capeval.engine.sweep.decide import OPEN, Decider, agrees, round_sizes
-
     n_sys, n_videos = stats.shape[:2]
     order = rng.permutation(n_videos)
     ordered = stats[:, order]
@@ -94,9 +95,6 @@ def one_run(stats: np.ndarray, items: np.ndarray, pairs: list[tuple[int, int]], 
 
 
 def run(n_videos: int, repeats: int, delta: float, alpha: float, all_pairs: bool, seed: int = 0) -> dict:
-    from capeval.engine.registry import lookup
-    from capeval.engine.sweep.decide import ALL_PAIRS, DecideSpec, metric_span, metric_statistic, plan_pairs
-
     spec = lookup("protocol", "capquiz").paired_spec("strict")
     statistic = metric_statistic(spec, "CapF1")
     span = metric_span(statistic, 1, spec.n_stats, spec.scale)

@@ -24,6 +24,18 @@ import tempfile
 import time
 from pathlib import Path
 
+from capeval.benchmarks.bench_caption_vllm import vllm_section as measure
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine.datasets.synthetic_videos import make_video
+from capeval.engine.errors import UsageError
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.protocols.capquiz.dataset_kind import SIZE
+from capeval.engine.ray_local import init_ray
+from capeval.engine.stages.caption import CaptionTask, CaptionWorker
+from capeval.engine.stages.decode import decode_stream
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
+
 MEDIAN_S, SIGMA, IN_FLIGHT = 0.3, 0.8, 64
 PROMPT, FRAMES = "brief", "uniform:4"
 SECTIONS = ("http", "vllm")
@@ -36,9 +48,6 @@ def bound_per_s(in_flight: int = IN_FLIGHT, median_s: float = MEDIAN_S, sigma: f
 
 def make_videos(root: Path, n: int) -> list[tuple[str, str]]:
     """`n` small generated H.264 clips under root (made once per run, outside the timings)."""
-    from capeval.engine.protocols.capquiz.dataset_kind import SIZE
-    from capeval.engine.datasets.synthetic_videos import make_video
-
     root.mkdir(parents=True, exist_ok=True)
     out = []
     for i in range(n):
@@ -62,10 +71,6 @@ def sweep_text(videos_dir: Path, base_url: str) -> str:
 
 def batch_loop(videos: list[tuple[str, str]], frames_dir: Path, base_url: str, batch: int = 4) -> dict:
     """The old caption loop: `batch` videos per call, each call waiting for its slowest request."""
-    from capeval.engine.prompts_library import get_prompt
-    from capeval.engine.stages.caption import CaptionTask, CaptionWorker
-    from capeval.engine.stages.decode import decode_stream
-
     text = get_prompt(PROMPT).text
     rows = [r for rs in decode_stream(videos, [FRAMES], cache_dir=str(frames_dir), progress=False) for r in rs]
     tasks = [CaptionTask(f"baseline/{r['video_id']}", r["video_id"], r["path"], tuple(r["timestamps"] or ()),
@@ -96,11 +101,6 @@ def http_section(quick: bool, *, n_videos: int | None = None, baseline_videos: i
                  say=lambda m: None) -> dict:
     """The streaming sweep and the batch-loop baseline against one loopback server (sizes overridable for tests)."""
     import ray
-
-    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
-    from capeval.engine.ray_local import init_ray
-    from capeval.engine.sweep.config import load_sweep
-    from capeval.engine.sweep.runner import run_sweep
 
     n_videos = n_videos or (500 if quick else 5000)  # a full run long enough to amortise filling and draining
     baseline_videos = baseline_videos or (48 if quick else 120)
@@ -146,8 +146,6 @@ def http_section(quick: bool, *, n_videos: int | None = None, baseline_videos: i
 
 
 def vllm_section(quick: bool, say=lambda m: None) -> dict:
-    from capeval.benchmarks.bench_caption_vllm import vllm_section as measure  # numpy, vLLM: only for this section
-
     return measure(quick, say)
 
 
@@ -161,12 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(sections) - set(SECTIONS))
     if unknown:
-        from capeval.engine.errors import UsageError
-
         raise UsageError(f"--only: unknown section(s) {unknown} (known: {', '.join(SECTIONS)})")
     if args.videos is not None and args.videos < 1:
-        from capeval.engine.errors import UsageError
-
         raise UsageError(f"--videos: expected at least 1, got {args.videos}")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
 

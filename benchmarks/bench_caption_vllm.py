@@ -22,7 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
+from capeval.adapters.base import CaptionRequest
 from capeval.adapters.checkpoints import model_cache
+from capeval.adapters.vllm_captioner import VLLMCaptioner
+from capeval.testing.random_vlm_families import build_tiny_vlm
 
 FAMILY = "qwen2_vl"
 N_FRAMES, SIDE = 4, 64
@@ -31,15 +34,11 @@ BATCH = 4
 
 
 def _model_dir() -> Path:
-    from capeval.testing.random_vlm_families import build_tiny_vlm
-
     return build_tiny_vlm(FAMILY, model_cache() / f"tiny-{FAMILY.replace('_', '-')}")
 
 
 def requests(n: int, seed: int = 0, tag: str = "r") -> list:
     """n caption requests, each with its own random 4-frame video and a caption length drawn per request."""
-    from capeval.adapters.base import CaptionRequest
-
     rng = np.random.default_rng(seed)
     lengths = np.clip(np.round(24 * np.exp(0.6 * rng.standard_normal(n))), 4, 96).astype(int)
     return [CaptionRequest(f"{tag}{i}", "Describe the video in detail.",
@@ -78,8 +77,6 @@ def vllm_section(quick: bool = True, say=lambda m: None, engine_kwargs: dict | N
     # vLLM logs to stdout, where `capeval bench caption --json` prints its JSON: only errors, unless asked otherwise
     # (takes effect when vLLM is first imported, which is here in a bench process)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-    from capeval.adapters.vllm_captioner import VLLMCaptioner
-
     n = 32 if quick else 128
     say(f"vllm: building/loading the tiny {FAMILY} ...")
     t0 = time.perf_counter()

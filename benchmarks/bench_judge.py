@@ -39,6 +39,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from capeval.adapters.base import StreamingJudge
+from capeval.adapters.smollm2 import build_smollm2
+from capeval.adapters.vllm_engine import VLLMJudge
+from capeval.benchmarks.bench_sweep import sweep
+from capeval.benchmarks.http_loopback import measure_http_client, measure_sdk
+from capeval.benchmarks.judge_endpoint import (ListFeed, build_requests, main as endpoint_main, read_inputs,
+                                               stdout_to_stderr)
+import capeval.benchmarks.bench_streaming as bs
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = Path(os.environ.get("CAPEVAL_SHARED_DATA", REPO.parent / "shared" / "data"))
@@ -57,8 +64,6 @@ def capability_workload(data: Path, n_items: int, trials: int, seed: int = 0, sp
     order whatever `n_items` is (a smaller draw is a prefix of a larger one)."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from capeval.benchmarks.judge_endpoint import build_requests, read_inputs
 
     class _Judge:
         name = revision = "smollm2-bench"
@@ -119,8 +124,6 @@ def prefix_cache_ceiling(prompts: list[list[int]], block_size: int) -> float:
 
 
 def _run(judge, requests, *, stream: bool, window: int) -> tuple[list, float]:
-    from capeval.benchmarks.judge_endpoint import ListFeed
-
     t0 = time.perf_counter()
     if stream:
         out = list(judge.stream(ListFeed(requests), window))
@@ -156,8 +159,6 @@ def engine_dtype() -> str:
 def _bench_judge_class():
     """VLLMJudge with `skip_cache_reads`: when set, every request skips the prefix-cache lookup (vLLM's per-request
     `SamplingParams.skip_reading_prefix_cache`), so one engine also serves the uncached baseline."""
-    from capeval.adapters.vllm_engine import VLLMJudge
-
     class BenchVLLMJudge(VLLMJudge):
         skip_cache_reads = False
 
@@ -177,8 +178,6 @@ def _skips_cache_reads_per_request() -> bool:
 
 
 def vllm_section(data: Path, quick: bool, model_dir: Path | None, say) -> dict:
-    from capeval.adapters.smollm2 import build_smollm2
-
     # --quick: 4 items (16 prompts: the first 4 of the full run's draw), one engine for both phases. The share of
     # prompt tokens a cache can serve hardly depends on the item count up to a dozen items (ceiling 0.729-0.739 for
     # the first 1-12 items of this draw, 0.754 for all 24, where more items share a task's instructions), but the
@@ -269,8 +268,6 @@ def vllm_section(data: Path, quick: bool, model_dir: Path | None, say) -> dict:
 
 
 def _bench_streaming_section(name: str, quick: bool) -> dict:
-    import capeval.benchmarks.bench_streaming as bs
-
     try:
         return getattr(bs, name)(quick)
     except Exception as exc:  # noqa: BLE001 - report, keep the other sections
@@ -278,8 +275,6 @@ def _bench_streaming_section(name: str, quick: bool) -> dict:
 
 
 def http_section(quick: bool) -> dict:
-    from capeval.benchmarks.http_loopback import measure_http_client, measure_sdk
-
     n = 3000 if quick else 10000
     ours = measure_http_client(in_flight=256, n_requests=n)
     try:
@@ -311,16 +306,12 @@ def section_runners(args, say) -> dict:
 
 
 def _sweep_section(quick: bool) -> dict:
-    from capeval.benchmarks.bench_sweep import sweep
-
     return sweep(quick)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if any(a == "--judge" or a.startswith("--judge=") for a in argv):  # the user's own judge
-        from capeval.benchmarks.judge_endpoint import main as endpoint_main
-
         return endpoint_main(argv)
     p = argparse.ArgumentParser(prog="capeval bench judge", description=__doc__.split("\n\n")[0],
                                 epilog="Your own judge: capeval bench judge --judge openai|vllm ... (see "
@@ -339,8 +330,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def say(msg: str) -> None:
         print(f"[bench judge] {msg}", file=sys.stderr, flush=True)
-
-    from capeval.benchmarks.judge_endpoint import stdout_to_stderr
 
     runners = section_runners(args, say)
     t_start = time.perf_counter()

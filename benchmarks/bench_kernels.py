@@ -20,6 +20,10 @@ import time
 
 import numpy as np
 
+from capeval.kernels.aggregate import count_codes, count_codes_by_cluster
+from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
+from capeval.kernels.two_stage import judge_noise, two_stage_bootstrap
+
 POS, NEG, MISS = 1, 2, 0
 N_CODES = 3
 
@@ -49,8 +53,6 @@ def _precision(counts: np.ndarray) -> np.ndarray:
 
 def bench_aggregate(videos, groups, codes, n_videos, n_groups, repeats):
     import polars as pl
-
-    from capeval.kernels.aggregate import count_codes, count_codes_by_cluster
 
     def ours():
         return count_codes_by_cluster(videos, groups, codes, n_videos, n_groups, N_CODES)
@@ -91,8 +93,6 @@ def bench_aggregate(videos, groups, codes, n_videos, n_groups, repeats):
 
 def bench_bootstrap(table, n_resamples, repeats, scipy_groups, scipy_resamples):
     from scipy import stats
-
-    from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
 
     # precision reads two code columns; bootstrapping only those halves the BLAS work (scipy gets the same two)
     used = np.ascontiguousarray(table[..., [POS, NEG]])
@@ -145,10 +145,6 @@ def bench_bootstrap(table, n_resamples, repeats, scipy_groups, scipy_resamples):
 
 
 def bench_two_stage(videos, groups, codes, n_videos, n_groups, n_resamples, repeats, n_trials=3):
-    from capeval.kernels.aggregate import count_codes_by_cluster
-    from capeval.kernels.bootstrap import percentile_ci
-    from capeval.kernels.two_stage import judge_noise, two_stage_bootstrap
-
     trials = np.random.default_rng(1).integers(0, n_trials, videos.size).astype(np.int32)
     units = count_codes_by_cluster(videos * n_trials + trials, groups, codes, n_videos * n_trials, n_groups, N_CODES)
     unit_video = np.repeat(np.arange(n_videos), n_trials)

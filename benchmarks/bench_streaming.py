@@ -27,8 +27,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from capeval.adapters.base import StreamingJudge
+from capeval.adapters.base import JudgeResponse, StreamingJudge
+from capeval.adapters.openai_http import OpenAIJudge
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine.judging.requests import to_judge_request
+from capeval.engine.judging.runner import run_judging
 from capeval.engine.protocols.base import RequestContext
+from capeval.engine.protocols.capability.release import load_captions, load_items
+from capeval.engine.registry import lookup
 
 MEDIAN_S, SIGMA, IN_FLIGHT = 0.3, 0.8, 64
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "capability"
@@ -41,9 +47,6 @@ def capability_requests(n: int, judge: str = "bench-judge", revision: str = "r1"
     do not depend on the seed): rendering ~12k prompts again per seed would only slow the benchmark's setup."""
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from capeval.engine.protocols.capability.release import load_captions, load_items
-    from capeval.engine.registry import lookup
 
     items, captions = _release(load_items, load_captions)
     protocol = lookup("protocol", "capability")
@@ -78,8 +81,6 @@ class InstantJudge:
     name, revision = "bench-judge", "r1"
 
     def stream(self, feed, max_in_flight):
-        from capeval.adapters.base import JudgeResponse
-
         while True:
             batch = feed.take(max_in_flight)
             if not batch:
@@ -96,8 +97,6 @@ class InstantJudge:
         return '{"object_number": "thing: 2", "object_color": "thing: red", "score": 1, "reason": "instant"}'
 
     def judge(self, requests):
-        from capeval.adapters.base import JudgeResponse
-
         return [JudgeResponse(r.key, self._text(r), prompt_tokens=len(r.user) // 4, completion_tokens=12)
                 for r in requests]
 
@@ -111,8 +110,6 @@ class _Schema:
 
 
 def overhead(quick: bool = True) -> dict:
-    from capeval.engine.judging.runner import run_judging
-
     n = 100_000 if quick else 300_000
     protocol, reqs = capability_requests(n)
     with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
@@ -171,9 +168,6 @@ def scale(n: int = 1_000_000, *, batch_rows: int = 65_536) -> dict:
 
     import pyarrow.parquet as pq
 
-    from capeval.engine.judging.runner import run_judging
-    from capeval.engine.registry import lookup
-
     with tempfile.TemporaryDirectory(prefix="capeval-bench-") as tmp:
         # built in a child process: loading the release leaves this process's heap untouched, so the peak RSS
         # below is what the engine needs (the batches it holds, the verdicts it builds). Row groups of batch_rows:
@@ -218,11 +212,6 @@ def _old_barrier_loop(judge, requests, batch: int) -> int:
 
 
 def streaming(quick: bool = True) -> dict:
-    from capeval.adapters.openai_http import OpenAIJudge
-    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
-    from capeval.engine.judging.requests import to_judge_request
-    from capeval.engine.judging.runner import run_judging
-
     n = 3000 if quick else 6000
     n_barrier = 320 if quick else 1280  # a rate: 5 rounds of 64 show the barrier's cost
     protocol, reqs = capability_requests(n, judge="loopback", revision="lognormal")

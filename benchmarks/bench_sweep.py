@@ -26,6 +26,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.engine.protocols.capquiz.dataset_kind import load
+from capeval.engine.ray_local import init_ray
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
+
 MEDIAN_S, SIGMA = 0.3, 0.8
 SEEDS = tuple(range(8))
 
@@ -65,8 +71,6 @@ overlap = {"true" if overlap else "false"}
 
 def _items(root: Path, n_videos: int) -> Path:
     """Generated videos and their CapQuiz items as an items table (both runs read the same files)."""
-    from capeval.engine.protocols.capquiz.dataset_kind import load
-
     loaded = load({"n_videos": n_videos, "seed": 11, "duration_s": 1.0}, base_dir=root, out_dir=root / "data",
                   name="shapes")
     path = root / "data" / "items.jsonl"
@@ -78,8 +82,6 @@ def sweep(quick: bool = True, *, n_videos: int | None = None, repeats: int | Non
           caption_latency_s: float = 0.1) -> dict:
     """Both runs `repeats` times (medians); `n_videos`/`repeats` override the quick/full sizes (tests use tiny ones)."""
     import ray
-
-    from capeval.engine.ray_local import init_ray
 
     n_videos = n_videos or (24 if quick else 48)
     repeats = repeats or (1 if quick else 2)
@@ -93,10 +95,6 @@ def sweep(quick: bool = True, *, n_videos: int | None = None, repeats: int | Non
 
 
 def _measure(n_videos: int, repeats: int, caption_latency_s: float) -> dict:
-    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
-    from capeval.engine.sweep.config import load_sweep
-    from capeval.engine.sweep.runner import run_sweep
-
     times: dict[bool, list[float]] = {True: [], False: []}
     counts: dict[bool, dict] = {}
     with tempfile.TemporaryDirectory(prefix="capeval-bench-sweep-") as tmp, \

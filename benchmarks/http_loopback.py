@@ -16,6 +16,8 @@ import json
 import time
 
 from capeval.adapters.base import JudgeRequest
+from capeval.adapters.http_chat import decode_body, encode_body
+from capeval.adapters.openai_http import OpenAIJudge
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
 
 TARGET_CPU_MS = 0.35
@@ -42,8 +44,6 @@ class _Feed:
 
 def measure_http_client(in_flight: int = 256, n_requests: int = 5000, structured: str = "vllm", mode: str = "stream",
                         transport: str = "auto") -> dict:
-    from capeval.adapters.openai_http import OpenAIJudge
-
     reqs = _requests(n_requests + 300)
     warm, reqs = reqs[:300], reqs[300:]
     with LoopbackServer(FaultConfig(log_attempts=False), mode="process") as server:
@@ -120,8 +120,6 @@ def measure_sdk(in_flight: int = 256, n_requests: int = 2000, typed: bool = True
 def measure_raw_aiohttp(in_flight: int = 256, n_requests: int = 5000) -> dict:
     """Baseline: the same POSTs with a tuned bare aiohttp session (no retries, no error mapping)."""
     import aiohttp
-
-    from capeval.adapters.http_chat import decode_body, encode_body
 
     bodies = [encode_body({"model": "loopback", "messages": [{"role": "user", "content": r.user}], "max_tokens": 4,
                            "seed": r.seed, "temperature": 0.0, "structured_outputs": {"choice": ["yes", "no"]}})

@@ -21,8 +21,20 @@ import sys
 import time
 from pathlib import Path
 
-from capeval.adapters.base import StreamingJudge, judge_capabilities
+from capeval.adapters.base import BackendFatalError, StreamingJudge, judge_capabilities
 from capeval.adapters.http_chat import Prices
+from capeval.engine import schemas
+from capeval.engine.errors import AbortedError, UsageError
+from capeval.engine.inputs.tables import read_captions, read_items
+from capeval.engine.judging.backends import make_judge
+from capeval.engine.judging.requests import to_judge_request
+from capeval.engine.protocols.base import RequestContext
+from capeval.engine.protocols.capability import release as capability
+from capeval.engine.registry import lookup
+from capeval.engine.secrets import redact
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.grid import caption_cells
+from capeval.engine.sweep.plan import plan_sweep
 
 PLACEHOLDER_CAPTION = ("A placeholder caption standing in for a model's description of this video: a person walks "
                        "across a room, picks up a cup from a wooden table, looks toward the window and sits down, "
@@ -42,29 +54,19 @@ def _pct(values: list[float], q: float) -> float | None:
 def read_inputs(items_path: Path, captions_path: Path | None, protocol: str):
     """ITEMS and CAPTIONS tables: a CAPability release folder/file, or a user's JSONL/CSV/Parquet file
     (engine/inputs/tables.py). Without captions, each video gets one placeholder caption (shape-only workload)."""
-    from capeval.engine.protocols.capability import release as capability
-
     if capability.is_release_file(items_path):
         items = capability.load_items(items_path)
     else:
-        from capeval.engine.inputs.tables import read_items
-
         items = read_items(items_path, benchmark=protocol, resolve_media=False)
     if captions_path is None:
         return _placeholder_captions(items)
     if Path(captions_path).is_dir():
         return items, capability.load_captions(captions_path, items), str(captions_path)
-    from capeval.engine.inputs.tables import read_captions
-
     return items, read_captions(captions_path), str(captions_path)
 
 
 def build_requests(protocol_name: str, items, captions, judge, params: dict, seeds=(0,)) -> list:
     """First-step JudgeRequests, in the protocol's order (requests sharing a caption adjacent)."""
-    from capeval.engine.judging.requests import to_judge_request
-    from capeval.engine.protocols.base import RequestContext
-    from capeval.engine.registry import lookup
-
     protocol = lookup("protocol", protocol_name)
     table = protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                     seeds=list(seeds), **params)
@@ -78,9 +80,6 @@ def build_requests(protocol_name: str, items, captions, judge, params: dict, see
 
 def no_requests_reason(protocol_name: str, items_path, items, captions, params: dict) -> str:
     """Why a protocol gave no request to send for these inputs, in words the user can act on."""
-    from capeval.engine.protocols.base import RequestContext
-    from capeval.engine.registry import lookup
-
     protocol = lookup("protocol", protocol_name)
     if protocol.judge_frames is not None:
         return (f"--protocol {protocol_name}: its judge sees the videos' frames, and `bench judge` sends none (every "
@@ -164,9 +163,6 @@ def project_sweep(sweep_path: Path, levels: list[dict], *, backend: str | None =
     (the sweep judge of backend `backend` and model `model`) also gets, per level, its wall time at the level's
     requests/s, the level's prefix-cache share, and the --price-* flags when the sweep gives it no prices; a judge
     that was not measured has no wall time here, and one without prices no cost (null, never another judge's)."""
-    from capeval.engine.sweep.config import load_sweep
-    from capeval.engine.sweep.plan import plan_sweep
-
     config = load_sweep(sweep_path, check_paths=False)
     plan = plan_sweep(config, sample=0)  # first steps only: later steps and re-asks are not projected here
     own = {j.display: _sweep_prices(plan["judges"].get(j.display, {}).get("prices")) for j in config.judges}
@@ -214,15 +210,11 @@ def _sweep_prices(p: dict | None) -> Prices | None:
 
 
 def _caption_cells(config) -> int:
-    from capeval.engine.sweep.grid import caption_cells
-
     return len(caption_cells(config))
 
 
 def _placeholder_captions(items):
     import pyarrow as pa
-
-    from capeval.engine import schemas
 
     videos = sorted(set(items.column("video_id").to_pylist()))
     captions = schemas.conform(pa.table({
@@ -307,10 +299,6 @@ def stdout_to_stderr():
 
 
 def run(args, levels: list[int]) -> dict:
-    from capeval.adapters.base import BackendFatalError
-    from capeval.engine.errors import AbortedError, UsageError
-    from capeval.engine.judging.backends import make_judge
-
     options = _options(args.judge_option)
     prices = None
     if any(v is not None for v in (args.price_prompt, args.price_cached, args.price_completion)):
@@ -348,8 +336,6 @@ def run(args, levels: list[int]) -> dict:
                 raise AbortedError(f"judge refused the run: {exc}") from None
     finally:
         judge.close()
-    from capeval.engine.secrets import redact
-
     result = {
         "judge": {"backend": args.judge, "model": args.judge_model, "base_url": args.base_url,
                   "options": {k: v for k, v in options.items() if "key" not in k}},

@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from capeval.engine.packs import PackError, load_pack
 from capeval.engine.registry import lookup, names
 
 MEDIA_TYPES = ("video", "image")
@@ -148,8 +149,6 @@ _ENTRY_KEYS = {"id", "text", "file", "image", "video", "pack", "prompt", "segmen
 
 def prompt_from_entry(entry: dict[str, Any], base_dir: Path, where: str = "prompts") -> CaptionPrompt:
     """A prompt from one `[[prompts]]` table (see the module doc); PromptError names `where` and the field."""
-    from capeval.engine.packs import PackError, load_pack
-
     unknown = set(entry) - _ENTRY_KEYS
     if unknown:
         raise PromptError(f"{where}: unknown key(s) {sorted(unknown)} (allowed: {', '.join(sorted(_ENTRY_KEYS))})")

@@ -28,6 +28,9 @@ import contextlib
 import logging
 import os
 
+from capeval.engine.errors import sigterm_received
+from capeval.engine.ray_reaper import MARKER_ENV, new_marker, start_watchdog
+
 LOOPBACK = "127.0.0.1"
 
 
@@ -62,8 +65,6 @@ def ray_usable() -> bool:
     raylet and workers too, and a call that needs the GCS (ray.kill, ray.get or ray.wait on a dead actor's call,
     ray.shutdown) then blocks until Ray's core worker ends the driver after 60 s with exit 1, before the run's record
     is written. Clean-up on the way out skips Ray then: the watchdog SIGKILLs what is left once the driver exits."""
-    from capeval.engine.errors import sigterm_received
-
     return not sigterm_received()
 
 
@@ -111,8 +112,6 @@ def _watch() -> None:
     then mark this process's environment: every process started from here on (Ray's GCS, raylet, agents, workers)
     inherits the run's marker, which is how the watchdog knows them."""
     global _WATCHDOG
-    from capeval.engine.ray_reaper import MARKER_ENV, new_marker, start_watchdog
-
     if _WATCHDOG is not None:
         _WATCHDOG.poll()  # the previous one exited after a ray.shutdown(): collect it
     marker = new_marker()

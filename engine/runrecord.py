@@ -24,7 +24,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from capeval.engine.metrics.validation import judge_validation_record
+from capeval.engine.registry import lookup
+from capeval.engine.schemas import ParseStatus
 from capeval.engine.secrets import redact, redact_argv
+from capeval.engine.store.segments import write_text_atomic
 
 RUN_RECORD = "run.json"
 FORMAT_VERSION = 1
@@ -163,16 +167,12 @@ def append_run_record(out_dir: str | Path, *, command: str = "sweep", config: An
         record["extra"] = to_jsonable(extra)
     record = redact(record)  # credentials never reach disk (engine/secrets.py): config, argv, extras alike
     runs.append(record)
-    from capeval.engine.store.segments import write_text_atomic  # a full disk: one line naming run.json (exit 4)
-
     return write_text_atomic(json.dumps({"runs": runs}, indent=2, sort_keys=False, default=repr) + "\n",
                              out / RUN_RECORD, what="the run record")
 
 
 def verdict_status_counts(verdicts) -> dict[str, int]:
     """Counts of verdict rows by parse status name (ok, repaired, failed, error, missing) of a verdict table."""
-    from capeval.engine.schemas import ParseStatus
-
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -225,8 +225,6 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
     if status:
         counts["verdicts"] = dict(status)
     started = time.time() - result.wall_s
-    from capeval.engine.metrics.validation import judge_validation_record
-
     extra = {}
     options = getattr(config, "options", None)
     if getattr(options, "decide", None) is not None and result.out_dir is not None:
@@ -247,8 +245,6 @@ def sweep_record(result, config, *, cap_rev: dict | None = None, judge_rev: dict
 def _pack_digests(protocol: str, params: dict) -> dict:
     """{pack param: {path, digest}} for every pack the protocol's run used (JudgeProtocol.packs_used), so the record
     names the judge prompts behind every number. Never fails a finished run: an unreadable pack says why."""
-    from capeval.engine.registry import lookup
-
     try:
         packs = lookup("protocol", protocol).packs_used(params.get("mode") or "strict", params)
     except Exception as exc:  # noqa: BLE001 -- a record must not fail a finished run; say why instead

@@ -30,8 +30,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capeval.engine.datasets.media import media_suffixes
+from capeval.engine.datasets.registry import load
 from capeval.engine.errors import UsageError
+from capeval.engine.registry import lookup
 from capeval.engine.secrets import is_secret_name, redact_urls
+from capeval.engine.staging_items import media_rows, rewritten_table
+from capeval.engine.sweep.lines import LineFinder
+from capeval.engine.sweep.validation import protocol_pack_params
 
 MAX_SHIPPED_BYTES = 400 * 1024 * 1024  # Ray refuses working_dirs above ~500 MiB; refuse clearly before
 SHIPPED_LIST = "SHIPPED.txt"
@@ -73,8 +79,6 @@ class StagePlan:
 
 def credential_problems(raw: Any, sweep: Path, text: str) -> list[str]:
     """Every credential value in the sweep, as 'file, line N: field: message'."""
-    from capeval.engine.sweep.lines import LineFinder
-
     lines, out = LineFinder(text), []
 
     def walk(node: Any, where: str) -> None:
@@ -134,8 +138,6 @@ class _Planner:
 
     def place(self, path: Path, why: str, *, media: bool = False) -> str | None:
         """Staged relative path of `path` (resolved), or None after recording why it may not be shipped."""
-        from capeval.engine.datasets.media import media_suffixes
-
         real = path.resolve()
         root = next((r for r in self.roots if real.is_relative_to(r)), None)
         if root is None:
@@ -166,8 +168,6 @@ class _Planner:
 
     # ---- the sweep's declared fields ----
     def dataset_roots(self, raw: dict) -> None:
-        from capeval.engine.registry import lookup
-
         for d in _entries(raw, "datasets"):
             try:
                 kind = lookup("dataset_kind", d.get("kind"))
@@ -188,8 +188,6 @@ class _Planner:
         return self.ship(path, why) if self.ship_data else str(path.resolve())
 
     def datasets(self, raw: dict) -> None:
-        from capeval.engine.registry import lookup
-
         for i, d in enumerate(_entries(raw, "datasets")):
             try:
                 kind = lookup("dataset_kind", d.get("kind"))
@@ -225,8 +223,6 @@ class _Planner:
     def media(self, i: int, d: dict, kind: str) -> None:
         """Ship the media the kind's own loader lists; an items table whose rows would no longer find them is
         rewritten."""
-        from capeval.engine.datasets.registry import load
-
         original = self.original_datasets[i]  # the user's paths, not the staged ones
         params = {k: v for k, v in original.items() if k not in ("name", "kind", "limit")}
         try:
@@ -235,8 +231,6 @@ class _Planner:
         except (ValueError, OSError, KeyError) as exc:
             self.problems.append(f"datasets[{i}]: {exc}")
             return
-        from capeval.engine.staging_items import media_rows
-
         rows = media_rows(self.absolute(original["path"])) if kind == "items" else {}
         staged_media = {}
         for vid, path in loaded.media.items():
@@ -251,8 +245,6 @@ class _Planner:
             self.rewrite_items(d, self.absolute(original["path"]), staged_media)
 
     def rewrite_items(self, d: dict, table: Path, staged_media: dict[Path, str]) -> None:
-        from capeval.engine.staging_items import rewritten_table
-
         new = rewritten_table(table, d["path"], staged_media)
         if new is not None:
             self.files.pop(table.resolve(), None)
@@ -267,8 +259,6 @@ class _Planner:
             for key in PROMPT_FILE_KEYS:
                 if isinstance(e.get(key), str):
                     e[key] = self.staged_value(e[key], f"prompts[{i}].{key}") or e[key]
-        from capeval.engine.sweep.validation import protocol_pack_params
-
         for i, e in enumerate(_entries(raw, "protocols")):
             params = e.get("params") if isinstance(e.get("params"), dict) else {}
             for key in protocol_pack_params(e.get("name")):

@@ -7,6 +7,8 @@ import json
 import posixpath
 from pathlib import Path
 
+from capeval.engine.inputs.rows import read_rows
+
 
 def _resolved(written: str, table: Path) -> Path:
     p = Path(written).expanduser()
@@ -15,8 +17,6 @@ def _resolved(written: str, table: Path) -> Path:
 
 def media_rows(table: Path) -> dict[Path, tuple[int, str]]:
     """resolved media path -> (row, media_path as written), so a refused file can be named by its row."""
-    from capeval.engine.inputs.rows import read_rows
-
     out = {}
     for n, rec in read_rows(table):
         written = rec.get("media_path")
@@ -29,8 +29,6 @@ def rewritten_table(table: Path, staged_table: str, staged_media: dict[Path, str
     """None when every row's media_path, read from the staged table's folder, leads to its staged media (the table
     ships as it is); else (staged path, JSONL bytes) of a copy whose media_path name the staged media. video_id is
     kept: it defaults to media_path as written, and ids key every result."""
-    from capeval.engine.inputs.rows import read_rows
-
     folder = posixpath.dirname(staged_table)
     rows = [rec for _, rec in read_rows(table)]
     moved = False

@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from capeval.engine.protocols.capability import release as capability
+from capeval.engine.registry import lookup
+
 REPO = Path(__file__).resolve().parents[2]
 SHARED_DATA = Path(os.environ.get("CAPEVAL_SHARED_DATA", REPO.parent / "shared" / "data")).resolve()
 N_ITEMS = 200
@@ -23,9 +26,6 @@ N_ITEMS = 200
 def capability_rows():
     """(items, captions, request rows) for the first N_ITEMS object_color items with gpt-4o-0806's released
     captions, read in place."""
-    from capeval.engine.protocols.capability import release as capability
-    from capeval.engine.registry import lookup
-
     annotations = SHARED_DATA / "capability" / "annotations" / "object_color.jsonl"
     if not annotations.is_file():
         pytest.skip(f"real data not found at {SHARED_DATA}")

@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from capeval.kernels.aggregate import count_codes_by_cluster
+from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
+
 N_ROWS, N_VIDEOS, N_GROUPS, N_CODES = 200_000, 2_000, 50, 3
 
 
@@ -18,8 +21,6 @@ def verdict_columns():
 
 
 def test_count_codes_by_cluster(benchmark, verdict_columns):
-    from capeval.kernels.aggregate import count_codes_by_cluster
-
     videos, groups, codes = verdict_columns
     table = benchmark(count_codes_by_cluster, videos, groups, codes, N_VIDEOS, N_GROUPS, N_CODES)
     assert table.shape[:2] == (N_VIDEOS, N_GROUPS)
@@ -31,9 +32,6 @@ def test_count_codes_by_cluster(benchmark, verdict_columns):
 
 
 def test_cluster_bootstrap_precision(benchmark, verdict_columns):
-    from capeval.kernels.aggregate import count_codes_by_cluster
-    from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
-
     videos, groups, codes = verdict_columns
     table = count_codes_by_cluster(videos, groups, codes, N_VIDEOS, N_GROUPS, N_CODES)
     used = np.ascontiguousarray(table[..., [1, 2]])

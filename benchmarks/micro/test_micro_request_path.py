@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import json
 
-from capeval.engine.protocols.base import make_row
+from capeval.adapters.http_chat import Prices, parse_completion
+from capeval.adapters.openai_http import OpenAIJudge
+from capeval.engine.judging.requests import to_judge_request
+from capeval.engine.protocols.base import RequestContext, make_row
+from capeval.engine.protocols.capability import CapabilityVerdict, PROTOCOL, prompts
+from capeval.engine.schemas import ParseStatus
 
 
 def _pairs(capability_rows):
@@ -15,8 +20,6 @@ def _pairs(capability_rows):
 
 def test_render_and_key(benchmark, capability_rows):
     """Protocol render + content key (make_row) for 200 items: what build_requests does per item."""
-    from capeval.engine.protocols.capability import PROTOCOL, prompts
-
     pairs = _pairs(capability_rows)
     pack = prompts.pack_for("strict")
 
@@ -30,8 +33,6 @@ def test_render_and_key(benchmark, capability_rows):
 
 
 def test_to_judge_request(benchmark, capability_rows):
-    from capeval.engine.judging.requests import to_judge_request
-
     _, _, rows = capability_rows
     reqs = benchmark(lambda: [to_judge_request(r) for r in rows])
     assert [r.key for r in reqs] == [r["request_key"] for r in rows]
@@ -39,9 +40,6 @@ def test_to_judge_request(benchmark, capability_rows):
 
 def test_http_body(benchmark, capability_rows):
     """The OpenAI-compatible judge's body encoding (no network: the body is built and encoded only)."""
-    from capeval.adapters.openai_http import OpenAIJudge
-    from capeval.engine.judging.requests import to_judge_request
-
     _, _, rows = capability_rows
     reqs = [to_judge_request(r) for r in rows]
     with OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", structured="vllm") as judge:
@@ -52,9 +50,6 @@ def test_http_body(benchmark, capability_rows):
 
 def test_parse_replies(benchmark, capability_rows):
     """Strict parsing of well-formed replies (the common case) for 200 object_color requests."""
-    from capeval.engine.protocols.capability import PROTOCOL, CapabilityVerdict
-    from capeval.engine.schemas import ParseStatus
-
     _, _, rows = capability_rows
     replies = [json.dumps({"object_color": _annotation_text(r), "score": 1, "reason": "stated"}) for r in rows]
     out = benchmark(lambda: [PROTOCOL.parse(r, t) for r, t in zip(rows, replies)])
@@ -64,8 +59,6 @@ def test_parse_replies(benchmark, capability_rows):
 
 def test_parse_completion_body(benchmark):
     """Decoding a chat.completion body with usage (what the HTTP client does per answer)."""
-    from capeval.adapters.http_chat import Prices, parse_completion
-
     body = json.dumps({"id": "x", "object": "chat.completion", "choices": [{"index": 0, "message": {
         "role": "assistant", "content": '{"score": 1, "reason": "ok"}'}, "finish_reason": "stop"}], "usage": {
         "prompt_tokens": 812, "completion_tokens": 17, "prompt_tokens_details": {"cached_tokens": 640}}}).encode()
@@ -75,7 +68,5 @@ def test_parse_completion_body(benchmark):
 
 
 def _annotation_text(row) -> str:
-    from capeval.engine.protocols.base import RequestContext
-
     fields = RequestContext.decode(row["context"]).fields
     return fields.get("annotation") or ""

@@ -15,9 +15,16 @@ import sys
 
 from capeval.engine import exitcodes
 from capeval.engine.cli.command_tools import CliCommandTools
+from capeval.engine.errors import CapevalError, Terminated, raise_on_sigterm
+from capeval.engine.frames.sampling import FrameSpecError
+from capeval.engine.packs import PackError
+from capeval.engine.ray_local import exit_without_ray, quiet_libraries
 from capeval.engine.registry import lookup, names
-from capeval.engine.safetext import terminal_text
+from capeval.engine.safetext import guard_terminal_streams, terminal_text
 from capeval.engine.secrets import redact_message
+from capeval.engine.store.segments import storage_errno
+from capeval.engine.sweep.config import SweepFileError
+from capeval.engine.warning_groups import capture_python_warnings
 
 # Subcommand modules, in help order. A module registers one or more subcommands; BENCHMARK_COMMANDS marks where the
 # benchmarks' own commands go (each registered protocol's `cli_commands`, in the registry's order).
@@ -56,38 +63,26 @@ def add_benchmark_commands(subparsers) -> None:
 
 
 def _usage_errors() -> tuple[type, ...]:
-    """Input errors raised by modules that predate capeval.engine.errors: they are the user's to fix (exit USAGE)."""
-    # imported when an error is classified, not when the parser is built (numpy, tomllib: `capeval --help` stays fast)
-    from capeval.engine.frames.sampling import FrameSpecError
-    from capeval.engine.packs import PackError  # missing (official mode without --prompts), unreadable or malformed
-    from capeval.engine.sweep.config import SweepFileError
-
+    """Input errors raised by modules that predate capeval.engine.errors: they are the user's to fix (exit USAGE);
+    a PackError: a pack missing (official mode without --prompts), unreadable or malformed."""
     return (SweepFileError, FrameSpecError, PackError)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from capeval.engine.safetext import guard_terminal_streams
-
     # every line any command (or a library it runs) prints reaches the terminal escaped: labels, categories,
     # options and replies come from the user's files and the judge, and may hold escape sequences
     restore_streams = guard_terminal_streams()
-    from capeval.engine.errors import raise_on_sigterm
-
     restore_sigterm = raise_on_sigterm()  # a scheduler's SIGTERM ends a command as Ctrl-C does (exit TERMINATED)
     try:
         code = _main(argv)
     finally:
         restore_sigterm()
         restore_streams()
-    from capeval.engine.ray_local import exit_without_ray
-
     exit_without_ray(code)  # after a SIGTERM, Ray's own exit hook could wait a minute on a dead GCS
     return code
 
 
 def _main(argv: list[str] | None) -> int:
-    from capeval.engine.errors import CapevalError, Terminated
-
     parser = build_parser()
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)  # bad: exit USAGE (2)
     if not getattr(args, "func", None):
@@ -98,9 +93,6 @@ def _main(argv: list[str] | None) -> int:
     if getattr(args, "verbose_all", False) and hasattr(args, "verbose"):
         args.verbose = True
     name = f"capeval {args.command}"
-    from capeval.engine.ray_local import quiet_libraries
-    from capeval.engine.warning_groups import capture_python_warnings
-
     quiet_libraries(verbose)  # third-party log lines stay out of the terminal unless --verbose
     try:
         with capture_python_warnings(verbose):  # printed grouped at the end, libraries' only counted
@@ -124,8 +116,6 @@ def _main(argv: list[str] | None) -> int:
         if isinstance(exc, _usage_errors()) or isinstance(exc, FileNotFoundError):
             print(f"{name}: error: {terminal_text(redact_message(str(exc).strip()))}", file=sys.stderr)
             return exitcodes.USAGE
-        from capeval.engine.store.segments import storage_errno
-
         if storage_errno(exc) in (errno.ENOSPC, errno.EDQUOT):  # a write no store wrapped: still a full disk
             where = f" writing {exc.filename}" if getattr(exc, "filename", None) else ""
             print(f"{name}: aborted: {os.strerror(storage_errno(exc))}{where}: {_one_line(exc)}; finished work is "

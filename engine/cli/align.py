@@ -21,8 +21,10 @@ import json
 import sys
 from pathlib import Path
 
+from capeval.engine.datasets.jsonl import DatasetFormatError
 from capeval.engine.datasets.registry import DatasetKind
 from capeval.engine.errors import UsageError
+from capeval.engine.metrics.alignment import align
 from capeval.engine.registry import lookup
 
 USAGE = """examples:
@@ -103,8 +105,6 @@ def ratings_table(args):
         kind = rating_kind(args.dataset)
         if args.data is None:
             raise UsageError(f"--dataset {args.dataset} needs --data DIR ({kind.param('path').doc})")
-        from capeval.engine.datasets.jsonl import DatasetFormatError
-
         try:
             table = kind.ratings(args.data)
         except DatasetFormatError as exc:
@@ -168,8 +168,6 @@ def scores_table(path: Path, column: str | None):
 def compute(ratings, rating_columns, scores, *, round4=False, n_resamples=1000, seed=0, confidence=0.95) -> dict:
     """The alignment figures for joined ratings x scores (importable API behind the command)."""
     import numpy as np
-
-    from capeval.engine.metrics.alignment import align
 
     joined = ratings.join(scores, on=KEYS, how="left")
     usable = joined.filter(joined["score"].is_not_null() & joined["score"].is_finite())

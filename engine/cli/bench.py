@@ -17,6 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from capeval.engine.errors import UsageError
+from capeval.engine.registry import lookup, names
+
 
 def register(sub) -> None:
     p = sub.add_parser("bench", help="performance benchmarks (JSON with same-process baselines); "
@@ -36,8 +39,6 @@ def summary(main) -> str:
 
 
 def listing() -> str:
-    from capeval.engine.registry import lookup, names
-
     found = names("benchmark")
     if not found:
         return "no benchmarks registered (entry point group capeval.benchmarks)"
@@ -46,9 +47,6 @@ def listing() -> str:
 
 
 def run(args) -> int:
-    from capeval.engine.errors import UsageError
-    from capeval.engine.registry import lookup, names
-
     if args.list or not args.name:
         print(listing())
         return 0

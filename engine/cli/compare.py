@@ -9,6 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from capeval.engine.errors import UsageError
+from capeval.engine.report.across import across_for_run, across_json, format_across
+from capeval.engine.report.compare import FACTORS, FIXED, compare_run, format_comparison, selector_problems
+from capeval.engine.report.rundir import load_run
+
 
 #: what every row's `diff` is, said in the JSON output
 DIFF_MEANING = ("a_value - b_value: a is the --a side, else the system that sorts first over the factors the two "
@@ -57,10 +62,6 @@ def run_modes(results, overrides: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
-    from capeval.engine.errors import UsageError
-    from capeval.engine.report.compare import FACTORS, FIXED, compare_run, format_comparison, selector_problems
-    from capeval.engine.report.rundir import load_run
-
     if args.resamples < 1:
         raise ValueError(f"--resamples must be >= 1, got {args.resamples}")
     data = load_run(args.run_dir)
@@ -91,9 +92,6 @@ def run(args) -> int:
 
 def run_across(args, data) -> int:
     """--across: text or JSON of capeval.engine.report.across; exit 2 when no two protocols (judges) share a system."""
-    from capeval.engine.errors import UsageError
-    from capeval.engine.report.across import across_for_run, across_json, format_across
-
     if not args.across:
         raise UsageError("--reference-words goes with --across protocols|judges")
     given = [o for o, v in (("--a", args.a), ("--b", args.b), ("--all-pairs", args.all_pairs), ("--out", args.out))

@@ -9,6 +9,14 @@ import sys
 import time
 from pathlib import Path
 
+from capeval.engine import construct, exitcodes
+from capeval.engine.construct.base import ConstructContext, failure_lines
+from capeval.engine.construct.outputs import write_outputs
+from capeval.engine.errors import UsageError
+from capeval.engine.judge_run.backend import build_judge
+from capeval.engine.judge_specs import judge_options, option_text
+from capeval.engine.sweep.validation import writable_problem
+
 COMMON = """common options (every pipeline):
   --out DIR              output folder: items.jsonl, record.parquet, construct.json (required)
   --mode strict|official strict: capeval's own prompts (default); official: the benchmark's pack (--prompts PATH)
@@ -28,8 +36,6 @@ COMMON = """common options (every pipeline):
 
 
 def register(subparsers) -> None:
-    from capeval.engine import construct
-
     p = subparsers.add_parser("construct", help="build benchmark items with a paper's construction pipeline "
                               "(cached, resumable, per-item record)", epilog=COMMON,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -71,8 +77,6 @@ def _common_options(q) -> None:
 
 
 def _list_or_help(args) -> int:
-    from capeval.engine import construct
-
     if args.list:
         for name, pipeline in construct.pipelines().items():
             steps = " -> ".join(pipeline.steps)
@@ -84,9 +88,6 @@ def _list_or_help(args) -> int:
 
 def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[dict, dict]:
     """(role -> [label], label -> (backend name, options)) from --judge / --step-judge / --judge-option."""
-    from capeval.engine.errors import UsageError
-    from capeval.engine.judge_specs import judge_options
-
     specs: dict[str, str] = {}  # label -> backend name
     roles: dict[str, list[str]] = {}
 
@@ -123,15 +124,6 @@ def judge_roles(args, steps: tuple[str, ...], judged: tuple[str, ...]) -> tuple[
 
 
 def run(args) -> int:
-    from capeval.engine import construct
-    from capeval.engine.judge_run.backend import build_judge
-    from capeval.engine import exitcodes
-    from capeval.engine.construct.base import ConstructContext, failure_lines
-    from capeval.engine.construct.outputs import write_outputs
-    from capeval.engine.errors import UsageError
-    from capeval.engine.judge_specs import option_text
-    from capeval.engine.sweep.validation import writable_problem
-
     started = time.time()
     pipeline = construct.lookup(args.pipeline)
     if args.out.exists() and not args.out.is_dir():

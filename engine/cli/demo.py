@@ -11,6 +11,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from capeval.engine.cli.sweep import add_run_options, exit_line, print_results
+from capeval.engine.ray_local import quiet_libraries
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
+
 DEMO_FILE = Path(__file__).resolve().with_name("demo.toml")  # package data (setup.py): an install has it too
 NOTICE = (
     "NOTE: these numbers are a PLUMBING CHECK. The local captioner describes pixel statistics (colours, blobs, motion)"
@@ -23,20 +28,12 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("demo", help="run the no-GPU, no-network demo sweep (a plumbing check)")
     p.add_argument("--out", default=".capeval/demo", help="output folder (default .capeval/demo); reruns resume")
     p.add_argument("--sweep", default=str(DEMO_FILE), help="sweep file (default: the demo's own, engine/cli/demo.toml)")
-    from capeval.engine.cli.sweep import add_run_options
-
     add_run_options(p)
     p.set_defaults(func=main)
 
 
 def main(args) -> int:
     import time
-
-    from capeval.engine.cli.sweep import exit_line, print_results
-    from capeval.engine.sweep.config import load_sweep
-    from capeval.engine.sweep.runner import run_sweep
-
-    from capeval.engine.ray_local import quiet_libraries
 
     quiet_libraries(args.verbose)
     t0 = time.perf_counter()

@@ -7,6 +7,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from capeval.engine.cli.sweep import with_limit
+from capeval.engine.ray_local import quiet_libraries
+from capeval.engine.safetext import terminal_text
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.plan import plan_sweep
+
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("plan", help="a sweep's requests, tokens, wall time and cost, before running it")
@@ -58,12 +64,6 @@ def _share(text: str) -> float | str:
 
 
 def main(args) -> int:
-    from capeval.engine.cli.sweep import with_limit
-    from capeval.engine.sweep.config import load_sweep
-    from capeval.engine.sweep.plan import plan_sweep
-
-    from capeval.engine.ray_local import quiet_libraries
-
     quiet_libraries(False)  # the stand-in judge's model loader stays quiet
     config = with_limit(load_sweep(args.file), args.limit)  # every problem of the file at once (exit 2)
     run_dir = Path(args.out) if args.out else Path("runs") / config.name
@@ -72,8 +72,6 @@ def main(args) -> int:
     if args.json:
         print(json.dumps(plan, indent=1))
     else:
-        from capeval.engine.safetext import terminal_text
-
         print(terminal_text(format_plan(plan)))
     return 0
 

@@ -5,10 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from capeval.engine.cli.breakdowns import add_by_option
+from capeval.engine.errors import UsageError
+from capeval.engine.frames.decode import probe_duration
+from capeval.engine.report.breakdowns import format_breakdowns, run_breakdowns, section_tables
+from capeval.engine.report.html import write_report
+from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
+from capeval.engine.report.rundir import load_run
+
 
 def register(sub) -> None:
-    from capeval.engine.cli.breakdowns import add_by_option
-
     p = sub.add_parser("report", help="leaderboards + a self-contained HTML report of a run folder")
     p.add_argument("run_dir", type=Path, help="a sweep's output folder (results.parquet, verdicts/, metrics/)")
     p.add_argument("--out", type=Path, help="HTML file to write (default: RUN_DIR/report.html)")
@@ -23,9 +29,6 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
-    from capeval.engine.report.rundir import load_run
-
     if args.resamples < 1:
         raise ValueError(f"--resamples must be >= 1, got {args.resamples}")
     data = load_run(args.run_dir)
@@ -35,15 +38,11 @@ def run(args) -> int:
             print(format_leaderboard(lb))
             print()
     if not args.quiet:
-        from capeval.engine.report.breakdowns import format_breakdowns, section_tables
-
         text = format_breakdowns(section_tables(data, computed))
         if text:
             print(text + "\n")
     if args.no_html:
         return 0
-    from capeval.engine.report.html import write_report
-
     path = write_report(args.run_dir, args.out, n_resamples=args.resamples, max_samples=args.max_samples,
                         breakdowns=computed)
     print(f"report: {path.resolve()}")
@@ -54,10 +53,6 @@ def _breakdowns(data, by):
     """The run's metrics per level of the `--by` attributes, computed from its verdicts (engine/report/breakdowns.py);
     a usage error when no cell's items carry one of them."""
     import sys
-
-    from capeval.engine.errors import UsageError
-    from capeval.engine.frames.decode import probe_duration
-    from capeval.engine.report.breakdowns import run_breakdowns
 
     try:
         frame, notes = run_breakdowns(data, by, media_duration=probe_duration)

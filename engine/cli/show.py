@@ -11,7 +11,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from capeval.engine.errors import UsageError
+from capeval.engine.report.compare import matches_selector
+from capeval.engine.report.provenance import format_provenance, provenance
+from capeval.engine.report.rundir import CELL_COLUMNS
+from capeval.engine.report.transcripts import format_request, load_transcripts, request_records, select
 from capeval.engine.safetext import json_for_terminal
+from capeval.engine.store.transcripts import beside
 
 USAGE = """examples:
   capeval show runs/demo --item shapes-001/action
@@ -46,10 +52,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     import polars as pl
-
-    from capeval.engine.errors import UsageError
-    from capeval.engine.report.transcripts import format_request, load_transcripts, request_records, select
-    from capeval.engine.store.transcripts import beside
 
     if args.limit < 0:
         raise UsageError(f"--limit must be >= 0, got {args.limit}")
@@ -88,12 +90,8 @@ def run(args) -> int:
 
 
 def _provenance(args) -> int:
-    from capeval.engine.report.provenance import format_provenance, provenance
-
     records = provenance(args.run_dir)
     if args.system:
-        from capeval.engine.report.compare import matches_selector
-
         records = [r for r in records if matches_selector(r["system"], args.system)]
     print(json_for_terminal(records, default=str, indent=1) if args.json else format_provenance(records))
     return 0
@@ -101,8 +99,6 @@ def _provenance(args) -> int:
 
 def _choices(t, shown: int = 8) -> str:
     """What the run holds, for a selector that matched nothing."""
-    from capeval.engine.report.rundir import CELL_COLUMNS
-
     parts = []
     for c in ("protocol", *[c for c in CELL_COLUMNS if c != "protocol"]):
         values = sorted(set(t[c].to_list()))

@@ -45,7 +45,14 @@ import time
 from pathlib import Path
 
 # staging (what is shipped, checked before any copy) lives in engine/staging.py; stage_sweep is re-exported
+from capeval.engine.cli.submit_job_server import AUTH_ENV, JobServer, auth_from_env
+from capeval.engine.errors import UsageError
+from capeval.engine.runrecord import RUN_RECORD
+from capeval.engine.safetext import for_terminal
+from capeval.engine.secrets import REDACTED, remember_secret
 from capeval.engine.staging import MAX_SHIPPED_BYTES, SHIPPED_LIST, plan_staging, stage_sweep, write_staging  # noqa: F401
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
 
 #: the job's output folder on the cluster when --remote-out is not given: <sweep name>-<digest> below it
 REMOTE_OUT_ROOT = "/tmp/capeval-jobs"
@@ -121,10 +128,6 @@ def pack_results(out_dir: Path) -> bytes:
 
 
 def job_side(args) -> int:
-    from capeval.engine.secrets import remember_secret
-    from capeval.engine.sweep.config import load_sweep
-    from capeval.engine.sweep.runner import run_sweep
-
     for name in args.secret_env:  # forwarded credentials: blanked from every record and log line of this job
         remember_secret(os.environ.get(name))
     # Absolute, and outside the job's working_dir: Ray manages (and may clean up) that folder, and decode and
@@ -157,8 +160,6 @@ def extract_payload(logs: str) -> bytes | None:
 
 def unpack_results(payload: bytes, out: Path) -> None:
     """Unpack into `out`; segments are keyed by content (same name = same rows); run records are merged."""
-    from capeval.engine.runrecord import RUN_RECORD
-
     out.mkdir(parents=True, exist_ok=True)
     local_runs = []
     if (out / RUN_RECORD).is_file():
@@ -192,9 +193,6 @@ def _stream(client, job_id: str, show) -> None:
 
 
 def _forwarded_env(names: list[str]) -> dict[str, str]:
-    from capeval.engine.cli.submit_job_server import AUTH_ENV
-    from capeval.engine.errors import UsageError
-
     auth = [n for n in names if n in AUTH_ENV]
     if auth:
         raise UsageError(f"--forward-env {', '.join(auth)}: Ray's token is not forwarded: the cluster's nodes hold "
@@ -206,8 +204,6 @@ def _forwarded_env(names: list[str]) -> dict[str, str]:
 
 
 def _print_plan(plan, forwarded: dict) -> None:
-    from capeval.engine.safetext import for_terminal
-
     for f in plan.files:
         print(f"[submit]   ships {for_terminal(str(f.source))} as {f.staged} ({f.size} bytes)", file=sys.stderr)
     for rel in plan.rewritten:
@@ -229,9 +225,6 @@ def job_server_address(given: str | None) -> str:
 def run(args) -> int:
     if args.job_side:
         return job_side(args)
-    from capeval.engine.secrets import REDACTED
-    from capeval.engine.sweep.config import load_sweep
-
     config = load_sweep(args.file)  # fail here, with file/line/field, not on the cluster
     forwarded = _forwarded_env(args.forward_env)
     # decided and checked (credentials, roots, size) before anything is copied
@@ -267,8 +260,6 @@ def run(args) -> int:
 
 def _submit_and_fetch(args, name: str, entrypoint: str, runtime_env: dict, derived_id: str, remote_out: str) -> int:
     from ray.job_submission import JobStatus
-
-    from capeval.engine.cli.submit_job_server import JobServer, auth_from_env
 
     address = job_server_address(args.address)
     auth = auth_from_env()

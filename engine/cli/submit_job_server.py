@@ -24,6 +24,7 @@ from pathlib import Path
 
 from capeval.engine import exitcodes
 from capeval.engine.errors import CapevalError, UsageError
+from capeval.engine.secrets import redact_text, remember_secret
 
 TOKEN_ENV = "RAY_AUTH_TOKEN"
 TOKEN_PATH_ENV = "RAY_AUTH_TOKEN_PATH"
@@ -42,8 +43,6 @@ class Auth:
 
 def auth_from_env(environ=None) -> Auth:
     """The Authorization header for the token in $RAY_AUTH_TOKEN (else in the file $RAY_AUTH_TOKEN_PATH names)."""
-    from capeval.engine.secrets import remember_secret
-
     environ = os.environ if environ is None else environ
     token, source = (environ.get(TOKEN_ENV) or "").strip(), f"${TOKEN_ENV}"
     if not token and environ.get(TOKEN_PATH_ENV):
@@ -185,8 +184,6 @@ class JobServer:
             if error is None:
                 raise
             if self.verbose and error.raw:
-                from capeval.engine.secrets import redact_text
-
                 self.show(f"[submit] the job server's reply ({type(exc).__name__}):\n{redact_text(error.raw)}")
             raise error from None
 

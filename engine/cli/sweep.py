@@ -10,6 +10,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from capeval.adapters.batch_state import set_no_wait
+from capeval.engine.errors import UsageError
+from capeval.engine.ray_local import quiet_libraries
+from capeval.engine.report import format_table, headline
+from capeval.engine.safetext import terminal_text
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.grid import expand
+from capeval.engine.sweep.runner import run_sweep
+from capeval.engine.sweep.validation import writable_problem
+
 
 def add_run_options(p) -> None:
     """Options shared by `sweep` and `demo`."""
@@ -76,9 +86,6 @@ def register(subparsers) -> None:
 def print_results(result, stream=None) -> None:
     # sys.stdout is looked up at call time: a default bound at import would keep whatever stream was current then
     stream = stream if stream is not None else sys.stdout
-    from capeval.engine.safetext import terminal_text
-    from capeval.engine.report import format_table, headline
-
     table = headline(result.results)
     print(terminal_text(format_table(table)), file=stream)  # labels and ids come from user files: escaped
     # a caption-only sweep's table is captions.parquet/.csv (engine/sweep/caption_only.py)
@@ -99,9 +106,6 @@ def exit_line(result, max_failure_share: float) -> str | None:
 
 
 def run_and_report(config, out: Path, args) -> int:
-    from capeval.engine.ray_local import quiet_libraries
-    from capeval.engine.sweep.runner import run_sweep
-
     quiet_libraries(args.verbose)
     result = run_sweep(config, out, progress=not args.no_progress, accept_failures=args.accept_failures,
                        max_failure_share=args.max_failure_share, verbose=args.verbose)
@@ -113,20 +117,11 @@ def run_and_report(config, out: Path, args) -> int:
 
 
 def main(args) -> int:
-    from capeval.engine.sweep.config import load_sweep
-    from capeval.engine.sweep.grid import expand
-
     config = with_limit(load_sweep(args.file), args.limit)  # every problem of the file at once (exit 2)
     out = Path(args.out) if args.out else Path("runs") / config.name
-    from capeval.engine.sweep.validation import writable_problem
-
     if problem := writable_problem(out):
-        from capeval.engine.errors import UsageError
-
         raise UsageError(f"output folder {problem}")
     if getattr(args, "no_wait", False):
-        from capeval.adapters.batch_state import set_no_wait
-
         set_no_wait(True)
     if args.check:
         cells = expand(config)

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from capeval.engine.errors import UsageError
+from capeval.engine.inputs.rows import not_utf8
 
 
 class DatasetFormatError(UsageError):
@@ -39,8 +40,6 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                     raise DatasetFormatError(path, lineno, f"expected a JSON object, got {type(record).__name__}")
                 yield lineno, record
     except UnicodeDecodeError:  # a user's file, not capeval's fault: the first bad line and byte, exit 2
-        from capeval.engine.inputs.rows import not_utf8
-
         raise not_utf8(path) or UsageError(f"{path}: not UTF-8 text; save the file as UTF-8") from None
 
 

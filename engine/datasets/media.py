@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from capeval.engine.frames.images import IMAGE_SUFFIXES
+
 VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".gif")
 
 
 def media_suffixes() -> tuple[str, ...]:
-    from capeval.engine.frames.images import IMAGE_SUFFIXES
-
     return VIDEO_SUFFIXES + tuple(sorted(IMAGE_SUFFIXES))
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from capeval.engine.errors import UsageError
+from capeval.engine.safetext import for_terminal
 
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet", ".pq": "parquet"}
@@ -19,8 +20,6 @@ FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv
 
 def warn(message: str) -> None:
     """A warning on stderr; file names and ids in it come from the user's files, so it is printed escaped."""
-    from capeval.engine.safetext import for_terminal
-
     print(f"capeval: warning: {for_terminal(message)}", file=sys.stderr, flush=True)
 
 

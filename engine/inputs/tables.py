@@ -27,9 +27,10 @@ import pyarrow as pa
 
 from capeval.engine import schemas
 from capeval.engine.errors import UsageError
+from capeval.engine.frames.images import media_type_of
 from capeval.engine.inputs.rows import FORMATS, int_value, is_missing, pick, read_rows, text_value, warn, where
-from capeval.engine.registry import lookup, names
 from capeval.engine.keys import canonical_json, caption_file_key, repeated_caption_file_key
+from capeval.engine.registry import lookup, names
 from capeval.engine.safetext import clip
 
 _ITEM_COLUMNS = {"benchmark", "task", "item_id", "video_id", "media_path", "media_type", "annotation", "question",
@@ -114,8 +115,6 @@ def read_items(path: str | Path, *, benchmark: str | None = None, resolve_media:
         acol, anno = pick(rec, ("annotation", "question"))
         media_type = text_value(rec.get("media_type"), path, n, "media_type", required=False)
         if media_type is None and media is not None:
-            from capeval.engine.frames.images import media_type_of
-
             media_type = media_type_of(media)
         if media_type not in (None, "image", "video"):
             raise UsageError(f"{where(path, n, 'media_type')}: expected 'image' or 'video', got {media_type!r}")

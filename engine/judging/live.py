@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import threading
 
+from capeval.engine.stages.progress import note
+
 #: the default `warn_failure_share`
 WARN_FAILURE_SHARE = 0.05
 #: finished requests before a share is worth a warning (1 failure of 2 is not a trend); the end warns regardless
@@ -118,6 +120,4 @@ class LiveCounts:
         elif self.bar is not None:
             self.bar.warn(text)
         else:
-            from capeval.engine.stages.progress import note
-
             note(text)

@@ -36,6 +36,7 @@ from capeval.engine.store.judgment_cache import CachedResponse, JudgmentCache
 from .cells import Cell, Row
 from .live import WARN_FAILURE_SHARE, LiveCounts
 from .window import CacheWriteError, Committer, WindowFeed, batch_stream, judge_window
+from capeval.engine.stages.progress import Bar
 
 _POLL_S = 0.2  # how often keys claimed by another process are looked up again
 MAX_REPLY_CHARS = 1_000_000  # see the module docstring
@@ -92,8 +93,6 @@ class JudgeLoop:
             raise AbortedError(f"judgment cache {cache_dir}: cannot open for writing: {exc}") from None
         self._bar = None
         if progress:  # rate and ETA from the first answer on: a judge model's loading is not counted as work
-            from capeval.engine.stages.progress import Bar
-
             self._bar = Bar(0, f"judge {getattr(judge, 'name', '')}", "req", True, growing=True)
         # retries, rate limits and failures as they happen: on the bar, and a warning past warn_failure_share
         self.live = LiveCounts(getattr(judge, "name", ""), bar=self._bar, warn_share=warn_failure_share)

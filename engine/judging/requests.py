@@ -7,6 +7,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from capeval.adapters.base import JudgeRequest
+from capeval.engine.frames.cache import is_locator, load_encoded_frames
 from capeval.engine.keys import reask_key, resend_key
 from capeval.engine.protocols.base import REASK_TEMPERATURE, RequestContext, reask_seed
 
@@ -15,8 +16,6 @@ from capeval.engine.protocols.base import REASK_TEMPERATURE, RequestContext, rea
 def load_jpegs(frames_path: str, quality: int = 90) -> tuple[bytes, ...]:
     """JPEG bytes of the frames at `frames_path`: an .npy of uint8 (T, H, W, 3) (capeval.engine.schemas.FRAMES.path), a
     directory of .jpg files, or one .jpg file; a frame-cache locator gives its stored JPEG bytes (never re-encoded)."""
-    from capeval.engine.frames.cache import is_locator, load_encoded_frames
-
     if is_locator(frames_path):
         return load_encoded_frames(frames_path)
     path = Path(frames_path)

@@ -24,6 +24,7 @@ from capeval.engine.protocols.base import JudgeProtocol, JudgingPolicy
 from .cells import Cell
 from .loop import JudgeLoop
 from .summary import JudgingSummary
+from capeval.engine.registry import lookup
 
 
 def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge, *, cache_dir: str | Path, protocol: JudgeProtocol | str | None = None,
@@ -55,8 +56,6 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
 
     `transcripts`: a sink (capeval.engine.store.transcripts.MemoryTranscripts, TranscriptSpool) that receives one transcript
     row per request row (what was sent, every attempt, what came back); finished when this returns."""
-    from capeval.engine.registry import lookup
-
     t0 = time.perf_counter()
     parts = None
     if not isinstance(requests, pa.Table):

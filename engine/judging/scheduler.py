@@ -39,6 +39,7 @@ from .cells import Cell
 from .live import WARN_FAILURE_SHARE
 from .loop import JudgeLoop
 from .summary import JudgingSummary
+from capeval.engine.registry import lookup
 
 OnComplete = Callable[[str, pa.Table, JudgingSummary], None]
 
@@ -62,8 +63,6 @@ class JudgeScheduler:
         """Queue one cell. `policy` defaults to protocol.judging_policy(**protocol_params) (as run_judging).
         sealed=False: more of its requests will come (`extend`), until `seal`. `transcripts`: a sink
         (engine/store/transcripts.py) that gets the cell's transcript rows, finished before `on_complete`."""
-        from capeval.engine.registry import lookup
-
         if name in self._cells:
             raise ValueError(f"JudgeScheduler: a cell named {name!r} was added already")
         if isinstance(protocol, str):

@@ -16,6 +16,7 @@ from capeval.engine.keys import json_schema_key
 from capeval.engine.store.transcripts import CAPTURE
 
 from .requests import attempt_sampling
+from capeval.engine.judging.requests import load_jpegs
 
 CHUNK = 8192
 _ID_NAMES = ("request_key", "protocol", "task", "item_id", "video_id", "caption_key", "captioner", "prompt_id",
@@ -103,8 +104,6 @@ class Transcriber:
 
 def _count_images(frames_path: str) -> int | None:
     """Frames a request shows, for rows whose request this run did not build (answered from the cache)."""
-    from .requests import load_jpegs
-
     try:
         return len(load_jpegs(frames_path))
     except Exception:  # noqa: BLE001 - frames gone since: the count is unknown, the transcript still stands

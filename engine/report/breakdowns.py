@@ -21,6 +21,8 @@ import polars as pl
 
 from capeval.engine.metrics.breakdowns import (ALL, BY_COLUMN, VIDEOS_COLUMN, UnknownColumnError, level_order, parse_by,
                                        with_breakdowns)
+from capeval.engine.metrics.reasons import explain_nulls
+from capeval.engine.registry import lookup
 from capeval.engine.report.leaderboard import MIN_VIDEOS, leaderboard, null_label, text_grid, to_long
 from capeval.engine.report.rundir import CELL_COLUMNS, RunData, load_items
 
@@ -130,9 +132,6 @@ def run_breakdowns(run: RunData, by, *, media_duration=None) -> tuple[pl.DataFra
     """(breakdown rows in the results table's shape, notes) for a run folder: per cell, its protocol's metrics on
     its verdicts, split by `by` over the items the run's sweep file names (without them: the verdicts' own columns,
     e.g. task), with the params and resamples its run record gives."""
-    from capeval.engine.registry import lookup
-    from capeval.engine.metrics.reasons import explain_nulls
-
     by = parse_by(by)
     if run.verdicts is None or run.verdicts.is_empty():
         raise ValueError(f"{run.path}: no verdicts to break down (--by needs the run's verdicts/)")

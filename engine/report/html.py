@@ -26,9 +26,9 @@ from capeval.engine.report.compare import compare_run
 from capeval.engine.report.cost import cost_html
 from capeval.engine.report.leaderboard import Leaderboard, leaderboards
 from capeval.engine.report.rundir import RunData, load_items, load_run
-from capeval.engine.report.transcripts import verdict_labels as _verdict_labels
-from capeval.engine.report.transcripts import with_transcripts
+from capeval.engine.report.transcripts import verdict_labels as _verdict_labels, with_transcripts
 from capeval.engine.report.validation import validation_html
+from capeval.engine.store.segments import write_text_atomic
 
 #: rows embedded in the per-sample browser; failures always, the rest in order up to this many
 MAX_SAMPLES = 5000
@@ -308,6 +308,4 @@ def write_report(run_dir, out=None, **options) -> Path:
     """Write the report of `run_dir` to `out` (default `<run_dir>/report.html`) atomically; returns the path."""
     run = load_run(run_dir)
     path = Path(out) if out else run.path / "report.html"
-    from capeval.engine.store.segments import write_text_atomic
-
     return write_text_atomic(build_report(run, **options), path, what="the report")

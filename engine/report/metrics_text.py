@@ -11,6 +11,7 @@ import functools
 import numpy as np
 import polars as pl
 
+from capeval.engine.registry import lookup, names
 from capeval.engine.report.leaderboard import format_leaderboard, leaderboards
 from capeval.engine.schemas import METRIC_VALUE_NAMES
 
@@ -20,15 +21,11 @@ VALUE_COLUMNS = METRIC_VALUE_NAMES
 def metric_markers() -> dict[str, str]:
     """headline metric name -> protocol, for the names in exactly one registered protocol's `headline` (such a name
     in a metrics table tells which protocol wrote it). Computed once per set of registered protocols."""
-    from capeval.engine.registry import names
-
     return _markers(tuple(names("protocol")))
 
 
 @functools.lru_cache(maxsize=8)
 def _markers(protocols: tuple[str, ...]) -> dict[str, str]:
-    from capeval.engine.registry import lookup
-
     owners: dict[str, set[str]] = {}
     for name in protocols:
         for metric in lookup("protocol", name).headline:

@@ -22,6 +22,7 @@ from capeval.engine.report.leaderboard import Leaderboard
 from capeval.engine.report.ordering import frame_count, sorted_values
 from capeval.engine.report.plot_layout import (NO_VERDICT, PALETTE, facets, ordered_labels, series_groups, series_keys,
                                        series_name, verdict_colours)
+from capeval.kernels.agreement import cohen_kappa
 
 
 def _html(fig, div_id: str) -> str:
@@ -249,8 +250,6 @@ def verdict_distribution(verdicts: pl.DataFrame, protocol: str, labels: dict[int
 
 def agreement_table(verdicts: pl.DataFrame) -> pl.DataFrame:
     """Percent agreement and Cohen's kappa between judges (or judge seeds) on the same judged rows."""
-    from capeval.kernels.agreement import cohen_kappa
-
     v = verdicts.filter(pl.col("verdict") >= 0)
     item = [c for c in ("protocol", "captioner", "prompt_id", "frame_spec", "task", "item_id", "sub_index", "step")
             if c in v.columns]

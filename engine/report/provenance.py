@@ -17,6 +17,8 @@ from pathlib import Path
 
 import polars as pl
 
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.safetext import for_terminal
 from capeval.engine.secrets import without_secrets
 
 SYSTEM_COLUMNS = ["dataset", "captioner", "prompt_id", "frame_spec", "protocol", "judge", "seed"]
@@ -33,8 +35,6 @@ def _prompt_record(prompt_id: str, config: dict) -> dict:
         text = json.dumps(defined, sort_keys=True, ensure_ascii=False)
         return {"id": prompt_id, "source": "sweep file", "definition": defined,
                 "digest": hashlib.sha256(text.encode()).hexdigest()[:16]}
-    from capeval.engine.prompts_library import get_prompt
-
     try:
         prompt = get_prompt(prompt_id)
     except KeyError:  # a caption file's label, or a prompt this capeval version does not have
@@ -122,8 +122,6 @@ def provenance(run_dir: str | Path) -> list[dict]:
 
 def format_provenance(records: list[dict]) -> str:
     """Plain text: one block per system, each line `field: value` (values as compact JSON)."""
-    from capeval.engine.safetext import for_terminal
-
     blocks = []
     for r in records:
         head = " | ".join(f"{k}={v}" for k, v in r["system"].items())

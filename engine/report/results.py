@@ -15,6 +15,8 @@ import polars as pl
 
 from capeval.engine.schemas import METRIC_VALUE_NAMES
 
+from capeval.engine.report.leaderboard import OVERALL_LABELS, split_columns
+from capeval.engine.store.segments import write_parquet_atomic
 from capeval.engine.sweep.grid import CELL_COLUMNS
 
 VALUE_COLUMNS = METRIC_VALUE_NAMES
@@ -54,8 +56,6 @@ def _with_reason(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def write_results(results: pl.DataFrame, out_dir: str | Path) -> tuple[Path, Path]:
-    from capeval.engine.store.segments import write_parquet_atomic
-
     out = Path(out_dir)
     parquet = write_parquet_atomic(results.to_arrow(), out / "results.parquet")
     csv = out / "results.csv"
@@ -85,8 +85,6 @@ def headline(results: pl.DataFrame, protocol_metrics: dict[str, list[str]] | Non
 
 def overall_rows(results: pl.DataFrame) -> pl.DataFrame:
     """Each protocol's overall rows of a results table (breakdown columns at an overall label or null)."""
-    from capeval.engine.report.leaderboard import OVERALL_LABELS, split_columns
-
     parts = []
     for _, df in results.group_by("protocol", maintain_order=True) if "protocol" in results.columns else [
             (None, results)]:

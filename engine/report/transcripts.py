@@ -12,6 +12,7 @@ from pathlib import Path
 
 import polars as pl
 
+from capeval.engine.registry import lookup
 from capeval.engine.report.rundir import CELL_COLUMNS, cell_labels
 from capeval.engine.safetext import for_terminal
 from capeval.engine.schemas import ParseStatus
@@ -79,8 +80,6 @@ def verdict_labels(protocol_name: str) -> dict[int, str]:
     """code -> name, as the protocol declares (`verdict_labels()`); empty (codes shown as numbers) for a protocol
     that is not registered here, or whose codes mean different things in different steps (the code alone would be
     ambiguous there)."""
-    from capeval.engine.registry import lookup
-
     try:
         return lookup("protocol", protocol_name).verdict_labels()
     except KeyError:

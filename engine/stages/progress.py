@@ -21,12 +21,12 @@ import sys
 import threading
 import time
 
+from capeval.engine.safetext import TerminalStream, for_terminal
+
 
 def note(text: str, enabled: bool = True) -> None:
     """One line on stderr (model loading and other phases that are not counted work)."""
     if enabled:
-        from capeval.engine.safetext import for_terminal
-
         print(for_terminal(text), file=sys.stderr, flush=True)
 
 
@@ -55,8 +55,6 @@ class Bar:
             return
         if _is_terminal(self.stream):
             from tqdm import tqdm
-
-            from capeval.engine.safetext import TerminalStream, for_terminal
 
             # tqdm moves the cursor with escape sequences (one bar above another, a warning above the bars), which a
             # TerminalStream would print escaped: the bar writes to the stream under it, and the only untrusted text
@@ -104,16 +102,12 @@ class Bar:
             return
         self.counts = text
         if self.bar is not None:
-            from capeval.engine.safetext import for_terminal
-
             self.bar.set_postfix_str(for_terminal(text), refresh=True)
         elif self.plain and time.monotonic() - self._last_line >= self.every_s:
             self._line(time.monotonic())
 
     def warn(self, text: str) -> None:
         """A warning line: above a terminal bar, or between the plain lines."""
-        from capeval.engine.safetext import for_terminal
-
         if self.bar is not None:
             self.bar.write(for_terminal(text), file=self.bar_stream)
         else:
@@ -147,8 +141,6 @@ class Bar:
         return ", ".join(parts)
 
     def _line(self, now: float) -> None:
-        from capeval.engine.safetext import for_terminal
-
         with self._lock:
             self._last_line = now
             print(for_terminal(self.line(now)), file=self.stream, flush=True)

@@ -40,6 +40,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from capeval.engine.store.segments import fsync_dir, storage_error, write_parquet_atomic
+
 #: one ask of a request row (first ask = attempt 0)
 ATTEMPT = pa.struct([
     pa.field("attempt", pa.int8()),
@@ -179,8 +181,6 @@ class TranscriptSpool:
     def _spool_error(self, exc: OSError):
         """A spool that cannot be written (disk full, read-only): the run stops with one line naming it (exit 4);
         the spool is removed (the cell is not committed, its transcripts are redone with it)."""
-        from capeval.engine.store.segments import storage_error
-
         self.discard()
         return storage_error(exc, self._spool, "the cell's judge transcripts (spool)")
 
@@ -189,8 +189,6 @@ class TranscriptSpool:
         `captions`: caption_key -> the caption text judged."""
         if not self._done:
             raise RuntimeError(f"transcripts {self.name}: commit before the cell finished")
-        from capeval.engine.store.segments import fsync_dir, storage_error
-
         tmp = self.folder / f".{self.name}.{uuid.uuid4().hex[:8]}.tmp"
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -259,7 +257,5 @@ def beside(verdicts_path: str | Path) -> Path:
 
 def write_table(table: pa.Table, path: str | Path) -> Path:
     """A whole transcript table (MemoryTranscripts.table()) to `path`, atomically, with the committed settings."""
-    from capeval.engine.store.segments import write_parquet_atomic
-
     return write_parquet_atomic(table.cast(TRANSCRIPTS), path, what="judge transcripts", row_group_size=1 << 16,
                                 **WRITE_OPTIONS)

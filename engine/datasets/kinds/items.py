@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
+from capeval.engine.inputs import read_items
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from capeval.engine.inputs import read_items
-
     items = read_items(resolve(base_dir, params["path"]), benchmark=params.get("benchmark"))
     media = {}
     for vid, path in zip(items.column("video_id").to_pylist(), items.column("media_path").to_pylist()):

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from capeval.engine.datasets.media import media_suffixes
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
+from capeval.engine.frames.images import media_type_of
 from capeval.engine.schemas import ITEMS
 
 
@@ -36,8 +37,6 @@ def _check(params: dict, base_dir: Path) -> list[str]:
 
 
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
-    from capeval.engine.frames.images import media_type_of
-
     root, files = media_files(params, base_dir)
     rows, media = [], {}
     for f in files:

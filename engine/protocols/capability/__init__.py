@@ -9,6 +9,8 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
 from . import parsing as _parsing, prompts as _prompts, release as _release, stand_in as _stand_in
 from .codes import CapabilityVerdict as _CapabilityVerdict
 from .official import OFFICIAL_MAX_ALLOW_MISSING, OFFICIAL_MAX_RETRY_TIMES
+from capeval.engine.protocols.capability import metrics
+from capeval.engine.protocols.capability.paired import paired_spec
 
 
 class CapabilityProtocol(_JudgeProtocol):
@@ -42,8 +44,6 @@ class CapabilityProtocol(_JudgeProtocol):
                      "official mode: stop re-asking once at most this many items are unanswered", low=0))
 
     def paired_spec(self, mode):
-        from .paired import paired_spec
-
         return paired_spec(mode)
 
     @property
@@ -115,8 +115,6 @@ class CapabilityProtocol(_JudgeProtocol):
         return _release.released_verdicts(path, items, flag)
 
     def compute_metrics(self, verdicts, **kwargs):
-        from . import metrics
-
         allowed = {"items", "captions", "n_resamples", "seed", "mode", "confidence"}
         kwargs = {k: v for k, v in kwargs.items() if k in allowed}  # build-only params (prompts, ...) are not
         kwargs["mode"] = _prompts.check_mode(kwargs.get("mode"))  # the run's mode; strict unless it says official

@@ -27,6 +27,7 @@ from capeval.engine.schemas import NO_VERDICT, VERDICTS, ParseStatus, conform
 
 from .codes import CapabilityQAVerdict
 from .qa import Question, parse_choice
+from capeval.engine.packs import load_pack
 
 PROTOCOL = "capability-qa"
 GRADE_STEP = "grade"
@@ -40,8 +41,6 @@ def grading_pack(prompts=None):
     """capeval's own grading pack (kt_pack.toml), or the pack at `prompts` (it needs a `qa/grade_open` prompt with
     the placeholders question, reference, answer)."""
     from pathlib import Path
-
-    from capeval.engine.packs import load_pack
 
     return load_pack(prompts or Path(__file__).with_name("kt_pack.toml"))
 

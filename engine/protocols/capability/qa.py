@@ -34,6 +34,7 @@ import pyarrow as pa
 from capeval.engine.keys import content_key, derived_seed
 
 from .codes import TASKS
+from capeval.engine.protocols.capability.prompts import categories, pack_for
 
 QA_VERSION = "1"  # enters every question id: bump when the wording or the option rules change
 LETTERS = "ABCDEFGH"
@@ -168,8 +169,6 @@ def _one(item: dict, task: str, sub_index, media: str, categories: dict, rng) ->
 def default_categories() -> dict[str, tuple[str, ...]]:
     """The category names of camera_angle / camera_movement / style, from capeval's own pack (the same names as
     the official lists)."""
-    from .prompts import categories, pack_for
-
     pack = pack_for("strict")
     return {t: categories(pack, t).names for t in CATEGORY_TASKS}
 

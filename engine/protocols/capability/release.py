@@ -25,6 +25,7 @@ import pyarrow as pa
 from capeval.engine import schemas
 from capeval.engine.datasets.jsonl import DatasetFormatError, field, read_jsonl, to_json_text
 from capeval.engine.errors import UsageError
+from capeval.engine.inputs.rows import warn
 from capeval.engine.keys import content_key
 from capeval.engine.protocols.capability.codes import CLASSIFICATION_TASKS, FROM_SCORE, TASKS, CapabilityVerdict
 
@@ -132,8 +133,6 @@ def load_items(annotations_dir: str | Path, tasks=TASKS, *, media_root: str | Pa
             for k, v in zip(cols, (task, file_id, file_id, media_path, media_type, to_json_text(anno))):
                 cols[k].append(v)
         if dropped:
-            from capeval.engine.inputs.rows import warn
-
             warn(f"{path}: dropped {dropped} identical duplicate record(s)")
     n = len(cols["task"])
     cols["benchmark"] = [BENCHMARK] * n

@@ -14,6 +14,9 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
 
 from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
 from .codes import CapQuizVerdict as _CapQuizVerdict
+from capeval.engine.protocols.capquiz.metrics import AVERAGES
+from capeval.engine.protocols.capquiz.paired import paired_spec
+from capeval.engine.protocols.capquiz.types import load_type_map
 
 
 class CapQuizProtocol(_JudgeProtocol):
@@ -54,8 +57,6 @@ class CapQuizProtocol(_JudgeProtocol):
         return None
 
     def paired_spec(self, mode):
-        from .paired import paired_spec
-
         return paired_spec(mode)
 
     @property
@@ -125,14 +126,10 @@ PROTOCOL = CapQuizProtocol()
 def _types_check(value) -> None:
     """A `type_families` mapping or JSON text is read here; a file path is read by the run (relative to its
     folder)."""
-    from .types import load_type_map
-
     if not isinstance(value, str) or value.strip()[:1] in "{[":
         load_type_map(value)
 
 
 def _check_average(average) -> None:
-    from .metrics import AVERAGES
-
     if average is not None and average not in AVERAGES:
         raise ValueError(f"capquiz: param average must be one of {list(AVERAGES)}, got {average!r}")

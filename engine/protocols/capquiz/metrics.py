@@ -48,6 +48,7 @@ from capeval.engine.metrics.core import CountTable, count_table, f1, metrics_fra
 
 from .codes import N_CODES, CapQuizVerdict
 from .types import GROUPS, group_lookup, load_type_map, normalize_type  # noqa: F401 (normalize_type re-exported)
+from capeval.engine.protocols.capquiz.prompts import check_mode
 
 CD, TP, FP = int(CapQuizVerdict.CANNOT_DETERMINE), int(CapQuizVerdict.CORRECT), int(CapQuizVerdict.WRONG)
 NV = N_CODES  # the count table's last column: rows without a verdict
@@ -156,8 +157,6 @@ def compute_metrics(
     Group columns: those, then family, question_type, mode; `family == question_type == "all"` is the overall row,
     `question_type == "all"` a family row; `inferred` flags groups read off type names. CIs: percentile bootstrap
     over videos."""
-    from .prompts import check_mode
-
     del captions, options
     _check_verdicts(verdicts)
     mode = check_mode(mode)

@@ -19,6 +19,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from capeval.engine.packs import builtin_pack_path, load_pack
+
 GROUPS = ("Descriptive", "Inferential")
 UNMAPPED = "unmapped"
 
@@ -34,8 +36,6 @@ def normalize_type(name: str | None) -> str:
 
 @lru_cache(maxsize=1)
 def builtin_types() -> tuple[dict, ...]:
-    from capeval.engine.packs import builtin_pack_path, load_pack
-
     return tuple(load_pack(builtin_pack_path("capquiz")).table("question_type"))
 
 

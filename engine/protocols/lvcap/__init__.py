@@ -20,6 +20,7 @@ from . import (autodq as _autodq, paper_events as _paper, parsing as _parsing, p
                stand_in as _stand_in, stand_in_gt as _stand_in_gt)
 from .codes import (BatchVerdict as _BatchVerdict, EntailmentVerdict as _EntailmentVerdict,
                     SceneQAVerdict as _SceneQAVerdict)
+from capeval.engine.protocols.lvcap.paired import paired_spec
 
 _IDENTITY = ("item_id", "video_id", "caption_key", "captioner", "prompt_id", "frame_spec")
 
@@ -67,8 +68,6 @@ class LVCapProtocol(_JudgeProtocol):
         return problems
 
     def paired_spec(self, mode):
-        from .paired import paired_spec
-
         return paired_spec(mode)
 
     @property

@@ -43,6 +43,7 @@ from capeval.engine.metrics.buckets import duration_bucket, duration_edges
 from capeval.engine.metrics.core import metrics_frame, safe_ratio, sum_table
 
 from .codes import N_ENTAILMENT_CODES, N_SCENE_CODES, EntailmentVerdict, SceneQAVerdict
+from capeval.engine.protocols.lvcap import autodq_metrics, paper_metrics
 
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
 ENTAIL_STEPS = ("entail_p", "entail_r")
@@ -201,8 +202,6 @@ def _strict_frame(verdicts, items, edges, *, n_resamples, seed, confidence, pape
 
 
 def _official_frame(verdicts, items, edges, *, n_resamples, seed, confidence) -> pl.DataFrame:
-    from . import autodq_metrics, paper_metrics
-
     v = verdicts.with_columns(
         [pl.col(c).cast(pl.String).fill_null("-") if c in verdicts.columns else pl.lit("-").alias(c)
          for c in GROUP_COLUMNS])

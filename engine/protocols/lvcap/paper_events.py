@@ -30,8 +30,10 @@ from __future__ import annotations
 import json
 import math
 
-from capeval.engine.replies.repair import ParseError
 from capeval.engine.protocols.base import Rendered
+from capeval.engine.protocols.lvcap.codes import BatchVerdict
+from capeval.engine.replies.repair import ParseError
+from capeval.engine.schemas import NO_VERDICT, ParseStatus
 
 EXTRACT_ID = "gt/extract_events"
 MATCH_ID = "judge/event_match"
@@ -150,10 +152,6 @@ def parse_match(text: str | None, n_gt: int, n_model: int) -> dict:
 
 def parse_reply(step: str, text: str | None, ctx: dict) -> tuple[int, object, str]:
     """(verdict code, ParseStatus, detail JSON) of a paper-scoring reply; ParseError when it is rejected."""
-    from capeval.engine.schemas import NO_VERDICT, ParseStatus
-
-    from .codes import BatchVerdict
-
     if step == "extract":
         return NO_VERDICT, ParseStatus.OK, json.dumps({"events": parse_extract(text)}, ensure_ascii=False)
     if step == "event_match":

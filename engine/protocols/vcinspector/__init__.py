@@ -8,6 +8,7 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
 
 from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
 from .codes import VCInspectorVerdict as _VCInspectorVerdict
+from capeval.engine.protocols.vcinspector.paired import paired_spec
 
 
 class VCInspectorProtocol(_JudgeProtocol):
@@ -30,8 +31,6 @@ class VCInspectorProtocol(_JudgeProtocol):
                      "strict: the captioner's)"))
 
     def paired_spec(self, mode):
-        from .paired import paired_spec
-
         return paired_spec(mode)
 
     @property

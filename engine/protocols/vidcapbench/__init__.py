@@ -3,7 +3,7 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from capeval.engine.keys import tagged_revision as _tagged_revision
+from capeval.engine.keys import content_key as _content_key, tagged_revision as _tagged_revision
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
@@ -14,6 +14,7 @@ from capeval.engine.schemas import ParseStatus as _ParseStatus
 
 from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
 from .codes import VidCapBenchVerdict as _VidCapBenchVerdict
+from capeval.engine.protocols.vidcapbench.paired import paired_spec
 
 
 class VidCapBenchProtocol(_JudgeProtocol):
@@ -39,8 +40,6 @@ class VidCapBenchProtocol(_JudgeProtocol):
                      metrics=True))
 
     def paired_spec(self, mode):
-        from .paired import paired_spec
-
         return paired_spec(mode)
     intermediate_steps = ("answer",)
 
@@ -107,8 +106,6 @@ def _per_pair_keys(table):
     and caption). At temperature 0 equal prompts share one cached judgment."""
     if table.num_rows == 0:
         return table
-    from capeval.engine.keys import content_key as _content_key
-
     rows = table.to_pylist()
     changed = False
     for r in rows:

@@ -26,6 +26,7 @@ import pyarrow as pa
 
 from capeval.engine import schemas
 from capeval.engine.datasets.jsonl import DatasetFormatError, field, read_jsonl
+from capeval.engine.protocols.vidcapbench.metrics import dimension_of
 
 BENCHMARK = "vidcapbench"
 TASK = "qa"
@@ -49,8 +50,6 @@ def _records(path: Path):
 
 def load_vidcapbench(path: str | Path) -> pa.Table:
     """ITEMS table of every QA pair in a VidCapBench QA file (see the module docstring)."""
-    from capeval.engine.protocols.vidcapbench.metrics import dimension_of
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such VidCapBench QA file")
