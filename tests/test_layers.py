@@ -348,7 +348,6 @@ UNDEFERRED_FUNCTION_IMPORTS: dict[str, int] = {
     "engine/sweep/datasets.py": 6,
     "engine/sweep/decide_rounds.py": 8,
     "engine/sweep/grid.py": 5,
-    "engine/sweep/judge_stage.py": 8,
     "engine/sweep/overlap.py": 1,
     "engine/sweep/pairs.py": 5,
     "engine/sweep/plan.py": 16,

@@ -16,6 +16,11 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from capeval.engine.judging.scheduler import JudgeScheduler
+from capeval.engine.metrics.reasons import explain_nulls
+from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
+from capeval.engine.registry import lookup
+from capeval.engine.store.transcripts import TranscriptSpool
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep import cells as cellmod
 from capeval.engine.sweep.breakdowns import cell_breakdowns
@@ -62,8 +67,6 @@ class JudgeStage:
 
     def transcripts(self, key: str):
         """The sink of the cell's judge transcripts (spooled under the run folder's transcripts/)."""
-        from capeval.engine.store.transcripts import TranscriptSpool
-
         self.spools[key] = TranscriptSpool(self.stores.transcripts, key)
         return self.spools[key]
 
@@ -74,12 +77,10 @@ class JudgeStage:
         return list(groups.values())
 
     def judge_for(self, jspec: ComponentSpec):
-        from capeval.engine.registry import lookup
-
         if jspec.display not in self.judges:
             opts = self.config.options
             if opts.judge_actors:  # engines on Ray actors (one per GPU), fed with backpressure
-                from capeval.adapters.ray_pool import JudgePool
+                from capeval.adapters.ray_pool import JudgePool  # deferred: Ray
 
                 self.judges[jspec.display] = JudgePool(jspec.name, jspec.params, num_actors=opts.judge_actors,
                                                        batch_size=opts.judge_batch_size,
@@ -89,8 +90,6 @@ class JudgeStage:
         return self.judges[jspec.display]
 
     def scheduler(self, judge):
-        from capeval.engine.judging.scheduler import JudgeScheduler
-
         return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
                               progress=self.run.progress, warn_failure_share=self.config.options.warn_failure_share)
 
@@ -100,8 +99,6 @@ class JudgeStage:
 
     def prepare(self, cell: ResultCell, judge, inputs, *, requests: bool = True) -> tuple[Prepared, pa.Table | None]:
         """The cell's captions, items and video failures (and, with `requests`, its whole request table)."""
-        from capeval.engine.registry import lookup
-
         protocol = lookup("protocol", cell.protocol.name)
         data = self.data(cell)
         captions, video_failures = cellmod.cell_captions(cell, self.run, inputs)
@@ -126,8 +123,6 @@ class JudgeStage:
     def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
         """Account for every item, compute the metrics and commit the cell."""
         import polars as pl
-
-        from capeval.engine.metrics.reasons import explain_nulls
 
         cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
@@ -177,8 +172,6 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
 def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
     """Captions are being made on another thread (`watch` hears of them): per judge, each cell starts empty and
     grows by the requests of its videos as they are captioned (engine/sweep/overlap.CellFeed)."""
-    from capeval.engine.registry import lookup
-
     for cells in stage.by_judge():
         judge = stage.judge_for(cells[0].judge)
         sched = stage.scheduler(judge)
@@ -187,8 +180,6 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
                     if not judge_sees_frames(c.protocol.name) and not c.caption.from_file}
 
         def start(cell: ResultCell) -> None:
-            from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
-
             protocol = lookup("protocol", cell.protocol.name)
             key = stage.keys[cell]
             sched.add(REQUESTS_WITH_CONTEXT.empty_table(), protocol, name=key,
