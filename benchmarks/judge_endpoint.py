@@ -26,10 +26,11 @@ from capeval.adapters.http_chat import Prices
 from capeval.engine import schemas
 from capeval.engine.errors import AbortedError, UsageError
 from capeval.engine.inputs.tables import read_captions, read_items
+from capeval.engine.datasets.registry import load
+from capeval.engine.judge_run.inputs import release_kind
 from capeval.engine.judging.backends import make_judge
 from capeval.engine.judging.requests import to_judge_request
 from capeval.engine.protocols.base import RequestContext
-from capeval.engine.protocols.capability import release as capability
 from capeval.engine.registry import lookup
 from capeval.engine.secrets import redact
 from capeval.engine.sweep.config import load_sweep
@@ -52,16 +53,21 @@ def _pct(values: list[float], q: float) -> float | None:
 
 
 def read_inputs(items_path: Path, captions_path: Path | None, protocol: str):
-    """ITEMS and CAPTIONS tables: a CAPability release folder/file, or a user's JSONL/CSV/Parquet file
-    (engine/inputs/tables.py). Without captions, each video gets one placeholder caption (shape-only workload)."""
-    if capability.is_release_file(items_path):
-        items = capability.load_items(items_path)
-    else:
+    """ITEMS and CAPTIONS tables: a registered benchmark's release layout (the dataset kind its protocol's
+    release_dataset_kind names, as `capeval judge` finds it), or a user's JSONL/CSV/Parquet file
+    (engine/inputs/tables.py); a captions folder (a release's captions/<model>/) is read by the protocol's
+    read_captions. Without captions, each video gets one placeholder caption (shape-only workload)."""
+    kind = release_kind(Path(items_path))
+    if kind == "items":
         items = read_items(items_path, benchmark=protocol, resolve_media=False)
+    else:
+        items = load(kind, {"path": str(Path(items_path).resolve())}).items
     if captions_path is None:
         return _placeholder_captions(items)
     if Path(captions_path).is_dir():
-        return items, capability.load_captions(captions_path, items), str(captions_path)
+        chosen = lookup("protocol", protocol)
+        return items, chosen.read_captions(Path(captions_path), items, chosen.caption_file_rules(None)), \
+            str(captions_path)
     return items, read_captions(captions_path), str(captions_path)
 
 
@@ -243,9 +249,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--base-url", help="OpenAI-compatible endpoint (openai), e.g. http://gpu-node:8000/v1")
     p.add_argument("--judge-model", required=True, help="model name (openai) or local path / HF id (vllm)")
     p.add_argument("--protocol", required=True, help="a registered protocol (capeval list)")
-    p.add_argument("--items", required=True, type=Path, help="items: a CAPability annotations folder, or a "
-                   "JSONL/CSV/Parquet items file (docs/inputs.md)")
-    p.add_argument("--captions", type=Path, help="captions file or CAPability captions/<model> folder (default: "
+    p.add_argument("--items", required=True, type=Path, help="items: a release's annotations folder (its protocol "
+                   "reads it), or a JSONL/CSV/Parquet items file (docs/inputs.md)")
+    p.add_argument("--captions", type=Path, help="captions file or a release's captions/<model> folder (default: "
                    "one placeholder caption per video)")
     p.add_argument("--seeds", default="0", help="comma-separated judge seeds, one trial per seed (default 0); "
                    "the trials of an item are adjacent, as in `capeval judge`")
