@@ -35,6 +35,7 @@ import av
 import numpy as np
 
 from capeval.engine.datasets.synthetic_videos import make_video
+from capeval.engine.frames.sampling import FrameSpec
 
 TARGETS = {"speedup_vs_all": 10.0, "ratio_to_lower_bound": 1.5, "ray_scaling": 1.7}
 
@@ -139,12 +140,12 @@ def _ray_scaling(videos: list[Path], spec: str, work: Path, repeats: int) -> dic
     try:
         for workers in (1, 2):
             pools[workers] = DecodePool(workers, threads=1)
-            pools[workers].map(videos[:workers], spec, RAY_SIZE, work / f"warm{workers}")  # imports, first calls
+            pools[workers].map(videos[:workers], FrameSpec.parse(spec), RAY_SIZE, work / f"warm{workers}")  # imports, first calls
         times: dict[int, list[float]] = {1: [], 2: []}
         for r in range(repeats):
             for workers in (1, 2):
                 t0 = time.perf_counter()
-                rows = pools[workers].map(videos, spec, RAY_SIZE, work / f"cache_w{workers}_{r}")  # fresh cache
+                rows = pools[workers].map(videos, FrameSpec.parse(spec), RAY_SIZE, work / f"cache_w{workers}_{r}")  # fresh cache
                 times[workers].append(time.perf_counter() - t0)
                 assert all(row["error"] is None for row in rows), [row["error"] for row in rows if row["error"]]
         out["one_worker_s"], out["two_workers_s"] = min(times[1]), min(times[2])
@@ -165,15 +166,16 @@ def _compare(clip: Path, spec: str, repeats: int) -> dict:
     """Our decoder vs decode-all vs the lower bound for one spec; all three must return the same pixels."""
     from capeval.engine.frames.decode import decode_frames
 
-    ours = decode_frames(clip, spec)  # warm-up; its timestamps define the frames every method must return
+    frame_spec = FrameSpec.parse(spec)
+    ours = decode_frames(clip, frame_spec)  # warm-up; its timestamps define the frames every method must return
     keep = ours.timestamps
     keys = keyframe_display_times(clip)  # the lower bound "already knows the keyframes": found outside its timing
     runs = {"ours": [], "all": [], "lower": [], "no_skip": []}
     # Interleaved repeats, best of each: on a shared machine, load drifts between runs, not within one.
     for r in range(repeats):
-        t, ours = _timed(lambda: decode_frames(clip, spec))
+        t, ours = _timed(lambda: decode_frames(clip, frame_spec))
         runs["ours"].append(t)
-        t, no_skip = _timed(lambda: decode_frames(clip, spec, skip_nonref=False))
+        t, no_skip = _timed(lambda: decode_frames(clip, frame_spec, skip_nonref=False))
         runs["no_skip"].append(t)
         t, (lb_frames, n_lower) = _timed(lambda: lower_bound(clip, keep, keys))
         runs["lower"].append(t)

@@ -22,6 +22,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+from capeval.engine.frames.sampling import FrameSpec
+
 RAW_1080P = 1920 * 1080 * 3
 
 
@@ -82,7 +84,7 @@ def measure(clip: Path, size, frames: int = 16, quality: int | None = None) -> d
     from capeval.engine.frames.sizes import size_text
 
     quality = JPEG_QUALITY if quality is None else quality
-    result = decode_frames(clip, f"uniform:{frames}", size, threads=1)
+    result = decode_frames(clip, FrameSpec.parse(f"uniform:{frames}"), size, threads=1)
     blobs = encode_jpegs(result.frames, quality)
     per_frame = sum(map(len, blobs)) / len(blobs)
     t, h, w, _ = result.frames.shape

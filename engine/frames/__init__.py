@@ -1,6 +1,6 @@
 """Frames stage: sampling specs, sparse PyAV decoding, decode sizes, the JPEG frame cache and Ray decode workers.
 
-    from capeval.engine.frames import parse_frame_spec, decode_frames, decode_frames_cached, decode_videos_table
+    from capeval.engine.frames import FrameSpec, decode_frames, decode_frames_cached, decode_videos_table
     from capeval.engine.frames.ray_decode import decode_videos_ray, DecodePool   # needs ray.init()
 """
 
@@ -20,13 +20,12 @@ from capeval.engine.frames.decode import (
 )
 from capeval.engine.frames.sizes import DEFAULT_SIZE, SizeError, frame_size_for, parse_size
 from capeval.engine.frames.images import decode_image, is_image_path, media_type_of
-from capeval.engine.frames.sampling import (FPS, FrameSpecError, KeyframeSnap, Linspace, Segments, Uniform, parse_frame_spec,
-                                    target_timestamps)
+from capeval.engine.frames.sampling import FPS, FrameSpec, FrameSpecError, KeyframeSnap, Linspace, Segments, Uniform
 
 __all__ = [
-    "FPS", "CorruptVideoError", "KeyframeSnap", "Linspace", "decode_image", "is_image_path", "media_type_of", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
+    "FPS", "FrameSpec", "CorruptVideoError", "KeyframeSnap", "Linspace", "decode_image", "is_image_path", "media_type_of", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
     "Segments", "TruncatedVideoError", "Uniform", "VideoDecodeError", "VideoNotFoundError", "decode_frames",
     "decode_frames_cached", "decode_videos_table", "frames_row", "load_encoded_frames", "load_frames",
-    "DEFAULT_SIZE", "SizeError", "frame_size_for", "parse_size", "parse_frame_spec",
-    "probe_duration", "size_text", "target_timestamps",
+    "DEFAULT_SIZE", "SizeError", "frame_size_for", "parse_size",
+    "probe_duration", "size_text",
 ]

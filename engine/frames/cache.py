@@ -26,7 +26,7 @@ import pyarrow as pa
 from capeval.engine import schemas
 from capeval.engine.frames import shards
 from capeval.engine.frames.decode import FramesResult, VideoDecodeError, decode_frames
-from capeval.engine.frames.sampling import FrameSpec, parse_frame_spec
+from capeval.engine.frames.sampling import FrameSpec
 from capeval.engine.frames.sizes import Size, parse_size, size_text
 from capeval.engine.keys import file_digest, frames_key
 
@@ -80,7 +80,7 @@ def frames_key_at(row: dict, size: Size) -> str:
     digest = parse_locator(path).get("digest")
     if not digest:
         return row["frames_key"]
-    return frames_key(digest, str(parse_frame_spec(row["frame_spec"])), size_text(size))
+    return frames_key(digest, str(FrameSpec.parse(row["frame_spec"])), size_text(size))
 
 
 def _meta(key: str, spec: FrameSpec, size: Size, result: FramesResult) -> dict:
@@ -110,11 +110,11 @@ def _decode_and_store(path: Path, spec: FrameSpec, size: Size, cache_dir, thread
     return meta, blobs, result
 
 
-def ensure_frames(path: str | Path, spec: str | FrameSpec, size: Size, cache_dir: str | Path, *,
+def ensure_frames(path: str | Path, spec: FrameSpec, size: Size, cache_dir: str | Path, *,
                   threads: int | str = "auto", cap_bytes: int | None = None) -> tuple[str, dict, str, bool]:
     """(key, meta, locator, hit) of `path` at `spec` and `size`, decoding and storing it on a miss; raises
     VideoDecodeError for bad media and OSError when the cache cannot be written."""
-    path, spec, size = Path(path), parse_frame_spec(spec), parse_size(size)
+    path, size = Path(path), parse_size(size)
     digest = video_digest(path)
     key = frames_key(digest, str(spec), size_text(size))
     loc = locator(cache_dir, key, str(spec), size, path, digest)
@@ -126,12 +126,12 @@ def ensure_frames(path: str | Path, spec: str | FrameSpec, size: Size, cache_dir
 
 
 def decode_frames_cached(
-    path: str | Path, spec: str | FrameSpec, size: Size = None, cache_dir: str | Path = ".capeval/frames", *,
+    path: str | Path, spec: FrameSpec, size: Size = None, cache_dir: str | Path = ".capeval/frames", *,
     threads: int | str = "auto", cap_bytes: int | None = None,
 ) -> FramesResult:
     """Frames of `path` for `spec` at `size`, from the cache or decoded (and stored) now; the pixels are the
     stored ones either way."""
-    path, spec = Path(path), parse_frame_spec(spec)
+    path = Path(path)
     if not path.exists():
         decode_frames(path, spec, size)  # raises the same VideoNotFoundError a direct decode would
     before = DECODES["count"]
@@ -147,11 +147,10 @@ def decode_frames_cached(
 
 
 def frames_row(
-    path: str | Path, video_id: str, spec: str | FrameSpec, size: Size, cache_dir: str | Path, *,
+    path: str | Path, video_id: str, spec: FrameSpec, size: Size, cache_dir: str | Path, *,
     threads: int | str = "auto", cap_bytes: int | None = None,
 ) -> dict:
     """One FRAMES row for one video; a bad video gives a row with `error` set instead of raising."""
-    spec = parse_frame_spec(spec)
     path = Path(path)
     try:
         key, meta, loc, _ = ensure_frames(path, spec, size, cache_dir, threads=threads, cap_bytes=cap_bytes)
@@ -179,7 +178,7 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
 
 
 def decode_videos_table(
-    paths: Iterable[str | Path], spec: str | FrameSpec, size: Size = None, cache_dir: str | Path = ".capeval/frames",
+    paths: Iterable[str | Path], spec: FrameSpec, size: Size = None, cache_dir: str | Path = ".capeval/frames",
     *, video_ids: Iterable[str] | None = None, threads: int | str = "auto", progress: Callable[[int, int], None] | None = None,
 ) -> pa.Table:
     """FRAMES table for `paths` (one row each, in order; bad videos give error rows and the batch goes on).
@@ -190,7 +189,6 @@ def decode_videos_table(
     ids = [p.stem for p in paths] if video_ids is None else [str(v) for v in video_ids]
     if len(ids) != len(paths):
         raise ValueError(f"{len(paths)} paths but {len(ids)} video_ids")
-    spec = parse_frame_spec(spec)
     rows = []
     for n, (p, vid) in enumerate(zip(paths, ids), 1):
         rows.append(frames_row(p, vid, spec, size, cache_dir, threads=threads))
@@ -224,7 +222,7 @@ def load_encoded_frames(row_or_path: dict | str | Path) -> tuple[bytes, ...] | N
             return blobs
         index.forget(loc["key"], entry)
     # Gone (evicted, even mid-use) or damaged: make it again, exactly as the first time.
-    src, spec, size = Path(loc["src"]), parse_frame_spec(loc["spec"]), parse_size(loc["size"])
+    src, spec, size = Path(loc["src"]), FrameSpec.parse(loc["spec"]), parse_size(loc["size"])
     if not src.exists():
         raise FileNotFoundError(f"frames {loc['key']} left the frame cache and their video {src} is gone")
     if frames_key(video_digest(src), str(spec), size_text(size)) != loc["key"]:

@@ -30,7 +30,7 @@ import numpy as np
 from capeval.engine.frames.images import decode_image, is_image_path
 from capeval.engine.frames.results import (CorruptVideoError, EmptyVideoError, FramesResult, NoVideoStreamError,  # noqa: F401
                                    TruncatedVideoError, VideoDecodeError, VideoNotFoundError)  # re-exported here too
-from capeval.engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, parse_frame_spec, spec_timestamps
+from capeval.engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap
 from capeval.engine.frames.sizes import Size, output_size, size_text  # noqa: F401 - re-exported (older imports)
 
 
@@ -133,7 +133,7 @@ def _probe(path: Path, stream, container) -> tuple[KeyframeIndex, float, bool]:
 
 def decode_frames(
     path: str | Path,
-    spec: str | FrameSpec,
+    spec: FrameSpec,
     size: Size = None,
     *,
     threads: int | str = "auto",
@@ -143,7 +143,6 @@ def decode_frames(
     """Decode the frames `spec` asks for from the video at `path`, resized to `size`; see the module doc.
     `skip_nonref=False` decodes every frame between a keyframe and its target (same output, slower)."""
     path = Path(path)
-    spec = parse_frame_spec(spec)
     if is_image_path(path):
         return decode_image(path, spec, size)
     container = _open(path)
@@ -158,7 +157,7 @@ def decode_frames(
             _configure(stream, threads)
         try:
             rate = float(stream.guessed_rate or stream.average_rate or 0) or None
-            targets = spec_timestamps(spec, duration, rate)
+            targets = spec.timestamps(duration, rate)
             if isinstance(spec, KeyframeSnap):
                 near = [k for t in targets for k in (keys.before(t), keys.after(t)) if k is not None]
                 targets = spec.snap(targets, np.unique(np.array(near, np.float64)), duration)

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from capeval.engine.frames.results import CorruptVideoError, EmptyVideoError, FramesResult, VideoNotFoundError
-from capeval.engine.frames.sampling import FrameSpec, parse_frame_spec
+from capeval.engine.frames.sampling import FrameSpec
 from capeval.engine.frames.sizes import Size, output_size, size_text
 
 #: still-image suffixes decoded with Pillow as one frame (animated GIFs go through PyAV as videos)
@@ -25,12 +25,11 @@ def media_type_of(path: str | Path) -> str:
     return "image" if is_image_path(path) else "video"
 
 
-def decode_image(path: str | Path, spec: str | FrameSpec, size: Size = None) -> FramesResult:
+def decode_image(path: str | Path, spec: FrameSpec, size: Size = None) -> FramesResult:
     """A still image as ONE frame (whatever the spec asks): uint8 (1, H, W, 3), timestamps [0.0]."""
     from PIL import Image, UnidentifiedImageError
 
     path = Path(path)
-    spec = parse_frame_spec(spec)
     if not path.exists() or path.is_dir():
         raise VideoNotFoundError(path, "no such file" if not path.exists() else "is a directory, not an image")
     if path.stat().st_size == 0:

@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from capeval.engine.frames.cache import frames_row, rows_to_table
 from capeval.engine.frames.decode import Size
-from capeval.engine.frames.sampling import FrameSpec, parse_frame_spec
+from capeval.engine.frames.sampling import FrameSpec
 
 _WORKER_CLS = None
 
@@ -29,7 +29,7 @@ def _worker_class():
             def ready(self) -> bool:
                 return True
 
-            def decode(self, path: str, video_id: str, spec: str, size, cache_dir: str, threads) -> dict:
+            def decode(self, path: str, video_id: str, spec: FrameSpec, size, cache_dir: str, threads) -> dict:
                 return frames_row(path, video_id, spec, size, cache_dir, threads=threads)
 
         _WORKER_CLS = FrameDecodeWorker
@@ -52,7 +52,7 @@ class DecodePool:
         ray.get([w.ready.remote() for w in self.workers])  # start-up is paid here, not inside map()
 
     def map(
-        self, paths: Iterable[str | Path], spec: str | FrameSpec, size: Size = None,
+        self, paths: Iterable[str | Path], spec: FrameSpec, size: Size = None,
         cache_dir: str | Path = ".capeval/frames", *, video_ids: Iterable[str] | None = None,
         progress: Callable[[int, int], None] | None = None,
     ) -> list[dict]:
@@ -63,7 +63,7 @@ class DecodePool:
         ids = [Path(p).stem for p in paths] if video_ids is None else [str(v) for v in video_ids]
         if len(ids) != len(paths):
             raise ValueError(f"{len(paths)} paths but {len(ids)} video_ids")
-        spec_text = str(parse_frame_spec(spec))
+        spec_text = str(spec)
         cache_dir = str(Path(cache_dir).resolve())
         rows: list[dict | None] = [None] * len(paths)
         load = {i: 0 for i in range(len(self.workers))}
@@ -72,7 +72,7 @@ class DecodePool:
         while done < len(paths):
             while nxt < len(paths) and len(pending) < len(self.workers) * self.per_worker:
                 w = min(load, key=load.get)  # least-loaded actor
-                ref = self.workers[w].decode.remote(paths[nxt], ids[nxt], spec_text, size, cache_dir, self.threads)
+                ref = self.workers[w].decode.remote(paths[nxt], ids[nxt], spec, size, cache_dir, self.threads)
                 pending[ref] = (nxt, w)
                 load[w] += 1
                 nxt += 1
@@ -110,7 +110,7 @@ def frames_row_error(path: str, video_id: str, spec_text: str, size: Size, messa
 
 
 def decode_videos_ray(
-    paths: Iterable[str | Path], spec: str | FrameSpec, size: Size = None, cache_dir: str | Path = ".capeval/frames",
+    paths: Iterable[str | Path], spec: FrameSpec, size: Size = None, cache_dir: str | Path = ".capeval/frames",
     *, video_ids: Iterable[str] | None = None, num_workers: int = 2, threads: int | str = 1,
     progress: Callable[[int, int], None] | None = None,
 ) -> pa.Table:

@@ -1,7 +1,7 @@
 """Frame sampling specs: which timestamps to take from a video of a given duration.
 
 Each spec is a small frozen dataclass with a canonical text form (`str(spec)`), used in content keys and in
-the `frame_spec` column, and parsed back by `parse_frame_spec`:
+the `frame_spec` column, and parsed back by `FrameSpec.parse`:
 
     uniform:32                     32 frames at the centres of 32 equal segments (papers use 8-128)
     fps:0.4                        one frame every 1/0.4 s, at interval centres (long-video papers' 0.4 fps)
@@ -33,7 +33,61 @@ class FrameSpecError(ValueError):
 
 
 @dataclass(frozen=True)
-class Uniform:
+class FrameSpec:
+    """A frame sampling spec: one of the kinds below. Its canonical text (`str(spec)`) is its identity in content
+    keys and in the `frame_spec` columns; `FrameSpec.parse` makes the value from text once, where text enters (the
+    sweep file, a command's arguments, a stored column read back), and the frames stage takes the value."""
+
+    @staticmethod
+    def parse(text: str) -> "FrameSpec":
+        """The spec of `text` (its canonical form or a looser spelling: case, spaces); errors say what was
+        expected."""
+        if not isinstance(text, str):
+            raise FrameSpecError(f"frame spec must be text like 'uniform:32', got {type(text).__name__}")
+        base, comma, last = text.strip().rpartition(",")
+        if comma and last.strip().lower().replace(" ", "") == "snap=key":
+            return KeyframeSnap(FrameSpec.parse(base))
+        kind, sep, rest = text.strip().partition(":")
+        kind = kind.strip().lower()
+        if not sep or not rest.strip():
+            raise FrameSpecError(f"frame spec {text!r}: expected KIND:ARGS, e.g. uniform:32, fps:0.4,max=64, "
+                                 f"segments:length=60,per=4")
+        args = [a.strip() for a in rest.split(",")]
+        try:
+            if kind == "uniform":
+                if len(args) != 1:
+                    raise FrameSpecError(f"frame spec {text!r}: uniform takes one count, e.g. uniform:32")
+                return Uniform(_int(args[0], text))
+            if kind == "linspace":
+                if len(args) != 1:
+                    raise FrameSpecError(f"frame spec {text!r}: linspace takes one count, e.g. linspace:32")
+                return Linspace(_int(args[0], text))
+            if kind == "fps":
+                opts = _options(args[1:], text, allowed={"max"})
+                return FPS(_float(args[0], text), _int(opts["max"], text) if "max" in opts else None)
+            if kind == "segments":
+                opts = _options(args, text, allowed={"length", "at", "per"})
+                if "per" not in opts:
+                    raise FrameSpecError(f"frame spec {text!r}: segments needs per=N")
+                at = opts.get("at")
+                return Segments(
+                    per_segment=_int(opts["per"], text),
+                    length_s=_float(opts["length"], text) if "length" in opts else None,
+                    boundaries=tuple(_float(x, text) for x in at.split("|")) if at is not None else None,
+                )
+        except FrameSpecError as exc:
+            if text in str(exc):
+                raise
+            raise FrameSpecError(f"frame spec {text!r}: {exc}") from None
+        raise FrameSpecError(f"frame spec {text!r}: unknown kind {kind!r} (use uniform, linspace, fps or segments)")
+
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
+        """Target seconds for a video of `duration` s at `rate` frames/s (only linspace needs the rate)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Uniform(FrameSpec):
     n: int
 
     def __post_init__(self):
@@ -43,12 +97,12 @@ class Uniform:
     def __str__(self) -> str:
         return f"uniform:{self.n}"
 
-    def timestamps(self, duration: float) -> np.ndarray:
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
         return _centres(0.0, _check_duration(duration), self.n)
 
 
 @dataclass(frozen=True)
-class FPS:
+class FPS(FrameSpec):
     fps: float
     max_frames: int | None = None
 
@@ -62,7 +116,7 @@ class FPS:
         base = f"fps:{_num(self.fps)}"
         return base if self.max_frames is None else f"{base},max={self.max_frames}"
 
-    def timestamps(self, duration: float) -> np.ndarray:
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
         duration = _check_duration(duration)
         n = max(1, int(math.floor(duration * self.fps + 1e-9)))
         if self.max_frames is not None and n > self.max_frames:
@@ -71,7 +125,7 @@ class FPS:
 
 
 @dataclass(frozen=True)
-class Segments:
+class Segments(FrameSpec):
     """Uniform frames per segment; segments of `length_s` seconds, or split at `boundaries` (seconds)."""
 
     per_segment: int
@@ -103,13 +157,13 @@ class Segments:
             return [min(i * self.length_s, duration) for i in range(n)] + [duration]
         return [0.0] + [b for b in self.boundaries if b < duration] + [duration]
 
-    def timestamps(self, duration: float) -> np.ndarray:
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
         e = self.edges(duration)
         return np.concatenate([_centres(a, b, self.per_segment) for a, b in zip(e[:-1], e[1:])])
 
 
 @dataclass(frozen=True)
-class Linspace:
+class Linspace(FrameSpec):
     """Frame indices np.linspace(0, N-1, k) truncated to int (decord-style), N = frames in the video."""
 
     n: int
@@ -134,14 +188,14 @@ class Linspace:
 
 
 @dataclass(frozen=True)
-class KeyframeSnap:
+class KeyframeSnap(FrameSpec):
     """`spec`, but each target moves to the nearest keyframe within half the gap to its neighbours.
 
     A throughput mode for long videos: a keyframe needs no earlier frames, so each target costs one decoded
     frame instead of half a GOP on average. The frames differ from the exact spec's, hence its own text/key.
     """
 
-    spec: "Uniform | FPS | Segments | Linspace"
+    spec: FrameSpec  # a uniform, fps, segments or linspace spec
 
     def __post_init__(self):
         if not isinstance(self.spec, (Uniform, FPS, Segments, Linspace)):
@@ -151,7 +205,7 @@ class KeyframeSnap:
         return f"{self.spec},snap=key"
 
     def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
-        return spec_timestamps(self.spec, duration, rate)
+        return self.spec.timestamps(duration, rate)
 
     def snap(self, targets: np.ndarray, keyframes: np.ndarray, duration: float) -> np.ndarray:
         """Targets moved to keyframes (seconds) where one is close enough; others unchanged."""
@@ -171,65 +225,6 @@ class KeyframeSnap:
             j = np.where(np.abs(keys[j - 1] - t) <= np.abs(keys[j] - t), j - 1, j)
         nearest = keys[j]
         return np.where(np.abs(nearest - t) <= reach, nearest, t)
-
-
-FrameSpec = Uniform | FPS | Segments | Linspace | KeyframeSnap
-_SPEC_TYPES = (Uniform, FPS, Segments, Linspace, KeyframeSnap)
-
-
-def spec_timestamps(spec: FrameSpec, duration: float, rate: float | None = None) -> np.ndarray:
-    """Target seconds of `spec` for a video of `duration` s at `rate` frames/s (only linspace needs the rate)."""
-    if isinstance(spec, (Linspace, KeyframeSnap)):
-        return spec.timestamps(duration, rate)
-    return spec.timestamps(duration)
-
-
-def parse_frame_spec(text: str | FrameSpec) -> FrameSpec:
-    """Parse the canonical text of a spec (a spec object passes through); errors say what was expected."""
-    if isinstance(text, _SPEC_TYPES):
-        return text
-    if not isinstance(text, str):
-        raise FrameSpecError(f"frame spec must be text like 'uniform:32', got {type(text).__name__}")
-    base, comma, last = text.strip().rpartition(",")
-    if comma and last.strip().lower().replace(" ", "") == "snap=key":
-        return KeyframeSnap(parse_frame_spec(base))
-    kind, sep, rest = text.strip().partition(":")
-    kind = kind.strip().lower()
-    if not sep or not rest.strip():
-        raise FrameSpecError(f"frame spec {text!r}: expected KIND:ARGS, e.g. uniform:32, fps:0.4,max=64, segments:length=60,per=4")
-    args = [a.strip() for a in rest.split(",")]
-    try:
-        if kind == "uniform":
-            if len(args) != 1:
-                raise FrameSpecError(f"frame spec {text!r}: uniform takes one count, e.g. uniform:32")
-            return Uniform(_int(args[0], text))
-        if kind == "linspace":
-            if len(args) != 1:
-                raise FrameSpecError(f"frame spec {text!r}: linspace takes one count, e.g. linspace:32")
-            return Linspace(_int(args[0], text))
-        if kind == "fps":
-            opts = _options(args[1:], text, allowed={"max"})
-            return FPS(_float(args[0], text), _int(opts["max"], text) if "max" in opts else None)
-        if kind == "segments":
-            opts = _options(args, text, allowed={"length", "at", "per"})
-            if "per" not in opts:
-                raise FrameSpecError(f"frame spec {text!r}: segments needs per=N")
-            at = opts.get("at")
-            return Segments(
-                per_segment=_int(opts["per"], text),
-                length_s=_float(opts["length"], text) if "length" in opts else None,
-                boundaries=tuple(_float(x, text) for x in at.split("|")) if at is not None else None,
-            )
-    except FrameSpecError as exc:
-        if text in str(exc):
-            raise
-        raise FrameSpecError(f"frame spec {text!r}: {exc}") from None
-    raise FrameSpecError(f"frame spec {text!r}: unknown kind {kind!r} (use uniform, linspace, fps or segments)")
-
-
-def target_timestamps(spec: str | FrameSpec, duration: float, rate: float | None = None) -> np.ndarray:
-    """Seconds from the video start of the frames `spec` asks for, for a video of `duration` seconds."""
-    return spec_timestamps(parse_frame_spec(spec), duration, rate)
 
 
 def _centres(start: float, stop: float, n: int) -> np.ndarray:

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 from capeval.engine.datasets.registry import load
 from capeval.engine.errors import UsageError
 from capeval.engine.frames.cache import decode_videos_table
+from capeval.engine.frames.sampling import FrameSpec
 from capeval.engine.inputs import read_items
 from capeval.engine.judge_run.options import protocol_params
 from capeval.engine.protocols.base import JudgeProtocol
@@ -168,7 +169,7 @@ def judge_frames(items, params: dict, default_spec: str, cache_dir: Path, size: 
     if missing:
         raise UsageError(f"{len(missing)} of {len(media)} media files not found, e.g. {missing[0]}")
     print(f"[judge] decoding {spec} from {len(media)} videos/images for the judge", file=sys.stderr)
-    table = decode_videos_table(list(media.values()), spec, size, cache_dir, video_ids=list(media))
+    table = decode_videos_table(list(media.values()), FrameSpec.parse(spec), size, cache_dir, video_ids=list(media))
     bad = [e for e in table.column("error").to_pylist() if e]
     if bad:
         print(f"[judge] {len(bad)} media could not be decoded (their items get no verdict), e.g. {clip(bad[0], 300)}",

@@ -9,13 +9,13 @@ their axes, series and legends by it.
 
 from __future__ import annotations
 
-from capeval.engine.frames.sampling import FrameSpecError, KeyframeSnap, Linspace, Uniform, parse_frame_spec
+from capeval.engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, Linspace, Uniform
 
 
 def frame_count(spec) -> int | None:
     """The fixed number of frames a spec takes, or None (rate-based and segment specs, `file`, unparseable text)."""
     try:
-        parsed = parse_frame_spec(str(spec))
+        parsed = FrameSpec.parse(str(spec))
     except FrameSpecError:
         return None
     if isinstance(parsed, KeyframeSnap):

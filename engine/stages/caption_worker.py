@@ -69,7 +69,7 @@ def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=(
     equal parts."""
     import numpy as np
 
-    from capeval.engine.frames.sampling import KeyframeSnap, Segments, parse_frame_spec
+    from capeval.engine.frames.sampling import FrameSpec, KeyframeSnap, Segments
 
     idx = np.arange(n_frames)
     if len(boundaries):
@@ -78,7 +78,7 @@ def segment_chunks(frame_spec: str, n_frames: int, n_segments: int, timestamps=(
                                   side="right")
             return [idx[seg == s].tolist() for s in np.unique(seg)]
         return [part.tolist() for part in np.array_split(idx, max(1, min(len(boundaries) + 1, n_frames)))]
-    spec = parse_frame_spec(frame_spec)
+    spec = FrameSpec.parse(frame_spec)
     if isinstance(spec, KeyframeSnap):
         spec = spec.spec
     if isinstance(spec, Segments):

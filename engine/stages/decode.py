@@ -19,21 +19,22 @@ import os
 from collections import defaultdict
 from typing import Iterator
 
+from capeval.engine.frames.sampling import FrameSpec
 from capeval.engine.sweep.accounting import BAD_MEDIA, FRAMES_MISSING, IO_ERROR, Failure
 
 
-def decode_one(path: str, video_id: str, spec: str, cache_dir: str, size=None, cap_bytes: int | None = None) -> dict:
+def decode_one(path: str, video_id: str, spec: FrameSpec, cache_dir: str, size=None,
+               cap_bytes: int | None = None) -> dict:
     """One FRAMES row (+ `failure`) of one video and spec at `size` (capeval.engine.frames.sizes), through the frame
     cache (capped at `cap_bytes`)."""
     from capeval.engine.frames.cache import ensure_frames
     from capeval.engine.frames.decode import VideoDecodeError
-    from capeval.engine.frames.sampling import parse_frame_spec
 
-    spec_text = str(parse_frame_spec(spec))
+    spec_text = str(spec)
     row = {"frames_key": "", "video_id": video_id, "frame_spec": spec_text, "timestamps": None, "height": None,
            "width": None, "path": None, "error": None, "failure": None}
     try:
-        key, meta, loc, _ = ensure_frames(path, spec_text, size, cache_dir, threads=1, cap_bytes=cap_bytes)
+        key, meta, loc, _ = ensure_frames(path, spec, size, cache_dir, threads=1, cap_bytes=cap_bytes)
         _, h, w, _ = meta["shape"]
         return {**row, "frames_key": key, "timestamps": [float(t) for t in meta["timestamps"]], "height": int(h),
                 "width": int(w), "path": loc}
@@ -65,7 +66,7 @@ def _io_cause(exc: OSError, cache_dir: str) -> str:
     return exc.strerror or type(exc).__name__
 
 
-def decode_video_specs(video_id: str, path: str, specs: list[str], cache_dir: str, size=None,
+def decode_video_specs(video_id: str, path: str, specs: list[FrameSpec], cache_dir: str, size=None,
                        cap_bytes: int | None = None) -> list[dict]:
     return [decode_one(path, video_id, spec, cache_dir, size, cap_bytes) for spec in specs]
 
@@ -99,7 +100,8 @@ def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir:
                   progress: bool = False, desc: str = "decode", size="default",
                   cap_bytes: int | None = None) -> Iterator[list[dict]]:
     """Yield the rows of each (video_id, path), all `specs` at once at `size` (capeval.engine.frames.sizes; None is
-    native, "default" the size for consumers of unknown family), as Ray decode tasks finish. `cap_bytes`: the
+    native, "default" the size for consumers of unknown family), as Ray decode tasks finish. `specs` are texts (the
+    sweep's and the rows' identity), parsed here once for all videos. `cap_bytes`: the
     frame cache's cap (default capeval.engine.frames.shards.default_cap_bytes(), read here so all workers use one)."""
     import ray
 
@@ -109,6 +111,7 @@ def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir:
     from capeval.engine.faultpoints import hit
 
     size = parse_size(DEFAULT_SIZE if size == "default" else size)
+    parsed = [FrameSpec.parse(s) for s in specs]
     cap_bytes = default_cap_bytes() if cap_bytes is None else int(cap_bytes)
 
     remote = ray.remote(num_cpus=1, max_retries=2)(decode_video_specs)
@@ -120,7 +123,7 @@ def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir:
             while queue and len(inflight) < max_inflight:
                 group = queue.pop()
                 vid, path = group[0]
-                inflight[remote.remote(vid, path, list(specs), cache_dir, size, cap_bytes)] = group
+                inflight[remote.remote(vid, path, parsed, cache_dir, size, cap_bytes)] = group
             ready, _ = ray.wait(list(inflight), num_returns=1)
             group = inflight.pop(ready[0])
             try:

@@ -458,7 +458,7 @@ def _frame_size(c: SweepChecker, comp: dict, where: str) -> str | None:
 
 def _frame_spec(c: SweepChecker, value: Any, where: str) -> str | None:
     """Canonical text of a frame spec, parsed by the run's own parser (capeval.engine.frames.sampling)."""
-    from capeval.engine.frames.sampling import FrameSpecError, parse_frame_spec
+    from capeval.engine.frames.sampling import FrameSpec, FrameSpecError
 
     if isinstance(value, int) and not isinstance(value, bool):
         value = f"uniform:{value}"
@@ -467,7 +467,7 @@ def _frame_spec(c: SweepChecker, value: Any, where: str) -> str | None:
                where.split("[")[0].split(".")[-1])
         return None
     try:
-        return str(parse_frame_spec(value))
+        return str(FrameSpec.parse(value))
     except FrameSpecError as exc:
         reason = str(exc).removeprefix(f"frame spec {value!r}: ")
         c.fail(where, f"not a frame spec: {value!r}: {reason}", where.split("[")[0].split(".")[-1])

@@ -118,10 +118,10 @@ def frames_per_request(spec: str | None) -> int | None:
     """Frames a spec such as uniform:8 / linspace:32 asks for; None when it depends on the video (fps:1, ...)."""
     if not spec:
         return None
-    from capeval.engine.frames.sampling import FrameSpecError, parse_frame_spec
+    from capeval.engine.frames.sampling import FrameSpec, FrameSpecError
 
     try:
-        n = getattr(parse_frame_spec(spec), "n", None)
+        n = getattr(FrameSpec.parse(spec), "n", None)
     except FrameSpecError:
         return None
     return n if isinstance(n, int) else None

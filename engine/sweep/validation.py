@@ -218,7 +218,7 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
     out of range) and its own checks across params (`JudgeProtocol.check_params`), by the functions the run itself
     uses. Without a (known) name, every registered protocol's
     pack params are checked as packs."""
-    from capeval.engine.frames.sampling import FrameSpecError, parse_frame_spec
+    from capeval.engine.frames.sampling import FrameSpec, FrameSpecError
 
     out = []
     mode = params.get("mode", "strict")
@@ -246,7 +246,7 @@ def protocol_param_problems(params: dict, base: Path, protocol: str | None = Non
                     out.append((key, str(exc)))
     if "judge_frames" in params:
         try:
-            params["judge_frames"] = str(parse_frame_spec(params["judge_frames"]))
+            params["judge_frames"] = str(FrameSpec.parse(params["judge_frames"]))
         except FrameSpecError as exc:
             out.append(("judge_frames", str(exc)))
     if judged_by is not None:  # its declared params (names, values) and its own checks; one problem per param

@@ -29,13 +29,14 @@ def clips(tmp_path_factory) -> list[np.ndarray]:
     """Frames (uint8 T,H,W,3) of two different real H.264 clips."""
     from capeval.engine.datasets.synthetic_videos import make_video
     from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.frames.sampling import FrameSpec
 
     d = tmp_path_factory.mktemp("vlm-videos")
     out = []
     for seed in (3, 4):
         path = d / f"clip{seed}.mp4"
         make_video(path, codec="libx264", seconds=2, fps=12, size=(160, 120), seed=seed)
-        out.append(decode_frames(path, f"uniform:{N_FRAMES}").frames)
+        out.append(decode_frames(path, FrameSpec.parse(f"uniform:{N_FRAMES}")).frames)
     return out
 
 

@@ -35,10 +35,11 @@ def decoded(tmp_path_factory) -> dict:
     """{frame spec: FramesResult} of one real H.264 clip (160x120, 2 s at 12 fps)."""
     from capeval.engine.datasets.synthetic_videos import make_video
     from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.frames.sampling import FrameSpec
 
     path = tmp_path_factory.mktemp("family-video") / "clip.mp4"
     make_video(path, codec="h264", seconds=VIDEO_SECONDS, fps=VIDEO_FPS, size=(160, 120), seed=5)
-    return {spec: decode_frames(path, spec) for spec in SPECS}
+    return {spec: decode_frames(path, FrameSpec.parse(spec)) for spec in SPECS}
 
 
 # ---- frames-seen arithmetic, per family, from the checkpoint's own config files ---------------------------------

@@ -55,6 +55,7 @@ def test_every_kind_is_registered_with_documented_params():
 
 def test_capability_layout_images_and_videos_with_prompts_per_media_type(tmp_path, shared_data):
     from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.frames.sampling import FrameSpec
     from capeval.engine.packs import load_pack
     from capeval.engine.prompts_library import get_prompt, prompt_from_entry, register_prompts, texts_for_media
     from capeval.engine.sweep.config import DatasetSpec
@@ -83,7 +84,7 @@ def test_capability_layout_images_and_videos_with_prompts_per_media_type(tmp_pat
     assert {builtin[f] for f in types if types[f] == "video"} == {get_prompt("detailed").text}
     # images decode as one frame, videos as the spec asks
     for fid, path in data.videos.items():
-        r = decode_frames(path, "uniform:4")
+        r = decode_frames(path, FrameSpec.parse("uniform:4"))
         assert r.frames.shape[0] == (1 if types[fid] == "image" else 4) and r.media_type == types[fid]
     # a missing media file is an error before any work; a task filter and limit apply
     Path(data.videos[next(iter(records))]).unlink()

@@ -91,6 +91,7 @@ def test_equal_bad_media_causes_group_whatever_the_path(tmp_path):
     """Damaged videos of the same kinds in two folders (real files, decoded by the sweep's decode stage): one
     summary line per cause with its count, no path in it."""
     from capeval.engine.datasets.synthetic_videos import make_broken_videos
+    from capeval.engine.frames.sampling import FrameSpec
     from capeval.engine.stages.decode import decode_one
     from capeval.engine.sweep.accounting import RunAccount, classify_verdicts
 
@@ -101,7 +102,7 @@ def test_equal_bad_media_causes_group_whatever_the_path(tmp_path):
         videos[f"{kind}-2"] = tmp_path / "b" / f"other_{broken[kind].name}"
         videos[f"{kind}-2"].parent.mkdir(exist_ok=True)
         shutil.copyfile(broken[kind], videos[f"{kind}-2"])
-    failures = {vid: decode_one(str(path), vid, "uniform:4", str(tmp_path / "cache"))["failure"]
+    failures = {vid: decode_one(str(path), vid, FrameSpec.parse("uniform:4"), str(tmp_path / "cache"))["failure"]
                 for vid, path in videos.items()}
     assert all(f is not None and f.status == "bad_media" for f in failures.values())
     verdicts = pa.table({"item_id": [f"{v}/q" for v in videos], "video_id": list(videos),

@@ -22,10 +22,11 @@ def test_vllm_captioner_streams_video_with_metadata(tmp_path):
     from capeval.adapters.vllm_captioner import VLLMCaptioner
     from capeval.engine.datasets.synthetic_videos import make_video
     from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.frames.sampling import FrameSpec
 
     path = tmp_path / "v.mp4"
     truth = make_video(path, codec="h264", seconds=2.0, size=(320, 240), seed=3)
-    clips = {spec: decode_frames(path, spec) for spec in ("uniform:8", "uniform:5")}
+    clips = {spec: decode_frames(path, FrameSpec.parse(spec)) for spec in ("uniform:8", "uniform:5")}
     cap = VLLMCaptioner(MODEL, max_model_len=8192, gpu_memory_utilization=0.5)
     seen: dict[str, list[int]] = {}
     cap.on_output = lambda req, out: seen.__setitem__(req.key, list(out.prompt_token_ids))

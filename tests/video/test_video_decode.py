@@ -15,7 +15,7 @@ from capeval.engine.frames.decode import (
     decode_frames,
     probe_duration,
 )
-from capeval.engine.frames.sampling import target_timestamps
+from capeval.engine.frames.sampling import FrameSpec
 
 
 def decode_all(path, width=None, height=None):
@@ -44,7 +44,7 @@ def test_uniform_frames_equal_decode_all(codec, test_videos):
     if codec not in test_videos:
         pytest.skip(f"this PyAV build cannot encode {codec}")
     video = test_videos[codec]
-    result = decode_frames(video["path"], "uniform:8")
+    result = decode_frames(video["path"], FrameSpec.parse("uniform:8"))
     assert result.frames.shape == (8, 120, 160, 3) and result.frames.dtype == np.uint8
     assert result.duration == pytest.approx(video["truth"]["duration_s"], abs=0.05)
     ref = decode_all(video["path"])
@@ -54,7 +54,7 @@ def test_uniform_frames_equal_decode_all(codec, test_videos):
 
 def test_long_video_skips_gops_and_matches(test_videos):
     video = test_videos["h264_long"]  # 10 s, 25 fps, keyframe every 2 s
-    result = decode_frames(video["path"], "uniform:4")
+    result = decode_frames(video["path"], FrameSpec.parse("uniform:4"))
     ref = decode_all(video["path"])
     assert_matches_reference(result, ref)
     assert result.seeks >= 4  # one target per GOP: each needs a jump
@@ -63,15 +63,15 @@ def test_long_video_skips_gops_and_matches(test_videos):
 
 def test_fps_sampling_count_and_times(test_videos):
     video = test_videos["h264_long"]
-    result = decode_frames(video["path"], "fps:2")
+    result = decode_frames(video["path"], FrameSpec.parse("fps:2"))
     duration = video["truth"]["duration_s"]
-    assert len(result.frames) == len(target_timestamps("fps:2", duration)) == 20
+    assert len(result.frames) == len(FrameSpec.parse("fps:2").timestamps(duration)) == 20
     assert_matches_reference(result, decode_all(video["path"]))
 
 
 def test_more_targets_than_frames_repeat_frames(test_videos):
     video = test_videos["h264"]  # 72 frames
-    result = decode_frames(video["path"], "uniform:100")
+    result = decode_frames(video["path"], FrameSpec.parse("uniform:100"))
     assert result.frames.shape[0] == 100
     assert len(np.unique(result.timestamps)) <= 72
     assert np.all(np.diff(result.timestamps) >= 0)
@@ -79,21 +79,21 @@ def test_more_targets_than_frames_repeat_frames(test_videos):
 
 def test_resize_in_decoder(test_videos):
     video = test_videos["h264"]
-    exact = decode_frames(video["path"], "uniform:3", (64, 48))
+    exact = decode_frames(video["path"], FrameSpec.parse("uniform:3"), (64, 48))
     assert exact.frames.shape == (3, 48, 64, 3)
     assert_matches_reference(exact, decode_all(video["path"], 64, 48))
-    longer_side = decode_frames(video["path"], "uniform:3", 80)  # keep aspect: 160x120 -> 80x60
+    longer_side = decode_frames(video["path"], FrameSpec.parse("uniform:3"), 80)  # keep aspect: 160x120 -> 80x60
     assert longer_side.frames.shape == (3, 60, 80, 3)
 
 
 def test_very_large_resolution_is_resized(broken_videos):
-    result = decode_frames(broken_videos["large"], "uniform:4", 256)  # 4096x2160 source
+    result = decode_frames(broken_videos["large"], FrameSpec.parse("uniform:4"), 256)  # 4096x2160 source
     assert result.frames.shape == (4, 136, 256, 3)
     assert_matches_reference(result, decode_all(broken_videos["large"], 256, 136))
 
 
 def test_rotation_metadata_is_applied(broken_videos):
-    result = decode_frames(broken_videos["rotated"], "uniform:4")  # coded 160x120, display matrix 90° CCW
+    result = decode_frames(broken_videos["rotated"], FrameSpec.parse("uniform:4"))  # coded 160x120, display matrix 90° CCW
     assert result.rotation == 90
     assert result.frames.shape == (4, 160, 120, 3)
     ref = [(t, np.rot90(img)) for t, img in decode_all(broken_videos["rotated"])]
@@ -104,7 +104,7 @@ def test_variable_frame_rate_uses_pts(broken_videos):
     ref = decode_all(broken_videos["vfr"])
     ref_t = np.array([t for t, _ in ref])
     assert len(set(np.round(np.diff(ref_t), 3))) > 2  # really variable
-    result = decode_frames(broken_videos["vfr"], "uniform:10")
+    result = decode_frames(broken_videos["vfr"], FrameSpec.parse("uniform:10"))
     for target, got_t in zip(result.targets, result.timestamps):
         assert np.min(np.abs(ref_t - got_t)) < 1e-6
         before, after = ref_t[ref_t <= target].max(), ref_t[ref_t >= target].min()
@@ -117,7 +117,7 @@ def test_unknown_duration_falls_back_to_scanning(broken_videos):
     ref = decode_all(broken_videos["unknown_duration"])
     expected = ref[-1][0] + (ref[-1][0] - ref[-2][0])
     assert probe_duration(broken_videos["unknown_duration"]) == pytest.approx(expected, abs=0.05)
-    result = decode_frames(broken_videos["unknown_duration"], "uniform:6")
+    result = decode_frames(broken_videos["unknown_duration"], FrameSpec.parse("uniform:6"))
     assert_matches_reference(result, ref)
 
 
@@ -134,13 +134,13 @@ def test_unknown_duration_falls_back_to_scanning(broken_videos):
 )
 def test_bad_inputs_raise_clear_errors(broken_videos, variant, error, fragment):
     with pytest.raises(error) as exc:
-        decode_frames(broken_videos[variant], "uniform:8")
+        decode_frames(broken_videos[variant], FrameSpec.parse("uniform:8"))
     assert fragment in str(exc.value) and str(broken_videos[variant]) in str(exc.value)
 
 
 def test_keyframe_snap_decodes_one_frame_per_target(test_videos):
     video = test_videos["h264_long"]  # 10 s, keyframes every 2 s
-    result = decode_frames(video["path"], "uniform:5,snap=key")  # targets 1,3,5,7,9 -> keyframes 0|2,2|4,...
+    result = decode_frames(video["path"], FrameSpec.parse("uniform:5,snap=key"))  # targets 1,3,5,7,9 -> keyframes 0|2,2|4,...
     with av.open(str(video["path"])) as c:
         keys = {round(float(f.time), 6) for f in c.decode(video=0) if f.key_frame}
     assert all(round(float(t), 6) in keys for t in result.timestamps), result.timestamps

@@ -20,6 +20,7 @@ from _sweeps import write_sweep
 from capeval.engine.frames import cache as frame_cache
 from capeval.engine.frames import shards
 from capeval.engine.frames.cache import frames_row, load_encoded_frames, load_frames
+from capeval.engine.frames.sampling import FrameSpec
 from capeval.engine.frames.sizes import DEFAULT_SIZE, SizeError, frame_size_for, output_size, parse_size, size_text
 from capeval.engine.stages.decode import decode_stream
 
@@ -79,7 +80,7 @@ def test_frame_cache_file_count_grows_far_slower_than_videos(ray_local, tmp_path
 
 
 def test_encoded_frames_are_the_stored_bytes_not_reencoded(test_videos, frame_cache_dir, monkeypatch):
-    row = frames_row(test_videos["h264"]["path"], "v", "uniform:4", 96, frame_cache_dir)
+    row = frames_row(test_videos["h264"]["path"], "v", FrameSpec.parse("uniform:4"), 96, frame_cache_dir)
     calls = []
     monkeypatch.setattr(shards, "encode_jpegs", lambda *a, **k: calls.append(a) or ())  # must not be needed
     blobs = load_encoded_frames(row)
@@ -94,7 +95,7 @@ def test_encoded_frames_are_the_stored_bytes_not_reencoded(test_videos, frame_ca
 
 
 def test_evicted_entry_is_decoded_again_not_an_error(test_videos, frame_cache_dir):
-    row = frames_row(test_videos["h264_long"]["path"], "v", "uniform:5", 64, frame_cache_dir)
+    row = frames_row(test_videos["h264_long"]["path"], "v", FrameSpec.parse("uniform:5"), 64, frame_cache_dir)
     before = load_frames(row)
     assert shards.evict(frame_cache_dir, 0)  # everything goes (another process's eviction, mid-sweep)
     assert not _files(frame_cache_dir / "shards")
@@ -106,7 +107,7 @@ def test_evicted_entry_is_decoded_again_not_an_error(test_videos, frame_cache_di
 
 
 def test_damaged_entry_is_decoded_again(test_videos, frame_cache_dir):
-    row = frames_row(test_videos["h264"]["path"], "v", "uniform:3", 64, frame_cache_dir)
+    row = frames_row(test_videos["h264"]["path"], "v", FrameSpec.parse("uniform:3"), 64, frame_cache_dir)
     before = load_frames(row)
     (data,) = (frame_cache_dir / "shards").glob("*.jpgs")
     raw = bytearray(data.read_bytes())
@@ -125,7 +126,7 @@ def test_a_damaged_index_line_reads_as_missing_and_is_decoded_again(test_videos,
     frames are decoded again and stored anew, and the same key then reads from the new entry."""
     import json
 
-    row = frames_row(test_videos["h264"]["path"], "v", "uniform:3", 64, frame_cache_dir)
+    row = frames_row(test_videos["h264"]["path"], "v", FrameSpec.parse("uniform:3"), 64, frame_cache_dir)
     before = load_frames(row)
     (idx,) = (frame_cache_dir / "shards").glob("*.idx")
     rec = json.loads(idx.read_bytes())
@@ -133,7 +134,7 @@ def test_a_damaged_index_line_reads_as_missing_and_is_decoded_again(test_videos,
     shards.index_for(frame_cache_dir).entries.clear()  # this process's index reads afresh, as a new run's would
     shards.index_for(frame_cache_dir).read_to.clear()
     decodes = frame_cache.DECODES["count"]
-    assert frames_row(test_videos["h264"]["path"], "v", "uniform:3", 64, frame_cache_dir)["error"] is None
+    assert frames_row(test_videos["h264"]["path"], "v", FrameSpec.parse("uniform:3"), 64, frame_cache_dir)["error"] is None
     assert np.array_equal(load_frames(row), before)
     assert frame_cache.DECODES["count"] == decodes + 1  # decoded once again, then read from the new entry
     assert rec["key"] in shards.entries(frame_cache_dir)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from capeval.engine.frames.decode import decode_frames
+from capeval.engine.frames.sampling import FrameSpec
 
 
 def _decode_all(path):
@@ -48,8 +49,8 @@ def test_skipping_returns_decode_all_pixels_and_decodes_less(reordered_clips, na
     with av.open(str(path)) as c:  # the premise: decode order differs from display order (B-frames)
         pts = [p.pts for p in c.demux(video=0) if p.pts is not None]
     assert pts != sorted(pts)
-    skipped = decode_frames(path, spec)
-    full = decode_frames(path, spec, skip_nonref=False)
+    skipped = decode_frames(path, FrameSpec.parse(spec))
+    full = decode_frames(path, FrameSpec.parse(spec), skip_nonref=False)
     np.testing.assert_array_equal(skipped.timestamps, full.timestamps)
     for target, t, frame in zip(skipped.targets, skipped.timestamps, skipped.frames):
         assert round(float(t), 6) in ref, f"{t} is not the pts of a frame"
@@ -64,5 +65,5 @@ def test_skipping_is_off_for_codecs_not_proven_safe(test_videos):
         if codec not in test_videos:
             continue
         path = test_videos[codec]["path"]
-        on, off = decode_frames(path, "uniform:5"), decode_frames(path, "uniform:5", skip_nonref=False)
+        on, off = decode_frames(path, FrameSpec.parse("uniform:5")), decode_frames(path, FrameSpec.parse("uniform:5"), skip_nonref=False)
         assert on.frames_decoded == off.frames_decoded and np.array_equal(on.frames, off.frames)

@@ -28,7 +28,7 @@ from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
 from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
 from capeval.engine.frames.cache import frames_key_at
-from capeval.engine.frames.sampling import parse_frame_spec
+from capeval.engine.frames.sampling import FrameSpec
 from capeval.engine.frames.sizes import frame_size_for
 from capeval.engine.keys import caption_key
 from capeval.engine.params import key_values
@@ -105,7 +105,7 @@ class CapabilityQAPipeline(ConstructionPipeline):
         if args.caption_verdicts is not None and not args.caption_verdicts.exists():
             raise UsageError(f"--caption-verdicts {args.caption_verdicts}: not found")
         try:
-            parse_frame_spec(args.frames)
+            FrameSpec.parse(args.frames)
         except ValueError as exc:
             raise UsageError(f"--frames {args.frames!r}: {exc}") from None
         _tasks(args)

@@ -27,6 +27,7 @@ from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
 from capeval.engine.construct.pipeline import ConstructionPipeline, PipelineResult
 from capeval.engine.errors import UsageError
 from capeval.engine.frames.cache import decode_videos_table
+from capeval.engine.frames.sampling import FrameSpec
 from capeval.engine.inputs.rows import pick, read_rows, text_value
 from capeval.engine.packs import load_pack, resolve_pack
 from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
@@ -215,8 +216,8 @@ def _frames(videos: list[dict], args, ctx: ConstructContext) -> dict:
     if not media:
         raise UsageError("--frames: no video of --input has a media_path")
     ctx.log(f"decoding {args.frames} from {len(media)} videos")
-    table = decode_videos_table(list(media.values()), args.frames, args.frame_size, ctx.cache_dir.parent / "frames",
-                                video_ids=list(media))
+    table = decode_videos_table(list(media.values()), FrameSpec.parse(args.frames), args.frame_size,
+                                ctx.cache_dir.parent / "frames", video_ids=list(media))
     return {r["video_id"]: r for r in table.to_pylist() if not r["error"]}
 
 

@@ -25,7 +25,7 @@ from capeval.adapters.base import CaptionRequest, CaptionResponse
 from capeval.engine.construct.base import ConstructContext, RecordLog, StepStats
 from capeval.engine.frames.cache import video_digest
 from capeval.engine.frames.decode import decode_frames
-from capeval.engine.frames.sampling import Segments, Uniform
+from capeval.engine.frames.sampling import FrameSpec, Segments, Uniform
 from capeval.engine.frames.scenes import SceneDetectionError, ShotList, detect_shots
 from capeval.engine.frames.sizes import frame_size_for, size_text
 from capeval.engine.keys import content_key
@@ -99,9 +99,10 @@ def detect_all(videos: list[dict], out: Path, *, threshold: float, min_shot_s: f
     return result
 
 
-def _frame_spec(shots: ShotList, per_shot: int) -> str:
+def _frame_spec(shots: ShotList, per_shot: int) -> FrameSpec:
+    """The video's frame spec: `per_shot` frames in each shot."""
     cuts = [c for c in shots.cuts if 0 < c < shots.duration]
-    return str(Segments(per_shot, boundaries=tuple(cuts))) if cuts else str(Uniform(per_shot))
+    return Segments(per_shot, boundaries=tuple(cuts)) if cuts else Uniform(per_shot)
 
 
 def caption_all(videos: list[dict], shots: dict[str, ShotList], spec: CaptionerSpec, out: Path,
@@ -124,7 +125,7 @@ def caption_all(videos: list[dict], shots: dict[str, ShotList], spec: CaptionerS
                 continue
             frame_spec = _frame_spec(shots[vid], spec.per_shot)
             digest = video_digest(v["media_path"])
-            keys = [content_key("lvcap-shot-caption", digest, s.start, s.end, frame_spec, *identity)
+            keys = [content_key("lvcap-shot-caption", digest, s.start, s.end, str(frame_spec), *identity)
                     for s in shots[vid].shots]
             stats.asks += len(keys)
             todo = [i for i, k in enumerate(keys) if k not in done]
@@ -154,7 +155,7 @@ def caption_all(videos: list[dict], shots: dict[str, ShotList], spec: CaptionerS
     return result
 
 
-def _caption_video(video: dict, shots: ShotList, frame_spec: str, size, keys: list[str], todo: list[int], captioner,
+def _caption_video(video: dict, shots: ShotList, frame_spec: FrameSpec, size, keys: list[str], todo: list[int], captioner,
                    spec: CaptionerSpec) -> list[dict]:
     """Caption rows of the shots `todo` (indices) of one video: one decode, one request per shot."""
     try:
