@@ -29,6 +29,8 @@ from capeval.adapters.base import BackendFatalError, CaptionRequest, CaptionResp
 from capeval.adapters.http_chat import ChatResult, ChatRunner, Prices, RetryPolicy, Unwrap, encode_body, retry_after_s
 from capeval.adapters.http_transport import MAX_BODY_BYTES, check_transport, check_url
 from capeval.engine.params import Param
+from capeval.engine.reasoning import ReasoningTagsError, parse_tags
+from capeval.engine.secrets import redact_url, remember_secret
 
 __all__ = ["HTTPConfig", "OpenAIJudge", "OpenAICaptioner", "retry_after_s", "subsample_indices", "user_content"]
 
@@ -85,8 +87,6 @@ class HTTPConfig:
         check_http_config(self)
 
     def resolved_base_url(self) -> str:
-        from capeval.engine.secrets import redact_url
-
         redact_url(self.base_url)  # a key inside the URL is remembered: blanked from every record and log line
         return self.base_url or "https://api.openai.com/v1"
 
@@ -96,8 +96,6 @@ class HTTPConfig:
         return DEFAULT_WINDOW_SERVER if self.base_url else DEFAULT_WINDOW_OPENAI
 
     def resolved_api_key(self) -> str:
-        from capeval.engine.secrets import remember_secret
-
         if self.api_key_env and not self.api_key and not os.environ.get(self.api_key_env):
             # named on purpose: falling back to another variable would send a key the user did not choose
             raise HTTPConfigError("api_key_env", f"environment variable {self.api_key_env} is not set here")
@@ -138,8 +136,6 @@ def check_http_config(cfg: HTTPConfig) -> None:
     that is not http(s), an unknown structured mode or transport, an empty model name."""
     if not isinstance(cfg.model, str) or not cfg.model.strip():
         raise HTTPConfigError("model", f"expected a model name, got {cfg.model!r}")
-    from capeval.engine.reasoning import ReasoningTagsError, parse_tags
-
     try:
         parse_tags(cfg.reasoning_tags)
     except ReasoningTagsError as exc:

@@ -34,6 +34,7 @@ from capeval.adapters.batch_files import BatchLine, file_bytes, file_digest
 from capeval.adapters.batch_rounds import BatchJudge, BatchOptions, http_params, round_params
 from capeval.adapters.batch_state import TERMINAL, BatchState, abandoned, owner
 from capeval.adapters.openai_http import HTTPConfig
+from capeval.adapters.vllm_engine import model_revision
 from capeval.engine.params import REQUIRED, Param
 
 log = logging.getLogger(__name__)
@@ -105,8 +106,6 @@ class VLLMBatchJudge(BatchJudge):
         http = http_params({"structured": "vllm", **overrides})
         served = served_model_name or (Path(model).name if Path(model).is_dir() else model)
         if http.get("revision") is None:
-            from capeval.adapters.vllm_engine import model_revision  # the in-process vllm judge's identity of the weights
-
             http["revision"] = model_revision(model)
         base = config or HTTPConfig(model=served)
         cfg = HTTPConfig(**{**base.__dict__, **http, "model": served})

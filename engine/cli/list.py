@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 
 from capeval.engine.params import REQUIRED, accepted_params
+from capeval.engine.prompts_library import builtin_prompts
 from capeval.engine.registry import lookup, names
 from capeval.engine.sweep.validation import constructor_params
 
@@ -30,8 +31,6 @@ def _default(v) -> str:
 
 
 def protocols() -> list[str]:
-    from capeval.engine.registry import lookup, names
-
     out = []
     for n in names("protocol"):
         p = lookup("protocol", n)
@@ -47,8 +46,6 @@ def protocols() -> list[str]:
 
 
 def kinds() -> list[str]:
-    from capeval.engine.registry import lookup, names
-
     out = []
     for n in names("dataset_kind"):
         k = lookup("dataset_kind", n)
@@ -61,8 +58,6 @@ def kinds() -> list[str]:
 
 
 def prompts() -> list[str]:
-    from capeval.engine.prompts_library import builtin_prompts
-
     out = []
     for pid, p in builtin_prompts().items():
         media = "image+video" if p.image_text else "any"

@@ -51,6 +51,8 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from capeval.engine.errors import AbortedError
+from capeval.engine.faultpoints import hit
+from capeval.engine.schemas import conform
 from capeval.engine.store.group_commit import GroupCommit
 
 _SUFFIX = ".parquet"
@@ -137,8 +139,6 @@ def storage_errno(exc: BaseException) -> int | None:
 
 
 def _fault_point(path: Path) -> None:
-    from capeval.engine.faultpoints import hit
-
     hit(f"write:{path.name}")
 
 
@@ -190,8 +190,6 @@ class SegmentStore:
         if table.num_rows == 0:
             return None
         if self.schema is not None:
-            from capeval.engine.schemas import conform
-
             table = conform(table, self.schema)
         if self.group is None:
             return self._write_segment(table)
@@ -232,8 +230,6 @@ class SegmentStore:
         for store in self.flush_before_put:
             store.flush()
         if self.schema is not None:
-            from capeval.engine.schemas import conform
-
             table = conform(table, self.schema)
         with self._lock:
             return write_parquet_atomic(table, self.path_of(name), what=f"{table.num_rows} rows of {self.root.name}/")
@@ -392,8 +388,6 @@ def _read(path: Path, columns: list[str] | None) -> pa.Table:
 
 
 def _fault_point_named(point: str) -> None:
-    from capeval.engine.faultpoints import hit
-
     hit(point)
 
 
