@@ -27,10 +27,15 @@ from typing import Iterable, Iterator
 import pyarrow as pa
 
 from capeval.adapters.base import captioner_capabilities
-from capeval.engine.faultpoints import actor_env
+from capeval.engine.faultpoints import actor_env, hit
 from capeval.engine.schemas import CAPTIONS, conform
 from capeval.engine.stages.caption_worker import (TIMESTAMP_MODES, CaptionTask, CaptionWorker,  # noqa: F401 (re-exported)
                                           prompt_with_timestamps, row, segment_chunks)
+from capeval.adapters.vllm_replicas import gpu_groups
+from capeval.engine.ray_local import ray_usable
+from capeval.engine.registry import lookup
+from capeval.engine.stages.progress import Bar, note
+from capeval.engine.store.segments import first_per_key
 
 
 def finished_keys(store) -> set[str]:
@@ -52,8 +57,6 @@ def read_captions(store, keys: Iterable[str] | None = None) -> pa.Table:
         t = t.filter(pc.is_in(t.column("caption_key"), value_set=pa.array(list(set(keys)), pa.string())))
     ok = t.filter(pc.is_null(t.column("error")))
     failed = t.filter(pc.invert(pc.is_in(t.column("caption_key"), value_set=ok.column("caption_key"))))
-    from capeval.engine.store.segments import first_per_key
-
     parts = [x for x in (ok, failed) if x.num_rows]
     if not parts:
         return CAPTIONS.empty_table()
@@ -65,8 +68,6 @@ def actor_cpus(captioner: str) -> float:
     """CPUs a caption actor reserves on a CPU node: the captioner class's `actor_cpus` (0 for HTTP captioners, whose
     server does the work: reserving a core for an actor that waits on sockets would leave the decode tasks one core
     fewer), else 1."""
-    from capeval.engine.registry import lookup
-
     try:
         return captioner_capabilities(lookup("captioner", captioner)).actor_cpus
     except KeyError:  # unknown: the actor's constructor will say so
@@ -163,8 +164,6 @@ class _Actors:
     def kill(self) -> None:
         import ray
 
-        from capeval.engine.ray_local import ray_usable
-
         if not ray_usable():  # after a SIGTERM ray.kill may wait on a dead GCS; the watchdog ends the actors
             return
         for a in self.handles:
@@ -237,9 +236,6 @@ def run_caption_stage(
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
-    from capeval.engine.stages.progress import Bar, note
-    from capeval.engine.faultpoints import hit
-
     params = dict(params or {})
     done = finished_keys(store)
     stats: dict = {"captioned": 0, "cached": 0, "failed": 0, "retried": 0, "actor_deaths": 0}
@@ -253,8 +249,6 @@ def run_caption_stage(
                 continue
             seen.add(t.caption_key)
             yield t
-
-    from capeval.adapters.vllm_replicas import gpu_groups  # tensor_parallel_size GPUs per actor, one per GPU group
 
     num_actors, gpus_per_actor = gpu_groups(params, num_actors, gpus_per_actor,
                                           ray.cluster_resources().get("GPU") if gpus_per_actor else None)

@@ -9,16 +9,16 @@ from __future__ import annotations
 import polars as pl
 import pyarrow as pa
 
+from capeval.engine.frames.decode import probe_duration
+from capeval.engine.metrics.breakdowns import with_breakdowns
+from capeval.engine.metrics.reasons import explain_nulls
+
 
 def cell_breakdowns(metrics: pl.DataFrame, protocol, verdicts: pa.Table, by, *, items: pa.Table,
                     captions: pa.Table | None, n_resamples: int, metric_params: dict, duration_buckets=None,
                     log=None, label: str = "") -> pl.DataFrame:
     """`metrics` (the cell's unsplit metrics: compute_metrics with `metric_params`, `n_resamples`, seed 0, then
     explain_nulls) with the breakdown rows, each level computed the same way on its verdicts and items."""
-    from capeval.engine.frames.decode import probe_duration
-    from capeval.engine.metrics.breakdowns import with_breakdowns
-    from capeval.engine.metrics.reasons import explain_nulls
-
     def compute(v: pl.DataFrame, items=None, captions=None) -> pl.DataFrame:
         scored = v.drop([c for c in ("item_status", "retryable") if c in v.columns])
         frame = protocol.compute_metrics(scored, items=items, captions=captions, n_resamples=n_resamples, seed=0,

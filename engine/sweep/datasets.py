@@ -15,9 +15,14 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from capeval.engine.datasets.media import filter_limit
+from capeval.engine.datasets.registry import load
 from capeval.engine.errors import UsageError
+from capeval.engine.frames.scenes import video_boundaries
 from capeval.engine.keys import dataset_key, file_digest
+from capeval.engine.registry import lookup
 from capeval.engine.sweep.config import DatasetSpec
+from capeval.engine.sweep.pairs import plan_pairs
 
 
 @dataclass
@@ -51,8 +56,6 @@ class LoadedDataset:
     def scene_boundaries(self) -> dict[str, tuple[float, ...]]:
         """video_id -> scene cuts (seconds) its items give (extra.scene_boundaries / shot_boundaries): segmental
         prompts caption those videos scene by scene (engine/frames/scenes.py)."""
-        from capeval.engine.frames.scenes import video_boundaries
-
         try:
             return video_boundaries(self.items)
         except ValueError as exc:
@@ -61,8 +64,6 @@ class LoadedDataset:
 
 def _file_digest(path: Path | None) -> str | None:
     """SHA-256 of the file at `path` (capeval.engine.keys.file_digest), None for a folder, a glob or a file gone since."""
-    from capeval.engine.keys import file_digest
-
     try:
         return file_digest(path) if path is not None and path.is_file() else None
     except OSError:
@@ -79,9 +80,6 @@ def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_m
     """The dataset's items (after `limit`) and media paths, loaded by its kind. `require_media`: every item's media
     must exist (what a sweep captions or shows its judge). `digest=False` (`capeval plan`, which never reads media)
     leaves the content digest empty instead of reading every media file."""
-    from capeval.engine.datasets.media import filter_limit
-    from capeval.engine.datasets.registry import load
-
     loaded = load(spec.kind, spec.kind_params(), base_dir=sweep_dir, out_dir=out_dir, name=spec.name)
     items = filter_limit(loaded.items, spec.limit)
     keep = set(items.column("video_id").to_pylist())
@@ -107,8 +105,6 @@ def _content_digest(items: pa.Table, videos: dict[str, str]) -> str:
 def judge_sees_frames(protocol: str) -> bool:
     """Whether protocol `protocol`'s judge looks at the media itself (it declares `judge_frames`), so its datasets
     need media files even when every caption comes from a file."""
-    from capeval.engine.registry import lookup
-
     return lookup("protocol", protocol).judge_frames is not None
 
 
@@ -118,7 +114,5 @@ def media_required(config, spec: DatasetSpec) -> bool:
     text-only protocols needs no media."""
     if config.captioners:
         return True
-    from capeval.engine.sweep.pairs import plan_pairs
-
     plan = plan_pairs(config)
     return any(plan.judges(i, spec.name) and judge_sees_frames(p.name) for i, p in enumerate(config.protocols))

@@ -22,7 +22,12 @@ from pathlib import Path
 import polars as pl
 
 from capeval.engine.errors import UsageError
+from capeval.engine.metrics.paired import per_video_stats
+from capeval.engine.registry import lookup
+from capeval.engine.store.segments import write_text_atomic
 from capeval.engine.sweep import decide as dec
+from capeval.engine.sweep.cells import cell_items, stored_verdicts
+from capeval.engine.sweep.datasets import LoadedDataset
 from capeval.engine.sweep.grid import ResultCell
 from capeval.engine.sweep.run import RunStores, SweepRun
 
@@ -89,8 +94,6 @@ def _add(caption_stats: dict, judge_stats: dict, stats) -> None:
 
 def _groups(cells, datasets, spec, orders) -> tuple[list[_Group], list[str]]:
     """The comparison groups: cells of one (dataset, protocol, judge) whose protocol has the metric."""
-    from capeval.engine.registry import lookup
-
     by: dict[tuple, list] = {}
     for c in cells:
         labels = c.labels()
@@ -134,8 +137,6 @@ def _restrict(data, videos: list[str]):
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from capeval.engine.sweep.datasets import LoadedDataset
-
     keep = pa.array(sorted(set(videos)), pa.string())
     items = data.items.filter(pc.is_in(data.items.column("video_id"), value_set=keep))
     owners = set(videos) | set(items.column("item_id").to_pylist())
@@ -143,9 +144,6 @@ def _restrict(data, videos: list[str]):
 
 
 def _update(g: _Group, upto: int, stores: RunStores, keys: dict[ResultCell, str]) -> None:
-    from capeval.engine.metrics.paired import per_video_stats
-    from capeval.engine.sweep.cells import stored_verdicts
-
     open_now = g.decider.open_systems()
     if not open_now:
         return
@@ -171,8 +169,6 @@ def _label(cell) -> str:
 
 
 def _record(groups, spec, keys, datasets, orders, pending) -> dict:
-    from capeval.engine.sweep.cells import cell_items
-
     pairs, total, judged = [], 0, 0
     for g in groups:
         for p in g.decider.pairs:
@@ -204,8 +200,6 @@ def _num(x: float):
 
 
 def _write(out: Path, record: dict) -> None:
-    from capeval.engine.store.segments import write_text_atomic
-
     write_text_atomic(json.dumps(record, indent=2), out / "decide.json",
                       what="the adaptive run's decisions")
 
@@ -235,9 +229,6 @@ def replay(verdicts: dict[str, pl.DataFrame], protocol_name: str, spec, *, mode:
     """An adaptive run replayed on recorded verdicts (e.g. a finished full run's, or a benchmark's released ones):
     `verdicts` maps a system's label to its verdict rows on the same videos. Returns what decide.json holds for a
     sweep (pairs, requests), the requests counted as verdict rows of the videos each system needed."""
-    from capeval.engine.registry import lookup
-    from capeval.engine.metrics.paired import per_video_stats
-
     protocol = lookup("protocol", protocol_name)
     pspec = protocol.paired_spec(mode or protocol.compare_default_mode)
     col = protocol.compare_average_over

@@ -12,9 +12,13 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
-from capeval.engine.secrets import without_secrets
+from capeval.engine.inputs import read_captions
 from capeval.engine.keys import cell_key
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.secrets import without_secrets
+from capeval.engine.sweep.checker import SweepChecker
 from capeval.engine.sweep.config import CaptionSource, ComponentSpec, DatasetSpec, SweepConfig
+from capeval.engine.sweep.pairs import plan_pairs, report_problems
 
 #: the captioner name of caption cells read from a `[[captions]]` file
 FILE_CAPTIONER = "file"
@@ -37,8 +41,6 @@ class CaptionCell:
         (the file's bytes enter through `source_digest` in ResultCell.key)."""
         if self.source is not None:
             return f"file:{self.source.path}"
-        from capeval.engine.prompts_library import get_prompt
-
         return get_prompt(self.prompt_id).key_text
 
 
@@ -99,8 +101,6 @@ def caption_cells(config: SweepConfig) -> list[CaptionCell]:
 
 def file_captions(cell: CaptionCell):
     """The CAPTIONS table of a `[[captions]]` cell (checked by capeval.engine.inputs.read_captions)."""
-    from capeval.engine.inputs import read_captions
-
     if cell.source is None:
         raise ValueError("not a caption cell read from a file")
     return read_captions(cell.source.path, captioner=cell.source.captioner, prompt_id=cell.source.prompt_id,
@@ -115,13 +115,8 @@ def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> l
     skips (default: printed to stderr)."""
     if not config.protocols:
         return []
-    from capeval.engine.sweep.pairs import plan_pairs
-
     plan = plan_pairs(config, datasets)
     if plan.problems:
-        from capeval.engine.sweep.checker import SweepChecker
-        from capeval.engine.sweep.pairs import report_problems
-
         checker = SweepChecker(config.path, config.path.read_text(encoding="utf-8") if config.path.is_file() else "")
         report_problems(plan, checker)
         checker.raise_problems()

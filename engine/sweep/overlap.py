@@ -21,6 +21,7 @@ from __future__ import annotations
 import threading
 from typing import Callable
 
+from capeval.engine.ray_local import ray_usable
 from capeval.engine.sweep.captioning import video_caption_key
 from capeval.engine.sweep.cells import CellInputs
 from capeval.engine.sweep.grid import ResultCell
@@ -93,8 +94,6 @@ class CaptionThread:
         """Ask the stage to end (no new video; batches in flight finish and are stored) and wait for it; after a
         SIGTERM not for long: the thread may wait in Ray on actors the same signal ended, and a daemon thread does not
         hold the process (engine/ray_local.py, `ray_usable`)."""
-        from capeval.engine.ray_local import ray_usable
-
         self.watch.stopped = True
         self._thread.join(None if ray_usable() else STOP_WAIT_AFTER_SIGTERM_S)
 

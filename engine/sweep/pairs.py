@@ -16,6 +16,12 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from capeval.engine import registry
+from capeval.engine.datasets.media import filter_limit
+from capeval.engine.datasets.registry import load
+from capeval.engine.keys import canonical_json
+from capeval.engine.registry import lookup
+
 
 @dataclass(frozen=True)
 class DatasetView:
@@ -50,8 +56,6 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
     with `items` and `videos` or `media` (a LoadedDataset or DatasetView); with `read_tables`, datasets not in it
     are read here when their kind only reads files (cached while the files are unchanged); the others are judged
     by their kind."""
-    from capeval.engine import registry
-
     known_kinds = set(registry.names("dataset_kind"))
     base = config.path.parent
     views = {d.name: _view(d, base, (loaded or {}).get(d.name), read_tables) for d in config.datasets}
@@ -156,11 +160,6 @@ def read_view(spec, base: Path) -> DatasetView | None:
     loader (its errors raised: UsageError names file, row and column); None for an unknown kind or one that
     generates its data (`DatasetKind.reads_only` false). Kept while the files its parameters name are unchanged:
     the checks and the grid read the same tables."""
-    from capeval.engine.datasets.media import filter_limit
-    from capeval.engine.datasets.registry import load
-    from capeval.engine.keys import canonical_json
-    from capeval.engine.registry import lookup
-
     try:
         if not lookup("dataset_kind", spec.kind).reads_only:
             return None

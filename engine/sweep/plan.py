@@ -22,10 +22,18 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from capeval.engine.sweep.datasets import LoadedDataset, load_dataset
-from capeval.engine.sweep.grid import caption_cells, expand
+from capeval.engine.sweep.datasets import LoadedDataset, judge_sees_frames, load_dataset
+from capeval.engine.sweep.grid import caption_cells, expand, file_captions
 from capeval.engine.sweep.plan_tokens import (PrefixCache, TokenCounter, frames_per_request, judge_tokenizer,
                                       placeholder_captions, placeholder_frames, typical_completion)
+from capeval.engine.datasets.video_ids import with_dataset_video_ids
+from capeval.engine.prompts_library import get_prompt
+from capeval.engine.protocols.base import JudgeProtocol, RequestContext
+from capeval.engine.registry import lookup
+from capeval.engine.sweep.captioning import MAX_TOKENS
+from capeval.engine.sweep.cells import cell_items, judge_frames_spec
+from capeval.engine.sweep.plan_measured import Measured
+from capeval.engine.sweep.prices import resolve_prices
 
 #: the reply bound planned for a request that sends no max_tokens (official mode: the API's default has none)
 UNLIMITED_REPLY_TOKENS = 256
@@ -64,8 +72,6 @@ def plan_sweep(config, *, rate: float | None = None, cached_share: float | str |
                tokenizer: str | None = None, run_dir: str | Path | None = None, tokens_per_image: int = 0,
                sample: int = 8) -> dict:
     """The plan as a JSON-ready dict (see the module docstring)."""
-    from capeval.engine.sweep.plan_measured import Measured
-
     notes: list[str] = []
     measured = Measured.read(run_dir)
     counters = {j.display: TokenCounter(tokenizer or judge_tokenizer(j)) for j in config.judges}
@@ -96,14 +102,8 @@ def _videos(data) -> list[str]:
 
 
 def _captions(cc, data, notes: list[str]):
-    from capeval.engine.sweep.grid import file_captions
-
     if cc.from_file:
-        from capeval.engine.datasets.video_ids import with_dataset_video_ids
-
         return with_dataset_video_ids(file_captions(cc), data.items)[0]
-    from capeval.engine.sweep.captioning import MAX_TOKENS
-
     max_tokens = cc.captioner.max_tokens or MAX_TOKENS
     note = (f"captions not made yet stand in at their captioner's max_tokens ({cc.captioner.display}: {max_tokens} "
             f"tokens): judge prompts over them are an upper bound")
@@ -116,11 +116,6 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
     """StepPlans of every cell's first-step requests (identical requests of a judge once), per (protocol, judge)
     one cell's request table (the later steps' sample) and the first-step rows asked (what later steps grow from:
     a request shared by two cells leads to the later steps of each)."""
-    from capeval.engine.protocols.base import RequestContext
-    from capeval.engine.registry import lookup
-    from capeval.engine.sweep.cells import cell_items, judge_frames_spec
-    from capeval.engine.sweep.datasets import judge_sees_frames
-
     steps: dict[tuple, StepPlan] = {}
     seen: dict[str, set] = {}
     prefix = {j: PrefixCache() for j in counters}
@@ -166,8 +161,6 @@ def _first_steps(cells, datasets, captions, counters, cached_share, measured, no
 
 
 def _multi_step(protocol) -> bool:
-    from capeval.engine.protocols.base import JudgeProtocol
-
     return type(protocol).next_requests is not JudgeProtocol.next_requests
 
 
@@ -189,8 +182,6 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
     """Later-step requests per first-step request, one StepPlan per step, from `sample` first-step units of `cell`
     answered by the local stand-in judge (the caller scales them to the first-step requests of every cell)."""
     import pyarrow as pa
-
-    from capeval.engine.protocols.base import RequestContext
 
     label = f"{cell.protocol.display} / {cell.judge.display}"
     if sample <= 0:
@@ -232,8 +223,6 @@ def _later_steps(cell, table, counter: TokenCounter, sample: int, notes: list[st
 
 
 def _reasks(steps: list[StepPlan], cells, measured, notes: list[str]) -> list[StepPlan]:
-    from capeval.engine.registry import lookup
-
     names = {c.protocol.display: c.protocol for c in cells}
     out = []
     for (judge, protocol), group in _by(steps, lambda s: (s.judge, s.protocol)).items():
@@ -266,9 +255,6 @@ def _share_cache(steps, cached_share, measured, notes) -> None:
 
 
 def _caption_plan(captions, tokens_per_image: int) -> dict[str, StepPlan]:
-    from capeval.engine.prompts_library import get_prompt
-    from capeval.engine.sweep.captioning import MAX_TOKENS
-
     out: dict[str, StepPlan] = {}
     counter = TokenCounter()
     for cc, table in captions.items():
@@ -292,8 +278,6 @@ def _by(items, key) -> dict:
 
 
 def _summarise(config, cells, steps, caption_plan, counters, rate, measured, notes, tokens_per_image) -> dict:
-    from capeval.engine.sweep.prices import resolve_prices
-
     prices = resolve_prices(config)
     judges = {}
     for judge, group in _by(steps, lambda s: s.judge).items():

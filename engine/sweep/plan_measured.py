@@ -7,6 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from capeval.engine.runrecord import read_run_records
+
 
 @dataclass
 class Measured:
@@ -22,8 +24,6 @@ class Measured:
         if run_dir is None or not Path(run_dir).is_dir():
             return cls()
         out = cls(Path(run_dir))
-        from capeval.engine.runrecord import read_run_records
-
         try:
             records = read_run_records(run_dir)
         except ValueError:

@@ -30,6 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capeval.engine.inputs.rows import not_utf8
+from capeval.engine.registry import lookup
+
 PRICE_KEYS = ("input", "cached_input", "output")
 _REQUIRED = ("input", "output")
 _PARAM_PRICES = ("price_prompt_per_m", "price_cached_per_m", "price_completion_per_m")
@@ -98,8 +101,6 @@ def read_prices_file(path: Path) -> tuple[dict[str, Prices], list[str]]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
-        from capeval.engine.inputs.rows import not_utf8
-
         return {}, [str(not_utf8(path) or f"{path}: not UTF-8 text; save the file as UTF-8")]
     try:
         raw = tomllib.loads(text)
@@ -166,8 +167,6 @@ def batch_prices(comp, prices: Prices | None) -> Prices | None:
     """A batch judge (adapters/batch_rounds.py: openai-batch, vllm-batch) pays its prices x (1 - batch_discount):
     its `batch_discount` param, else the backend's default (OpenAI's Batch API: 0.5). Prices that are batch prices
     already go with batch_discount = 0 (docs/batch.md)."""
-    from capeval.engine.registry import lookup
-
     try:
         default = getattr(lookup("judge", comp.name), "default_batch_discount", None)
     except KeyError:

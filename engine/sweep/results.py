@@ -7,6 +7,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from capeval.engine.errors import AbortedError, Terminated
+from capeval.engine.report import write_results
+from capeval.engine.report.results import cells_without_value
+from capeval.engine.runrecord import append_run_record, sweep_record
+from capeval.engine.store.segments import storage_error
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep.run import SweepRun
 
@@ -41,9 +45,6 @@ def record_run(result: SweepResult, run: SweepRun, cell_keys: list[str],
     "interrupted" for a run that Ctrl-C or SIGTERM (`interrupted`) ended, `interrupted_by` naming the signal. A
     record that cannot be made is reported, not fatal: the results are complete without it; a disk that refuses it
     stops the run (exit 4) like every other write."""
-    from capeval.engine.report.results import cells_without_value
-    from capeval.engine.runrecord import append_run_record, sweep_record
-
     try:
         record = sweep_record(result, run.config, cap_rev=run.captioner_revisions, judge_rev=run.judge_revisions,
                               cell_keys=cell_keys)
@@ -78,13 +79,9 @@ def cost_line(cost: dict) -> str:
 
 def write_results_files(results, out: Path) -> None:
     """results.parquet/.csv; a full or read-only disk ends the run with one line (the stores are complete)."""
-    from capeval.engine.report import write_results
-
     try:
         write_results(results, out)
     except OSError as exc:
-        from capeval.engine.store.segments import storage_error
-
         for stray in out.glob(".results*.tmp"):
             stray.unlink(missing_ok=True)
         raise storage_error(exc, out / "results.csv", "the results table") from exc

@@ -25,11 +25,11 @@ from pathlib import Path
 
 from capeval.engine.keys import file_digest
 from capeval.engine.ray_local import init_ray
+from capeval.engine.registry import lookup
 from capeval.engine.report import results_table
 from capeval.engine.store.lock import FolderLock
 from capeval.engine.store.segments import storage_error
-from capeval.engine.sweep import accounting
-from capeval.engine.sweep import cells as cellmod
+from capeval.engine.sweep import accounting, cells as cellmod
 from capeval.engine.sweep.caption_only import run_caption_only
 from capeval.engine.sweep.captioning import CaptionOutcome, caption_cells_for
 from capeval.engine.sweep.config import ComponentSpec, SweepConfig
@@ -48,8 +48,6 @@ __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision"]
 def component_revision(kind: str, spec: ComponentSpec) -> str:
     """Identity of a captioner's/judge's weights without loading them: the class's `revision` when it is plain
     text, or its `static_revision(params)` classmethod (e.g. a hash of the model folder); params are keyed too."""
-    from capeval.engine.registry import lookup
-
     cls = lookup(kind, spec.name)
     if hasattr(cls, "static_revision"):
         return str(cls.static_revision(spec.params))

@@ -24,6 +24,9 @@ from dataclasses import dataclass, field, fields
 
 import polars as pl
 
+from capeval.engine.judging.requests import attempt_key
+from capeval.engine.registry import lookup
+from capeval.engine.store.judgment_cache import JudgmentCache
 from capeval.engine.sweep.captioning import CaptionOutcome
 from capeval.engine.sweep.cells import CellInputs, cell_captions, load_inputs, stored_verdicts
 from capeval.engine.sweep.grid import CELL_COLUMNS, ResultCell
@@ -229,8 +232,6 @@ class _Answers:
     """The judgment cache, read: the answers a cell's verdicts rest on, and the answers made since a time."""
 
     def __init__(self, cache_dir):
-        from capeval.engine.store.judgment_cache import JudgmentCache
-
         path = cache_dir / JudgmentCache.FILENAME
         self.db = sqlite3.connect(path, timeout=60.0) if path.is_file() else None
         self._policies: dict = {}
@@ -247,8 +248,6 @@ class _Answers:
         if verdicts is None or verdicts.num_rows == 0:
             return {}
         temperature = self._reask_temperature(cell)
-        from capeval.engine.judging.requests import attempt_key
-
         cols = verdicts.select(["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens",
                                 "completion_tokens", "reasoning_tokens"]).to_pylist()
         wanted, final = [], {}
@@ -267,8 +266,6 @@ class _Answers:
         return found
 
     def _reask_temperature(self, cell):
-        from capeval.engine.registry import lookup
-
         name = cell.protocol.name
         key = (name, repr(sorted(cell.protocol.params.items())))
         if key not in self._policies:
