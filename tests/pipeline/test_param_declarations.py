@@ -204,8 +204,13 @@ def test_every_builtin_backend_declares_its_params_with_a_description():
     has a description, and the checks, `capeval list` and the judge factory read the declaration (accepted_params)."""
     from capeval.engine.params import REQUIRED, accepted_params
 
-    for kind in ("judge", "captioner"):
-        for name in names(kind):
+    from importlib.metadata import entry_points
+
+    # The builtins are the installed entry points; other tests register their own stand-ins in the same registry.
+    for kind, group in (("judge", "capeval.judges"), ("captioner", "capeval.captioners")):
+        builtins = sorted(ep.name for ep in entry_points(group=group))
+        assert builtins, group
+        for name in builtins:
             cls = lookup(kind, name)
             assert isinstance(cls.params, tuple), (kind, name)
             assert all(p.doc for p in cls.params), (kind, name, [p.name for p in cls.params if not p.doc])
