@@ -26,6 +26,12 @@ def find_media(root: Path, name: str) -> str:
     return str(exact if Path(name).suffix else root / f"{name}.mp4")
 
 
+def media_of_items(items, root: Path) -> dict[str, str]:
+    """video_id -> media path under `root` (find_media) for each distinct video of an items table, in first-seen
+    order: the media map of a dataset kind whose videos sit in one folder."""
+    return {v: find_media(root, v) for v in dict.fromkeys(items.column("video_id").to_pylist())}
+
+
 def filter_limit(items, limit: int | None):
     """The items of the first `limit` videos (sorted by video_id), for quick runs."""
     if not limit:

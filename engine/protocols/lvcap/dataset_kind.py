@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capeval.engine.datasets.media import find_media
+from capeval.engine.datasets.media import media_of_items
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
 from .dream1k import load_clips, load_events
@@ -20,7 +20,7 @@ def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLo
     path = resolve(base_dir, params["path"])
     items = (load_events if params.get("unit") == "events" else load_clips)(path)
     root = resolve(base_dir, params["media_root"]) if "media_root" in params else path.parent
-    media = {v: find_media(root, v) for v in dict.fromkeys(items.column("video_id").to_pylist())}
+    media = media_of_items(items, root)
     return DatasetLoad(items, media)
 
 
