@@ -16,6 +16,26 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 
+def pytest_addoption(parser):
+    parser.addoption("--scale", action="store_true",
+                     help="also run the scale runs (marked `scale`, minutes each), which the suite deselects")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "scale: a scale run (minutes on 2 cores); deselected unless --scale is given")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The suite (scripts/test.sh) stays within its time on 2 cores: scale runs are deselected unless --scale (e.g.
+    `bash scripts/test.sh --scale -m scale`, docs/bench.md "Scale runs")."""
+    if config.getoption("--scale"):
+        return
+    scale = [item for item in items if item.get_closest_marker("scale")]
+    if scale:
+        config.hook.pytest_deselected(items=scale)
+        items[:] = [item for item in items if not item.get_closest_marker("scale")]
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
