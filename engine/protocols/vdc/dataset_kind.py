@@ -12,16 +12,7 @@ from pathlib import Path
 from capeval.engine.datasets.media import media_of_items
 from capeval.engine.datasets.registry import DatasetKind, DatasetLoad, Param, resolve
 
-from .release import KINDS, kind_files, load_vdc, resolve_kinds
-
-
-def _kinds_value(v) -> str | None:
-    if not all(isinstance(k, str) for k in v):
-        return "expected a list of kind names"
-    unknown = [k for k in v if k not in KINDS]
-    if unknown:
-        return f"unknown kind(s) {', '.join(map(repr, unknown))} (choose from {', '.join(KINDS)})"
-    return None if v else "empty list: name at least one kind, or leave `kinds` out for all five"
+from .release import KINDS, kind_files, kinds_problem, load_vdc, resolve_kinds
 
 
 def _check(params: dict, base: Path) -> list[str]:
@@ -51,7 +42,7 @@ KIND = DatasetKind(
     (Param("path", (str,), "one kind's QA file (<kind>.jsonl), or the folder holding them", required=True,
            path="file_or_dir"),
      Param("kinds", (list,), f"the kinds to read (default: every file of the folder; one kind names the questions "
-                             f"of a file whose name is not <kind>.jsonl): {', '.join(KINDS)}", check=_kinds_value),
+                             f"of a file whose name is not <kind>.jsonl): {', '.join(KINDS)}", check=kinds_problem),
      Param("media_root", (str,), "folder of the videos, named by video id (default: the QA files' folder)",
            path="dir")),
     load, reads_only=True, extra_check=_check, files_in_folder=_files_in_folder,

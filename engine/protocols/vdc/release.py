@@ -63,6 +63,16 @@ class QAFile:
         return {vid: [*v.replaced_lines, v.line] for vid, v in self.videos.items() if v.replaced_lines}
 
 
+def kinds_problem(kinds: list | tuple) -> str | None:
+    """What is wrong with a `kinds` value (a list of kind names), or None."""
+    if not all(isinstance(k, str) for k in kinds):
+        return "expected a list of kind names"
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        return f"unknown kind(s) {', '.join(map(repr, unknown))} (choose from {', '.join(KINDS)})"
+    return None if kinds else "empty list: name at least one kind, or leave `kinds` out for all five"
+
+
 def kind_of_file(path: str | Path) -> str | None:
     """The kind a QA file's name says (`<kind>.jsonl`), or None."""
     path = Path(path)
@@ -177,12 +187,8 @@ def resolve_kinds(path: str | Path, kinds: list[str] | tuple[str, ...] | None) -
     what is wrong. A file's kind is its name's (`<kind>.jsonl`) or, for another name, the one kind `kinds` names.
     A folder gives its `<kind>.jsonl` files (of `kinds` when given; each must be there)."""
     path = Path(path)
-    if kinds is not None:
-        unknown = [k for k in kinds if k not in KINDS]
-        if unknown:
-            raise ValueError(f"unknown VDC kind(s) {', '.join(map(repr, unknown))} (choose from {', '.join(KINDS)})")
-        if not kinds:
-            raise ValueError("empty list: name at least one kind, or leave `kinds` out for all five")
+    if kinds is not None and (problem := kinds_problem(kinds)):
+        raise ValueError(f"kinds: {problem}")
     if path.is_dir():
         files = kind_files(path, kinds)
         missing = [k for k in (kinds or ()) if not (path / f"{k}.jsonl").is_file()]
