@@ -1,12 +1,127 @@
-"""DREAM-1K's AutoDQ: the caption's events against the clip's reference events, entailed in both directions ->
-per-clip, per-source and overall precision, recall and F1."""
+"""DREAM-1K's AutoDQ as a benchmark of its own: the caption's events against the clip's reference events, entailed
+in both directions -> per-clip, per-source and overall precision, recall and F1.
 
-from capeval.engine.protocols.base import JudgeProtocol as _JudgeProtocol
+AutoDQ has ONE implementation, LVCap-Eval's `event_scoring = "autodq"` variant (engine/protocols/lvcap/); this
+package reaches it at run time through the registry (`lookup("protocol", "lvcap")`: a benchmark package imports no
+other) and delegates every request, parse, next step, stand-in answer and metric to it:
+
+* official mode = lvcap's official mode with `event_scoring="autodq"`, the AutoDQ pack (`prompts`: autodq.toml)
+  as its `event_prompts`: the official prompts byte for byte, no sampling parameters, 10 tries per call, a clip
+  with a rejected reply Failed;
+* strict mode = lvcap's strict event flow (capeval's pack, fenced texts, one entailment call per event).
+
+What is its own is renamed: the requests' `protocol` column, the context task ("dream1k/events/<step>": the local
+judge finds this protocol by that prefix, the judging loop calls this object), the protocol tag in the request
+keys ("dream1k@<version>+lvcap@<lvcap's version>", so a change of either invalidates cached judgments), and the
+metric names (F1, precision, recall: metrics.py). lvcap reads the name and the version from the protocol object it
+runs on (`self.name`, `self.version`: the `protocol` column, the context task, the revision tag, in build_requests
+and next_requests), so the delegate is lvcap's protocol object copied under this name; tests check every row.
+"""
+
+from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
+
+import copy as _copy
+
+from capeval.engine.packs import builtin_pack_path as _builtin_pack_path, load_pack as _load_pack
+from capeval.engine.packs import resolve_pack as _resolve_pack
+from capeval.engine.params import Param as _Param
+from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+                                          PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE,
+                                          JudgeProtocol as _JudgeProtocol)
+
+from .implementation import IMPLEMENTATION as _IMPLEMENTATION, OFFICIAL_PACK as _OFFICIAL_PACK
+from .implementation import implementation as _implementation
+from .metrics import DURATION_EDGES_S as _DURATION_EDGES_S, check_duration_edges as _check_duration_edges
+from .paired import paired_spec as _paired_spec
 
 
 class Dream1kProtocol(_JudgeProtocol):
+    """DREAM-1K (AutoDQ): events extracted from the caption, entailed against the reference and back.
+    Params: mode, prompts (official: autodq.toml), confidence, paper_compatible, event_average (strict), duration_buckets
+    (seconds)."""
+
     name = "dream1k"
     version = "1"
+    caption_prompts = _CAPTION_PROMPTS
+    intermediate_steps = ("extract",)
+    headline = ("F1", "precision", "recall")
+    metric_definitions = (
+        ("F1", "2PR/(P+R) of the precision and recall below (official mode: of the means over sources), %"),
+        ("precision", "the share of the caption's events the reference description entails (official mode: per "
+                      "clip, mean per source, mean over sources), %"),
+        ("recall", "the share of the reference events the caption entails (official mode: per clip, mean per "
+                   "source, mean over sources), %"),
+        ("F1_pooled", "official mode, labelled: F1 of all entailed events over all events, each direction"),
+        ("F1_clip_mean", "official mode, labelled: the mean of the per-clip F1s"),
+    )
+    pack_params = ("prompts",)
+    breakdowns = ("bucket",)  # source, subjects, shots, events, duration (metrics.py)
+    dataset_kinds = ("dream1k", "dream1k_synthetic", "items")
+    item_columns = ("annotation",)  # the reference events (JSON list); the reference description in `answer`
+    tasks = ("events",)
+    params = (_MODE, _Param("prompts", (str,), None, "the events pack: official mode the AutoDQ pack (autodq.toml), "
+                                                     "strict mode capeval's LVCap-Eval pack by default"),
+              _CONFIDENCE, _PAPER_COMPATIBLE,
+              _Param("event_average", (str,), "video", "strict mode: video (per-clip P and R averaged) or pooled "
+                     "(over all events)", choices=("video", "pooled"), metrics=True),
+              _Param("duration_buckets", (list, str), None,
+                     f"duration bucket edges in SECONDS, e.g. \"{','.join(f'{e:g}' for e in _DURATION_EDGES_S)}\" "
+                     "(the default)", check=_check_duration_edges, metrics=True))
+
+    @property
+    def codes(self):
+        return _implementation().codes
+
+    def delegate(self) -> _JudgeProtocol:
+        """lvcap's protocol object under this protocol's name and a version naming both (see the module doc)."""
+        lvcap = _implementation()
+        worker = _copy.copy(lvcap)
+        worker.name = self.name
+        worker.version = f"{self.version}+{_IMPLEMENTATION}@{lvcap.version}"
+        return worker
+
+    @staticmethod
+    def implementation_params(mode: str = "strict", prompts=None) -> dict:
+        """lvcap's params for a run of this protocol: its `prompts` is lvcap's `event_prompts` (no scene pack), and
+        official mode scores events as AutoDQ."""
+        params = {"mode": mode, "event_prompts": str(prompts) if prompts else None}
+        if mode == "official":
+            params["event_scoring"] = "autodq"
+        return params
+
+    def packs_used(self, mode, params):
+        prompts = params.get("prompts")
+        if (mode or "strict") == "official":
+            return {"prompts": _resolve_pack(self.name, prompts, mode="official", official_name=_OFFICIAL_PACK)}
+        return {"prompts": _load_pack(prompts or _builtin_pack_path(_IMPLEMENTATION))}
+
+    def paired_spec(self, mode):
+        return _paired_spec(mode)
+
+    def judging_policy(self, mode="strict", **params):
+        return self.delegate().judging_policy(mode)
+
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), mode="strict", prompts=None,
+                       **opts):
+        return self.delegate().build_requests(items, captions, judge=judge, judge_revision=judge_revision,
+                                              seeds=seeds, **self.implementation_params(mode, prompts))
+
+    def render(self, item, caption, *, seed, mode="strict", prompts=None, **opts):
+        return self.delegate().render(item, caption, seed=seed, **self.implementation_params(mode, prompts))
+
+    def next_requests(self, requests, verdicts, *, judge, judge_revision):
+        return self.delegate().next_requests(requests, verdicts, judge=judge, judge_revision=judge_revision)
+
+    def parse(self, request, text):
+        return self.delegate().parse(request, text)
+
+    def stand_in_answer(self, request):
+        return self.delegate().stand_in_answer(request)
+
+    def cli_commands(self, subparsers, tools):
+        from . import cli  # deferred: an extension (`capeval dream1k clips`), loaded by its hook
+
+        cli.register(subparsers, tools)
 
 
 PROTOCOL = Dream1kProtocol()
