@@ -46,7 +46,7 @@ from capeval.engine.schemas import ParseStatus
 from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
 
 from .codes import VDCVerdict
-from .kinds import KINDS, kinds_named
+from .kinds import KINDS, judged_kinds, kinds_named
 from .parsing import LMMS_MARK, OFFICIAL_SCORING, lmms_from_error
 from .prompts import check_mode
 
@@ -59,6 +59,10 @@ _OK = (int(ParseStatus.OK), int(ParseStatus.REPAIRED))
 LMMS_ABORT = "UnboundLocalError: cannot access local variable 'case_score' where it is not associated with a value"
 DERIVED_NOTE = ("derived: the mean over the five kinds of their {what} (the README figure's VDCScore); no official "
                 "code computes it")
+#: why a mean is nan: float() takes the score text 'nan' (and an inf score can give inf - inf); nan is truthy, so the
+#: official zero filter keeps such a video and its kind's mean is printed as nan
+NAN_REASON = ("nan: a kept video's score is nan (float() of a score reply such as 'nan'; `if tp_score and tp_acc` "
+              "keeps it), so the mean is nan, as the official script prints it")
 STATUS_TEXT = {int(ParseStatus.FAILED): "the judge's answer could not be parsed",
                int(ParseStatus.ERROR): "the judge backend failed", int(ParseStatus.MISSING): "no judgment"}
 
@@ -185,15 +189,30 @@ def official_video(video: Video) -> OfficialVideo:
     return OfficialVideo("counted" if (tp_score and tp_acc) else "dropped_zero", tp_score, tp_acc)
 
 
-def official_per_video(verdicts: pl.DataFrame, items: pl.DataFrame | None = None) -> pl.DataFrame:
-    """One row per (group, trial, kind, video): status, tp_score, tp_acc, error, n_questions, in the order the
-    official means add them."""
+def official_per_video(verdicts: pl.DataFrame, items: pl.DataFrame | None = None,
+                       captions: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (group, trial, kind, video): status (counted | dropped_zero | skipped_error), tp_score, tp_acc,
+    error, n_questions, in the order the official means add them. With `items` and `captions`, also a
+    `not_in_qa_file` row for each caption judged on a kind whose questions (present in `items`) lack its video: the
+    official script skips such a video silently (`if video_id in tp_gt_qa_dict`, line 221)."""
     rows = []
-    for video in videos_of(verdicts, items):
+    videos = videos_of(verdicts, items)
+    for video in videos:
         o = official_video(video)
         rows.append({**dict(zip(GROUP_COLUMNS, video.group[:-1])), "trial": video.group[-1], "task": video.kind,
                      "video_id": video.video_id, "status": o.status, "tp_score": o.tp_score, "tp_acc": o.tp_acc,
                      "error": o.error, "n_questions": len(video.questions)})
+    if items is not None and captions is not None and captions.height:
+        trials = sorted({vd.group[-1] for vd in videos}) or ["0"]
+        have = set(zip(items.get_column("task").to_list(), items.get_column("video_id").to_list()))
+        loaded = {k for k, _ in have}
+        for cap in captions.iter_rows(named=True):
+            for kind in judged_kinds(cap.get("prompt_id")):
+                if kind in loaded and (kind, cap["video_id"]) not in have:
+                    labels = {c: "-" if cap.get(c) is None else str(cap.get(c)) for c in GROUP_COLUMNS}
+                    rows += [{**labels, "trial": t, "task": kind, "video_id": cap["video_id"],
+                              "status": "not_in_qa_file", "tp_score": None, "tp_acc": None, "error": None,
+                              "n_questions": 0} for t in trials]
     return pl.DataFrame(rows, schema={**{c: pl.String for c in GROUP_COLUMNS}, "trial": pl.String, "task": pl.String,
                                       "video_id": pl.String, "status": pl.String, "tp_score": pl.Float64,
                                       "tp_acc": pl.Float64, "error": pl.String, "n_questions": pl.Int64})
@@ -292,7 +311,7 @@ def official_kind(videos: list[Video]) -> KindResult:
     counts = {"kept": len(kept), "dropped_zero": sum(o.status == "dropped_zero" for _, o in outcomes),
               "skipped": sum(o.status == "skipped_error" for _, o in outcomes)}
     base = dict(videos=[vd.video_id for vd, _ in kept], video_scores=[o.tp_score for _, o in kept],
-                video_accs=[o.tp_acc for _, o in kept], n=sum(len(vd.questions) for vd, _ in kept),
+                video_accs=[o.tp_acc for _, o in kept], n=len(kept),
                 n_no_verdict=_no_verdict(videos), n_videos=len(videos), counts=counts)
     if not kept:
         reason = (f"ZeroDivisionError: the official script divides by zero (no overall line, no output file): none "
@@ -314,13 +333,12 @@ def lmms_kind(videos: list[Video]) -> KindResult:
         return KindResult(None, None, [], [], [], 0, reason=reason, **base)
     scores, accs = [o.score for _, o in outcomes], [o.acc for _, o in outcomes]
     score, acc = _mean(scores), _mean(accs)
-    return KindResult(score, acc, [vd.video_id for vd, _ in outcomes], scores, accs,
-                      sum(o.pairs_kept for _, o in outcomes),
+    return KindResult(score, acc, [vd.video_id for vd, _ in outcomes], scores, accs, len(outcomes),
                       printed=(f"llmms_eval_score: {score}", f"llmms_eval_acc: {acc}"), **base)
 
 
 def strict_kind(videos: list[Video]) -> KindResult:
-    ids, scores, accs, n = [], [], [], 0
+    ids, scores, accs = [], [], []
     for vd in videos:
         answered = [q for q in vd.questions if q.ok]
         if not answered:
@@ -328,8 +346,7 @@ def strict_kind(videos: list[Video]) -> KindResult:
         ids.append(vd.video_id)
         scores.append(sum(float(q.detail["score"]) for q in answered) / len(answered))
         accs.append(sum(q.verdict == int(VDCVerdict.YES) for q in answered) / len(answered))
-        n += len(answered)
-    base = dict(videos=ids, video_scores=scores, video_accs=accs, n=n, n_no_verdict=_no_verdict(videos),
+    base = dict(videos=ids, video_scores=scores, video_accs=accs, n=len(ids), n_no_verdict=_no_verdict(videos),
                 n_videos=len(videos))
     if not ids:
         return KindResult(None, None, reason="no verdicts: no video of this kind has a judged question", **base)
@@ -391,8 +408,9 @@ def _kind_rows(labels: dict, reading: str, results: dict[str, KindResult], cis: 
         for metric, value, printed in (("Acc", None if r.acc is None else r.acc * 100.0, r.printed[1]),
                                        ("Score", r.score, r.printed[0])):
             low, high = cis.get((kind, metric), (None, None))
+            reason = r.reason if r.reason is not None or value is None or value == value else NAN_REASON
             rows.append({**common, "metric": metric, "value": value, "ci_low": low, "ci_high": high,
-                         "printed": printed})
+                         "printed": printed, "reason": reason})
     return rows
 
 
@@ -409,13 +427,17 @@ def _derived_rows(labels: dict, reading: str, results: dict[str, KindResult], ci
     rs = [results[k] for k in KINDS if k in results]
     common = {**labels, "task": ALL, "reading": reading, "n": sum(r.n for r in rs),
               "n_no_verdict": sum(r.n_no_verdict for r in rs), "n_videos": len({v for r in rs for v in r.videos}),
-              "n_kept": None, "n_dropped_zero": None, "n_skipped": None, "printed": None, "reason": reason}
+              "n_kept": None, "n_dropped_zero": None, "n_skipped": None, "printed": None}
     out = []
     for metric, what, value in (
             ("VDCscore", "accuracies, %", None if reason else sum(results[k].acc * 100.0 for k in KINDS) / len(KINDS)),
             ("Score", "scores", None if reason else sum(results[k].score for k in KINDS) / len(KINDS))):
         low, high = (None, None) if reason else cis.get((ALL, metric), (None, None))
-        out.append({**common, "metric": metric, "value": value, "ci_low": low, "ci_high": high,
+        why = reason
+        if why is None and value != value:
+            nan_kinds = [k for k in KINDS if results[k].score != results[k].score]
+            why = f"nan: the {', '.join(nan_kinds)} score is nan ({NAN_REASON})"
+        out.append({**common, "metric": metric, "value": value, "ci_low": low, "ci_high": high, "reason": why,
                     "note": DERIVED_NOTE.format(what=what)})
     return out
 
