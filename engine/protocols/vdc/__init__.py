@@ -1,13 +1,117 @@
 """VDC (AuroraCap's Video Detailed Captions, VDCscore): answer each of a video's questions from its caption, then
-grade the answer against the reference (yes/no and a 0-5 score), per caption kind (short, detailed, background,
-main_object, camera)."""
+judge the answer against the reference (yes/no and a 0-5 score), per caption kind (short, detailed, background,
+main_object, camera).
 
-from capeval.engine.protocols.base import JudgeProtocol as _JudgeProtocol
+Two judge steps per QA item, as the official `post_eval/process_vdc_result.py`: "answer" (an intermediate step: its
+reply is the prediction) and "score" (built by `next_requests`). A caption is judged on the questions of the kinds
+its prompt id names, or of every kind when it names none (kinds.py). Official mode reproduces the script (prompts
+from its pack, sampling as sent, no re-ask, its literal parse and per-video rules: parsing.py, metrics.py, which
+also reports lmms-eval's port's reading of the same replies); strict mode is capeval's own (fenced data, JSON
+verdicts, re-asks, every video counted, intervals by video)."""
+
+from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
+from .codes import *  # noqa: F401,F403
+
+import json as _json
+
+from capeval.engine.keys import content_key as _content_key, tagged_revision as _tagged_revision
+from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
+                                           PROMPTS_PARAM as _PROMPTS, TEMPERATURE_PARAM as _TEMPERATURE,
+                                           JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
+                                           RequestContext as _RequestContext, rows_to_table as _rows_to_table)
+from capeval.engine.schemas import ParseStatus as _ParseStatus
+
+from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
+from .codes import VDCVerdict as _VDCVerdict
+from .kinds import KINDS as _KINDS
+from .paired import paired_spec as _paired_spec
 
 
 class VDCProtocol(_JudgeProtocol):
+    """VDC: answer from the caption, then judge yes/no and 0-5 -> per-kind accuracy and score, VDCscore.
+    Params: mode, prompts, temperature, confidence."""
+
     name = "vdc"
     version = "1"
+    codes = (_VDCVerdict,)
+    caption_prompts = _CAPTION_PROMPTS
+    headline = ("VDCscore", "Score")
+    metric_definitions = (
+        ("VDCscore", "the mean of the five caption kinds' accuracies, % (derived: the README figure's number, which "
+                     "no official code computes)"),
+        ("Acc", "accuracy of one kind: per video, the share of its questions judged 'yes'; averaged over videos, %"),
+        ("Score", "score of one kind: per video, the mean 0-5 judge score of its questions; averaged over videos "
+                  "(over the five kinds on the overall row)"),
+    )
+    dataset_kinds = ("vdc", "vdc_synthetic", "items")  # the VDC question files, synthetic ones, or a table of QA items
+    item_columns = ("annotation", "answer")  # the question and its reference answer
+    tasks = _KINDS
+    intermediate_steps = ("answer",)
+    params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE)
+
+    def paired_spec(self, mode):
+        return _paired_spec(mode)
+
+    def render(self, item, caption, *, seed, **opts):
+        return _prompts.render(item, caption, seed=seed, **opts)
+
+    def build_requests(self, items, captions, *, judge, judge_revision, seeds=(0,), **opts):
+        # The pack's digest and the mode enter every request key (also of the score step, see next_requests).
+        mode = _prompts.check_mode(opts.get("mode"))
+        pack = _prompts.pack_for(mode, opts.get("prompts"))
+        revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, mode))
+        table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
+        return _per_pair_keys(table)
+
+    def stand_in_answer(self, request):
+        return _stand_in.stand_in(request)
+
+    def parse(self, request, text):
+        return _parsing.parse(request, text)
+
+    def judging_policy(self, mode="strict", **params):
+        if _prompts.check_mode(mode) == "official":
+            # The official script never asks again: a reply it cannot read skips the video (metrics.py).
+            return _JudgingPolicy(max_reasks=0, reask_temperature=None, mode="official")
+        return _JudgingPolicy(mode="strict")
+
+    def next_requests(self, requests, verdicts, *, judge, judge_revision):
+        rows = requests.to_pylist()
+        settings = next((_RequestContext.decode(r["context"]).parse.get("settings") for r in rows
+                         if r["step"] == "answer"), None) or {"mode": "strict", "prompts": None}
+        pack = _prompts.pack_for(settings.get("mode"), settings.get("prompts"))
+        revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, settings.get("mode")))
+
+        def score_step(req, v, ctx):
+            p = ctx.parse
+            ok = v["parse_status"] in (_ParseStatus.OK, _ParseStatus.REPAIRED)
+            answer = _json.loads(v["detail"])["answer"] if ok else ""
+            r = _prompts.render_score(req["task"], p.get("question", ""), p.get("reference", ""), answer,
+                                      p.get("settings"))
+            if not ok:  # keep a score row for the item: no verdict, with the answer step's status
+                r.parse = {**r.parse, "missing": f"answer step: {v['error'] or 'no answer'}",
+                           "upstream_status": int(v["parse_status"])}
+                r.user += f"\n[upstream {req['request_key']}]"  # distinct key per failed chain
+            return [r]
+
+        return _per_pair_keys(_rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision,
+                                                            score_step)))
+
+
+def _per_pair_keys(table):
+    """When the judge samples (official mode's temperature 1.0, or any temperature above 0 or none sent), two QA
+    pairs whose prompts happen to be equal are two separate draws, as the official script makes one call per pair:
+    their keys then include the pair (item and caption). At temperature 0 equal prompts share one cached judgment."""
+    if table.num_rows == 0:
+        return table
+    rows = table.to_pylist()
+    changed = False
+    for r in rows:
+        temperature = _RequestContext.decode(r["context"]).temperature
+        if temperature is None or temperature > 0:
+            r["request_key"] = _content_key("vdc-pair", r["request_key"], r["item_id"], r["caption_key"])
+            changed = True
+    return _rows_to_table(rows) if changed else table
 
 
 PROTOCOL = VDCProtocol()
