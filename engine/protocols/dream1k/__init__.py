@@ -37,8 +37,8 @@ from .paired import paired_spec as _paired_spec
 
 class Dream1kProtocol(_JudgeProtocol):
     """DREAM-1K (AutoDQ): events extracted from the caption, entailed against the reference and back.
-    Params: mode, prompts (official: autodq.toml), confidence, paper_compatible, event_average (strict), duration_buckets
-    (seconds)."""
+    Params: mode, prompts (official: autodq.toml), confidence, paper_compatible, event_average (strict),
+    duration_buckets (seconds)."""
 
     name = "dream1k"
     version = "1"

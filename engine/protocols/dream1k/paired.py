@@ -62,7 +62,8 @@ def _strict_stats(v: pl.DataFrame, *, paper: bool, pooled: bool) -> pl.DataFrame
         pl.col("_m0", "_n0", "_u0", "_m1", "_n1", "_u1").sum())
     if paper:  # as lvcap's paper-compatible reading: a video with an unjudged event is left out
         bad = (pl.col("_u0") + pl.col("_u1")) > 0
-        per = per.with_columns(pl.when(bad).then(0.0).otherwise(pl.col(c)).alias(c) for c in ("_m0", "_n0", "_m1", "_n1"))
+        per = per.with_columns(pl.when(bad).then(0.0).otherwise(pl.col(c)).alias(c)
+                               for c in ("_m0", "_n0", "_m1", "_n1"))
     if pooled:
         return per.select("video_id", "_task", pl.col("_m0").alias("_s0"), pl.col("_n0").alias("_s1"),
                           pl.col("_m1").alias("_s2"), pl.col("_n1").alias("_s3"))
