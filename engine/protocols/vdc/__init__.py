@@ -21,21 +21,22 @@ from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE
                                            RequestContext as _RequestContext, rows_to_table as _rows_to_table)
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
-from . import parsing as _parsing, prompts as _prompts, stand_in as _stand_in
+from . import parsing as _parsing, prompts as _prompts, release as _release, stand_in as _stand_in
 from .codes import VDCVerdict as _VDCVerdict
 from .kinds import KINDS as _KINDS
 from .paired import paired_spec as _paired_spec
 
 
 class VDCProtocol(_JudgeProtocol):
-    """VDC: answer from the caption, then judge yes/no and 0-5 -> per-kind accuracy and score, VDCscore.
-    Params: mode, prompts, temperature, confidence."""
+    """VDC: answer each question from the caption, then judge yes/no and 0-5 -> per-kind accuracy and score,
+    VDCscore. A caption whose prompt id names a kind (e.g. vdc_detailed) is judged on that kind's questions only,
+    one naming none on all five kinds. Params: mode, prompts, temperature, confidence."""
 
     name = "vdc"
     version = "1"
     codes = (_VDCVerdict,)
     caption_prompts = _CAPTION_PROMPTS
-    headline = ("VDCscore", "Score")
+    headline = ("VDCscore", "Acc", "Score")
     metric_definitions = (
         ("VDCscore", "the mean of the five caption kinds' accuracies, % (derived: the README figure's number, which "
                      "no official code computes)"),
@@ -62,6 +63,12 @@ class VDCProtocol(_JudgeProtocol):
         revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, mode))
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
         return _per_pair_keys(table)
+
+    def release_dataset_kind(self, path):
+        """VDC's question files (`<kind>.jsonl` of {video_id: [QA pairs]} lines, or a folder of them) are read as
+        the `vdc` kind; an items table that happens to be named like a kind is not."""
+        files = _release.kind_files(path) if path.is_dir() else [path] if _release.kind_of_file(path) else []
+        return "vdc" if files and all(_is_qa_file(f) for f in files) else None
 
     def stand_in_answer(self, request):
         return _stand_in.stand_in(request)
@@ -96,6 +103,20 @@ class VDCProtocol(_JudgeProtocol):
 
         return _per_pair_keys(_rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision,
                                                             score_step)))
+
+
+def _is_qa_file(path) -> bool:
+    """Whether the first line of `path` is one VDC video's QA list: {video_id: [{"question": ...}, ...]}."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = next((line for line in f if line.strip()), "")
+        value = _json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    if not isinstance(value, dict) or len(value) != 1:
+        return False
+    pairs = next(iter(value.values()))
+    return isinstance(pairs, list) and all(isinstance(p, dict) and "question" in p for p in pairs)
 
 
 def _per_pair_keys(table):
