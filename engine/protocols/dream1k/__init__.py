@@ -21,6 +21,7 @@ and next_requests), so the delegate is lvcap's protocol object copied under this
 from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
 
 import copy as _copy
+import json as _json
 
 from capeval.engine.packs import builtin_pack_path as _builtin_pack_path, load_pack as _load_pack
 from capeval.engine.packs import resolve_pack as _resolve_pack
@@ -59,6 +60,7 @@ class Dream1kProtocol(_JudgeProtocol):
     dataset_kinds = ("dream1k", "dream1k_synthetic", "items")
     item_columns = ("annotation",)  # the reference events (JSON list); the reference description in `answer`
     tasks = ("events",)
+    metrics_read_captions = False  # the verdict rows name the caption groups
     params = (_MODE, _Param("prompts", (str,), None, "the events pack: official mode the AutoDQ pack (autodq.toml), "
                                                      "strict mode capeval's LVCap-Eval pack by default"),
               _CONFIDENCE, _PAPER_COMPATIBLE,
@@ -118,10 +120,29 @@ class Dream1kProtocol(_JudgeProtocol):
     def stand_in_answer(self, request):
         return self.delegate().stand_in_answer(request)
 
+    def release_dataset_kind(self, path):
+        """DREAM-1K's release file (`DREAM-1k.jsonl`: records with `vid`, `extra_info.events` and `messages`) is read
+        as the `dream1k` kind."""
+        return "dream1k" if _is_release_file(path) else None
+
     def cli_commands(self, subparsers, tools):
         from . import cli  # deferred: an extension (`capeval dream1k clips`), loaded by its hook
 
         cli.register(subparsers, tools)
+
+
+def _is_release_file(path) -> bool:
+    """Whether the first record of a .jsonl file has the release's fields (the rest is checked when it is loaded)."""
+    if not path.is_file() or path.suffix.lower() != ".jsonl":
+        return False
+    try:
+        with open(path, encoding="utf-8") as f:
+            first = next((line for line in f if line.strip()), "")
+        record = _json.loads(first)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return False
+    return (isinstance(record, dict) and {"vid", "extra_info", "messages"} <= set(record)
+            and isinstance(record["extra_info"], dict) and "events" in record["extra_info"])
 
 
 PROTOCOL = Dream1kProtocol()
