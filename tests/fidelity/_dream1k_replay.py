@@ -142,7 +142,8 @@ def _caption(k: int, refs: list[str]) -> str | None:
         return f'{first} A man says "{{hello}}" and points at the {{0}} sign.'
     if kind == 3:  # newlines and upper case (lower-cased in every official prompt)
         return "\n".join(_sentences(ref)).upper()
-    return "A person stands still in a room."
+    # unique per clip: identical request texts are asked once per run (the judgment cache), whatever the item
+    return f"A person stands still next to door number {k}."
 
 
 def _relationships(vid: str, step: str, n: int) -> list[str]:
