@@ -37,7 +37,8 @@ LVCAP = {"mode": "official", "prompts": PACK_DIR / "lvcap.toml", "event_prompts"
          "event_scoring": "autodq"}
 DREAM1K = {"mode": "official", "prompts": PACK_DIR / "autodq.toml"}
 #: lvcap's AutoDQ metric -> dream1k's
-METRIC = {"S_e": "F1", "event_recall": "R", "event_precision": "P"}
+METRIC = {"S_e": "F1", "event_recall": "recall", "event_precision": "precision", "S_e_pooled": "F1_pooled",
+          "S_e_clip_mean": "F1_clip_mean"}
 GROUP = ["captioner", "prompt_id", "frame_spec"]
 #: the verdict columns that say what was accepted and why (keys and the protocol column differ by construction)
 VERDICT_COLUMNS = ["item_id", "video_id", "caption_key", "step", "sub_index", "trial", "attempt", "verdict",
@@ -51,6 +52,9 @@ def _both(items, captions, make_judge, tmp_path, n_resamples=0):
         protocol = lookup("protocol", name)
         _, verdicts, sent = H.run(protocol, params, items, captions, make_judge(), tmp_path / name)
         out[name] = (verdicts, sent, H.metrics(protocol, verdicts, items, captions, params, n_resamples))
+    # one duration bucket of 120 s holds every DREAM-1K clip, as lvcap's default "<2min" does
+    out["dream1k_120s"] = H.metrics(lookup("protocol", "dream1k"), out["dream1k"][0], items, captions,
+                                    {**DREAM1K, "duration_buckets": "120"}, n_resamples)
     return out
 
 
@@ -93,6 +97,18 @@ def _assert_identical(out: dict) -> pl.DataFrame:
              and k not in lv_keys]
     assert extra == [], extra
     assert compared >= 3
+    # duration: DREAM-1K's clips all last under 2 minutes, lvcap's first bucket; with one 120 s edge dream1k puts
+    # them in one bucket too (both pool the sources); a clip without a duration is "unknown" in both
+    same_bucket = {"duration:<2min": "duration:<=120s", "duration:unknown": "duration:unknown"}
+    wide = {(*(r[c] for c in GROUP), r["bucket"], r["metric"]): r
+            for r in out["dream1k_120s"].iter_rows(named=True)}
+    lv_duration = lv_rows.filter(pl.col("bucket").str.starts_with("duration:"))
+    assert lv_duration.height and set(lv_duration["bucket"]) <= set(same_bucket), set(lv_duration["bucket"])
+    for r in lv_duration.iter_rows(named=True):
+        twin = wide.get((*(r[c] for c in GROUP), same_bucket[r["bucket"]], METRIC[r["metric"]]))
+        assert twin is not None, (r["bucket"], r["metric"])
+        for k in ("value", "n", "n_no_verdict"):
+            assert _same(r[k], twin[k]), (r["bucket"], r["metric"], k, r[k], twin[k])
     return lv_rows
 
 

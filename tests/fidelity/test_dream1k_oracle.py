@@ -6,7 +6,8 @@ Each case goes through the production path: items as the DREAM-1K loader builds 
 protocol's build_requests(mode="official", prompts = ../shared/protocols/autodq.toml) -> the replay judge serving
 the case's scripted replies (successive calls of a step are attempts 0, 1, ...; the last reply repeats) ->
 run_judging (every step) -> the protocol's compute_metrics as a sweep calls it. Compared with the oracle: per clip
-(success, recall / precision scores, hit counts, the accepted relationship lists, the calls made), per source,
+(success, recall / precision scores, hit counts, the accepted relationship lists, the calls made; read from the
+verdict rows and from the protocol's own per-clip table), per source,
 OVERALL and the three bucket tables (subjects, shots, events), to 1e-6; and what was sent: each request's text
 equals the official prompt rendered from the pack, with no system message and no sampling parameter."""
 
@@ -20,6 +21,7 @@ import polars as pl
 import pytest
 
 from capeval.adapters.replay import ReplayJudge
+from capeval.engine.protocols.dream1k.metrics import clip_table
 from capeval.engine.registry import lookup
 
 
@@ -39,7 +41,7 @@ PACK_DIR = _conftest.PACK_DIR
 CASES = _conftest.oracle_cases("autodq_oracle.jsonl")
 PARAMS = {"mode": "official", "prompts": PACK_DIR / "autodq.toml"}
 #: the official table's columns -> the dream1k protocol's metric names
-METRIC = {"f1": "F1", "recall": "R", "precision": "P"}
+METRIC = {"f1": "F1", "recall": "recall", "precision": "precision"}
 
 
 def _nan_equal(a, b, tol=1e-6) -> bool:
@@ -111,16 +113,31 @@ def test_dream1k_case_matches_official(protocol, case, tmp_path):
             [x.strip().lower() for x in official["recall_verdicts"]], official["idx"]
         assert [x.strip().lower() for x in clip["relationships_p"]] == \
             [x.strip().lower() for x in official["precision_verdicts"]], official["idx"]
-    # the calls made per clip equal the official api_calls (successive tries of each step, up to 10) for every clip
-    # whose extraction was accepted (capeval sends the recall call alongside the extraction, the official code after
-    # it: when the extraction fails, the official code never asks the recall call)
+    # the per-clip table the protocol reports (`capeval dream1k clips`) says the same
+    table = {r["item_id"]: r for r in clip_table(verdicts, pl.from_arrow(items)).iter_rows(named=True)}
+    assert set(table) == set(clips)
+    for official in case["official_per_video"]:
+        row = table[_vid_of(case, official["idx"])]
+        assert row["success"] == official["success"], official["idx"]
+        if official["success"]:
+            assert row["recall"] == pytest.approx(official["score_r"], abs=1e-6), official["idx"]
+            assert row["precision"] == pytest.approx(official["score_p"], abs=1e-6), official["idx"]
+            assert f"hit: {row['hits_r']} / {row['n_r']}" == official["hit_num_recall"], official["idx"]
+            assert f"hit: {row['hits_p']} / {row['n_p']}" == official["hit_num_precision"], official["idx"]
+        else:
+            assert (row["recall"], row["precision"], row["f1"]) == (None, None, None), official["idx"]
+    # the calls made per clip equal the official api_calls (successive tries of each step, up to 10); capeval sends
+    # the recall call alongside the extraction, the official code after it, so when the extraction fails the
+    # official calls are the extraction's alone
     for official in case["official_per_video"]:
         vid = _vid_of(case, official["idx"])
         extract = verdicts.filter((pl.col("item_id") == vid) & (pl.col("step") == "extract"))
         assert extract.height == 1, official["idx"]
         if extract["parse_status"][0] <= 1:
             calls = sum(1 for s in sent if s["item_id"] == vid)
-            assert calls == official["api_calls"], official["idx"]
+        else:  # the official code made only extraction calls
+            calls = sum(1 for s in sent if s["item_id"] == vid and s["step"] == "extract")
+        assert calls == official["api_calls"], official["idx"]
 
     # per source / OVERALL / buckets, as a sweep computes them (percent)
     table = H.metrics(protocol, verdicts, items, captions, PARAMS)
@@ -139,6 +156,9 @@ def test_dream1k_case_matches_official(protocol, case, tmp_path):
             assert _nan_equal(value(f"source:{source}", metric), t[key]), (source, key)
         head = row(f"source:{source}", METRIC["f1"])
         assert (head["n"], head["n_no_verdict"]) == (t["success"], t["failed"]), source
+        if "printed_rounded_3" in t:
+            for key, shown in zip(("f1", "recall", "precision"), t["printed_rounded_3"]):
+                assert _nan_equal(value(f"source:{source}", METRIC[key]), shown, tol=5e-4 + 1e-9), (source, key)
     o = case["official_overall"]
     for key, metric in METRIC.items():
         assert _nan_equal(value("all", metric), o[key]), ("OVERALL", key)

@@ -1,6 +1,6 @@
 """`dream1k` in strict mode through the production path (build_requests -> a judge -> run_judging -> compute_metrics
 as a sweep calls it) on a few real DREAM-1K clips: every row gets a verdict or a stated failure (a caption that
-failed upstream, a judge that failed on one clip), and the metrics report P, R and F1 with those failures counted,
+failed upstream, a judge that failed on one clip), and the metrics report precision, recall and F1 with those failures counted,
 never a silent zero."""
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def test_strict_rows_have_a_verdict_or_a_stated_failure(tmp_path):
 
     table = H.metrics(protocol, verdicts, items, captions, STRICT)
     head = table.filter(pl.col("bucket") == "all")
-    for metric in ("P", "R", "F1"):
+    for metric in ("precision", "recall", "F1"):
         row = head.filter(pl.col("metric") == metric)
         assert row.height == 1, (metric, head.select("metric").to_series().to_list())
         r = row.row(0, named=True)
