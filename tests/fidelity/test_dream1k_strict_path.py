@@ -1,7 +1,8 @@
 """`dream1k` in strict mode through the production path (build_requests -> a judge -> run_judging -> compute_metrics
 as a sweep calls it) on a few real DREAM-1K clips: every row gets a verdict or a stated failure (a caption that
 failed upstream, a judge that failed on one clip), and the metrics report precision, recall and F1 with those failures counted,
-never a silent zero."""
+never a silent zero; and the texts sent and the overall numbers are those of lvcap's strict event flow, which
+it delegates to."""
 
 from __future__ import annotations
 
@@ -84,3 +85,13 @@ def test_strict_rows_have_a_verdict_or_a_stated_failure(tmp_path):
         r = row.row(0, named=True)
         assert r["value"] is not None and 0.0 <= r["value"] <= 100.0, r
         assert r["n_no_verdict"] >= 2, r  # the failed caption's and the failed judge's rows are counted
+
+    # strict mode is lvcap's strict event flow: the same texts sent, the same overall numbers
+    lvcap = lookup("protocol", "lvcap")
+    _, lv_verdicts, lv_sent = H.run(lvcap, STRICT, items, captions, judge, tmp_path / "lvcap")
+    assert H.sent_texts(lv_sent) == H.sent_texts(sent)
+    lv_head = H.metrics(lvcap, lv_verdicts, items, captions, STRICT).filter(pl.col("bucket") == "all")
+    for lv_name, name in (("S_e", "F1"), ("event_precision", "precision"), ("event_recall", "recall")):
+        a = lv_head.filter(pl.col("metric") == lv_name).row(0, named=True)
+        b = head.filter(pl.col("metric") == name).row(0, named=True)
+        assert (a["value"], a["n"], a["n_no_verdict"]) == (b["value"], b["n"], b["n_no_verdict"]), name
