@@ -4,7 +4,7 @@ while recording each request the judge receives.
 
 Two sources of clips: the cases of autodq_oracle.jsonl (`case_*`, read generically: any held-out case of the same
 kind works unchanged) and `scripted_clips`, real DREAM-1K clips with captions and replies derived deterministically
-from each clip (well-formed, fenced, repaired, retried and never-accepted replies in every step), so that a
+from each clip (well-formed, fenced, repaired, retried, empty and never-accepted replies in every step), so that a
 comparison of two protocols on them exercises every path of AutoDQ's official rules."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def captions_table(vids: list[str], texts: list[str | None], errors: list[str | 
                              "error": pa.array(errors or [None] * n, pa.string())}), CAPTIONS)
 
 
-def replay_records(replies: dict[tuple[str, str], list[str]]) -> list[dict]:
+def replay_records(replies: dict[tuple[str, str], list[str | None]]) -> list[dict]:
     """(item_id, step) -> scripted replies, as replay records for attempts 0..TRIES-1 (the last one repeating)."""
     return [{"item_id": item, "step": step, "attempt": a, "text": texts[min(a, len(texts) - 1)]}
             for (item, step), texts in replies.items() for a in range(TRIES)]
@@ -135,8 +135,8 @@ def _caption(k: int, refs: list[str]) -> str | None:
     kind = k % 5
     if kind == 0:
         return ref
-    if kind == 1:
-        return refs[(k + 7) % len(refs)]
+    if kind == 1:  # another clip's reference: one whose own caption is not its reference (no two texts alike)
+        return refs[(k + 5) % len(refs)]
     if kind == 2:  # quotes, braces and a Python-format look-alike: rendered literally, quotes turned single
         first = _sentences(ref)[0] if _sentences(ref) else ref
         return f'{first} A man says "{{hello}}" and points at the {{0}} sign.'
@@ -196,6 +196,8 @@ def scripted_clips(n: int = 200) -> tuple[pa.Table, pa.Table, list[dict], dict]:
         if k % 11 == 3:
             extracted = []
             expect["empty_extraction"].add(vid)
+        if k % 23 == 4 and extracted:  # only the first item must be a string: the rest is judged as it is
+            extracted = extracted + [1]
         good = str({"events": extracted})
         if k % 7 == 0:
             good = f"```python\n{good}\n```"
@@ -212,16 +214,23 @@ def scripted_clips(n: int = 200) -> tuple[pa.Table, pa.Table, list[dict], dict]:
         if k % 9 == 2:
             recall = [_entail_reply(vid, "recall", shown_r + ["an extra event."], k), recall[0]]
             expect["reasked"].add(vid)
+        if k % 10 == 6:  # a reply without content counts as a try, as the official loop counts the exception
+            recall = [None] + recall
+            expect["reasked"].add(vid)
         if k % 37 == 11:
             recall = ['{"events": [{"event": "x", "relationship": "maybe"}]}']
             expect["recall_failed"].add(vid)
         # precision: the accepted extraction's events (or the caption itself) judged against the reference
-        shown_p = extracted if extracted else [(caption or "").lower().replace("\n", " ")]
+        shown_p = [str(e) for e in extracted] if extracted else [(caption or "").lower().replace("\n", " ")]
         precision = [_entail_reply(vid, "precision", shown_p, k + 1)]
         if k % 8 == 5:
             bad = json.loads(_entail_reply(vid, "precision", shown_p, 0))
             bad["events"][0]["relationship"] = "probably"
             precision = [json.dumps(bad), precision[0]]
+            expect["reasked"].add(vid)
+        if k % 19 == 8:  # 'events' a string of the right length, then a top-level list: both rejected
+            precision = [json.dumps({"events": "x" * len(shown_p)}),
+                         json.dumps([{"relationship": "entailment"}] * len(shown_p))] + precision
             expect["reasked"].add(vid)
         if k % 41 == 17:
             precision = ["no JSON here"]

@@ -1,8 +1,8 @@
 """`dream1k` in strict mode through the production path (build_requests -> a judge -> run_judging -> compute_metrics
 as a sweep calls it) on a few real DREAM-1K clips: every row gets a verdict or a stated failure (a caption that
-failed upstream, a judge that failed on one clip), and the metrics report precision, recall and F1 with those failures counted,
-never a silent zero; and the texts sent and the overall numbers are those of lvcap's strict event flow, which
-it delegates to."""
+failed upstream, a judge that failed on one clip), and the metrics report precision, recall and F1 with those
+failures counted, never a silent zero; and the texts sent and the overall numbers are those of lvcap's strict event
+flow, which it delegates to."""
 
 from __future__ import annotations
 
