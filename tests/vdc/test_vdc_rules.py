@@ -402,3 +402,39 @@ def test_strict_metrics_count_every_video_and_leave_no_verdicts_out_of_the_means
     assert acc["reading"] == "strict" and acc["value"] == pytest.approx(50.0)  # (1/1 + 0/2) / 2: zeros count
     assert acc["n"] == 2 and acc["n_no_verdict"] == 1
     assert acc["ci_low"] <= acc["value"] <= acc["ci_high"]
+
+
+def test_official_means_add_the_videos_in_the_caption_files_order():
+    # three kept videos: their sum in another order differs in the last bit, and `printed` is the script's repr
+    values = {"a": [yes(0.1), yes(0.1)], "b": [yes(0.2), yes(0.2)], "c": [yes(2.3), yes(2.3)]}
+    rows = [r for v, replies in values.items() for r in _rows("short", v, replies)]
+    order = ["c", "a", "b"]
+    captions = pl.DataFrame({"captioner": ["cap"] * 3, "prompt_id": ["generic"] * 3, "frame_spec": ["f"] * 3,
+                             "video_id": order})
+    frame = metrics.compute_metrics(pl.DataFrame(rows), captions=captions, mode="official", n_resamples=0)
+    score = frame.filter((pl.col("reading") == "official") & (pl.col("task") == "short")
+                         & (pl.col("metric") == "Score")).row(0, named=True)
+    expected = (2.3 + 0.1 + 0.2) / 3
+    assert expected != (0.1 + 0.2 + 2.3) / 3  # the order matters for these values
+    assert score["printed"] == f"Overall TP Score: {expected}"
+    table = metrics.official_per_video(pl.DataFrame(rows), captions=captions)
+    assert table["video_id"].to_list() == order
+
+
+def test_a_kind_none_of_whose_captioned_videos_has_questions_is_the_scripts_zero_division():
+    rows = _rows("short", "v", [yes(3), no(1)])
+    items = pl.from_arrow(_items([_item("short", "v", 0, "Q", "a"), _item("short", "v", 1, "Q2", "b"),
+                                  _item("camera", "other", 0, "Q", "a")]))
+    captions = pl.DataFrame({"captioner": ["cap"], "prompt_id": ["generic"], "frame_spec": ["f"], "video_id": ["v"]})
+    frame = metrics.compute_metrics(pl.DataFrame(rows), items=items, captions=captions, mode="official",
+                                    n_resamples=0)
+    camera = frame.filter(pl.col("task") == "camera")
+    assert camera.height == 4 and camera["value"].is_null().all()  # Acc and Score, both readings
+    assert all(r.startswith("ZeroDivisionError") for r in camera["reason"])
+    assert metrics.official_per_video(pl.DataFrame(rows), items, captions).filter(
+        pl.col("task") == "camera")["status"].to_list() == ["not_in_qa_file"]
+
+
+def test_official_mode_judges_an_empty_caption_from_a_caption_file():
+    assert PROTOCOL.caption_file_rules("official") == {"empty_text": True}
+    assert PROTOCOL.caption_file_rules("strict") == {}

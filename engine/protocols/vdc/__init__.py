@@ -64,6 +64,13 @@ class VDCProtocol(_JudgeProtocol):
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
         return _per_pair_keys(table)
 
+    def caption_file_rules(self, mode):
+        if _prompts.check_mode(mode) == "official":
+            # the official script formats an empty caption into the answer prompt like any other (the video is
+            # judged, and then usually dropped by its zero filter)
+            return {"empty_text": True}
+        return {}
+
     def release_dataset_kind(self, path):
         """VDC's question files (`<kind>.jsonl` of {video_id: [QA pairs]} lines, or a folder of them) are read as
         the `vdc` kind; an items table that happens to be named like a kind is not."""

@@ -125,13 +125,18 @@ def _prepare(verdicts: pl.DataFrame) -> pl.DataFrame:
     return v
 
 
-def videos_of(verdicts: pl.DataFrame, items: pl.DataFrame | None = None) -> list[Video]:
-    """The score rows grouped per (group, trial, kind, video), videos in the items' order (else the verdicts'),
-    questions in question order."""
+def _column(frame: pl.DataFrame | None, name: str) -> list:
+    return frame.get_column(name).to_list() if frame is not None and name in frame.columns else []
+
+
+def videos_of(verdicts: pl.DataFrame, items: pl.DataFrame | None = None,
+              captions: pl.DataFrame | None = None) -> list[Video]:
+    """The score rows grouped per (group, trial, kind, video), questions in question order, videos in the order the
+    official script meets them: its raw file's (the captions' rows), then the items' order, then the verdicts'."""
     v = _prepare(verdicts)
     qa_index = _qa_indexes(items)
     video_rank: dict[str, int] = {}
-    for vid in (items.get_column("video_id").to_list() if items is not None and "video_id" in items.columns else []):
+    for vid in _column(captions, "video_id") + _column(items, "video_id"):
         video_rank.setdefault(str(vid), len(video_rank))
     out: dict[tuple, Video] = {}
     cols = ["item_id", "video_id", "task", "verdict", "parse_status", "detail", "error", "_trial", *GROUP_COLUMNS]
@@ -196,7 +201,7 @@ def official_per_video(verdicts: pl.DataFrame, items: pl.DataFrame | None = None
     `not_in_qa_file` row for each caption judged on a kind whose questions (present in `items`) lack its video: the
     official script skips such a video silently (`if video_id in tp_gt_qa_dict`, line 221)."""
     rows = []
-    videos = videos_of(verdicts, items)
+    videos = videos_of(verdicts, items, captions)
     for video in videos:
         o = official_video(video)
         rows.append({**dict(zip(GROUP_COLUMNS, video.group[:-1])), "trial": video.group[-1], "task": video.kind,
@@ -262,9 +267,12 @@ def lmms_video(video: Video) -> LmmsVideo:
     return LmmsVideo(0.0 if complex_sum else total / len(kept), acc, len(kept))
 
 
-def lmms_eval_per_video(verdicts: pl.DataFrame, items: pl.DataFrame | None = None) -> pl.DataFrame:
+def lmms_eval_per_video(verdicts: pl.DataFrame, items: pl.DataFrame | None = None,
+                        captions: pl.DataFrame | None = None) -> pl.DataFrame:
+    """One row per (group, trial, kind, video): what lmms-eval's port gives the video (status ok | error, score,
+    acc, pairs_kept, the error it logs)."""
     rows = []
-    for video in videos_of(verdicts, items):
+    for video in videos_of(verdicts, items, captions):
         o = lmms_video(video)
         rows.append({**dict(zip(GROUP_COLUMNS, video.group[:-1])), "trial": video.group[-1], "task": video.kind,
                      "video_id": video.video_id, "status": "error" if o.error else "ok", "score": o.score,
@@ -305,7 +313,15 @@ def _no_verdict(videos: list[Video]) -> int:
     return sum(1 for vd in videos for q in vd.questions if q.verdict < 0)
 
 
+#: a kind a group's captions are judged on although none of their videos has its questions
+NO_VIDEO_OF_KIND = ("ZeroDivisionError: {who} divides by zero: none of this caption group's videos is in the kind's "
+                    "questions (each is skipped: `if video_id in tp_gt_qa_dict`, line 221)")
+
+
 def official_kind(videos: list[Video]) -> KindResult:
+    if not videos:
+        return KindResult(None, None, [], [], [], 0, 0, 0, {"kept": 0, "dropped_zero": 0, "skipped": 0},
+                          reason=NO_VIDEO_OF_KIND.format(who="the official script"))
     outcomes = [(vd, official_video(vd)) for vd in videos]
     kept = [(vd, o) for vd, o in outcomes if o.status == "counted"]
     counts = {"kept": len(kept), "dropped_zero": sum(o.status == "dropped_zero" for _, o in outcomes),
@@ -323,6 +339,9 @@ def official_kind(videos: list[Video]) -> KindResult:
 
 
 def lmms_kind(videos: list[Video]) -> KindResult:
+    if not videos:
+        return KindResult(None, None, [], [], [], 0, 0, 0,
+                          reason=NO_VIDEO_OF_KIND.format(who="the lmms-eval port's mean over no document"))
     outcomes = [(vd, lmms_video(vd)) for vd in videos]
     base = dict(n_no_verdict=_no_verdict(videos), n_videos=len(videos))
     failed = [(vd, o) for vd, o in outcomes if o.error]
@@ -468,15 +487,17 @@ def compute_metrics(verdicts: pl.DataFrame, *, items: pl.DataFrame | None = None
                     confidence: float = 0.95, mode: str | None = None, **options) -> pl.DataFrame:
     """Per (captioner, prompt_id, frame_spec[, trial]) x reading: Acc and Score per kind, VDCscore and Score over
     the five kinds (task "all"). See the module docstring."""
-    del captions, options  # other protocol params (prompts, temperature) do not change the metrics
+    del options  # other protocol params (prompts, temperature) do not change the metrics
     mode = check_mode(mode)
-    videos = videos_of(verdicts, items)
+    videos = videos_of(verdicts, items, captions)
     if not videos:
         raise ValueError("vdc: the verdict table has no score rows to score")
     readings = (OFFICIAL, LMMS) if mode == "official" else (STRICT,)
     groups: dict[tuple, dict[str, list[Video]]] = {}
     for vd in videos:
         groups.setdefault(vd.group, {}).setdefault(vd.kind, []).append(vd)
+    if mode == "official":
+        _add_kinds_without_videos(groups, items, captions)
     own_kinds = {g: kinds_named(g[1]) for g in groups}
     rows = []
     for group, by_kind in groups.items():
@@ -504,6 +525,22 @@ def compute_metrics(verdicts: pl.DataFrame, *, items: pl.DataFrame | None = None
         out = out.drop("trial")  # one judge trial: no column to tell trials apart
     return out.select([c for c in (*GROUP_COLUMNS, "trial", "task", "reading", "mode", *_VALUE_COLUMNS)
                        if c in out.columns])
+
+
+def _add_kinds_without_videos(groups: dict, items: pl.DataFrame | None, captions: pl.DataFrame | None) -> None:
+    """An empty entry for each kind (loaded in `items`) that a caption group is judged on but that has no score row
+    because none of the group's videos is in its questions: the official run of that kind divides by zero."""
+    loaded = set(_column(items, "task"))
+    if not loaded or captions is None or captions.height == 0:
+        return
+    trials = sorted({g[-1] for g in groups}) or ["0"]
+    for cap in captions.select([c for c in GROUP_COLUMNS if c in captions.columns]).unique().iter_rows(named=True):
+        labels = tuple("-" if cap.get(c) is None else str(cap.get(c)) for c in GROUP_COLUMNS)
+        for trial in trials:
+            by_kind = groups.setdefault((*labels, trial), {})
+            for kind in judged_kinds(labels[1]):
+                if kind in loaded:
+                    by_kind.setdefault(kind, [])
 
 
 _VALUE_COLUMNS = ("metric", "value", "ci_low", "ci_high", "n", "n_no_verdict", "n_videos", "n_kept",
