@@ -13,8 +13,10 @@ Readings (the `reading` column):
   2. else the first `float(qa['score'])` / `qa['pred']` that raised ("official scoring: ...") skips it;
   3. else tp_score = sum of float(score) / questions, tp_acc = 'yes' answers / questions (lines 253-260), and the
      video is kept only `if tp_score and tp_acc` (line 262): exactly 0 drops it from both means, nan is kept.
-  Per kind: the means of the kept videos' tp_score and tp_acc (lines 269-270; summed in the items' video order);
-  none kept is the script's ZeroDivisionError: value null, with that reason, never a number. `printed` holds the
+  Per kind: the means of the kept videos' tp_score and tp_acc (lines 269-270), summed in the order the script
+  meets the videos (its raw file's: the captions' rows, then the items' order); none kept is the script's
+  ZeroDivisionError: value null, with that reason, never a number -- also for a kind (of the items) that a caption
+  group is judged on when none of its videos is in that kind's questions (each is skipped, line 221). `printed` holds the
   line the script prints ("Overall TP Accuracy: 0.59..."); Acc is that fraction x 100. A nan score stays nan, as
   printed. VDCscore (task "all") is derived: no official code computes it (the README figure's mean of the five
   per-kind accuracies, %); Score on that row is the mean of the five kinds' scores, derived too.
