@@ -148,6 +148,23 @@ def test_declarations():
     assert [p.id for p in D1K.caption_prompts] == ["dream1k"]
 
 
+def test_a_pack_without_the_modes_prompt_ids_is_refused_before_any_work():
+    [(key, why)] = D1K.check_params("official", {"prompts": str(PACKS / "lvcap.toml")})
+    assert key == "prompts" and "judge/extract_events" in why and "autodq.toml" in why
+    [(key, why)] = D1K.check_params("strict", {"prompts": str(AUTODQ)})
+    assert key == "prompts" and "judge/extract_list" in why
+    lvcap_pack = str(D1K.packs_used("strict", {})["prompts"].path)
+    assert D1K.check_params("strict", {"prompts": lvcap_pack}) == []
+
+
+def test_the_key_tag_names_both_versions(monkeypatch):
+    assert D1K.delegate().version == f"{D1K.version}+lvcap@{LVCAP.version}"
+    before = official_requests().column("request_key").to_pylist()
+    monkeypatch.setattr(type(LVCAP), "version", LVCAP.version + ".next")
+    after = official_requests().column("request_key").to_pylist()
+    assert not set(before) & set(after)  # a new lvcap version invalidates dream1k's cached judgments
+
+
 # -- parse and next steps ------------------------------------------------------------------------------------------
 def _reply(step: str, n: int) -> str:
     if step == "extract":

@@ -23,7 +23,8 @@ from .caption_prompts import CAPTION_PROMPTS as _CAPTION_PROMPTS
 import copy as _copy
 import json as _json
 
-from capeval.engine.packs import builtin_pack_path as _builtin_pack_path, load_pack as _load_pack
+from capeval.engine.packs import PackError as _PackError, builtin_pack_path as _builtin_pack_path
+from capeval.engine.packs import load_pack as _load_pack
 from capeval.engine.packs import resolve_pack as _resolve_pack
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
@@ -34,6 +35,11 @@ from .implementation import IMPLEMENTATION as _IMPLEMENTATION, OFFICIAL_PACK as 
 from .implementation import implementation as _implementation
 from .metrics import DURATION_EDGES_S as _DURATION_EDGES_S, check_duration_edges as _check_duration_edges
 from .paired import paired_spec as _paired_spec
+
+
+#: the prompt ids each mode renders from its pack (official: the AutoDQ pack's; strict: lvcap's strict event flow)
+PACK_IDS = {"official": ("judge/extract_events", "judge/entailment"),
+            "strict": ("judge/extract_list", "judge/entail_one")}
 
 
 class Dream1kProtocol(_JudgeProtocol):
@@ -90,6 +96,23 @@ class Dream1kProtocol(_JudgeProtocol):
         if mode == "official":
             params["event_scoring"] = "autodq"
         return params
+
+    def check_params(self, mode, params):
+        """Beside the declared params: a `prompts` pack must hold the ids the mode renders (an LVCap-Eval pack given
+        in official mode would fail only when the first request is rendered)."""
+        problems = super().check_params(mode, params)
+        if not params.get("prompts") or mode not in PACK_IDS or any(k == "prompts" for k, _ in problems):
+            return problems
+        try:
+            pack = _load_pack(params["prompts"])
+        except _PackError:
+            return problems  # an unreadable pack file is reported by the caller's generic pack check
+        missing = [i for i in PACK_IDS[mode] if not pack.has(i)]
+        if missing:
+            problems.append(("prompts", f"{mode} mode renders prompt ids {list(PACK_IDS[mode])}; the pack "
+                                        f"{params['prompts']} lacks {missing}"
+                                        + (" (the official pack is autodq.toml)" if mode == "official" else "")))
+        return problems
 
     def packs_used(self, mode, params):
         prompts = params.get("prompts")
