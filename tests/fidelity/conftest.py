@@ -29,6 +29,7 @@ ORACLE_KINDS = {
     "capability_parse_oracle.jsonl": "capability*parse*oracle*.jsonl",
     "capability_metric_oracle.jsonl": "capability*metric*oracle*.jsonl",
     "autodq_oracle.jsonl": "autodq*oracle*.jsonl",
+    "vdc_oracle.jsonl": "vdc*oracle*.jsonl",
 }
 
 
