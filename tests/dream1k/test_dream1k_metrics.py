@@ -99,6 +99,13 @@ def test_official_count_buckets_pool_the_sources():
     assert {f"{k}{s}" for k in ("subjects", "shots") for s in ("<=1", "==2", "==3", ">=4")} <= set(m["bucket"])
 
 
+def test_strict_count_buckets_are_labelled_as_lvcaps_official_ones():
+    official = D1K.compute_metrics(official_verdicts(), items=items(), n_resamples=0, mode="official")
+    lvcaps = {b for b in official["bucket"] if b.startswith(("subjects", "shots", "events"))}
+    ours = {d1k_metrics.count_label(name, n) for name in d1k_metrics.COUNT_BUCKETS for n in range(12)}
+    assert ours == lvcaps and len(ours) == 12
+
+
 def test_official_numbers_are_lvcaps_renamed():
     verdicts = official_verdicts()
     ours = D1K.compute_metrics(verdicts, items=items(), n_resamples=200, mode="official")

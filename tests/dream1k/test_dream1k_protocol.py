@@ -148,6 +148,19 @@ def test_declarations():
     assert [p.id for p in D1K.caption_prompts] == ["dream1k"]
 
 
+def test_the_official_caption_prompt_is_read_from_the_pack(tmp_path):
+    import tomllib
+
+    from capeval.engine.prompts_library import prompt_from_entry
+    from capeval.engine.protocols.dream1k.caption_prompts import OFFICIAL_CAPTION_PROMPT
+
+    pack = {p["id"]: p for p in tomllib.loads(AUTODQ.read_text())["prompt"]}
+    prompt = prompt_from_entry({"id": "dream1k-official", "pack": str(AUTODQ), "prompt": OFFICIAL_CAPTION_PROMPT},
+                               tmp_path)
+    assert prompt.verbatim and prompt.text == pack[OFFICIAL_CAPTION_PROMPT]["user"]
+    assert prompt.text != D1K.caption_prompts[0].text  # capeval's own is its own wording
+
+
 def test_a_pack_without_the_modes_prompt_ids_is_refused_before_any_work():
     [(key, why)] = D1K.check_params("official", {"prompts": str(PACKS / "lvcap.toml")})
     assert key == "prompts" and "judge/extract_events" in why and "autodq.toml" in why
