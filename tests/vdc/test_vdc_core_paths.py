@@ -56,7 +56,8 @@ def test_official_mode_never_asks_again(tmp_path):
         pytest.fail(f"the official VDC pack is not at {OFFICIAL_PACK} (clone beside ../shared)")
     replies = [{"item_id": "camera/v1/00", "step": "answer", "text": "It pans left."},
                {"item_id": "camera/v1/01", "step": "answer", "text": "A close-up."},
-               {"item_id": "camera/v1/00", "step": "score", "attempt": 0, "text": "```\n{'pred': 'yes', 'score': 5}```"},
+               {"item_id": "camera/v1/00", "step": "score", "attempt": 0,
+                "text": "```\n{'pred': 'yes', 'score': 5}```"},
                {"item_id": "camera/v1/00", "step": "score", "attempt": 1, "text": "{'pred': 'yes', 'score': 5}"},
                {"item_id": "camera/v1/01", "step": "score", "attempt": 0, "text": "{'pred': 'no', 'score': 1}"}]
     result = judge("vdc", _items(), _captions(), judge="replay", judge_options={"replies": replies},

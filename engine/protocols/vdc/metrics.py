@@ -16,11 +16,11 @@ Readings (the `reading` column):
   Per kind: the means of the kept videos' tp_score and tp_acc (lines 269-270), summed in the order the script
   meets the videos (its raw file's: the captions' rows, then the items' order); none kept is the script's
   ZeroDivisionError: value null, with that reason, never a number -- also for a kind (of the items) that a caption
-  group is judged on when none of its videos is in that kind's questions (each is skipped, line 221). `printed` holds the
-  line the script prints ("Overall TP Accuracy: 0.59..."); Acc is that fraction x 100. A nan score stays nan, as
-  printed. VDCscore (task "all") is derived: no official code computes it (the README figure's mean of the five
-  per-kind accuracies, %); Score on that row is the mean of the five kinds' scores, derived too.
-* lmms-eval (official mode, beside it) -- the port in lmms-eval's tasks/vdc/utils.py read on the same replies: a
+  group is judged on when none of its videos is in that kind's questions (each is skipped, line 221). `printed`
+  holds the line the script prints ("Overall TP Accuracy: 0.59..."); Acc is that fraction x 100. A nan score stays
+  nan, as printed. VDCscore (task "all") is derived: no official code computes it (the README figure's mean of the
+  five per-kind accuracies, %); Score on that row is the mean of the five kinds' scores, derived too.
+* lmms_eval (official mode, beside it) -- the port in lmms-eval's tasks/vdc/utils.py read on the same replies: a
   reply without 'pred' or 'score' drops that pair (not the video), scores are added raw (a string score raises),
   no zero filter, the mean is over every video; any exception in a video (literal_eval, a raw string score, no
   pair left) leaves `case_score` unbound and the UnboundLocalError aborts the whole lmms-eval run: value null with
@@ -31,8 +31,15 @@ Readings (the `reading` column):
 Intervals: percentile bootstrap over videos (one resample of the videos shared by a group's five kinds, so the
 VDCscore interval accounts for a video judged in several kinds), over the videos each mean averages.
 
-Counting columns: n (the score rows of the videos averaged), n_no_verdict (score rows without a verdict),
-n_videos (videos judged), n_kept / n_dropped_zero / n_skipped (the official reading's per-video outcomes).
+VDCscore rows (task "all", every reading): for a caption group whose prompt id names no kind (judged on all five),
+and, as the official harness captions each video once per kind, for each (captioner, frame_spec, trial) whose
+captions come from exactly one kind-named prompt per kind: prompt_id is then those five ids joined by "+" in kind
+order. Such a combination exists only where one table holds the five groups (`capeval judge`, `capeval score`); a
+sweep computes each (captioner, prompt) cell alone. A kind without a result makes VDCscore null with the reason.
+
+Counting columns: n (the videos the mean averages), n_no_verdict (score rows without a verdict), n_videos (videos
+judged), n_kept / n_dropped_zero / n_skipped (the official reading's per-video outcomes); `printed` (above); `note`
+(what a derived or lmms_eval row is).
 `official_per_video` and `lmms_eval_per_video` return the per-video outcomes themselves.
 """
 
@@ -59,6 +66,8 @@ OFFICIAL, LMMS, STRICT = "official", "lmms_eval", "strict"
 _OK = (int(ParseStatus.OK), int(ParseStatus.REPAIRED))
 #: the exception that escapes the port's vdc_process_results_generic after any error inside a video
 LMMS_ABORT = "UnboundLocalError: cannot access local variable 'case_score' where it is not associated with a value"
+LMMS_NOTE = ("lmms-eval's port (tasks/vdc/utils.py) on the same replies: a reply without 'pred' or 'score' drops the "
+             "pair, not the video; no zero filter; the mean is over every video; any error aborts its run")
 DERIVED_NOTE = ("derived: the mean over the five kinds of their {what} (the README figure's VDCScore); no official "
                 "code computes it")
 #: why a mean is nan: float() takes the score text 'nan' (and an inf score can give inf - inf); nan is truthy, so the
@@ -424,8 +433,9 @@ def _kind_rows(labels: dict, reading: str, results: dict[str, KindResult], cis: 
         if r is None:
             continue
         common = {**labels, "task": kind, "reading": reading, "n": r.n, "n_no_verdict": r.n_no_verdict,
-                  "n_videos": r.n_videos, "n_kept": r.counts.get("kept"), "n_dropped_zero": r.counts.get("dropped_zero"),
-                  "n_skipped": r.counts.get("skipped"), "reason": r.reason, "note": None}
+                  "n_videos": r.n_videos, "n_kept": r.counts.get("kept"),
+                  "n_dropped_zero": r.counts.get("dropped_zero"), "n_skipped": r.counts.get("skipped"),
+                  "reason": r.reason, "note": LMMS_NOTE if reading == LMMS else None}
         for metric, value, printed in (("Acc", None if r.acc is None else r.acc * 100.0, r.printed[1]),
                                        ("Score", r.score, r.printed[0])):
             low, high = cis.get((kind, metric), (None, None))

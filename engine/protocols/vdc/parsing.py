@@ -175,8 +175,8 @@ def parse(request: dict, text: str | None) -> tuple[int, ParseStatus, str | None
         return parse_answer(text, mode)
     if mode == "official":
         f = full.fields
-        code, status, detail = parse_score_official(
-            text, {"question": f.get("question", ""), "answer": f.get("reference", ""), "response": f.get("answer", "")})
+        qa = {"question": f.get("question", ""), "answer": f.get("reference", ""), "response": f.get("answer", "")}
+        code, status, detail = parse_score_official(text, qa)
     else:
         code, status, detail = parse_score_strict(text, data_texts(full.fields))
     answer = ctx.get("answer")
