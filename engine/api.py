@@ -3,7 +3,7 @@
 Each is a thin front over the library functions the `capeval` command runs (capeval.engine.sweep.runner.run_sweep,
 capeval.engine.judging.runner.run_judging, capeval.engine.report.rundir.load_run): the same caches, keys and run
 folders, so a notebook and the command line share their work. Tables come back as Polars frames; `.to_pandas()`
-(or `load_run(..., pandas=True)`) converts them when pandas is installed (it is not a dependency of capeval).
+(or `load_run(..., pandas=True)`) converts them when pandas is installed (the optional extra `capeval[pandas]`).
 docs/api.md shows them in use.
 """
 
@@ -169,10 +169,10 @@ def _arrow(table: pa.Table | pl.DataFrame) -> pa.Table:
 
 def _require_pandas() -> None:
     try:
-        import pandas  # noqa: F401 - optional, not a dependency of capeval
+        import pandas  # noqa: F401  # deferred: optional extra
     except ImportError:
-        raise ModuleNotFoundError("to_pandas() needs pandas, which capeval does not install: pip install pandas",
-                                  name="pandas") from None
+        raise ModuleNotFoundError("to_pandas() needs pandas, an optional extra of capeval: "
+                                  "pip install 'capeval[pandas]'", name="pandas") from None
 
 
 def _to_pandas(frame):

@@ -35,13 +35,29 @@ def _jsonl(path, rows):
     return path
 
 
+OPTIONAL_EXTRAS = ("pandas", "openpyxl", "mlflow", "wandb")
+
+
 def test_import_capeval_loads_no_heavy_library():
-    code = ("import sys, capeval; print(sorted(m for m in ('polars', 'pyarrow', 'ray', 'torch', 'vllm', 'pandas') "
-            "if m in sys.modules)); print(sorted(n for n in capeval.__all__ if n in dir(capeval)))")
+    heavy = ("polars", "pyarrow", "ray", "torch", "vllm") + OPTIONAL_EXTRAS
+    code = (f"import sys, capeval; print(sorted(m for m in {heavy!r} if m in sys.modules)); "
+            "print(sorted(n for n in capeval.__all__ if n in dir(capeval)))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    heavy, names = out.stdout.splitlines()
-    assert heavy == "[]", out.stdout
+    heavy_loaded, names = out.stdout.splitlines()
+    assert heavy_loaded == "[]", out.stdout
     assert names == "['JudgeResult', 'RunTables', 'judge', 'load_run', 'sweep']"
+
+
+def test_capeval_help_and_the_api_load_no_optional_extra():
+    """The optional extras load only in the function that needs them: not for `capeval --help`, not when the API's
+    modules load."""
+    code = ("import sys\n"
+            "from capeval.engine.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "import capeval; capeval.load_run\n"
+            f"print(sorted(m for m in {OPTIONAL_EXTRAS!r} if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
+    assert out.stdout.splitlines()[-1] == "[]", out.stdout[-2000:]
 
 
 def test_the_api_is_reexported_from_capeval_engine_api():
@@ -78,16 +94,52 @@ def test_judge_refuses_unknown_params_before_judging(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
-def test_to_pandas_without_pandas_names_it(monkeypatch, tmp_path):
+def _results_with_pandas_idiom(tmp_path):
     from capeval.engine.api import JudgeResult, RunTables
     from capeval.engine.judging.summary import JudgingSummary
+    from capeval.engine.sweep.results import SweepResult
 
+    frame = pl.DataFrame({"metric": ["CapP", "CapR"], "value": [1.0, None], "n": [3, 2]})
+    return frame, (RunTables(path=tmp_path, results=frame, metrics=None, verdicts=frame, captions=None, items=None),
+                   JudgeResult(frame, frame, JudgingSummary()),
+                   SweepResult(results=frame, cells_total=1, cells_cached=0, cells_run=1))
+
+
+def test_to_pandas_without_pandas_names_the_extra(monkeypatch, tmp_path):
+    _, results = _results_with_pandas_idiom(tmp_path)
     monkeypatch.setitem(sys.modules, "pandas", None)  # an environment without pandas
-    frame = pl.DataFrame({"metric": ["CapP"], "value": [1.0]})
-    tables = RunTables(path=tmp_path, results=frame, metrics=None, verdicts=frame, captions=None, items=None)
-    for result in (tables, JudgeResult(frame, frame, JudgingSummary())):
-        with pytest.raises(ModuleNotFoundError, match="pip install pandas"):
+    for result in results:
+        with pytest.raises(ModuleNotFoundError, match=r"pip install 'capeval\[pandas\]'"):
             result.to_pandas()
+
+
+def test_to_pandas_converts_every_table(tmp_path):
+    import pandas as pd
+
+    frame, (tables, judged, swept) = _results_with_pandas_idiom(tmp_path)
+    converted = tables.to_pandas()
+    assert converted.path == tmp_path and converted.metrics is None and converted.captions is None
+    for table in (converted.results, converted.verdicts, judged.to_pandas().verdicts, judged.to_pandas().metrics,
+                  swept.to_pandas().results):
+        assert isinstance(table, pd.DataFrame)
+        assert table["metric"].tolist() == ["CapP", "CapR"] and table["n"].tolist() == [3, 2]
+        assert table["value"].iloc[0] == 1.0 and pd.isna(table["value"].iloc[1])
+    assert swept.to_pandas().cells_run == 1 and isinstance(swept.results, pl.DataFrame)  # the original is unchanged
+
+
+def test_load_run_as_pandas_reads_a_verdict_file(tmp_path):
+    import pandas as pd
+
+    import capeval
+
+    items, captions = _jsonl(tmp_path / "items.jsonl", ITEMS), _jsonl(tmp_path / "captions.jsonl", CAPTIONS)
+    judged = capeval.judge("capquiz", items, captions, judge="local", cache=tmp_path / "cache", n_resamples=50)
+    judged.verdicts.write_parquet(tmp_path / "verdicts.parquet")
+    polars_run = capeval.load_run(tmp_path / "verdicts.parquet")
+    pandas_run = capeval.load_run(tmp_path / "verdicts.parquet", pandas=True)
+    assert isinstance(pandas_run.verdicts, pd.DataFrame)
+    assert sorted(pandas_run.verdicts["item_id"]) == sorted(polars_run.verdicts["item_id"]) == sorted(
+        i["item_id"] for i in ITEMS)
 
 
 def test_load_run_names_a_folder_that_is_not_a_run(tmp_path):

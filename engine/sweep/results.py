@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from capeval.engine.errors import AbortedError, Terminated
@@ -37,6 +37,15 @@ class SweepResult:
                 f"captions: {c.get('captioned', 0)} new, {c.get('cached', 0)} cached, {c.get('failed', 0)} failed | "
                 f"judge requests: {self.judge_stats.get('sent', 0)} sent, {self.judge_stats.get('cached', 0)} "
                 f"cached | {self.wall_s:.1f}s\n{self.account.summary()}" + cost_line(self.cost))
+
+    def to_pandas(self) -> SweepResult:
+        """The same result with `results` as a pandas DataFrame (needs the optional extra `capeval[pandas]`)."""
+        try:
+            import pandas  # noqa: F401  # deferred: optional extra
+        except ImportError:
+            raise ModuleNotFoundError("to_pandas() needs pandas, an optional extra of capeval: "
+                                      "pip install 'capeval[pandas]'", name="pandas") from None
+        return replace(self, results=self.results.to_pandas())
 
 
 def record_run(result: SweepResult, run: SweepRun, cell_keys: list[str],
