@@ -5,6 +5,7 @@ and re-asks."""
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import tomllib
@@ -438,3 +439,60 @@ def test_a_kind_none_of_whose_captioned_videos_has_questions_is_the_scripts_zero
 def test_official_mode_judges_an_empty_caption_from_a_caption_file():
     assert PROTOCOL.caption_file_rules("official") == {"empty_text": True}
     assert PROTOCOL.caption_file_rules("strict") == {}
+
+
+# -- capeval compare's paired statistic --------------------------------------------------------------------------
+
+
+def _paired_values(rows: list[dict], mode: str, drop_detail: bool = False) -> dict:
+    from capeval.engine.metrics.paired import per_video_stats, task_mean_values
+
+    v = pl.DataFrame(rows).with_columns(pl.col("task").alias("_task"))
+    if drop_detail:
+        v = v.drop("detail")
+    spec = PROTOCOL.paired_spec(mode)
+    videos, kinds = sorted(set(v["video_id"])), sorted(set(v["task"]))
+    sums = per_video_stats(v, spec, videos, kinds)
+    per_kind = {k: float(task_mean_values(spec, sums[:, [j]].sum(0), ["Acc"])[0]) for j, k in enumerate(kinds)}
+    return {**per_kind, ALL_KINDS: float(task_mean_values(spec, sums.sum(0), ["Acc"])[0])}
+
+
+ALL_KINDS = "mean over kinds"
+
+
+@pytest.mark.parametrize("mode", ["official", "strict"])
+def test_compare_reads_the_kinds_acc_and_their_mean_as_the_metrics_table(mode):
+    replies = {"short": {"a": [yes(4), no(1)], "z": [no(0), no(0)]},  # z: dropped officially (zeros)
+               "detailed": {"a": [yes(4), yes(4)], "s": [yes(0), yes(0)]},  # s: score 0, dropped officially
+               "background": {"a": [yes(3), no(2), no(2), no(2)]},
+               "main_object": {"a": [yes(2), no(1)], "k": ["{'pred': 'yes'}", yes(2)]},  # k: skipped officially
+               "camera": {"a": [yes(1), yes(1)], "b": [no(3), yes(3), yes(3)]}}
+    if mode == "strict":  # strict replies are JSON; the same verdicts
+        def convert(r):
+            d = ast.literal_eval(r)
+            return json.dumps({"pred": d.get("pred"), "score": d.get("score")}) if "score" in d else "junk"
+        replies = {k: {v: [convert(r) for r in rs] for v, rs in vs.items()} for k, vs in replies.items()}
+    rows = []
+    for kind, videos in replies.items():
+        for video, rs in videos.items():
+            if mode == "official":
+                rows += _rows(kind, video, rs)
+            else:
+                for n, reply in enumerate(rs):
+                    code, status, detail = PROTOCOL.parse(_strict_request(), reply)
+                    failed = status == ParseStatus.FAILED
+                    rows.append({"item_id": f"{kind}/{video}/{n:02d}", "video_id": video, "task": kind,
+                                 "step": "score", "captioner": "cap", "prompt_id": "generic", "frame_spec": "f",
+                                 "trial": 0, "verdict": int(code), "parse_status": int(status),
+                                 "detail": None if failed else detail, "error": detail if failed else None})
+    frame = metrics.compute_metrics(pl.DataFrame(rows), mode=mode, n_resamples=0).filter(pl.col("reading") == mode)
+    paired = _paired_values(rows, mode)
+    for kind in KINDS:
+        acc = frame.filter((pl.col("task") == kind) & (pl.col("metric") == "Acc"))["value"][0]
+        assert paired[kind] == pytest.approx(acc)
+    vdcscore = frame.filter(pl.col("metric") == "VDCscore")["value"][0]
+    assert paired[ALL_KINDS] == pytest.approx(vdcscore)
+    if mode == "official":  # a verdict table without details (judge validate): the accuracy test alone
+        no_detail = _paired_values(rows, mode, drop_detail=True)
+        assert no_detail["short"] == pytest.approx(paired["short"])
+        assert no_detail["detailed"] == pytest.approx(100.0)  # s's zero score is not seen: it counts

@@ -48,6 +48,7 @@ class VDCProtocol(_JudgeProtocol):
     item_columns = ("annotation", "answer")  # the question and its reference answer
     tasks = _KINDS
     intermediate_steps = ("answer",)
+    compare_average_over = "task"  # per-kind Acc, then their mean (VDCscore over the five kinds)
     params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE)
 
     def paired_spec(self, mode):

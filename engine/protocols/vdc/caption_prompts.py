@@ -14,25 +14,25 @@ CAPTION_PROMPTS = (
     CaptionPrompt(
         "vdc_short",
         "Summarize this video in a single sentence: who or what it shows and what happens.",
-        "capeval: VDC short caption (the kind's official pool is in the benchmark's pack)"),
+        "capeval: judged on VDC's short questions only (a prompt id naming no kind: all five kinds)"),
     CaptionPrompt(
         "vdc_detailed",
         "Describe this video in detail, in several sentences: the people, animals and objects, what they do and in "
         "what order, the setting, and how the camera shows it.",
-        "capeval: VDC detailed caption (the kind's official pool is in the benchmark's pack)"),
+        "capeval: judged on VDC's detailed questions only (a prompt id naming no kind: all five kinds)"),
     CaptionPrompt(
         "vdc_background",
         "Describe the background and setting of this video in detail: the place, the objects around, the weather "
         "and light, and the time of day.",
-        "capeval: VDC background caption (the kind's official pool is in the benchmark's pack)"),
+        "capeval: judged on VDC's background questions only (a prompt id naming no kind: all five kinds)"),
     CaptionPrompt(
         "vdc_main_object",
         "Describe the main subject of this video in detail: what it is and looks like, where it is, and how it "
         "moves and acts over the course of the video.",
-        "capeval: VDC main-object caption (the kind's official pool is in the benchmark's pack)"),
+        "capeval: judged on VDC's main_object questions only (a prompt id naming no kind: all five kinds)"),
     CaptionPrompt(
         "vdc_camera",
         "Describe how this video is filmed: the shot sizes and angles, the camera's movements and their order, "
         "cuts and transitions, and what the framing keeps in view.",
-        "capeval: VDC camera caption (the kind's official pool is in the benchmark's pack)"),
+        "capeval: judged on VDC's camera questions only (a prompt id naming no kind: all five kinds)"),
 )
