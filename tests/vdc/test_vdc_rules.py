@@ -15,6 +15,7 @@ import polars as pl
 import pyarrow as pa
 import pytest
 
+from capeval.engine.metrics.paired import per_video_stats, task_mean_values
 from capeval.engine.protocols.base import RequestContext
 from capeval.engine.protocols.vdc import PROTOCOL, VDCVerdict, metrics, parsing
 from capeval.engine.protocols.vdc.kinds import KINDS, judged_kinds
@@ -445,8 +446,6 @@ def test_official_mode_judges_an_empty_caption_from_a_caption_file():
 
 
 def _paired_values(rows: list[dict], mode: str, drop_detail: bool = False) -> dict:
-    from capeval.engine.metrics.paired import per_video_stats, task_mean_values
-
     v = pl.DataFrame(rows).with_columns(pl.col("task").alias("_task"))
     if drop_detail:
         v = v.drop("detail")
