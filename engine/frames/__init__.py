@@ -20,10 +20,11 @@ from capeval.engine.frames.decode import (
 )
 from capeval.engine.frames.sizes import DEFAULT_SIZE, SizeError, frame_size_for, parse_size
 from capeval.engine.frames.images import decode_image, is_image_path, media_type_of
-from capeval.engine.frames.sampling import FPS, FrameSpec, FrameSpecError, KeyframeSnap, Linspace, Segments, Uniform
+from capeval.engine.frames.sampling import (FPS, FrameSpec, FrameSpecError, Interior, KeyframeSnap, Linspace, Segments,
+                                            Uniform, VLLMSampler)
 
 __all__ = [
-    "FPS", "FrameSpec", "CorruptVideoError", "KeyframeSnap", "Linspace", "decode_image", "is_image_path", "media_type_of", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
+    "FPS", "FrameSpec", "CorruptVideoError", "Interior", "KeyframeSnap", "Linspace", "VLLMSampler", "decode_image", "is_image_path", "media_type_of", "EmptyVideoError", "FrameSpecError", "FramesResult", "NoVideoStreamError",
     "Segments", "TruncatedVideoError", "Uniform", "VideoDecodeError", "VideoNotFoundError", "decode_frames",
     "decode_frames_cached", "decode_videos_table", "frames_row", "load_encoded_frames", "load_frames",
     "DEFAULT_SIZE", "SizeError", "frame_size_for", "parse_size",

@@ -9,13 +9,21 @@ the `frame_spec` column, and parsed back by `FrameSpec.parse`:
     segments:length=60,per=4       60 s segments, 4 uniform frames in each (long videos)
     segments:at=12.5|40,per=2      segments split at given boundaries (e.g. scene cuts), 2 frames in each
     linspace:32                    32 frames at np.linspace(0, N-1, 32) frame indices, truncated to int: the first
-                                   and last frames included (an official decord sampling)
+                                   and last frames included (an official decord sampling; lmms-eval's rule)
+    interior:32                    32 frames at int(i * N / 33), i = 1..32: the interior points of 33 equal steps,
+                                   never the first frame (VLMEvalKit's video datasets)
+    vllm:32                        vLLM's own video sampler for num_frames=32: every frame when the video has at
+                                   most 32, else np.linspace(0, N-1, 32) truncated to int
+    vllm:32,fps=2                  ... and fps=2: at most floor(duration * 2) frames (vLLM takes the smaller count)
     uniform:32,snap=key            any spec + snap=key: take the keyframe nearest each target when one lies
                                    within half the gap to the neighbouring targets (decodes ~1 frame each)
 
 Segment centres are used by uniform, fps and segments (never t=0 or t=duration): the first and last frames are
 often black or a fade, and a centre is always strictly inside the decodable range. `linspace` exists because an
-official protocol samples endpoints; it needs the frame rate (`timestamps(duration, rate)`).
+official protocol samples endpoints; it needs the frame rate (`timestamps(duration, rate)`). `interior` and `vllm`
+reproduce another tool's frames on purpose (docs/frames.md, "Matching another tool's frames"); like `linspace` they
+pick frame indices, so they need the rate too. On a short clip `linspace` and `interior` repeat frames (more frames
+asked than the video has: lmms-eval#780); `vllm` gives each frame once instead, so fewer frames than asked.
 
 An image is one frame: every spec gives it once (capeval.engine.frames.decode).
 """
@@ -62,6 +70,13 @@ class FrameSpec:
                 if len(args) != 1:
                     raise FrameSpecError(f"frame spec {text!r}: linspace takes one count, e.g. linspace:32")
                 return Linspace(_int(args[0], text))
+            if kind == "interior":
+                if len(args) != 1:
+                    raise FrameSpecError(f"frame spec {text!r}: interior takes one count, e.g. interior:8")
+                return Interior(_int(args[0], text))
+            if kind == "vllm":
+                opts = _options(args[1:], text, allowed={"fps"})
+                return VLLMSampler(_int(args[0], text), _float(opts["fps"], text) if "fps" in opts else None)
             if kind == "fps":
                 opts = _options(args[1:], text, allowed={"max"})
                 return FPS(_float(args[0], text), _int(opts["max"], text) if "max" in opts else None)
@@ -79,7 +94,8 @@ class FrameSpec:
             if text in str(exc):
                 raise
             raise FrameSpecError(f"frame spec {text!r}: {exc}") from None
-        raise FrameSpecError(f"frame spec {text!r}: unknown kind {kind!r} (use uniform, linspace, fps or segments)")
+        raise FrameSpecError(f"frame spec {text!r}: unknown kind {kind!r} (use uniform, linspace, interior, vllm, fps or "
+                              f"segments)")
 
     def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
         """Target seconds for a video of `duration` s at `rate` frames/s (only linspace needs the rate)."""
@@ -187,6 +203,89 @@ class Linspace(FrameSpec):
         return np.minimum(np.linspace(0.0, duration, self.n), duration * (1 - 1e-6))
 
 
+def _index_times(indices: np.ndarray, rate: float) -> np.ndarray:
+    """The display times of frame `indices` at `rate` frames/s (the decoder returns the frame nearest each)."""
+    return np.asarray(indices, np.float64) / float(rate)
+
+
+def _frame_total(duration: float, rate: float) -> int:
+    """Frames in a constant-rate video of `duration` s at `rate` frames/s (what decord's len() or OpenCV's
+    CAP_PROP_FRAME_COUNT give for it)."""
+    return max(1, int(round(duration * rate)))
+
+
+@dataclass(frozen=True)
+class Interior(FrameSpec):
+    """VLMEvalKit's k frames: indices int(i * N / (k + 1)) for i = 1..k, N = frames in the video.
+
+    The rule of `VideoBaseDataset.save_video_frames` without fps (`step_size = len(vid) / (num_frames + 1)`),
+    open-compass/VLMEvalKit@0a7916913ba45138b73b2438498a7fceaba51eee:vlmeval/dataset/video_base.py:97-98. Never the
+    first frame, nor the last (i * N / (k + 1) < N). A clip with fewer than k + 1 frames repeats frames."""
+
+    n: int
+
+    def __post_init__(self):
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise FrameSpecError(f"interior: k must be a positive integer, got {self.n!r}")
+
+    def __str__(self) -> str:
+        return f"interior:{self.n}"
+
+    def indices(self, n_frames: int) -> np.ndarray:
+        step = max(1, int(n_frames)) / (self.n + 1)
+        return np.array([int(i * step) for i in range(1, self.n + 1)], dtype=int)
+
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
+        duration = _check_duration(duration)
+        if rate and rate > 0:
+            return _index_times(self.indices(_frame_total(duration, rate)), rate)
+        return np.arange(1, self.n + 1) * (duration / (self.n + 1))
+
+
+@dataclass(frozen=True)
+class VLLMSampler(FrameSpec):
+    """vLLM's own video sampler for `num_frames` = n (and `fps` when given): the frames vLLM picks when it is given
+    the video file instead of frames.
+
+    `VideoBackend.compute_frames_index_to_sample`, vllm-project/vllm@e5005d0743bd21533acc0184e0595a51ec3f1c52:
+    vllm/multimodal/video.py:205-229 (the same rule in the older `OpenCVVideoBackend.load_bytes`): the count is
+    min(n, N), then min(that, floor(duration * fps)) when fps > 0, at least 1; all N frames when the count is N, else
+    np.linspace(0, N - 1, count, dtype=int). vLLM's duration is N / the container's rate. Unlike `linspace`, a clip
+    shorter than n frames gives each of its frames once (no repeats), so fewer than n frames."""
+
+    n: int
+    fps: float | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.n, int) or isinstance(self.n, bool) or self.n < 1:
+            raise FrameSpecError(f"vllm: num_frames must be a positive integer, got {self.n!r}")
+        if self.fps is not None and not (isinstance(self.fps, (int, float)) and math.isfinite(self.fps)
+                                         and self.fps > 0):
+            raise FrameSpecError(f"vllm: fps must be a positive number, got {self.fps!r}")
+
+    def __str__(self) -> str:
+        return f"vllm:{self.n}" if self.fps is None else f"vllm:{self.n},fps={_num(self.fps)}"
+
+    def indices(self, n_frames: int, rate: float | None = None) -> np.ndarray:
+        """Frame indices of a video of `n_frames` frames at `rate` frames/s (the rate matters only with fps)."""
+        total = max(1, int(n_frames))
+        count = min(self.n, total)
+        if self.fps is not None and rate and rate > 0:
+            count = min(count, math.floor(total / float(rate) * self.fps))
+        count = max(1, count)
+        if count == total:
+            return np.arange(total)
+        return np.linspace(0, total - 1, count, dtype=int)
+
+    def timestamps(self, duration: float, rate: float | None = None) -> np.ndarray:
+        duration = _check_duration(duration)
+        if rate and rate > 0:
+            return _index_times(self.indices(_frame_total(duration, rate), rate), rate)
+        # no known rate: vLLM's endpoints in seconds (as linspace does), the fps cap on the duration
+        count = self.n if self.fps is None else max(1, min(self.n, math.floor(duration * self.fps)))
+        return np.minimum(np.linspace(0.0, duration, count), duration * (1 - 1e-6))
+
+
 @dataclass(frozen=True)
 class KeyframeSnap(FrameSpec):
     """`spec`, but each target moves to the nearest keyframe within half the gap to its neighbours.
@@ -195,11 +294,12 @@ class KeyframeSnap(FrameSpec):
     frame instead of half a GOP on average. The frames differ from the exact spec's, hence its own text/key.
     """
 
-    spec: FrameSpec  # a uniform, fps, segments or linspace spec
+    spec: FrameSpec  # a uniform, fps, segments, linspace, interior or vllm spec
 
     def __post_init__(self):
-        if not isinstance(self.spec, (Uniform, FPS, Segments, Linspace)):
-            raise FrameSpecError(f"snap=key wraps a uniform, fps, segments or linspace spec, got {self.spec!r}")
+        if not isinstance(self.spec, (Uniform, FPS, Segments, Linspace, Interior, VLLMSampler)):
+            raise FrameSpecError(f"snap=key wraps a uniform, fps, segments, linspace, interior or vllm spec, "
+                                 f"got {self.spec!r}")
 
     def __str__(self) -> str:
         return f"{self.spec},snap=key"

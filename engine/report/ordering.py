@@ -1,7 +1,7 @@
 """The order systems are shown and compared in: frame specs by their frame count, everything else as text.
 
 As text, `uniform:16` sorts before `uniform:4`; people read frame specs as counts. A spec with a fixed count
-(`uniform:N`, `linspace:N`, either with `,snap=key`) sorts by N; specs without one (`fps:0.4`, `segments:...`,
+(`uniform:N`, `linspace:N`, `interior:N`, `vllm:N`, any with `,snap=key`) sorts by N (vllm's nominal N); specs without one (`fps:0.4`, `segments:...`,
 `file` for captions read from files) come after them, in text order. `capeval compare` orders each pair by this
 key (a is the system that sorts first), so a − b reads the same way for every judge; the report's plots order
 their axes, series and legends by it.
@@ -9,7 +9,7 @@ their axes, series and legends by it.
 
 from __future__ import annotations
 
-from capeval.engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap, Linspace, Uniform
+from capeval.engine.frames.sampling import FrameSpec, FrameSpecError, Interior, KeyframeSnap, Linspace, Uniform, VLLMSampler
 
 
 def frame_count(spec) -> int | None:
@@ -20,7 +20,7 @@ def frame_count(spec) -> int | None:
         return None
     if isinstance(parsed, KeyframeSnap):
         parsed = parsed.spec
-    return parsed.n if isinstance(parsed, (Uniform, Linspace)) else None
+    return parsed.n if isinstance(parsed, (Uniform, Linspace, Interior, VLLMSampler)) else None
 
 
 def frame_sort_key(spec) -> tuple:
