@@ -495,3 +495,12 @@ def test_compare_reads_the_kinds_acc_and_their_mean_as_the_metrics_table(mode):
         no_detail = _paired_values(rows, mode, drop_detail=True)
         assert no_detail["short"] == pytest.approx(paired["short"])
         assert no_detail["detailed"] == pytest.approx(100.0)  # s's zero score is not seen: it counts
+
+
+def test_verdicts_of_two_judges_are_two_official_runs_not_one_video_of_twice_the_questions():
+    rows = [{**r, "judge": "j1"} for r in _rows("short", "v", [yes(4), no(0)])] + \
+        [{**r, "judge": "j2"} for r in _rows("short", "v", [no(0), no(0)])]
+    frame = metrics.compute_metrics(pl.DataFrame(rows), mode="official", n_resamples=0)
+    acc = frame.filter((pl.col("reading") == "official") & (pl.col("metric") == "Acc")).sort("judge")
+    assert acc["judge"].to_list() == ["j1", "j2"]
+    assert acc["value"][0] == 50.0 and acc["value"][1] is None  # j2's only video is dropped by the zero filter

@@ -37,6 +37,9 @@ captions come from exactly one kind-named prompt per kind: prompt_id is then tho
 order. Such a combination exists only where one table holds the five groups (`capeval judge`, `capeval score`); a
 sweep computes each (captioner, prompt) cell alone. A kind without a result makes VDCscore null with the reason.
 
+A table holding several datasets' or judges' verdicts (a sweep's, read back) is scored per dataset and judge, each
+its own official run, with `dataset` / `judge` columns.
+
 Counting columns: n (the videos the mean averages), n_no_verdict (score rows without a verdict), n_videos (videos
 judged), n_kept / n_dropped_zero / n_skipped (the official reading's per-video outcomes); `printed` (above); `note`
 (what a derived or lmms_eval row is).
@@ -60,6 +63,8 @@ from .parsing import LMMS_MARK, OFFICIAL_SCORING, lmms_from_error
 from .prompts import check_mode
 
 GROUP_COLUMNS = ["captioner", "prompt_id", "frame_spec"]
+#: verdict columns that, when they vary in one table (a sweep's verdicts read back), split it into separate runs
+SPLIT_COLUMNS = ("dataset", "judge")
 ALL = "all"
 METRICS = ("VDCscore", "Acc", "Score")
 OFFICIAL, LMMS, STRICT = "official", "lmms_eval", "strict"
@@ -497,9 +502,19 @@ def _combined_groups(videos: list[Video]) -> dict[tuple, dict[str, list[Video]]]
 def compute_metrics(verdicts: pl.DataFrame, *, items: pl.DataFrame | None = None,
                     captions: pl.DataFrame | None = None, n_resamples: int = 1000, seed: int = 0,
                     confidence: float = 0.95, mode: str | None = None, **options) -> pl.DataFrame:
-    """Per (captioner, prompt_id, frame_spec[, trial]) x reading: Acc and Score per kind, VDCscore and Score over
-    the five kinds (task "all"). See the module docstring."""
+    """Per (captioner, prompt_id, frame_spec[, dataset, judge, trial]) x reading: Acc and Score per kind, VDCscore
+    and Score over the five kinds (task "all"). See the module docstring."""
     del options  # other protocol params (prompts, temperature) do not change the metrics
+    split = [c for c in SPLIT_COLUMNS if c in verdicts.columns and verdicts.get_column(c).n_unique() > 1]
+    if split:  # a run's verdicts of several datasets or judges: each is its own official run
+        frames = []
+        for key, part in verdicts.group_by(split, maintain_order=True):
+            frame = compute_metrics(part, items=items, captions=captions, n_resamples=n_resamples, seed=seed,
+                                    confidence=confidence, mode=mode)
+            frames.append(frame.with_columns(pl.lit(None if v is None else str(v), dtype=pl.String).alias(c)
+                                             for c, v in zip(split, key)))
+        out = pl.concat(frames, how="diagonal_relaxed")
+        return out.select(*GROUP_COLUMNS, *split, *[c for c in out.columns if c not in (*GROUP_COLUMNS, *split)])
     mode = check_mode(mode)
     videos = videos_of(verdicts, items, captions)
     if not videos:
