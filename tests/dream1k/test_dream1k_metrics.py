@@ -232,6 +232,18 @@ def test_clip_table_strict():
     assert {r["mode"] for r in t.values()} == {"strict"}
 
 
+def test_clip_table_keeps_modes_and_cells_apart():
+    """A run folder holds both modes' cells for the same clips and captions: each is its own row, labelled."""
+    both = pl.concat([official_verdicts().with_columns(pl.lit("d-official").alias("protocol")),
+                      strict_verdicts().with_columns(pl.lit("d-strict").alias("protocol"))], how="diagonal_relaxed")
+    t = d1k_metrics.clip_table(both.with_columns(pl.lit("j").alias("judge")), items())
+    assert t.columns[:2] == ["protocol", "judge"]
+    assert t.group_by("protocol", "mode").len().sort("protocol").rows() == [("d-official", "official", 5),
+                                                                            ("d-strict", "strict", 4)]
+    a = t.filter((pl.col("item_id") == "a") & (pl.col("mode") == "official")).row(0, named=True)
+    assert (a["hits_r"], a["n_r"]) == (2, 3)
+
+
 # -- paired ------------------------------------------------------------------------------------------------------------
 def _paired_values(spec, verdicts):
     v = verdicts.with_columns(pl.lit("all").alias("_task"))
@@ -256,3 +268,23 @@ def test_paired_strict_agrees_with_lvcaps(mode):
                             event_average="pooled" if mode.endswith("pooled") else "video",
                             paper_compatible=mode.startswith("paper"))
     assert 100 * ours["F1"] == pytest.approx(_value(m, "all", "F1")["value"])
+
+
+@pytest.mark.parametrize("mode", ["official", "strict", "strict/pooled", "paper"])
+def test_paired_stats_keep_the_rows_and_their_systems(mode):
+    """capeval compare and the rank agreement across judges group the statistics by system: every verdict row comes
+    back with its columns, and two systems in one frame keep their own values."""
+    verdicts = official_verdicts() if mode == "official" else strict_verdicts()
+    worse = '{"relationships": [], "hits": 0, "n_events": 2, "score": 0.0}' if mode == "official" else \
+        '{"label": "neutral", "event": "x"}'
+    other = verdicts.with_columns(pl.lit("other").alias("captioner"),
+                                  pl.when(pl.col("verdict") >= 0).then(pl.lit(worse)).otherwise(pl.col("detail"))
+                                  .alias("detail"))
+    spec = paired_spec(mode)
+    both = pl.concat([verdicts, other])
+    stats = spec.stats(both.with_columns(pl.lit("all").alias("_task")), {})
+    assert stats.height == both.height and set(both.columns) <= set(stats.columns)
+    for name, alone in (("m", verdicts), ("other", other)):
+        mine = stats.filter(pl.col("captioner") == name).drop(["_s0", "_s1", "_s2", "_s3", "_task"])
+        assert _paired_values(spec, mine) == pytest.approx(_paired_values(spec, alone), nan_ok=True)
+    assert _paired_values(spec, other)["recall"] == 0.0 < _paired_values(spec, verdicts)["recall"]

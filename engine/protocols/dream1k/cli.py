@@ -25,6 +25,10 @@ success = false and no values), strict rows entailed / judged events each way. V
 """
 
 
+#: the columns printed (the written table has them all: counts, trial, duration, hit numbers)
+PRINTED = ["captioner", "prompt_id", "item_id", "mode", "source", "success", "recall", "precision", "f1"]
+
+
 def register(subparsers, tools: CommandTools) -> None:
     p = subparsers.add_parser("dream1k", help="DREAM-1K tools (per-clip scores)")
     sub = p.add_subparsers(dest="dream1k_command", metavar="SUBCOMMAND")
@@ -69,8 +73,9 @@ def run_clips(args) -> int:
     table = clip_table(verdicts, _items(args, run))
     if args.out is not None:
         _write(table, args.out)
-    with pl.Config(tbl_rows=max(args.limit, 1), tbl_cols=-1, tbl_width_chars=200):
-        print(table.head(args.limit))
+    shown = table.select([c for c in ("protocol", "judge") if c in table.columns] + PRINTED).with_columns(pl.col("recall", "precision", "f1").round(3))
+    with pl.Config(tbl_rows=max(args.limit, 1), tbl_cols=-1, tbl_width_chars=160, fmt_str_lengths=40):
+        print(shown.head(args.limit))
     failed = table.filter(~pl.col("success")).height
     print(f"[dream1k clips] {table.height} clips, {failed} without every verdict"
           + (f" -> {args.out}" if args.out else ""), file=sys.stderr)

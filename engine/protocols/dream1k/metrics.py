@@ -205,6 +205,8 @@ def _bucket_frames(lvcap, verdicts: pl.DataFrame, items: pl.DataFrame | None, bu
 
 
 # -- per clip --------------------------------------------------------------------------------------------------------
+#: a run folder's cell labels (engine/report/rundir.py), kept apart in the per-clip table
+CELL_LABELS = ("dataset", "protocol", "judge")
 CLIP_SCHEMA = {**{c: pl.String for c in GROUP_COLUMNS}, "item_id": pl.String, "video_id": pl.String,
                "trial": pl.Int64, "mode": pl.String, "source": pl.String, "duration": pl.Float64,
                "n_subjects": pl.Int64, "n_shots": pl.Int64, "n_events": pl.Int64, "success": pl.Boolean,
@@ -219,8 +221,9 @@ def _f1(r, p) -> float | None:
 
 
 def clip_table(verdicts: pl.DataFrame, items: pl.DataFrame | None = None) -> pl.DataFrame:
-    """One row per (caption group, clip, judge trial) with the clip's recall, precision and F1 as fractions, read
-    from the verdict rows' details, and the release's attributes from `items`.
+    """One row per (run cell, caption group, clip, judge trial, mode) with the clip's recall, precision and F1 as
+    fractions, read from the verdict rows' details, and the release's attributes from `items`. The cell's labels
+    (dataset, protocol, judge) come first when the verdicts carry them (a run folder's do).
 
     Official rows: recall / precision are the accepted replies' scores (hits / events; 1.0 for an empty list, as
     the official code scores it); `success` is False for a Failed clip (a step's reply rejected), whose values are
@@ -228,21 +231,22 @@ def clip_table(verdicts: pl.DataFrame, items: pl.DataFrame | None = None) -> pl.
     `n_no_verdict`); a direction without events is null."""
     attrs = clip_attributes(items)
     v = verdicts.filter(pl.col("step").is_in(list(OFFICIAL_STEPS + STRICT_STEPS)))
+    labels = [c for c in CELL_LABELS if c in v.columns]
     v = v.with_columns([pl.col(c).cast(pl.String).fill_null("-") if c in v.columns else pl.lit("-").alias(c)
-                        for c in GROUP_COLUMNS])
+                        for c in labels + GROUP_COLUMNS])
     if "trial" not in v.columns:
         v = v.with_columns(pl.lit(0).alias("trial"))
+    ident = labels + GROUP_COLUMNS
     clips: dict[tuple, dict] = {}
-    for rec in v.select(GROUP_COLUMNS + ["item_id", "video_id", "trial", "step", "verdict", "detail"]).iter_rows(
-            named=True):
-        key = tuple(rec[c] for c in GROUP_COLUMNS) + (rec["item_id"], rec["trial"])
-        clip = clips.setdefault(key, {**{c: rec[c] for c in GROUP_COLUMNS}, "item_id": rec["item_id"],
+    for rec in v.select(ident + ["item_id", "video_id", "trial", "step", "verdict", "detail"]).iter_rows(named=True):
+        mode = "official" if rec["step"] in OFFICIAL_STEPS else "strict"
+        key = tuple(rec[c] for c in ident) + (rec["item_id"], rec["trial"], mode)
+        clip = clips.setdefault(key, {**{c: rec[c] for c in ident}, "item_id": rec["item_id"], "mode": mode,
                                       "video_id": rec["video_id"], "trial": rec["trial"], "hits_r": 0, "n_r": 0,
                                       "hits_p": 0, "n_p": 0, "n_no_verdict": 0, "ok": {}})
         judged = rec["verdict"] is not None and rec["verdict"] >= 0 and bool(rec["detail"])
         d = rec["step"][-1] if rec["step"] in STRICT_STEPS else rec["step"][0]  # "r" or "p"
-        if rec["step"] in OFFICIAL_STEPS:
-            clip["mode"] = "official"
+        if mode == "official":
             clip["ok"][d] = judged
             if not judged:
                 clip["n_no_verdict"] += 1
@@ -251,7 +255,6 @@ def clip_table(verdicts: pl.DataFrame, items: pl.DataFrame | None = None) -> pl.
             clip[f"score_{d}"] = float(detail["score"])
             clip[f"hits_{d}"], clip[f"n_{d}"] = int(detail["hits"]), int(detail["n_events"])
         else:
-            clip["mode"] = "strict"
             clip[f"n_{d}"] += 1
             if not judged:
                 clip["n_no_verdict"] += 1
@@ -270,8 +273,8 @@ def clip_table(verdicts: pl.DataFrame, items: pl.DataFrame | None = None) -> pl.
             r = clip["hits_r"] / clip["n_r"] if clip["n_r"] else None
             p = clip["hits_p"] / clip["n_p"] if clip["n_p"] else None
         a = attrs.get(clip["item_id"], {})
-        rows.append({**{k: clip[k] for k in CLIP_SCHEMA if k in clip}, "source": a.get("source"),
+        rows.append({**{k: clip[k] for k in labels + list(CLIP_SCHEMA) if k in clip}, "source": a.get("source"),
                      "duration": a.get("duration"), **{k: a.get(k) for k in ("n_subjects", "n_shots", "n_events")},
                      "success": success, "recall": r, "precision": p, "f1": _f1(r, p)})
-    return pl.DataFrame(rows, schema=CLIP_SCHEMA)
+    return pl.DataFrame(rows, schema={**{c: pl.String for c in labels}, **CLIP_SCHEMA})
 
