@@ -14,6 +14,12 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# vLLM 0.32's AOT-compiled artifacts do not load on torch 2.13 ("'function' object has no attribute
+# 'finalize_loading'"), so with AOT compile on (vLLM's default) every server that compiles -- the stock-vLLM
+# default-judge server and docs/first-hour.md's, both at vLLM's defaults, without --enforce-eager -- compiles from
+# scratch (77 s of compiling alone on this 2-core machine at load 6). Off, the later one reuses Inductor's cache of
+# the first (its whole engine start: 23 s at load 9). Only the compile cache differs, not what the server runs.
+os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
 
 
 def pytest_addoption(parser):

@@ -30,7 +30,7 @@ sys.stdin.readline()
 
 #: what a user's shell might not have set, and the test suite's conftest does: none of it reaches the driver.
 SUITE_ONLY = ("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_ADDRESS", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-              "VLLM_CPU_KVCACHE_SPACE", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")
+              "VLLM_CPU_KVCACHE_SPACE", "VLLM_USE_AOT_COMPILE", "PYTEST_CURRENT_TEST", "PYTEST_VERSION")
 
 
 def clean_env() -> dict:
