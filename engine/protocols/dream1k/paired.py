@@ -21,6 +21,8 @@ import polars as pl
 from capeval.engine.metrics.core import f1, safe_ratio
 from capeval.engine.metrics.paired import PairedSpec
 
+from .implementation import implementation
+
 OFFICIAL_STEPS = ("recall", "precision")
 STRICT_STEPS = ("entail_p", "entail_r")
 #: columns that tell two systems', cells' or clips' rows apart, where present (a window never mixes them)
@@ -36,8 +38,19 @@ def _ratio(a: int, b: int):
 METRICS = {"F1": lambda s: f1(_ratio(0, 1)(s), _ratio(2, 3)(s)), "precision": _ratio(0, 1), "recall": _ratio(2, 3)}
 
 
-def _judged() -> pl.Expr:
-    return ((pl.col("verdict") >= 0) & pl.col("detail").is_not_null()).fill_null(False)
+def _entailment_code() -> int:
+    return next(int(c.ENTAILMENT) for c in implementation().codes if "ENTAILMENT" in c.__members__)
+
+
+def _detail(v: pl.DataFrame) -> pl.Expr:
+    """The rows' `detail`; absent where the rows come without it (`capeval judge validate` hands over only the
+    verdict codes)."""
+    return pl.col("detail") if "detail" in v.columns else pl.lit(None, dtype=pl.String)
+
+
+def _judged(v: pl.DataFrame) -> pl.Expr:
+    with_detail = pl.col("detail").is_not_null() if "detail" in v.columns else pl.lit(True)
+    return ((pl.col("verdict") >= 0) & with_detail).fill_null(False)
 
 
 def _official_stats(v: pl.DataFrame) -> pl.DataFrame:
@@ -45,11 +58,13 @@ def _official_stats(v: pl.DataFrame) -> pl.DataFrame:
     clip = [c for c in IDENTITY if c in v.columns] + [c for c in ("item_id", "trial", "seed") if c in v.columns]
     step = pl.col("step")
     scored = step.is_in(list(OFFICIAL_STEPS)).fill_null(False)
-    success = (scored & _judged()).cast(pl.Int32).sum().over(clip) == len(OFFICIAL_STEPS)
-    score = pl.col("detail").str.json_path_match("$.score").cast(pl.Float64)
+    success = (scored & _judged(v)).cast(pl.Int32).sum().over(clip) == len(OFFICIAL_STEPS)
+    # An official row's code says only that the list was judged; its score is in `detail`. Without it the clip
+    # counts for nothing (its mean is undefined), never as a score of 0.
+    score = _detail(v).str.json_path_match("$.score").cast(pl.Float64)
     out = []
     for i, s in enumerate(("precision", "recall")):
-        here = scored & (step == s) & success
+        here = scored & (step == s) & success & score.is_not_null()
         out += [pl.when(here).then(score).otherwise(0.0).alias(STATS[2 * i]),
                 here.cast(pl.Float64).alias(STATS[2 * i + 1])]
     return v.with_columns(out)
@@ -60,9 +75,12 @@ def _strict_stats(v: pl.DataFrame, *, paper: bool, pooled: bool) -> pl.DataFrame
     the direction's rows so that their sum is the video's value."""
     video = [c for c in IDENTITY if c in v.columns]
     step = pl.col("step")
-    entailed = (_judged() & (pl.col("detail").str.json_path_match("$.label") == "entailment")).fill_null(False)
+    if "detail" in v.columns:
+        entailed = (_judged(v) & (pl.col("detail").str.json_path_match("$.label") == "entailment")).fill_null(False)
+    else:  # the entailment code itself, as the implementation's codes number it
+        entailed = (pl.col("verdict") == _entailment_code()).fill_null(False)
     v = v.with_columns(
-        (step.is_in(list(STRICT_STEPS)) & ~_judged()).fill_null(False).cast(pl.Int32).sum().over(video)
+        (step.is_in(list(STRICT_STEPS)) & ~_judged(v)).fill_null(False).cast(pl.Int32).sum().over(video)
         .alias("_unjudged"))
     out = []
     for i, s in enumerate(STRICT_STEPS):
