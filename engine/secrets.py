@@ -28,7 +28,8 @@ _NOT_SECRET = re.compile(r"^(max|min|n|num|total|prompt|completion|reasoning|cac
 #: environment variables whose values are credentials wherever they show up
 CREDENTIAL_ENV = ("CAPEVAL_JUDGE_API_KEY", "CAPEVAL_CAPTIONER_API_KEY", "OPENAI_API_KEY", "HF_TOKEN",
                   "HUGGING_FACE_HUB_TOKEN", "ANTHROPIC_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY",
-                  "AZURE_OPENAI_API_KEY", "RAY_AUTH_TOKEN")
+                  "AZURE_OPENAI_API_KEY", "RAY_AUTH_TOKEN", "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN",
+                  "MLFLOW_TRACKING_PASSWORD")
 _MIN_SECRET_LEN = 6  # shorter values ("EMPTY"-like placeholders, "x") are not blanked inside other text
 
 _seen: set[str] = set()

@@ -30,7 +30,7 @@ from capeval.engine.warning_groups import capture_python_warnings
 # benchmarks' own commands go (each registered protocol's `cli_commands`, in the registry's order).
 BENCHMARK_COMMANDS = "<benchmark commands>"
 _COMMAND_MODULES = ("demo", BENCHMARK_COMMANDS, "construct", "score", "judge", "align", "sweep", "plan",
-                    "compare", "show", "report", "submit", "list", "bench")
+                    "compare", "show", "report", "export", "submit", "list", "bench")
 
 
 def build_parser() -> argparse.ArgumentParser:

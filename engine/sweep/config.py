@@ -44,6 +44,7 @@ Every option is documented in docs/inputs.md.
     n_resamples = 200       # bootstrap resamples for the metrics' confidence intervals
     prices = "prices.toml"  # optional: prices by judge/captioner name or model (engine/sweep/prices.py)
     breakdowns = ["task"]   # optional: metrics per level of item attributes too (docs/breakdowns.md)
+    tracking = "mlflow"     # optional: log the run to MLflow or W&B when it finishes (docs/tracking.md)
 
 Prompts are ids or tables in the same `prompts` array (`[[prompts]]` in TOML): `{id, text}` (the user's text,
 optional `image` variant), `{id, file}`, or `{id, pack, video, image}` (texts read from a prompt pack).
@@ -58,6 +59,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from capeval.engine.tracking_spec import SPEC_KEYS, TrackingSpec, spec_problems
 from capeval.engine.sweep.checker import SweepChecker, SweepFileError, as_tuple, type_ok
 from capeval.engine.sweep.validation import check_config, read_prompts
 
@@ -152,6 +154,9 @@ class SweepOptions:
     # comparisons decided with fewer judge calls: videos judged in rounds (engine/sweep/decide.py; docs/statistics.md);
     # a table in the file, kept as a decide.DecideSpec
     decide: Any = field(default=None, metadata={"file_type": dict})
+    # log the finished run to a tracker (engine/report/tracking.py; docs/tracking.md): "mlflow", "wandb" or a table
+    # {to, uri, experiment, project, entity, mode, dir}, kept as a tracking.TrackingSpec
+    tracking: Any = field(default=None, metadata={"file_type": (str, dict)})
 
 
 @dataclass(frozen=True)
@@ -281,6 +286,8 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
         from capeval.engine.sweep.decide import parse_decide
 
         options = replace(options, decide=parse_decide(c, options.decide))
+    if options.tracking is not None:  # a tracker's name or a table, kept as a frozen TrackingSpec
+        options = replace(options, tracking=_tracking(c, options.tracking, base, caption_only=not protocols))
     if not 0 <= options.warn_failure_share <= 1:
         c.fail("options.warn_failure_share",
                f"must be a share from 0 to 1 (0.05: 5%), got {options.warn_failure_share}", "warn_failure_share")
@@ -322,6 +329,26 @@ def name_problem(name: str) -> str | None:
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
         return f"must not contain control characters, got {name!r}"
     return None
+
+
+def _tracking(c: SweepChecker, raw: Any, base: Path, *, caption_only: bool) -> TrackingSpec | None:
+    """`[options] tracking`: "mlflow" | "wandb", or a table {to, and that tracker's settings}; relative paths are
+    the sweep file's. Its problems are reported with file, line and field (an extra not installed too)."""
+    where = "options.tracking"
+    if isinstance(raw, str):
+        raw = {"to": raw}
+    elif not c.table(raw, SPEC_KEYS, where):
+        return None
+    values = {k: v for k, v in raw.items() if k in SPEC_KEYS and c.good(raw, k, SPEC_KEYS)}
+    if "to" not in values:
+        return None
+    spec = TrackingSpec(**values)
+    problems = spec_problems(spec)
+    for name, why in problems:
+        c.fail(where if name == "to" else f"{where}.{name}", why, "tracking" if name == "to" else name)
+    if caption_only:
+        c.fail(where, "a caption-only sweep has no metrics to log (add [[protocols]] and [[judges]])", "tracking")
+    return None if problems or caption_only else spec.resolved(base)
 
 
 def _dataset(c: SweepChecker, d: Any, where: str, base: Path, check_paths: bool) -> DatasetSpec | None:

@@ -5,13 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable
 
 from capeval.engine.errors import AbortedError, Terminated
 from capeval.engine.report import write_results
 from capeval.engine.report.results import cells_without_value
+from capeval.engine.report.tracking import log_run
 from capeval.engine.runrecord import append_run_record, sweep_record
+from capeval.engine.secrets import redact_message
 from capeval.engine.store.segments import storage_error
 from capeval.engine.sweep import accounting
+from capeval.engine.sweep.config import SweepConfig
 from capeval.engine.sweep.run import SweepRun
 
 
@@ -94,3 +98,18 @@ def write_results_files(results, out: Path) -> None:
         for stray in out.glob(".results*.tmp"):
             stray.unlink(missing_ok=True)
         raise storage_error(exc, out / "results.csv", "the results table") from exc
+
+
+def log_to_tracker(config: SweepConfig, out: Path, log: Callable[[str], None]) -> None:
+    """`[options] tracking`: log the finished run folder to the tracker (engine/report/tracking.py), saying where.
+    A tracker that refuses the run (unreachable, no access) is reported, not fatal: the run folder is complete and
+    `capeval export` logs it later."""
+    spec = config.options.tracking
+    try:
+        logged = log_run(out, spec)
+    except Exception as exc:  # noqa: BLE001 - the tracker's own errors are many; each is reported in one line
+        log(f"[sweep {config.name}] warning: not logged to {spec.to}: {type(exc).__name__}: "
+            f"{redact_message(str(exc).strip().splitlines()[0] if str(exc).strip() else '')}; "
+            f"`capeval export {out} --to {spec.to}` logs it later")
+        return
+    log(f"[sweep {config.name}] {logged.line()}")

@@ -38,7 +38,7 @@ from capeval.engine.sweep.decide_rounds import run_adaptive
 from capeval.engine.sweep.grid import ResultCell, expand
 from capeval.engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
 from capeval.engine.sweep.overlap import CaptionThread
-from capeval.engine.sweep.results import SweepResult, record_run, write_results_files
+from capeval.engine.sweep.results import SweepResult, log_to_tracker, record_run, write_results_files
 from capeval.engine.sweep.run import RunStores, SweepRun
 from capeval.engine.sweep.usage import CostLedger
 
@@ -72,14 +72,20 @@ def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True
             except Exception:  # noqa: BLE001
                 pass
             raise
-        stores.close()
+        stores.close()  # the run folder at rest: what a tracker is sent is what a later export would send
+        if config.options.tracking is not None:
+            log_to_tracker(config, out, log or _stderr)
         return result
+
+
+def _stderr(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def _run_locked(config: SweepConfig, out: Path, stores: RunStores, *, progress: bool, log, accept_failures: bool,
                 max_failure_share: float, verbose: bool) -> SweepResult:
     started = time.perf_counter()
-    log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
+    log = log or _stderr
     recovered = cellmod.recover(stores)
     if recovered:
         log(f"[sweep {config.name}] rolled back {len(recovered)} cell(s) interrupted between verdicts and metrics")
