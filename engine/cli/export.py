@@ -4,8 +4,8 @@ run.json, results.csv and HTML report as artifacts (engine/report/tracking.py; d
 `[options] tracking` does the same when the sweep finishes.
 
 Exit codes (engine/exitcodes.py): 0 logged; 2 not a run folder, a run without metrics (caption-only), a setting of
-the other tracker, a URI holding credentials, or the tracker's extra not installed; 1 the tracker refused or could
-not be reached (its error in one line, the traceback with --debug)."""
+the other tracker, a URI holding credentials, or the tracker's extra not installed; 4 the tracker refused the run or
+could not be reached (its error in one line, the traceback with --debug)."""
 
 from __future__ import annotations
 

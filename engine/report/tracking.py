@@ -37,8 +37,8 @@ from typing import Any, Iterator
 
 import polars as pl
 
-from capeval.engine.errors import UsageError
-from capeval.engine.secrets import redact
+from capeval.engine.errors import AbortedError, UsageError
+from capeval.engine.secrets import redact, redact_message
 from capeval.engine.report.leaderboard import leaderboards
 from capeval.engine.report.rundir import CELL_COLUMNS, RunData, load_run
 from capeval.engine.tracking_spec import (DEFAULT_PROJECT, TrackingSpec, extra_missing, is_file_store,
@@ -90,12 +90,20 @@ class Logged:
 
 def log_run(run_dir: str | Path, spec: TrackingSpec) -> Logged:
     """Log the run folder `run_dir` to the tracker `spec` names (module doc); raises UsageError when the folder
-    has no metrics or the spec cannot be used, and the tracker's own error when it refuses the run."""
+    has no metrics or the spec cannot be used, and AbortedError (its error in one line) when the tracker refuses
+    the run or cannot be reached."""
     if problems := spec_problems(spec):
         raise UsageError("; ".join(f"tracking {name}: {why}" for name, why in problems))
     with tempfile.TemporaryDirectory(prefix="capeval-track-") as scratch:
         content = run_content(run_dir, Path(scratch))
-        logged = _log_mlflow(content, spec) if spec.to == "mlflow" else _log_wandb(content, spec)
+        try:
+            logged = _log_mlflow(content, spec) if spec.to == "mlflow" else _log_wandb(content, spec)
+        except (UsageError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the tracker's errors (refused, unreachable) are many kinds
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise AbortedError(f"{spec.to} did not take the run: {type(exc).__name__}: {redact_message(first)}; "
+                               f"the run folder is unchanged") from exc
     logged.notes = content.notes + logged.notes
     return logged
 

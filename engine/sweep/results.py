@@ -7,12 +7,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from capeval.engine.errors import AbortedError, Terminated
+from capeval.engine.errors import AbortedError, Terminated, UsageError
 from capeval.engine.report import write_results
 from capeval.engine.report.results import cells_without_value
 from capeval.engine.report.tracking import log_run
 from capeval.engine.runrecord import append_run_record, sweep_record
-from capeval.engine.secrets import redact_message
 from capeval.engine.store.segments import storage_error
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep.config import SweepConfig
@@ -107,9 +106,8 @@ def log_to_tracker(config: SweepConfig, out: Path, log: Callable[[str], None]) -
     spec = config.options.tracking
     try:
         logged = log_run(out, spec)
-    except Exception as exc:  # noqa: BLE001 - the tracker's own errors are many; each is reported in one line
-        log(f"[sweep {config.name}] warning: not logged to {spec.to}: {type(exc).__name__}: "
-            f"{redact_message(str(exc).strip().splitlines()[0] if str(exc).strip() else '')}; "
-            f"`capeval export {out} --to {spec.to}` logs it later")
+    except (UsageError, AbortedError) as exc:  # no metrics; the tracker refused the run or could not be reached
+        log(f"[sweep {config.name}] warning: not logged to {spec.to}: {exc}; `capeval export {out} --to {spec.to}` "
+            f"logs it later")
         return
     log(f"[sweep {config.name}] {logged.line()}")
