@@ -261,7 +261,8 @@ def _log_mlflow(content: RunContent, spec: TrackingSpec) -> Logged:
         from mlflow.entities import Metric, Param, RunTag  # deferred: optional extra
         from mlflow.tracking import MlflowClient  # deferred: optional extra
     except ImportError:
-        raise UsageError(extra_missing("mlflow") or "mlflow cannot be imported: pip install 'capeval[mlflow]'") from None
+        raise UsageError(extra_missing("mlflow")
+                         or "mlflow cannot be imported: pip install 'capeval[mlflow]'") from None
     import time
 
     uri = mlflow_uri(spec)
@@ -305,7 +306,8 @@ def _log_wandb(content: RunContent, spec: TrackingSpec) -> Logged:
     try:
         import wandb  # deferred: optional extra
     except ImportError:
-        raise UsageError(extra_missing("wandb") or "wandb cannot be imported: pip install 'capeval[wandb]'") from None
+        raise UsageError(extra_missing("wandb")
+                         or "wandb cannot be imported: pip install 'capeval[wandb]'") from None
 
     project = spec.project or DEFAULT_PROJECT
     if spec.dir:

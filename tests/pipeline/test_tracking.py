@@ -59,13 +59,15 @@ def offline(tmp_path, monkeypatch):
     listener = Listener()
     url = f"http://127.0.0.1:{listener.port}"
     home = tmp_path / "wandb-home"
-    env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb-default"), "WANDB_CACHE_DIR": str(home / "cache"),
+    env = {"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path / "wandb-default"),
+           "WANDB_CACHE_DIR": str(home / "cache"),
            "WANDB_CONFIG_DIR": str(home / "config"), "WANDB_DATA_DIR": str(home / "data"),
            "WANDB_ARTIFACT_DIR": str(home / "artifacts"), "WANDB_SILENT": "true", "WANDB_BASE_URL": url,
            "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true", "HTTP_PROXY": url, "HTTPS_PROXY": url,
            "http_proxy": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": ""}
     keys = {name: f"{name.lower()}-{secrets.token_hex(16)}" for name in (
-        "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD", "OPENAI_API_KEY", "CAPEVAL_JUDGE_API_KEY")}
+        "WANDB_API_KEY", "MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD", "OPENAI_API_KEY",
+        "CAPEVAL_JUDGE_API_KEY")}
     for name, value in {**env, **keys}.items():
         monkeypatch.setenv(name, value)
     for name in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE", "WANDB_PROJECT", "WANDB_ENTITY"):
@@ -355,3 +357,31 @@ def test_the_docs_name_every_tracking_setting_and_export_option():
     for option in ("--to", "--uri", "--experiment", "--project", "--entity", "--mode", "--dir"):
         assert f"`{option}" in text, option
     assert "_ci_low" in text and "_ci_high" in text
+
+
+def test_logged_parameters_hold_no_credential_even_from_an_unredacted_record(tmp_path):
+    """A run.json written without redaction (by hand, or an older capeval) still logs no key: every parameter passes
+    through capeval.engine.secrets.redact; a variable's name (`api_key_env`) is kept. Intervals are their own
+    metrics, an undefined value is left out rather than logged as a number."""
+    from capeval.engine.report.tracking import run_content
+
+    key = "sk-tracking-" + secrets.token_hex(12)
+    cell = {"dataset": "d", "captioner": "cap", "prompt_id": "p", "frame_spec": "uniform:2", "protocol": "capquiz",
+            "judge": "openai", "mode": "strict", "cell_status": "complete", "n": 4, "n_no_verdict": 0, "reason": None}
+    pl.DataFrame([{**cell, "metric": "CapF1", "value": 50.0, "ci_low": 40.0, "ci_high": 60.0},
+                  {**cell, "metric": "CapP", "value": None, "ci_low": None, "ci_high": None,
+                   "reason": "undefined: 0/0"},
+                  {**cell, "metric": "CapR", "value": 25.0, "ci_low": 20.0, "ci_high": 30.0}]).write_parquet(
+        tmp_path / "results.parquet")
+    judge = {"name": "openai", "params": {"model": "m", "api_key": key, "api_key_env": "MY_KEY"}, "seeds": [0]}
+    (tmp_path / "run.json").write_text(json.dumps({"runs": [{"command": "sweep", "config": {
+        "name": "handmade", "judges": [judge], "captioners": [{"name": "cap", "params": {"token": key}}]}}]}))
+    content = run_content(tmp_path, tmp_path / "scratch")
+    (only,) = content.cells
+    assert only.params["judge.params.api_key"] == "***REDACTED***"
+    assert only.params["judge.params.api_key_env"] == "MY_KEY"
+    assert only.params["captioner.params.token"] == "***REDACTED***"
+    assert key not in json.dumps([only.params, content.params])
+    assert (only.metrics["CapF1"], only.metrics["CapF1_ci_low"], only.metrics["CapF1_ci_high"]) == (50.0, 40.0, 60.0)
+    assert "CapP" not in only.metrics and "CapP_ci_low" not in only.metrics
+    assert content.name == "handmade"
