@@ -14,6 +14,7 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
+from capeval.engine.inputs import item_location as _item_location
 from capeval.engine.keys import content_key as _content_key, tagged_revision as _tagged_revision
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                            PROMPTS_PARAM as _PROMPTS, TEMPERATURE_PARAM as _TEMPERATURE,
@@ -53,6 +54,21 @@ class VDCProtocol(_JudgeProtocol):
 
     def paired_spec(self, mode):
         return _paired_spec(mode)
+
+    def columns_problem(self, items, source=None):
+        """Every item needs a question and a reference answer, but an EMPTY one is a text like any other: the release
+        has three pairs whose question and answer are both empty (short.jsonl lines 1026-1027, detailed.jsonl line
+        1027), and the official script sends them as it sends every pair. Only a missing (null) column is refused."""
+        ids = items.column("item_id").to_pylist()
+        for column in self.item_columns:
+            values = items.column(column).to_pylist() if column in items.column_names else [None] * len(ids)
+            missing = [i for i, v in enumerate(values) if v is None]
+            if missing:
+                first = items.slice(missing[0], 1).to_pylist()[0]
+                return (f"it needs `{column}` in every item (an empty text is accepted); {len(missing)} of "
+                        f"{len(ids)} items have none (e.g. {ids[missing[0]]!r}); the first: "
+                        f"{_item_location(source, first, column)}")
+        return None
 
     def render(self, item, caption, *, seed, **opts):
         return _prompts.render(item, caption, seed=seed, **opts)
