@@ -1,9 +1,11 @@
 """Model folders built once on this machine and reused: the build spec a folder was made from is recorded in it, a
 build runs in a sibling temp folder renamed into place when complete, and sessions sharing a cache folder build
-under a file lock (adapters/smollm2.py; the random-weight checkpoints of capeval.testing)."""
+under a file lock (adapters/smollm2.py; the random-weight checkpoints of capeval.testing). `model_revision` is the
+weights identity the model-backed captioners put in caption keys."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -64,3 +66,17 @@ def _spec_matches(out: Path, spec: dict) -> bool:
         return json.loads((out / BUILD_SPEC_FILE).read_text()) == spec
     except (OSError, json.JSONDecodeError):
         return False  # missing or half-written: rebuild
+
+
+def model_revision(model: str) -> str:
+    """Weights identity: a local folder's config + weight file names and sizes, else the hub id (+ revision)."""
+    path = Path(model)
+    if path.is_dir():
+        h = hashlib.sha256()
+        for p in sorted(path.iterdir()):
+            if p.suffix in (".json", ".safetensors", ".bin"):
+                h.update(f"{p.name}:{p.stat().st_size}".encode())
+                if p.name == "config.json":
+                    h.update(p.read_bytes())
+        return f"dir:{h.hexdigest()[:16]}"
+    return f"hub:{model}"

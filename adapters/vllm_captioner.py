@@ -30,7 +30,6 @@ tests/pipeline/test_pipeline_vllm_captioner_gpu.py (a real Qwen VLM on a GPU; sk
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import queue
 import threading
@@ -42,6 +41,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from capeval.adapters.base import CaptionRequest, CaptionResponse
+from capeval.adapters.checkpoints import model_revision
 from capeval.adapters.vllm_compat import close_engine, track_engine, vllm_engine_start_guard
 from capeval.adapters.vlm_video_inputs import check_frames, video_input
 from capeval.engine.params import REQUIRED, Param
@@ -57,20 +57,6 @@ BATCH_BY_FRAME_COUNT = ("llava_onevision",)
 def _video_frame_count(inputs: dict):
     video = inputs.get("multi_modal_data", {}).get("video")
     return None if video is None else len(video[0] if isinstance(video, tuple) else video)
-
-
-def _model_revision(model: str) -> str:
-    """Weights identity: a local folder's config + weight file names and sizes, else the hub id (+ revision)."""
-    path = Path(model)
-    if path.is_dir():
-        h = hashlib.sha256()
-        for p in sorted(path.iterdir()):
-            if p.suffix in (".json", ".safetensors", ".bin"):
-                h.update(f"{p.name}:{p.stat().st_size}".encode())
-                if p.name == "config.json":
-                    h.update(p.read_bytes())
-        return f"dir:{h.hexdigest()[:16]}"
-    return f"hub:{model}"
 
 
 class _EngineFeeder:
@@ -222,7 +208,7 @@ class VLLMCaptioner:
 
         self.name = f"vllm:{Path(model).name}"
         self.model = model
-        self.revision = revision or _model_revision(model)
+        self.revision = revision or model_revision(model)
         self.system = system
         self.max_in_flight = max(1, int(max_in_flight))
         self.processor = AutoProcessor.from_pretrained(model, revision=revision)
@@ -253,7 +239,7 @@ class VLLMCaptioner:
     @classmethod
     def static_revision(cls, params: dict) -> str:
         """Used for content keys before the engine is loaded (capeval.engine.sweep.runner.component_revision)."""
-        return params.get("revision") or _model_revision(params["model"])
+        return params.get("revision") or model_revision(params["model"])
 
     # -- prompts ----------------------------------------------------------------------------------------------------
     def _prompt(self, r: CaptionRequest, visual: list[dict]) -> str:
@@ -264,7 +250,8 @@ class VLLMCaptioner:
         ]
         return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def _input(self, r: CaptionRequest) -> dict:
+    def engine_inputs(self, r: CaptionRequest) -> dict:
+        """The prompt dict of one request as `LLM.enqueue` takes it (prompt, multi_modal_data, mm_processor_kwargs)."""
         frames = check_frames(r.frames)
         if self.frame_input == "video" and r.media_type != "image":
             mm_data, mm_kwargs = video_input(frames, r.timestamps)
@@ -297,7 +284,7 @@ class VLLMCaptioner:
     def _submit(self, r: CaptionRequest, deliver: Callable[[CaptionResponse], None]) -> None:
         t0 = time.perf_counter()
         try:
-            inputs, params = self._input(r), self._params(r)
+            inputs, params = self.engine_inputs(r), self._params(r)
         except Exception as exc:  # noqa: BLE001 - a bad request fails alone
             deliver(CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}"))
             return

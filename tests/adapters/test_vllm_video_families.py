@@ -1,7 +1,7 @@
 """Each VLM family end to end on vLLM's CPU engine through VLLMCaptioner: a real H.264 video made here, decoded with
 frame specs, captioned as one video (frames + metadata, adapters/vlm_video_inputs.py), and the processed prompt
 holds exactly the video placeholder tokens of the frames the spec chose -- computed here from the family's own
-config and processor settings, not read back from the engine.
+config and processor settings (tests/_frames_seen.py), not read back from the engine.
 
 One engine per family (tiny random-weight checkpoints, engine/root/testing/random_vlm_families.py, built once into the suite's
 model cache), small frames and few of them: these tests cost engine start-up, little else.
@@ -10,14 +10,13 @@ model cache), small frames and few of them: these tests cost engine start-up, li
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import time
 
 import numpy as np
 import pytest
 
 from capeval.adapters.checkpoints import model_cache
+from _frames_seen import EXPECTED_TOKENS, VIDEO_TOKEN, qwen3_timestamps
 from capeval.testing.random_vlm_families import FAMILIES, build_tiny_vlm
 
 pytestmark = pytest.mark.vllm
@@ -40,82 +39,6 @@ def decoded(tmp_path_factory) -> dict:
     path = tmp_path_factory.mktemp("family-video") / "clip.mp4"
     make_video(path, codec="h264", seconds=VIDEO_SECONDS, fps=VIDEO_FPS, size=(160, 120), seed=5)
     return {spec: decode_frames(path, FrameSpec.parse(spec)) for spec in SPECS}
-
-
-# ---- frames-seen arithmetic, per family, from the checkpoint's own config files ---------------------------------
-def _json(d, name: str) -> dict:
-    return json.loads((d / name).read_text())
-
-
-def _qwen_resize(h: int, w: int, factor: int, min_pixels: int, max_pixels: int, frames: int = 1) -> tuple[int, int]:
-    """Qwen's smart_resize: sides to multiples of `factor`, pixel count (over `frames` for Qwen3-VL videos) within
-    [min_pixels, max_pixels], aspect kept."""
-    hb, wb = max(factor, round(h / factor) * factor), max(factor, round(w / factor) * factor)
-    if frames * hb * wb > max_pixels:
-        beta = math.sqrt(frames * h * w / max_pixels)
-        hb = max(factor, math.floor(h / beta / factor) * factor)
-        wb = max(factor, math.floor(w / beta / factor) * factor)
-    elif frames * hb * wb < min_pixels:
-        beta = math.sqrt(min_pixels / (frames * h * w))
-        hb, wb = math.ceil(h * beta / factor) * factor, math.ceil(w * beta / factor) * factor
-    return hb, wb
-
-
-def _video_processor_config(d) -> dict:
-    """The saved video processor settings (transformers 5 keeps them in processor_config.json)."""
-    if (d / "video_preprocessor_config.json").exists():
-        return _json(d, "video_preprocessor_config.json")
-    return _json(d, "processor_config.json")["video_processor"]
-
-
-def _qwen_video_tokens(d, n: int, h: int, w: int) -> int:
-    video = _video_processor_config(d)
-    patch, merge, tps = video["patch_size"], video["merge_size"], video["temporal_patch_size"]
-    size = video.get("size") or {}
-    min_px = size.get("shortest_edge", video.get("min_pixels"))
-    max_px = size.get("longest_edge", video.get("max_pixels"))
-    t = math.ceil(n / tps)  # an odd count is padded with a copy of the last frame
-    qwen3 = _json(d, "config.json")["model_type"] == "qwen3_vl"
-    hb, wb = _qwen_resize(h, w, patch * merge, min_px, max_px, frames=t * tps if qwen3 else 1)
-    return t * (hb // patch) * (wb // patch) // merge**2
-
-
-def _llava_onevision_video_tokens(d, n: int, h: int, w: int) -> int:
-    """Every frame squashed to the vision tower's square, its patch grid pooled 2x2 (ceil), one newline per video."""
-    vision = _json(d, "config.json")["vision_config"]
-    grid = vision["image_size"] // vision["patch_size"]
-    return n * math.ceil(grid / 2) ** 2 + 1
-
-
-def _llava_next_video_tokens(d, n: int, h: int, w: int) -> int:
-    """Every frame cropped to the vision tower's square, its patch grid average-pooled by spatial_pool_stride (ceil);
-    no newline token."""
-    cfg = _json(d, "config.json")
-    grid = cfg["vision_config"]["image_size"] // cfg["vision_config"]["patch_size"]
-    return n * math.ceil(grid / cfg.get("spatial_pool_stride", 2)) ** 2
-
-
-def _internvl_video_tokens(d, n: int, h: int, w: int) -> int:
-    """Every frame one tile (never split) of image_seq_length tokens: (side / patch * downsample_ratio)^2."""
-    cfg = _json(d, "config.json")
-    side, patch = cfg["vision_config"]["image_size"], cfg["vision_config"]["patch_size"]
-    side, patch = (side[0] if isinstance(side, list) else side), (patch[0] if isinstance(patch, list) else patch)
-    per_frame = int(side // patch * cfg["downsample_ratio"]) ** 2
-    assert per_frame == cfg["image_seq_length"]
-    return n * per_frame
-
-
-VIDEO_TOKEN = {"qwen2_vl": "<|video_pad|>", "qwen2_5_vl": "<|video_pad|>", "qwen3_vl": "<|video_pad|>",
-               "llava_onevision": "<video>", "llava_next_video": "<video>", "internvl3": "<video>"}  # fmt: skip
-EXPECTED_TOKENS = {"qwen2_vl": _qwen_video_tokens, "qwen2_5_vl": _qwen_video_tokens, "qwen3_vl": _qwen_video_tokens,
-                   "llava_onevision": _llava_onevision_video_tokens, "llava_next_video": _llava_next_video_tokens,
-                   "internvl3": _internvl_video_tokens}  # fmt: skip
-
-
-def _qwen3_timestamps(ts) -> list[str]:
-    """Qwen3-VL writes one "<t seconds>" per temporal patch: the mean time of its 2 frames (last frame repeated)."""
-    ts = list(ts) + ([ts[-1]] if len(ts) % 2 else [])
-    return [f"<{(ts[i] + ts[i + 1]) / 2:.1f} seconds>" for i in range(0, len(ts), 2)]
 
 
 # ---- the tests ----------------------------------------------------------------------------------------------------
@@ -157,7 +80,7 @@ def test_family_sees_exactly_the_frames_the_spec_chose(family, decoded):
         assert resp.prompt_tokens == len(seen[r.key])
         if family == "qwen3_vl":  # the metadata's timing reached the prompt: real seconds of the chosen frames
             prompt = tok.decode(seen[r.key])
-            for stamp in _qwen3_timestamps(r.timestamps):
+            for stamp in qwen3_timestamps(r.timestamps):
                 assert stamp in prompt, (stamp, prompt)
 
 
