@@ -95,8 +95,9 @@ class CapabilityProtocol(_JudgeProtocol):
     metrics_read_captions = False
 
     def release_dataset_kind(self, path):
-        """The release's annotations (a folder, or one of its task files) are read as the `capability` kind."""
-        return "capability" if path.is_dir() or _release.is_release_file(path) else None
+        """The release's annotations (the folder of task files, or one of them) are read as the `capability` kind;
+        another benchmark's folder is not claimed (its own protocol may claim it)."""
+        return "capability" if _release.is_release_file(path) else None
 
     def read_captions(self, path, items, rules):
         if path.is_dir():  # a captions/<model>/ folder: one <task>.jsonl per task
