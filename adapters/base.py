@@ -121,6 +121,16 @@ class CaptionResponse:
     # (capeval.engine.reasoning.strip_caption), which keeps the whole reply in `raw_text`
     reasoning_tokens: int | None = None
     raw_text: str | None = None
+    # What the backend handed its processor/model about the frames, for the frames-seen ledger
+    # (capeval.engine.frames.ledger); every key optional, report what the backend knows:
+    #   "backend": str                 e.g. "vllm", "openai-http", "transformers"
+    #   "metadata": dict               the video metadata passed to the processor (fps, frames_indices, ...)
+    #   "processor_kwargs": dict       kwargs passed to the processor (do_sample_frames, fps, ...)
+    #   "sent_as": str                 how the frames went ("video", "images", "jpeg image_url")
+    #   "processed_size": str          "WxH" of a frame after the processor's own resize
+    #   "visual_tokens": int           visual tokens the processor produced for the frames
+    #   "frames_sent": list[int]       positions (in request.frames) of the frames actually sent, when fewer
+    processor_inputs: dict | None = None
 
 
 @runtime_checkable

@@ -348,10 +348,11 @@ def _resolve(future: asyncio.Future, result: ChatResult) -> None:
         future.set_result(result)
 
 
-def _caption_response(key: str, res: ChatResult, n_sent: int, note: str | None) -> "HTTPCaptionResponse":
+def _caption_response(key: str, res: ChatResult, n_sent: int, note: str | None,
+                      processor: dict | None = None) -> "HTTPCaptionResponse":
     return HTTPCaptionResponse(key, res.text, res.error, res.prompt_tokens, res.completion_tokens, res.latency_s,
                                truncated=res.finish_reason == "length", frames_sent=n_sent, note=note,
-                               reasoning_tokens=getattr(res, "reasoning_tokens", None))
+                               reasoning_tokens=getattr(res, "reasoning_tokens", None), processor_inputs=processor)
 
 
 class OpenAICaptioner(_HTTPBackend):
@@ -365,13 +366,29 @@ class OpenAICaptioner(_HTTPBackend):
 
     actor_cpus = 0  # a caption actor waits on the server: it reserves no core (capeval.engine.stages.caption.actor_cpus)
 
+    def _sent(self, r: CaptionRequest) -> np.ndarray:
+        """Positions in `r.frames` of the frames the request carries."""
+        image = getattr(r, "media_type", "video") == "image"
+        return np.arange(1) if image else subsample_indices(len(r.frames), self.config.max_frames)
+
+    def processor_inputs(self, r: CaptionRequest) -> dict:
+        """The frames-seen ledger's report (capeval.adapters.base.CaptionResponse.processor_inputs): how the frames
+        went and which; the server's own resize and visual tokens are not reported by the API."""
+        idx = self._sent(r)
+        stored = r.encoded_frames is not None and len(r.encoded_frames) == len(r.frames)
+        report = {"backend": "openai-http",
+                  "sent_as": "jpeg image_url" + (" (frame cache bytes)" if stored
+                                                 else f" (quality {self.config.jpeg_quality})")}
+        if len(idx) < len(r.frames):
+            report["frames_sent"] = [int(i) for i in idx]
+        return report
+
     def _body(self, r: CaptionRequest) -> tuple[bytes, int, str | None]:
         frames = np.asarray(r.frames)
         if frames.ndim != 4 or frames.shape[-1] != 3:
             raise ValueError(f"frames must be uint8 (T, H, W, 3); got shape {frames.shape}")
         image = getattr(r, "media_type", "video") == "image"
-        # a still image is one picture, sent once, without frame timestamps
-        idx = np.arange(1) if image else subsample_indices(len(frames), self.config.max_frames)
+        idx = self._sent(r)  # a still image is one picture, sent once, without frame timestamps
         note = None
         if not image and len(idx) < len(frames):
             note = f"sent {len(idx)} of {len(frames)} frames (evenly subsampled; max_frames={self.config.max_frames})"
@@ -410,7 +427,7 @@ class OpenAICaptioner(_HTTPBackend):
         except asyncio.CancelledError:
             self._runner.cancel({token})
             raise
-        return _caption_response(request.key, res, n_sent, note)
+        return _caption_response(request.key, res, n_sent, note, self.processor_inputs(request))
 
     def caption(self, requests: Sequence[CaptionRequest]) -> list[HTTPCaptionResponse]:
         calls, sent, bad = [], [], {}
@@ -430,7 +447,7 @@ class OpenAICaptioner(_HTTPBackend):
                 out.append(HTTPCaptionResponse(r.key, None, bad[i]))
                 continue
             res, (n_sent, note) = next(it)
-            out.append(_caption_response(r.key, res, n_sent, note))
+            out.append(_caption_response(r.key, res, n_sent, note, self.processor_inputs(r)))
         if any(note for _, note in sent):
             log.info("captioner %s: frames subsampled to max_frames=%d in some requests", self.name,
                      self.config.max_frames)

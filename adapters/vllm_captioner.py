@@ -59,6 +59,32 @@ def _video_frame_count(inputs: dict):
     return None if video is None else len(video[0] if isinstance(video, tuple) else video)
 
 
+def processor_report(inputs: dict | None, out=None) -> dict | None:
+    """The frames-seen ledger's report of one request (capeval.adapters.base.CaptionResponse.processor_inputs): the
+    video metadata and processor kwargs given to vLLM's processor, and the visual tokens it placed in the prompt
+    (the lengths of the request output's multimodal placeholders, when vLLM reports them)."""
+    if not inputs:
+        return None
+    mm = inputs.get("multi_modal_data") or {}
+    report: dict = {"backend": "vllm"}
+    video = mm.get("video")
+    if video is not None:
+        report["sent_as"] = "video"
+        if isinstance(video, tuple) and len(video) == 2:
+            report["metadata"] = dict(video[1])
+        report["processor_kwargs"] = dict(inputs.get("mm_processor_kwargs") or {})
+    elif mm.get("image") is not None:
+        report["sent_as"] = "images"
+    placeholders = getattr(out, "multi_modal_placeholders", None) if out is not None else None
+    if placeholders:
+        try:
+            report["visual_tokens"] = int(sum(getattr(p, "length", 0) for ranges in placeholders.values()
+                                              for p in ranges))
+        except (TypeError, AttributeError):
+            pass  # an output shape this vLLM does not have: no count rather than a wrong one
+    return report
+
+
 class _EngineFeeder:
     """The one thread that touches the engine: adds submitted requests as they come and steps while any is
     unfinished. `submit(inputs, params, done)` calls `done(output, error)` from this thread when the request
@@ -272,14 +298,15 @@ class VLLMCaptioner:
         return SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, seed=r.seed)
 
     @staticmethod
-    def _response(r: CaptionRequest, out, exc, t0: float) -> CaptionResponse:
+    def _response(r: CaptionRequest, out, exc, t0: float, inputs: dict | None = None) -> CaptionResponse:
         latency = time.perf_counter() - t0
         if exc is not None:
             return CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}", latency_s=latency)
         completion = out.outputs[0]
         return CaptionResponse(r.key, completion.text.strip(), prompt_tokens=len(out.prompt_token_ids or []),
                                n_tokens=len(completion.token_ids), latency_s=latency,
-                               truncated=completion.finish_reason == "length")  # fmt: skip
+                               truncated=completion.finish_reason == "length",
+                               processor_inputs=processor_report(inputs, out))  # fmt: skip
 
     def _submit(self, r: CaptionRequest, deliver: Callable[[CaptionResponse], None]) -> None:
         t0 = time.perf_counter()
@@ -294,7 +321,7 @@ class VLLMCaptioner:
                 if out is not None and self.on_output is not None:
                     self.on_output(r, out)
             finally:  # the caller gets its response whatever the observer did
-                deliver(self._response(r, out, exc, t0))
+                deliver(self._response(r, out, exc, t0, inputs))
 
         self._feeder.submit(inputs, params, done)
 

@@ -80,6 +80,10 @@ CAPTIONS = pa.schema(
         # without reasoning. `n_tokens` counts the caption alone (the reply's tokens less the reasoning's).
         pa.field("raw_text", pa.string()),
         pa.field("reasoning_tokens", pa.int32()),
+        # The frames-seen ledger (engine/frames/ledger.py), JSON text: decoder and version, frame indices and
+        # timestamps, frame size, a digest of the pixels and what the backend handed its processor. In no key;
+        # null for captions read from files and rows made before it existed.
+        pa.field("frames_seen", pa.string()),
     ]
 )
 

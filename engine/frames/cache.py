@@ -87,7 +87,10 @@ def _meta(key: str, spec: FrameSpec, size: Size, result: FramesResult) -> dict:
     return {"frames_key": key, "frame_spec": str(spec), "size": size_text(size),
             "timestamps": result.timestamps.tolist(), "targets": result.targets.tolist(),
             "duration": result.duration, "frames_decoded": result.frames_decoded, "seeks": result.seeks,
-            "rotation": result.rotation, "shape": list(result.frames.shape), "media_type": result.media_type}
+            "rotation": result.rotation, "shape": list(result.frames.shape), "media_type": result.media_type,
+            # what the frames-seen ledger records (capeval.engine.frames.ledger); not part of the key
+            "rate": result.info.get("rate"), "decoder": result.info.get("decoder"),
+            "decoder_version": result.info.get("decoder_version")}
 
 
 def _meta_fits(entry: shards.Entry, key: str) -> bool:
@@ -229,6 +232,17 @@ def load_encoded_frames(row_or_path: dict | str | Path) -> tuple[bytes, ...] | N
         raise ValueError(f"frames {loc['key']} left the frame cache and their video {src} has changed since")
     _, blobs, _ = _decode_and_store(src, spec, size, loc["cache_dir"], 1, None, loc["key"])
     return blobs
+
+
+def frames_meta(row_or_path: dict | str | Path) -> dict | None:
+    """What the decode of a FRAMES row (or locator) recorded beside its frames (timestamps, duration, rate, decoder
+    and its version ...), or None when the cache holds no entry for it (an older cache's .npy, an evicted entry)."""
+    text = _path_of(row_or_path)
+    if not is_locator(text):
+        return None
+    loc = parse_locator(text)
+    entry = shards.index_for(loc["cache_dir"]).get(loc["key"])
+    return dict(entry.meta) if entry is not None and _meta_fits(entry, loc["key"]) else None
 
 
 def load_frames(row_or_path: dict | str | Path) -> np.ndarray:

@@ -33,6 +33,17 @@ from capeval.engine.frames.results import (CorruptVideoError, EmptyVideoError, F
 from capeval.engine.frames.sampling import FrameSpec, FrameSpecError, KeyframeSnap
 from capeval.engine.frames.sizes import Size, output_size, size_text  # noqa: F401 - re-exported (older imports)
 
+#: what decodes videos, for the frames-seen ledger (capeval.engine.frames.ledger): a decoder update can move a frame
+DECODER = "pyav"
+
+
+def decoder_version() -> str:
+    """PyAV's version and the FFmpeg decoding libraries it runs on, e.g. "av 14.2.0, libavcodec 61.19.100"."""
+    libs = getattr(av, "library_versions", {}) or {}
+    parts = [f"av {av.__version__}"] + [f"{name} {'.'.join(str(x) for x in libs[name])}"
+                                        for name in ("libavcodec", "libavformat", "libswscale") if name in libs]
+    return ", ".join(parts)
+
 
 def _open(path: Path):
     if not path.exists():
@@ -295,7 +306,8 @@ def _decode_targets(path, container, stream, spec, targets, keys, duration, size
     return FramesResult(
         frames=keeper.out, timestamps=keeper.times, targets=np.asarray(targets, np.float64), frame_spec=str(spec),
         duration=float(duration), frames_decoded=decoded, seeks=seeks, rotation=keeper.rotation,
-        info={"size": size_text((keeper.out.shape[2], keeper.out.shape[1]))},
+        info={"size": size_text((keeper.out.shape[2], keeper.out.shape[1])), "rate": rate, "decoder": DECODER,
+              "decoder_version": decoder_version()},
     )
 
 

@@ -25,6 +25,12 @@ def media_type_of(path: str | Path) -> str:
     return "image" if is_image_path(path) else "video"
 
 
+def _pillow_version() -> str:
+    import PIL
+
+    return PIL.__version__
+
+
 def decode_image(path: str | Path, spec: FrameSpec, size: Size = None) -> FramesResult:
     """A still image as ONE frame (whatever the spec asks): uint8 (1, H, W, 3), timestamps [0.0]."""
     from PIL import Image, UnidentifiedImageError
@@ -51,5 +57,6 @@ def decode_image(path: str | Path, spec: FrameSpec, size: Size = None) -> Frames
         raise CorruptVideoError(path, f"damaged image: {exc}") from exc
     return FramesResult(frames=np.ascontiguousarray(frame), timestamps=np.zeros(1), targets=np.zeros(1),
                         frame_spec=str(spec), duration=0.0, frames_decoded=1, seeks=0,
-                        info={"size": size_text((frame.shape[2], frame.shape[1])), "media_type": "image"},
+                        info={"size": size_text((frame.shape[2], frame.shape[1])), "media_type": "image",
+                              "decoder": "pillow", "decoder_version": f"Pillow {_pillow_version()}"},
                         media_type="image")

@@ -104,14 +104,33 @@ def load_task_frames(task: CaptionTask):
 
 
 def row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, latency, *, truncated: bool = False,
-        frames_sent: int | None = None, raw_text: str | None = None, reasoning_tokens: int | None = None) -> dict:
+        frames_sent: int | None = None, raw_text: str | None = None, reasoning_tokens: int | None = None,
+        frames_seen: str | None = None) -> dict:
     return {
         "caption_key": t.caption_key, "captioner": captioner, "prompt_id": t.prompt_id, "frame_spec": t.frame_spec,
         "video_id": t.video_id, "text": text, "n_tokens": int(n_tokens or 0), "prompt_tokens": int(prompt_tokens or 0),
         "latency_s": float(latency or 0.0), "error": error,
         "truncated": bool(truncated) if text is not None else None, "frames_sent": frames_sent,
         "timestamps_mode": t.timestamps_mode, "raw_text": raw_text, "reasoning_tokens": reasoning_tokens,
+        "frames_seen": frames_seen,
     }
+
+
+def task_ledger(task: CaptionTask, frames, processor: dict | None = None) -> str | None:
+    """The `frames_seen` text of a task's caption (capeval.engine.frames.ledger): the frames given, their decode's
+    record in the frame cache, and what the backend reported handing its processor. None when it cannot be made
+    (the caption row is kept either way)."""
+    from capeval.engine.frames import cache, ledger  # deferred: PyAV (capeval.engine.frames loads the decoder)
+
+    try:
+        meta = cache.frames_meta(task.frames_path)
+    except (OSError, ValueError):
+        meta = None
+    try:
+        return ledger.ledger_text(ledger.frames_seen(frames, task.timestamps, task.frame_spec, meta=meta,
+                                                     media_type=task.media_type, processor=processor))
+    except (ValueError, TypeError, AttributeError):  # a malformed backend report or frames: no ledger, no failure
+        return None
 
 
 def _drive(coro):
@@ -205,7 +224,8 @@ class CaptionWorker:
             return await self._asegmental(task, frames, encoded, sync)
         r = await self._one(self._request(task, frames, encoded), sync)
         return row(task, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s,
-                   truncated=r.truncated, frames_sent=r.frames_sent, **caption_row_fields(r))
+                   truncated=r.truncated, frames_sent=r.frames_sent, **caption_row_fields(r),
+                   frames_seen=task_ledger(task, frames, getattr(r, "processor_inputs", None)) if r.text is not None else None)
 
     async def caption_one(self, task: CaptionTask) -> dict:
         """The caption row of one task (errors as the row's `error`, never raised)."""
@@ -232,7 +252,10 @@ class CaptionWorker:
                          for r in requests]
         responses = [strip_caption(r, self._reasoning_tags()) for r in responses]
         out = [row(t, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s, truncated=r.truncated,
-                   frames_sent=r.frames_sent, **caption_row_fields(r)) for t, r in zip(plain, responses)]
+                   frames_sent=r.frames_sent, **caption_row_fields(r),
+                   frames_seen=(task_ledger(t, loaded[t.frames_path][0], getattr(r, "processor_inputs", None))
+                                if r.text is not None else None))
+               for t, r in zip(plain, responses)]
         out += [self._segmental(t, loaded[t.frames_path][0], loaded[t.frames_path][1]) for t in tasks if t.segments]
         return out
 
@@ -253,6 +276,7 @@ class CaptionWorker:
         n_tokens = prompt_tokens = 0
         n_reasoning: int | None = None
         latency, truncated = 0.0, False
+        reports: list[dict] = []  # each segment's processor report, kept in the ledger as "segments"
         for i, idx in enumerate(segment_chunks(task.frame_spec, len(frames), task.segments, task.timestamps,
                                                 task.boundaries)):
             context = None
@@ -265,6 +289,7 @@ class CaptionWorker:
             if r.text is None:
                 return row(task, self.name, None, f"segment {i + 1}: {r.error}", n_tokens, prompt_tokens, latency)
             texts.append(r.text)
+            reports.append(dict(getattr(r, "processor_inputs", None) or {}, frames=[int(k) for k in idx]))
             raws.append(getattr(r, "raw_text", None) or r.text)
             if getattr(r, "reasoning_tokens", None) is not None:
                 n_reasoning = (n_reasoning or 0) + r.reasoning_tokens
@@ -273,7 +298,8 @@ class CaptionWorker:
         text = "\n".join(f"Segment {j + 1}: {t}" for j, t in enumerate(texts))
         raw = "\n".join(f"Segment {j + 1}: {t}" for j, t in enumerate(raws)) if raws != texts else None
         return row(task, self.name, text, None, n_tokens, prompt_tokens, latency, truncated=truncated,
-                   raw_text=raw, reasoning_tokens=n_reasoning)
+                   raw_text=raw, reasoning_tokens=n_reasoning,
+                   frames_seen=task_ledger(task, frames, {"segments": reports}))
 
     def close(self) -> None:
         pool = getattr(self, "_pool", None)
