@@ -2,7 +2,11 @@
 judged on the same videos, with paired bootstrap CIs, p-values and Holm's correction.
 
 `capeval compare RUN_DIR --across protocols|judges [--json]`: the protocols (or judges) that scored the same systems
-held against each other: rank agreement (Kendall tau_b) and length sensitivity (engine/metrics/across.py)."""
+held against each other: rank agreement (Kendall tau_b) and length sensitivity (engine/metrics/across.py).
+
+`capeval compare --frames A B [--json]`: whether two systems saw identical frames, video by video, and where they
+differ (frame indices or timestamps, sizes, pixels): A and B are run folders, or selections of one run's systems
+(`capeval compare RUN --frames 'frame_spec=uniform:8' 'frame_spec=linspace:8'`); engine/report/frames_ledger.py."""
 
 from __future__ import annotations
 
@@ -12,7 +16,10 @@ from pathlib import Path
 from capeval.engine.errors import UsageError
 from capeval.engine.report.across import across_for_run, across_json, format_across
 from capeval.engine.report.compare import FACTORS, FIXED, compare_run, format_comparison, selector_problems
+from capeval.engine.report.frames_ledger import (AmbiguousSide, Side, caption_rows, compare_sides,
+                                                 format_frame_comparison, select_rows)
 from capeval.engine.report.rundir import load_run
+from capeval.engine.safetext import json_for_terminal
 
 
 #: what every row's `diff` is, said in the JSON output
@@ -22,8 +29,13 @@ DIFF_MEANING = ("a_value - b_value: a is the --a side, else the system that sort
 
 def register(sub) -> None:
     p = sub.add_parser("compare", help="paired differences between captioners / prompts / frame specs of a run")
-    p.add_argument("run_dir", type=Path,
-                   help="a sweep's output folder (verdicts/, metrics/), or one verdict table (.parquet)")
+    p.add_argument("run_dir", type=Path, nargs="?",
+                   help="a sweep's output folder (verdicts/, metrics/), or one verdict table (.parquet); with "
+                        "--frames, the run whose systems A and B select (optional when A and B are run folders)")
+    p.add_argument("--frames", nargs=2, metavar=("A", "B"),
+                   help="whether A and B saw identical frames, per video, and where they differ (frame indices or "
+                        "timestamps, sizes, pixels): each a run folder, or a selection of RUN_DIR's systems "
+                        "('captioner=X,frame_spec=Y' or a bare value)")
     p.add_argument("--a", help="systems on the left of a - b: 'captioner=X,prompt_id=Y' or a bare value (e.g. a "
                               "prompt id); default: the system that sorts first (frame specs by frame count)")
     p.add_argument("--b", help="systems on the right of a - b, same syntax; factors neither side names are held "
@@ -62,6 +74,10 @@ def run_modes(results, overrides: list[str]) -> dict[str, str]:
 
 
 def run(args) -> int:
+    if args.frames:
+        return run_frames(args)
+    if args.run_dir is None:
+        raise UsageError("capeval compare needs a run folder (or --frames A B)")
     if args.resamples < 1:
         raise ValueError(f"--resamples must be >= 1, got {args.resamples}")
     data = load_run(args.run_dir)
@@ -104,3 +120,36 @@ def run_across(args, data) -> int:
                             n_resamples=args.resamples, seed=args.seed, confidence=args.confidence)
     print(json.dumps(across_json(result, args.resamples), indent=1) if args.json else format_across(result))
     return 0 if result.agreement.height else 2  # nothing held against anything: the run has one protocol (judge)
+
+
+def run_frames(args) -> int:
+    """--frames A B: text or JSON of capeval.engine.report.frames_ledger.compare_sides; exit 0 whether or not the
+    frames are identical (the output says which), 2 when a side names nothing."""
+    given = [o for o, v in (("--a", args.a), ("--b", args.b), ("--all-pairs", args.all_pairs), ("--across", args.across),
+                            ("--out", args.out)) if v]
+    if given:
+        raise UsageError(f"--frames compares the frames two systems saw; {', '.join(given)} do not apply")
+    base = caption_rows(args.run_dir) if args.run_dir is not None else None
+    sides = []
+    for name in args.frames:
+        if Path(name).exists():
+            sides.append(Side(name, caption_rows(name)))
+            continue
+        if base is None:
+            raise UsageError(f"--frames {name!r}: no such run folder (a selection of systems needs RUN_DIR first)")
+        rows = select_rows(base, name)
+        if not rows.height:
+            systems = sorted({",".join(f"{c}={r[c]}" for c in ("captioner", "prompt_id", "frame_spec"))
+                              for r in base.iter_rows(named=True)})
+            raise UsageError(f"--frames {name!r} matches no caption of {args.run_dir}; it holds "
+                             f"{', '.join(systems[:8]) or 'no captions'}" + (" ..." if len(systems) > 8 else ""))
+        sides.append(Side(name, rows))
+    try:
+        result = compare_sides(*sides)
+    except AmbiguousSide as exc:
+        raise UsageError(str(exc)) from None
+    if args.json:
+        print(json_for_terminal(result, default=str, indent=1))
+    else:
+        print(format_frame_comparison(result))
+    return 0 if result["videos"] else 2
