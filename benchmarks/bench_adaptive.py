@@ -30,6 +30,7 @@ import time
 
 import numpy as np
 
+from capeval.benchmarks.targets import ADAPTIVE, as_json, figures, targets_met, targets_table, verdicts
 from capeval.engine.protocols.capquiz.codes import CapQuizVerdict
 from capeval.engine.registry import lookup
 from capeval.engine.sweep.decide import (ALL_PAIRS, DecideSpec, Decider, OPEN, agrees, metric_span, metric_statistic,
@@ -156,17 +157,16 @@ def main(argv=None) -> int:
         other = run(args.videos, max(1, repeats // 4), args.delta, args.alpha, True, args.seed)
         result["all_pairs"] = {k: other[k] for k in ("agreement", "coverage", "requests_saved_share", "pairs",
                                                      "repeats", "seconds")}
-    result["targets_met"] = {"agreement_ge_1_minus_alpha": result["agreement"] >= 1 - args.alpha,
-                             "coverage_ge_1_minus_alpha": result["coverage"] >= 1 - args.alpha,
-                             "requests_saved_ge_0.40": result["requests_saved_share"] >= 0.40}
+    result["targets_met"] = targets_met(ADAPTIVE, result)
     result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "quick": args.quick}
+    found = verdicts(ADAPTIVE, result)
+    result["targets"] = as_json(found)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in result.items()
-                        if not isinstance(v, dict)))
-        print("stop share by true gap:", result["mean_stop_share_by_true_gap"])
-        print("targets_met:", result["targets_met"])
+        print(figures("adaptive", result))
+        print(figures("stop share by true gap", result["mean_stop_share_by_true_gap"]))
+        print(targets_table(found, quick=args.quick))
     return 0 if all(result["targets_met"].values()) else 1
 
 

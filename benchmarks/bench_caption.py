@@ -1,13 +1,14 @@
-"""`capeval bench caption --json [--quick]`: the caption stage's throughput against its concurrency bound.
+"""`capeval bench caption [--json] [--quick]`: the caption stage's throughput against its concurrency bound.
 
 Section `http`: a caption-only sweep (default sweep options) of generated H.264 videos (engine/datasets/
 synthetic_videos.py, read through the `videos` dataset kind) against an OpenAI-compatible captioner: the loopback
 server (benchmarks/loopback_server.py) in its own process, latency lognormal (median 0.3 s, sigma 0.8, mean
 0.3 * exp(0.8^2 / 2) = 0.413 s), `max_in_flight = 64`. The bound is 64 / 0.413 s = 155 captions/s; `share` =
-captions_per_s / bound_per_s (target >= 0.8). `captions_per_s` counts the caption stage's work time (first request
-to last caption; decoding streams inside it), not the captioner's start-up (`load_s`, shown apart) or writing the
-results. Baseline, same run, same server, same frames and prompt: the old batch loop (`CaptionWorker.caption` on 4
-videos at a time, the next batch only after the slowest of the four came back), on the first `baseline_videos`.
+captions_per_s / bound_per_s (targets: benchmarks/targets.py, CAPTION). `captions_per_s` counts the caption
+stage's work time (first request to last caption; decoding streams inside it), not the captioner's start-up
+(`load_s`, shown apart) or writing the results. Baseline, same run, same server, same frames and prompt: the old
+batch loop (`CaptionWorker.caption` on 4 videos at a time, the next batch only after the slowest of the four came
+back), on the first `baseline_videos`.
 
 Section `vllm`: the vLLM captioner, streaming vs batch-of-4 on a tiny random VLM on CPU
 (benchmarks/bench_caption_vllm.py).
@@ -26,6 +27,8 @@ from pathlib import Path
 
 from capeval.benchmarks.bench_caption_vllm import vllm_section as measure
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.benchmarks.targets import (CAPTION, CAPTION_SHARE_500, as_json, figures, targets_table,
+                                        verdicts)
 from capeval.engine.datasets.synthetic_videos import make_video
 from capeval.engine.errors import UsageError
 from capeval.engine.prompts_library import get_prompt
@@ -134,7 +137,7 @@ def http_section(quick: bool, *, n_videos: int | None = None, baseline_videos: i
     return {
         "videos": n_videos, "captioned": captioned, "failed": int(stats.get("failed", 0)),
         "exit_code": result.exit_code, "captions_per_s": round(rate, 2), "bound_per_s": round(bound, 1),
-        "share": round(rate / bound, 3), "target_share": 0.8,
+        "share": round(rate / bound, 3), "target_share": CAPTION_SHARE_500.bound,
         "steady_per_s": round(steady, 2) if steady else None,
         "steady_share": round(steady / bound, 3) if steady else None, "stage_work_s": round(work_s, 2),
         "captioner_load_s": stats.get("load_s"), "sweep_wall_s": round(wall, 2), "server_max_in_flight": peak,
@@ -177,7 +180,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - one section failing leaves the others' figures
             result[name] = {"note": f"failed: {type(exc).__name__}: {exc}"}
         say(f"{name}: {time.perf_counter() - t0:.0f} s")
-    print(json.dumps(result, indent=None if args.json else 2))
+    found = verdicts(CAPTION, result)
+    result["targets"] = as_json(found)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for name in sections:
+            print(figures(name, result[name]))
+        print(targets_table(found, quick=args.quick))
     return 0
 
 

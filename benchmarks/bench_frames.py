@@ -22,6 +22,7 @@ from pathlib import Path
 import av
 import numpy as np
 
+from capeval.benchmarks.targets import FRAMES, as_json, targets_table, verdicts
 from capeval.engine.frames.sampling import FrameSpec
 
 RAW_1080P = 1920 * 1080 * 3
@@ -108,19 +109,22 @@ def run(quick: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="capeval bench frames", description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args(argv)
     out = run(args.quick)
+    found = verdicts(FRAMES, out)
+    out["targets"] = as_json(found)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
         print(out["content"])
         for r in out["rows"]:
             print(f"  {r['size']:>9} {r['width']}x{r['height']} q{r['quality']}: {r['bytes_per_frame'] / 1024:7.1f} KiB"
-                  f"/frame ({100 * r['share_of_raw_1080p']:.2f}% of raw 1080p), encode {r['encode_ms_per_frame']} ms,"
-                  f" decode {r['decode_ms_per_frame']} ms")
+                  f"/frame ({100 * r['share_of_raw_1080p']:.2f}% of raw 1080p), enc {r['encode_ms_per_frame']} ms,"
+                  f" dec {r['decode_ms_per_frame']} ms")
+        print(targets_table(found, quick=args.quick))
     return 0
 
 

@@ -13,7 +13,8 @@ Sections of the JSON:
               --quick: 4 items, and the shuffled baseline runs on the grouped engine itself with its cache emptied
               and every lookup skipped (vLLM's per-request `skip_reading_prefix_cache`; no second engine start);
               the full run: 24 items, a second engine with prefix caching off.
-`targets_met` collects the targets; `section_wall_s` each section's wall time. `--judge ...` instead benchmarks the
+`targets` gives each target's verdict (benchmarks/targets.py; `targets_met` the older dict of some of them);
+`section_wall_s` each section's wall time. `--judge ...` instead benchmarks the
 user's own judge (benchmarks/judge_endpoint.py).
 
 vLLM workload: CAPability's first-step judge prompts (system + user exactly as the protocol renders them, in
@@ -34,6 +35,7 @@ import json
 import os
 import random
 import sys
+import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -45,6 +47,7 @@ from capeval.benchmarks.bench_sweep import sweep
 from capeval.benchmarks.http_loopback import measure_http_client, measure_sdk
 from capeval.benchmarks.judge_endpoint import (ListFeed, build_requests, main as endpoint_main, read_inputs,
                                                stdout_to_stderr)
+from capeval.benchmarks.targets import JUDGE, WIDTH, as_json, targets_met, targets_table, verdicts
 import capeval.benchmarks.bench_streaming as bs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -290,7 +293,7 @@ def http_section(quick: bool) -> dict:
 
 
 # Sections in run order (one more section: one more name here, one more entry in `section_runners`, its targets in
-# `targets()`). The sweep runs last: it starts a local Ray, which vLLM's engine should not see.
+# benchmarks/targets.py's JUDGE). The sweep runs last: it starts a local Ray, which vLLM's engine should not see.
 SECTIONS = ("streaming", "overhead", "http", "vllm", "sweep")
 
 
@@ -347,13 +350,16 @@ def main(argv: list[str] | None = None) -> int:
             say(f"{name}: {section_wall[name]:.0f} s")
     if "http" in result and isinstance(result.get("overhead"), dict):
         result["overhead"]["client_cpu_ms_per_request"] = result["http"].get("client_cpu_ms_per_request")
-    result["targets_met"] = targets(result)
+    result["targets_met"] = targets_met(JUDGE, result)
     result["section_wall_s"] = section_wall  # each section's own wall time, setup (engine start, ...) included
     result["wall_s"] = round(time.perf_counter() - t_start, 1)
+    found = verdicts(JUDGE, result)
+    result["targets"] = as_json(found)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        print(format_result(result))
+        print(format_result({k: v for k, v in result.items() if k not in ("targets", "targets_met")}))
+        print(targets_table(found, quick=args.quick))
     return 0
 
 
@@ -382,29 +388,11 @@ def format_result(result: dict) -> str:
         rows = list(flat(value))
         lines.append(f"== {section} ==")
         width = max((len(name) for name, _ in rows), default=0)
-        lines += [f"  {name.ljust(width)}  {shown(v)}" for name, v in rows]
+        for name, v in rows:  # long values (notes, errors) wrap under themselves, within WIDTH columns
+            lead = f"  {name.ljust(width)}  "
+            indent = " " * min(len(lead), WIDTH // 2)
+            lines += textwrap.wrap(lead + shown(v), WIDTH, subsequent_indent=indent, break_on_hyphens=False) or [lead]
     return "\n".join(lines)
-
-
-def targets(result: dict) -> dict:
-    """Each target: True / False, or None when its section did not run or did not produce the number."""
-    def get(section: str, key: str):
-        value = (result.get(section) or {}).get(key)
-        return value if isinstance(value, (int, float)) else None
-
-    def check(value, ok) -> bool | None:
-        return None if value is None else bool(ok(value))
-
-    vllm = result.get("vllm") or {}
-    grouped = vllm.get("grouped_prefix_cache") or {}
-    return {
-        "streaming_share>=0.9": check(get("streaming", "share"), lambda v: v >= 0.9),
-        "engine_cpu_ms_per_request<=0.2": check(get("overhead", "engine_cpu_ms_per_request"), lambda v: v <= 0.2),
-        "http_client_cpu_ms_per_request<=0.35": check(get("http", "client_cpu_ms_per_request"), lambda v: v <= 0.35),
-        "vllm_grouped_speedup>=2": check(vllm.get("speedup"), lambda v: v >= 2),
-        "vllm_cached_share>=0.75": check(grouped.get("cached_share"), lambda v: v >= 0.75),
-        "sweep_overlap_ratio<=0.6": check(get("sweep", "ratio"), lambda v: v <= 0.6),
-    }
 
 
 if __name__ == "__main__":

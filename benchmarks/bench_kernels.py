@@ -20,6 +20,7 @@ import time
 
 import numpy as np
 
+from capeval.benchmarks.targets import KERNELS, as_json, figures, targets_met, targets_table, verdicts
 from capeval.kernels.aggregate import count_codes, count_codes_by_cluster
 from capeval.kernels.bootstrap import cluster_bootstrap, percentile_ci
 from capeval.kernels.two_stage import judge_noise, two_stage_bootstrap
@@ -189,22 +190,17 @@ def main(argv=None) -> int:
         "bootstrap": bootstrap,
         "two_stage": two_stage,
         "aggregate": aggregate,
-        "targets_met": {
-            "bootstrap_le_1s": bootstrap["ours_s"] <= 1.0,
-            "bootstrap_ge_50x_scipy": bootstrap["speedup"] >= 50.0,
-            "two_stage_le_1s": two_stage["ours_s"] <= 1.0,
-            "aggregate_within_3x_copy": aggregate["ours_s"] <= 3.0 * aggregate["copy_s"],
-            "aggregate_groups_only_within_3x_copy": aggregate["ours_groups_only_s"] <= 3.0 * aggregate["copy_s"],
-        },
-        "machine": {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "quick": args.quick},
     }
+    result["targets_met"] = targets_met(KERNELS, result)
+    result["machine"] = {"cpus": os.cpu_count(), "load_avg_1m": os.getloadavg()[0], "quick": args.quick}
+    found = verdicts(KERNELS, result)
+    result["targets"] = as_json(found)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         for phase in ("aggregate", "bootstrap", "two_stage"):
-            print(f"{phase}: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                           for k, v in result[phase].items() if not isinstance(v, dict)))
-        print("targets_met:", result["targets_met"])
+            print(figures(phase, result[phase]))
+        print(targets_table(found, quick=args.quick))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""`capeval bench sweep [--quick]`: a 4-cell sweep with captioning and judging overlapped vs stage after stage.
+"""`capeval bench sweep [--json] [--quick]`: a 4-cell sweep with captioning and judging overlapped vs stage after stage.
 
 The `"sweep"` section of `capeval bench judge`: a 4-cell sweep run with captioning and judging overlapped (the
 default) against the same sweep stage after stage (`[options] overlap = false`), in the same process.
@@ -14,7 +14,8 @@ which is where overlapping matters most: stage after stage takes their sum, over
 what neither can overlap (starting the caption actor, the last answers, the cells' metrics). Each run writes to a
 fresh folder (nothing cached); runs alternate.
 
-`capeval bench sweep [--quick]` (or `python -m capeval.benchmarks.bench_sweep`) prints the JSON.
+`capeval bench sweep [--json] [--quick]` (or `python -m capeval.benchmarks.bench_sweep`) prints the figures and the
+targets table (benchmarks/targets.py), or with --json the JSON.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.benchmarks.targets import SWEEP, SWEEP_RATIO, as_json, figures, targets_table, verdicts
 from capeval.engine.protocols.capquiz.dataset_kind import load
 from capeval.engine.ray_local import init_ray
 from capeval.engine.sweep.config import load_sweep
@@ -118,15 +120,23 @@ def _measure(n_videos: int, repeats: int, caption_latency_s: float) -> dict:
         "judge_requests": counts[True]["judge_requests"], "caption_latency_s": caption_latency_s,
         "judge_latency": {"median_s": MEDIAN_S, "sigma": SIGMA, "in_flight": 64},
         "stage_after_stage_s": round(staged, 2), "overlapped_s": round(overlapped, 2),
-        "ratio": round(overlapped / staged, 3), "runs_each": repeats, "target_ratio": 0.6,
+        "ratio": round(overlapped / staged, 3), "runs_each": repeats, "target_ratio": SWEEP_RATIO.bound,
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m capeval.benchmarks.bench_sweep")
+    ap = argparse.ArgumentParser(prog="capeval bench sweep", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    print(json.dumps({"sweep": sweep(args.quick)}, indent=2))
+    out: dict = {"sweep": sweep(args.quick)}
+    found = verdicts(SWEEP, out)
+    out["targets"] = as_json(found)
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        print(figures("sweep", out["sweep"]))
+        print(targets_table(found, quick=args.quick))
     return 0
 
 

@@ -26,3 +26,20 @@ def test_bench_adaptive_quick_meets_its_targets():
     # the saving comes from stopping early, and later for closer pairs
     stops = result["mean_stop_share_by_true_gap"]
     assert result["early_share"] > 0.5 and stops["4-inf delta"] < stops["0-0.5 delta"]
+    # the additive `targets` list: the same verdicts with their values
+    listed = {row["name"]: row for row in result["targets"]}
+    assert listed["agreement"]["value"] == result["agreement"] and listed["agreement"]["met"] is True
+    assert listed["agreement"]["target"] == f">= {1 - alpha:.4g} (1 - alpha)"
+    assert [row["met"] for row in result["targets"]] == [True, True, True]
+
+
+def test_bench_adaptive_quick_prints_its_targets_table():
+    done = subprocess.run([str(CAPEVAL), "bench", "adaptive", "--quick"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert done.stdout.isascii() and max(map(len, lines)) <= 100
+    verdicts = {line.split()[0]: line.split()[-1] for line in lines
+                if line.split() and line.split()[0] in ("agreement", "coverage", "requests_saved_share")}
+    assert verdicts == {"agreement": "met", "coverage": "met", "requests_saved_share": "met"}
+    assert lines[-1] == "3 of 3 met"

@@ -9,7 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from capeval.benchmarks.bench_judge import SCORE_CHOICES, capability_workload, prefix_cache_ceiling, targets
+from capeval.benchmarks.bench_judge import SCORE_CHOICES, capability_workload, prefix_cache_ceiling
+from capeval.benchmarks.targets import JUDGE, targets_met
 from capeval.engine.cli import main as capeval
 
 
@@ -28,6 +29,11 @@ def test_http_section_json(capsys):
     assert met["http_client_cpu_ms_per_request<=0.35"] == (http["client_cpu_ms_per_request"] <= 0.35)
     assert met["vllm_grouped_speedup>=2"] is None and met["streaming_share>=0.9"] is None  # not run
     assert met["sweep_overlap_ratio<=0.6"] is None
+    listed = {row["name"]: row for row in result["targets"]}  # the same verdicts, with value and target
+    assert listed["http.client_cpu_ms_per_request"] == {
+        "name": "http.client_cpu_ms_per_request", "target": "<= 0.35", "value": http["client_cpu_ms_per_request"],
+        "met": met["http_client_cpu_ms_per_request<=0.35"], "quick_note": None}
+    assert listed["vllm.speedup (grouped+cache vs shuffled)"]["met"] is None  # not run
     assert list(result["section_wall_s"]) == ["http"]  # only the sections that ran, each timed
     assert 0 < result["section_wall_s"]["http"] <= result["wall_s"]
 
@@ -36,10 +42,10 @@ def test_targets_from_numbers():
     result = {"streaming": {"share": 0.93}, "overhead": {"engine_cpu_ms_per_request": 0.25},
               "http": {"client_cpu_ms_per_request": 0.12},
               "vllm": {"speedup": 2.4, "grouped_prefix_cache": {"cached_share": 0.71}}, "sweep": {"ratio": 0.55}}
-    assert targets(result) == {"streaming_share>=0.9": True, "engine_cpu_ms_per_request<=0.2": False,
+    assert targets_met(JUDGE, result) == {"streaming_share>=0.9": True, "engine_cpu_ms_per_request<=0.2": False,
                                "http_client_cpu_ms_per_request<=0.35": True, "vllm_grouped_speedup>=2": True,
                                "vllm_cached_share>=0.75": False, "sweep_overlap_ratio<=0.6": True}
-    assert targets({"vllm": {"note": "failed: no vLLM"}})["vllm_grouped_speedup>=2"] is None
+    assert targets_met(JUDGE, {"vllm": {"note": "failed: no vLLM"}})["vllm_grouped_speedup>=2"] is None
 
 
 def test_prefix_cache_ceiling_counts_whole_blocks_and_recomputes_the_last_token():
