@@ -112,6 +112,8 @@ def test_verdicts_of_a_recorded_result(bench):
             assert word == {True: "met", False: "missed", None: "not run"}[met], (name, rows[name])
         marked = [name for name, v in zip(expected, found) if v.quick_note]
         if quick:
+            assert text.splitlines()[0] == ("targets (--quick run: a verdict marked *N cannot be compared, see below)"
+                                            if marked else "targets (--quick run)")
             assert all("*" in rows[v.name] for v in found if v.quick_note)
             assert all("*" not in rows[v.name] for v in found if not v.quick_note)
             assert ("not comparable at --quick:" in text) == bool(marked)
