@@ -93,13 +93,16 @@ def judge(protocol: str, items: pa.Table | pl.DataFrame | str | Path,
           captions: pa.Table | pl.DataFrame | str | Path, *, judge: str = "local",
           judge_options: Mapping[str, Any] | None = None, params: Mapping[str, Any] | None = None,
           seeds: Sequence[int] = (0,), frames: pa.Table | None = None, cache: str | Path = ".capeval/judge-cache",
-          n_resamples: int = 1000, progress: bool = False) -> JudgeResult[pl.DataFrame]:
+          n_resamples: int = 1000, progress: bool = False, captions_format: str | None = None,
+          captions_id_field: str | None = None) -> JudgeResult[pl.DataFrame]:
     """Judge `captions` of `items` with `protocol` (a registered protocol's name, `capeval list`) and the
     judge backend `judge` built with `judge_options` (e.g. {"model": ..., "base_url": ...}), as `capeval judge`
     does: requests go through the judgment cache `cache`, so a repeated call sends nothing. `items` and `captions`
     are Arrow tables, Polars frames or files (JSONL/CSV/Parquet, docs/inputs.md); `params` are protocol params
     (mode, prompts, ...), `seeds` one trial each. A protocol whose judge sees frames (a multimodal judge) needs
-    `frames`, a FRAMES table. Raises ValueError for params or items the protocol refuses, before anything is judged."""
+    `frames`, a FRAMES table. A captions file written by another tool is read with `captions_format` ("lmms-eval",
+    "vlmevalkit", "inspect") and `captions_id_field` (docs/inputs.md, "Captions from other tools"). Raises ValueError
+    for params, items or captions the protocol refuses, before anything is judged."""
     chosen = lookup("protocol", protocol)
     run_params = dict(params or {})
     problems = protocol_param_problems(run_params, Path.cwd(), protocol=protocol)
@@ -112,7 +115,12 @@ def judge(protocol: str, items: pa.Table | pl.DataFrame | str | Path,
     refused = [problem] if problem else chosen.items_problems(item_table)
     if refused:
         raise ValueError(f"protocol {protocol!r} cannot judge these items: " + "; ".join(refused))
-    caption_table = _captions_table(captions, item_table, chosen.caption_file_rules(run_params.get("mode")))
+    rules = dict(chosen.caption_file_rules(run_params.get("mode")))
+    if captions_format is not None or captions_id_field is not None:
+        if not isinstance(captions, (str, Path)):
+            raise ValueError("captions_format and captions_id_field describe a captions file; got a table")
+        rules.update(caption_format=captions_format, id_field=captions_id_field)
+    caption_table = _captions_table(captions, item_table, rules)
     backend = make_judge(judge, **dict(judge_options or {}))
     try:
         requests = chosen.build_requests(item_table, caption_table, judge=backend.name,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from capeval.engine.cli import validate
 from capeval.engine.cli.breakdowns import add_by_option
-from capeval.engine.cli.options import add_protocol_options
+from capeval.engine.cli.options import add_captions_format_options, add_protocol_options
 from capeval.engine.errors import UsageError
 from capeval.engine.judge_run.run import JudgeOptions, judge_items
 
@@ -23,6 +23,8 @@ USAGE = """examples:
       --captions RELEASE/captions/MODEL/TASK.jsonl --judge local --out v.parquet   (a release its protocol reads)
   capeval judge --protocol NAME ... --judge openai --judge-model gpt-4.1 --seeds 0,1,2
   capeval judge --protocol NAME --mode official --prompts ../shared/protocols/NAME.toml ...
+  capeval judge --protocol NAME --items items.jsonl --captions logs/MODEL/DATE_samples_TASK.jsonl \
+      --captions-format lmms-eval --captions-id-field doc.video_id --judge local --out v.parquet
   capeval judge --protocol NAME ... --judge openai --judge-model Qwen/Qwen2.5-72B-Instruct \\
       --base-url http://gpu-node:8000/v1        (a vLLM server; see docs/judges.md)
 
@@ -41,7 +43,9 @@ def register(subparsers) -> None:
                         "(required)")
     p.add_argument("--captions", type=Path,
                    help="captions: JSONL/CSV/Parquet with video_id|item_id and caption, or a release's "
-                        "captions/<model>/ folder (optional for datasets that bring their captions)")
+                        "captions/<model>/ folder, or another tool's output (--captions-format) (optional for "
+                        "datasets that bring their captions)")
+    add_captions_format_options(p)
     p.add_argument("--dataset", metavar="KIND",
                    help="read --items as this dataset kind (capeval list kinds); default: a benchmark release layout "
                         "that a protocol recognises, else an items table")

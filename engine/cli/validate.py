@@ -15,7 +15,7 @@ import json
 import sys
 from pathlib import Path
 
-from capeval.engine.cli.options import add_protocol_options
+from capeval.engine.cli.options import add_captions_format_options, add_protocol_options
 from capeval.engine.judge_run.validation import ValidateOptions, validate_judge
 from capeval.engine.metrics.validation import format_report
 from capeval.engine.safetext import terminal_text
@@ -42,6 +42,7 @@ def register(subparsers) -> None:
     p.add_argument("--items", required=True, type=Path, help="items, as `capeval judge --items` (only the reference's "
                    "items are judged)")
     p.add_argument("--captions", type=Path, help="the captions the reference judged, as `capeval judge --captions`")
+    add_captions_format_options(p)
     p.add_argument("--dataset", metavar="KIND", help="read --items as this dataset kind (as capeval judge)")
     p.add_argument("--media-root", type=Path, help="folder the dataset's media paths are relative to")
     p.add_argument("--frames", type=Path, help="FRAMES Parquet for judges that see frames (as capeval judge)")

@@ -29,6 +29,7 @@ from capeval.engine import schemas
 from capeval.engine.errors import UsageError
 from capeval.engine.frames.images import media_type_of
 from capeval.engine.inputs.rows import FORMATS, int_value, is_missing, pick, read_rows, text_value, warn, where
+from capeval.engine.inputs.tool_formats import format_problem, tool_caption_rows, tool_captioner_label
 from capeval.engine.keys import canonical_json, caption_file_key, repeated_caption_file_key
 from capeval.engine.registry import lookup, names
 from capeval.engine.safetext import clip
@@ -157,10 +158,15 @@ def _default_item_ids(rows: list[dict], lines: list[int], path: Path) -> None:
 
 
 def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: str | None = None,
-                  frame_spec: str | None = None, every_line: bool = False, empty_text: bool = False) -> pa.Table:
+                  frame_spec: str | None = None, every_line: bool = False, empty_text: bool = False,
+                  caption_format: str | None = None, id_field: str | None = None) -> pa.Table:
     """A CAPTIONS table from a user's caption file (captions written elsewhere, e.g. a model's released ones).
     captioner defaults to the `captioner` column, else the file's folder name for a `<model>/<task>.jsonl` layout,
     else the file name; prompt_id and frame_spec to the columns, else "file".
+
+    `caption_format` other than "capeval" (capeval's own table) reads another tool's output file instead
+    (capeval.engine.inputs.tool_formats: "lmms-eval", "vlmevalkit", "inspect"), its records named by `id_field`
+    (default: the tool's own id) and its captioner by `captioner`, else the model the file names.
 
     For protocols whose official script judges every line of the caption file (JudgeProtocol.caption_file_rules):
     `every_line` keeps each line as its own caption -- a repeated line is not dropped, a second caption of a video
@@ -170,8 +176,16 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
     prompt. A missing (null) caption stays an error."""
     path = Path(path)
     rows, lines = [], []
-    default_captioner = captioner or _captioner_from_path(path)
-    for n, rec in read_rows(path):
+    if problem := format_problem(caption_format, id_field):
+        raise UsageError(f"{path}: {problem[0]}: {problem[1]}")
+    from_tool = caption_format not in (None, "capeval")
+    if from_tool:
+        records = tool_caption_rows(path, caption_format, id_field, keep_empty=empty_text)
+        default_captioner = captioner or tool_captioner_label(path, caption_format)
+    else:
+        records = read_rows(path)
+        default_captioner = captioner or _captioner_from_path(path)
+    for n, rec in records:
         unknown = set(rec) - _CAPTION_COLUMNS
         if "caption" not in rec and "text" not in rec:
             raise UsageError(f"{where(path, n, 'caption')}: missing; a caption file needs a `caption` column "
@@ -199,7 +213,7 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
         if unknown and len(lines) == 1:
             warn(f"{path}: ignoring column(s) {sorted(unknown)}")
     if not rows:
-        raise UsageError(f"{path}: no captions")
+        raise UsageError(f"{path}: no captions" + (f" ({caption_format} records)" if from_tool else ""))
     if every_line:
         seen: dict[str, int] = {}
         for r in rows:

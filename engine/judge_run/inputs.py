@@ -33,6 +33,8 @@ class InputOptions:
     protocol: str
     items: Path
     captions: Path | None = None
+    captions_format: str | None = None  # another tool's output (capeval.engine.inputs.tool_formats)
+    captions_id_field: str | None = None
     dataset: str | None = None
     media_root: Path | None = None
     limit: int | None = None
@@ -123,8 +125,15 @@ def given_captions(options: InputOptions, protocol: JudgeProtocol, params: dict,
     if options.captions is None and bundled is None:
         raise UsageError("--captions is required (this dataset brings no captions of its own)")
     if options.captions is None:
+        if options.captions_format is not None or options.captions_id_field is not None:
+            raise UsageError("--captions-format and --captions-id-field describe --captions, which is not given")
         return bundled
-    return protocol.read_captions(options.captions, items, protocol.caption_file_rules(params.get("mode")))
+    rules = dict(protocol.caption_file_rules(params.get("mode")))
+    if options.captions_format is not None or options.captions_id_field is not None:
+        if options.captions.is_dir():
+            raise UsageError(f"--captions {options.captions}: a folder; --captions-format reads one file")
+        rules.update(caption_format=options.captions_format, id_field=options.captions_id_field)
+    return protocol.read_captions(options.captions, items, rules)
 
 
 def check_pairs(items, captions, source) -> None:

@@ -26,6 +26,8 @@ Every option is documented in docs/inputs.md.
     [[captions]]            # captions already written (JSONL/CSV/Parquet): a caption cell without captioning
     path = "captions/qwen.jsonl"
     dataset = "shapes"      # optional (default: every dataset); captioner/prompt_id/frame_spec: labels
+    format = "lmms-eval"    # optional: another tool's output (lmms-eval | vlmevalkit | inspect; default capeval)
+    id_field = "doc.video_id"   # optional, with format: the record field naming the video (default: the tool's id)
 
     [[protocols]]           # optional: no protocol = a caption-only sweep
     name = "<protocol>"     # a registered protocol (capeval list protocols)
@@ -59,6 +61,7 @@ from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from capeval.engine.inputs.tool_formats import format_problem, tool_captioner_label
 from capeval.engine.tracking_spec import SPEC_KEYS, TrackingSpec, spec_problems
 from capeval.engine.sweep.checker import SweepChecker, SweepFileError, as_tuple, type_ok
 from capeval.engine.sweep.validation import check_config, read_prompts
@@ -130,6 +133,21 @@ class CaptionSource:
     captioner: str | None = None  # label; default: the file's `captioner` column or its name
     prompt_id: str = "file"
     frame_spec: str = "file"
+    # another tool's output file (capeval.engine.inputs.tool_formats); None: capeval's own caption table
+    format: str | None = None
+    id_field: str | None = None  # with `format`: the dotted record field that names the video
+
+    def label(self) -> str:
+        """The captioner label of this source's caption cell: `captioner`, else the model the tool's file names,
+        else the file's name."""
+        if self.captioner:
+            return self.captioner
+        if self.format not in (None, "capeval"):
+            try:
+                return tool_captioner_label(self.path, self.format)
+            except (OSError, ValueError):  # an unreadable file: validation reports it, naming file and row
+                pass
+        return Path(self.path).stem
 
 
 @dataclass(frozen=True)
@@ -513,6 +531,9 @@ def _captions(c: SweepChecker, entries: Any, base: Path, dataset_names: set[str]
         p = p if p.is_absolute() else base / p
         if e.get("dataset") is not None and e["dataset"] not in dataset_names:
             c.fail(f"{where}.dataset", f"no dataset named {e['dataset']!r} (have {sorted(dataset_names)})", "dataset")
+        if problem := format_problem(e.get("format"), e.get("id_field")):
+            c.fail(f"{where}.{problem[0]}", problem[1], problem[0])
         out.append(CaptionSource(str(p), e.get("dataset"), e.get("captioner"), e.get("prompt_id", "file"),
-                                 e.get("frame_spec", "file")))
+                                 e.get("frame_spec", "file"),
+                                 None if e.get("format") == "capeval" else e.get("format"), e.get("id_field")))
     return out

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from pathlib import Path
 
 from capeval.engine.inputs import read_captions
 from capeval.engine.keys import cell_key
@@ -76,7 +75,10 @@ class ResultCell:
             without_secrets(self.judge.params), list(self.judge.seeds),
         ]
         stamps = getattr(cap.captioner, "timestamps", "none")  # "text": another prompt was sent
+        source = cap.source
         extra = {k: v for k, v in (("source", source_digest), ("max_tokens", cap.captioner.max_tokens),
+                                   ("captions_format", source.format if source else None),
+                                   ("id_field", source.id_field if source else None),
                                    ("timestamps", stamps if stamps != "none" else None),
                                    ("frame_size", getattr(cap.captioner, "frame_size", None))) if v}
         return cell_key(parts, extra)
@@ -91,7 +93,7 @@ def caption_cells(config: SweepConfig) -> list[CaptionCell]:
         for d, c, p, f in itertools.product(config.datasets, config.captioners, config.prompts, config.frames)
     ]
     for src in config.captions:
-        label = src.captioner or Path(src.path).stem
+        label = src.label()
         for d in config.datasets:
             if src.dataset in (None, d.name):
                 cells.append(CaptionCell(d, ComponentSpec(FILE_CAPTIONER, {}, label=label), src.prompt_id,
@@ -104,7 +106,8 @@ def file_captions(cell: CaptionCell):
     if cell.source is None:
         raise ValueError("not a caption cell read from a file")
     return read_captions(cell.source.path, captioner=cell.source.captioner, prompt_id=cell.source.prompt_id,
-                         frame_spec=cell.source.frame_spec)
+                         frame_spec=cell.source.frame_spec, caption_format=cell.source.format,
+                         id_field=cell.source.id_field)
 
 
 def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> list[ResultCell]:
