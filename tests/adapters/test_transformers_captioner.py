@@ -2,7 +2,8 @@
 exactly the frames the frame spec chose (the vLLM tests' frames-seen arithmetic, tests/_frames_seen.py, counted in
 the token ids handed to `generate`), queued requests are generated in batches, a bad request fails alone, and for
 the same request the transformers and vLLM captioners hand the family's processor the same prompt, frames and
-metadata (the processed pixel values, grids and prompt token ids compared; vLLM's own processor, no engine).
+metadata (the processed pixel values, grids and prompt token ids compared; vLLM's own processor, no engine), and a
+caption-only sweep through the registered `transformers` captioner runs for each family with the frames-seen count.
 
 Tiny random-weight checkpoints (capeval.testing.random_vlm_families, built once into the suite's model cache), a
 2 s clip, 3-4 frames, 4 new tokens: a family costs a few seconds.
@@ -194,3 +195,57 @@ def test_transformers_and_vllm_build_the_same_processor_inputs(family, decoded):
                 assert torch.equal(mine.to(value.dtype), value), (family, r.key, name)
     finally:
         hf.close()
+
+
+# ---- a caption-only sweep per family --------------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_caption_only_sweep_through_each_family(family, tmp_path, ray_local, capsys):
+    """The sweep path (decode -> frame cache -> caption actor on Ray -> captions.parquet) through the `transformers`
+    captioner: every real H.264 video captioned, and each caption's prompt is exactly as long as the captioner's
+    prompt for the spec's frames taken directly, whose video tokens are the frames-seen arithmetic's count (so the
+    sweep's model saw exactly the 4 frames the spec chose)."""
+    import polars as pl
+
+    from capeval.engine.cli import main as cli_main
+    from capeval.engine.datasets.synthetic_videos import make_video
+    from capeval.engine.frames.decode import decode_frames
+    from capeval.engine.frames.sampling import FrameSpec
+    from capeval.engine.schemas import CAPTIONS
+    from capeval.engine.store.segments import SegmentStore
+
+    spec, text = "uniform:4", "Describe the video."
+    d = _model_dir(family)
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    for i in range(2):
+        make_video(clips / f"clip{i}.mp4", codec="h264", seconds=VIDEO_SECONDS, fps=VIDEO_FPS, size=(160, 120),
+                   seed=20 + i)  # fmt: skip
+    sweep = tmp_path / "caponly.toml"
+    sweep.write_text(
+        f'name = "hf-caponly-{family}"\nframes = ["{spec}"]\n\n[[prompts]]\nid = "p"\ntext = "{text}"\n\n'
+        f'[[datasets]]\nname = "clips"\nkind = "videos"\npath = "{clips}"\n\n'
+        f'[[captioners]]\nname = "transformers"\nlabel = "{family}"\nframe_size = "native"\nmax_tokens = 4\n'
+        f'params = {{ model = "{d}", dtype = "float32" }}\n')  # fmt: skip
+    out = tmp_path / "out"
+    code = cli_main(["sweep", str(sweep), "--out", str(out), "--no-progress"])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err[-3000:]
+    captions = pl.read_parquet(out / "captions.parquet")
+    assert captions.height == 2 and set(captions["item_status"]) == {"ok"}, captions
+    stored = SegmentStore(out / "captions", CAPTIONS).read(columns=["prompt_tokens", "error", "n_tokens"])
+    assert stored.column("error").to_pylist() == [None, None]
+    assert all(1 <= n <= 4 for n in stored.column("n_tokens").to_pylist())
+
+    cap = _captioner(family)
+    seen: list[list[int]] = []
+    cap.on_inputs = lambda req, ids: seen.append(ids)
+    try:
+        frames = decode_frames(clips / "clip0.mp4", FrameSpec.parse(spec))
+        (direct,) = cap.caption([CaptionRequest("direct", text, frames.frames, tuple(frames.timestamps), max_tokens=4)])
+    finally:
+        cap.close()
+    assert direct.error is None
+    video_id = cap.tokenizer.convert_tokens_to_ids(HF_VIDEO_TOKEN[family])
+    assert seen[0].count(video_id) == EXPECTED_TOKENS[family](d, 4, 120, 160)
+    assert stored.column("prompt_tokens").to_pylist() == [len(seen[0])] * 2, family
