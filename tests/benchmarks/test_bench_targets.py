@@ -234,3 +234,9 @@ def test_caption_at_500_clips_meets_the_500_target_and_says_why_the_2000_one_is_
     assert rows["http.share (2,000+ clips)"] == "missed *1"
     assert "*1 not comparable at --quick: 500 clips: filling and draining the window" in text
     assert rows["vllm_ceiling.requests_per_s_ratio"] == "not run"
+
+
+def test_bench_streaming_refuses_an_unknown_section(capsys):
+    with pytest.raises(SystemExit) as stop:
+        bench_streaming.main(["overhead", "nope"])
+    assert stop.value.code == 2 and "unknown section(s) ['nope']" in capsys.readouterr().err
