@@ -59,29 +59,29 @@ def _video_frame_count(inputs: dict):
     return None if video is None else len(video[0] if isinstance(video, tuple) else video)
 
 
-def processor_report(inputs: dict | None, out=None) -> dict | None:
+def processor_report(inputs: dict | None, out=None, placeholder_ids: dict | None = None) -> dict | None:
     """The frames-seen ledger's report of one request (capeval.adapters.base.CaptionResponse.processor_inputs): the
-    video metadata and processor kwargs given to vLLM's processor, and the visual tokens it placed in the prompt
-    (the lengths of the request output's multimodal placeholders, when vLLM reports them)."""
+    video metadata and processor kwargs given to vLLM's processor, and the visual tokens it placed in the prompt:
+    the prompt's copies of the processor's video (or image) placeholder token, `placeholder_ids` {"video": id,
+    "image": id}, when the processor names one."""
     if not inputs:
         return None
     mm = inputs.get("multi_modal_data") or {}
     report: dict = {"backend": "vllm"}
     video = mm.get("video")
+    kind = None
     if video is not None:
-        report["sent_as"] = "video"
+        kind = report["sent_as"] = "video"
         if isinstance(video, tuple) and len(video) == 2:
             report["metadata"] = dict(video[1])
         report["processor_kwargs"] = dict(inputs.get("mm_processor_kwargs") or {})
     elif mm.get("image") is not None:
         report["sent_as"] = "images"
-    placeholders = getattr(out, "multi_modal_placeholders", None) if out is not None else None
-    if placeholders:
-        try:
-            report["visual_tokens"] = int(sum(getattr(p, "length", 0) for ranges in placeholders.values()
-                                              for p in ranges))
-        except (TypeError, AttributeError):
-            pass  # an output shape this vLLM does not have: no count rather than a wrong one
+        kind = "image"
+    token = (placeholder_ids or {}).get(kind)
+    prompt_ids = getattr(out, "prompt_token_ids", None) if out is not None else None
+    if token is not None and prompt_ids:
+        report["visual_tokens"] = int(sum(1 for t in prompt_ids if t == token))
     return report
 
 
@@ -297,8 +297,25 @@ class VLLMCaptioner:
 
         return SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, seed=r.seed)
 
+    def placeholder_ids(self) -> dict:
+        """{"video": id, "image": id} of the processor's placeholder tokens that vLLM expands into a video's (an
+        image's) visual tokens, for the frames-seen ledger; a kind the processor names no token for is left out."""
+        if "_placeholder_ids" not in self.__dict__:
+            ids = {}
+            processor = getattr(self, "processor", None)  # a captioner built without its engine (tests) has none
+            tokenizer = getattr(processor, "tokenizer", None)
+            for kind in ("video", "image"):
+                token = getattr(processor, f"{kind}_token", None)
+                if isinstance(token, str) and tokenizer is not None:
+                    tid = tokenizer.convert_tokens_to_ids(token)
+                    if isinstance(tid, int) and tid != getattr(tokenizer, "unk_token_id", None):
+                        ids[kind] = tid
+            self._placeholder_ids = ids
+        return self._placeholder_ids
+
     @staticmethod
-    def _response(r: CaptionRequest, out, exc, t0: float, inputs: dict | None = None) -> CaptionResponse:
+    def _response(r: CaptionRequest, out, exc, t0: float, inputs: dict | None = None,
+                  placeholder_ids: dict | None = None) -> CaptionResponse:
         latency = time.perf_counter() - t0
         if exc is not None:
             return CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}", latency_s=latency)
@@ -306,7 +323,7 @@ class VLLMCaptioner:
         return CaptionResponse(r.key, completion.text.strip(), prompt_tokens=len(out.prompt_token_ids or []),
                                n_tokens=len(completion.token_ids), latency_s=latency,
                                truncated=completion.finish_reason == "length",
-                               processor_inputs=processor_report(inputs, out))  # fmt: skip
+                               processor_inputs=processor_report(inputs, out, placeholder_ids))  # fmt: skip
 
     def _submit(self, r: CaptionRequest, deliver: Callable[[CaptionResponse], None]) -> None:
         t0 = time.perf_counter()
@@ -321,7 +338,7 @@ class VLLMCaptioner:
                 if out is not None and self.on_output is not None:
                     self.on_output(r, out)
             finally:  # the caller gets its response whatever the observer did
-                deliver(self._response(r, out, exc, t0, inputs))
+                deliver(self._response(r, out, exc, t0, inputs, self.placeholder_ids()))
 
         self._feeder.submit(inputs, params, done)
 

@@ -118,13 +118,14 @@ def test_a_backends_processor_report_reaches_the_row(tmp_path):
 def test_vllm_reports_the_metadata_kwargs_and_visual_tokens_it_gave_the_processor():
     frames = _frames(4)
     mm, kw = video_input(frames, (0.5, 1.5, 2.5, 3.5))
-    out = SimpleNamespace(multi_modal_placeholders={"video": [SimpleNamespace(offset=5, length=96)]})
-    report = processor_report({"prompt": "p", "multi_modal_data": mm, "mm_processor_kwargs": kw}, out)
+    out = SimpleNamespace(prompt_token_ids=[1, 2] + [77] * 96 + [3])
+    report = processor_report({"prompt": "p", "multi_modal_data": mm, "mm_processor_kwargs": kw}, out,
+                              {"video": 77, "image": 78})
     assert report["backend"] == "vllm" and report["sent_as"] == "video" and report["visual_tokens"] == 96
     assert report["metadata"]["frames_indices"] == [500, 1500, 2500, 3500] and report["processor_kwargs"] == {
         "do_sample_frames": False}
     assert json.loads(json.dumps(report))  # JSON-able as it is stored
-    assert "visual_tokens" not in processor_report({"multi_modal_data": mm}, SimpleNamespace())
+    assert "visual_tokens" not in processor_report({"multi_modal_data": mm}, out)  # no placeholder token known
 
 
 def test_openai_reports_which_frames_it_sent_when_a_cap_drops_some():
