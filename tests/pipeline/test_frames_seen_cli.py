@@ -85,6 +85,19 @@ def test_two_run_folders_compare_too(swept, capsys, tmp_path):
     assert code == 2 and "saw different frames" in printed.err  # each folder holds two frame specs
     code, printed = _run(capsys, "compare", "--frames", str(swept), "uniform:8")
     assert code == 2 and "needs RUN_DIR" in printed.err
+    folders = {}
+    for spec in ("vllm:8", "linspace:8"):  # two runs of one frame spec each, over the same generated videos
+        sweep = write_sweep(tmp_path / spec.replace(":", "-"), "one", prompts=("brief",), frames=(spec,),
+                            n_videos=N_VIDEOS, duration_s=1.5, protocols=(), judges=(), options={"n_resamples": None})
+        folders[spec] = tmp_path / spec.replace(":", "-") / "out"
+        assert cli_main(["sweep", str(sweep), "--out", str(folders[spec]), "--no-progress"]) == 0
+    capsys.readouterr()
+    # a clip longer than 8 frames: vLLM's sampler takes linspace's frames exactly
+    code, printed = _run(capsys, "compare", "--frames", str(folders["vllm:8"]), str(folders["linspace:8"]), "--json")
+    result = json.loads(printed.out)
+    assert code == 0 and result["identical"] and result["counts"]["identical"] == N_VIDEOS
+    code, printed = _run(capsys, "compare", str(swept), "--frames", str(folders["linspace:8"]), "uniform:8", "--json")
+    assert code == 0 and json.loads(printed.out)["counts"]["differ"] == N_VIDEOS
 
 
 def test_show_frames_prints_each_captions_ledger_escaped(swept, capsys):
@@ -101,3 +114,11 @@ def test_show_frames_prints_each_captions_ledger_escaped(swept, capsys):
     assert "\x1b" not in printed.out
     code, printed = _run(capsys, "show", str(swept), "--frames", "--system", "nope")
     assert code == 2 and "no caption matches" in printed.err
+
+
+def test_a_rerun_hits_every_stored_caption(swept, capsys, tmp_path):
+    """The ledger enters no key: the same sweep into the same folder captions nothing again."""
+    sweep = swept.parent / "ledger.toml"
+    code, printed = _run(capsys, "sweep", str(sweep), "--out", str(swept), "--no-progress")
+    assert code == 0, printed.err[-2000:]
+    assert f"captions: 0 new, {4 * N_VIDEOS} cached" in printed.out
