@@ -74,7 +74,8 @@ class TransformersCaptioner:
     """Hugging Face transformers captioner: processor + model class + chat template, batched `generate`."""
 
     params = (Param("model", (str,), REQUIRED, "a hub id or a local model folder"),
-              Param("revision", (str, type(None)), None, "weights identity in caption keys (default: from the weights)"),
+              Param("revision", (str, type(None)), None,
+                    "weights identity in caption keys (default: from the weights)"),
               Param("model_class", (str,), "auto",
                     "the transformers class to load (auto: AutoModelForImageTextToText), e.g. "
                     "Qwen2_5_VLForConditionalGeneration"),
@@ -221,8 +222,25 @@ class TransformersCaptioner:
             text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
             responses.append(CaptionResponse(p.request.key, text, prompt_tokens=int(mask[i].sum()),
                                              n_tokens=len(kept), latency_s=latency,
-                                             truncated=end is None and len(kept) >= int(r.max_tokens)))
+                                             truncated=end is None and len(kept) >= int(r.max_tokens),
+                                             processor_inputs=self.processor_report(p, features, i)))
         return responses
+
+    def processor_report(self, p: PreparedRequest, features, row: int) -> dict:
+        """The frames-seen ledger's report of one request (capeval.adapters.base.CaptionResponse.processor_inputs):
+        the video metadata and kwargs given to the processor, a frame's size after the processor's resize and the
+        visual tokens it put in the prompt (row `row` of the processed batch `features`)."""
+        report: dict[str, Any] = {"backend": "transformers", "sent_as": p.sent_as}
+        if p.sent_as == "video":
+            report["metadata"] = {k: v for k, v in dict(p.metadata[0]).items() if v is not None}
+            report["processor_kwargs"] = {"do_sample_frames": False}
+        size = _processed_size(self.processor, features, row, p.sent_as)
+        if size is not None:
+            report["processed_size"] = size
+        if self.visual_token_ids:
+            ids = features["input_ids"][row][features["attention_mask"][row].bool()].tolist()
+            report["visual_tokens"] = sum(ids.count(t) for t in self.visual_token_ids)
+        return report
 
     def _eos_ids(self) -> list[int]:
         eos = self.model.generation_config.eos_token_id
@@ -326,6 +344,23 @@ def _deliver(deliver: Callable[[CaptionResponse], None], response: CaptionRespon
         deliver(response)
     except Exception:  # noqa: BLE001 - see above
         pass
+
+
+def _processed_size(processor, features, row: int, sent_as: str) -> str | None:
+    """"WxH" of one frame as the processor resized it, for row `row` of a processed batch: from the patch grid
+    (Qwen-style processors: grid x patch size), else from the pixel tensor's last two axes; None when neither
+    says."""
+    grid = features.get("video_grid_thw" if sent_as == "video" else "image_grid_thw")
+    sub = getattr(processor, "video_processor" if sent_as == "video" else "image_processor", None)
+    patch = getattr(sub, "patch_size", None)
+    if grid is not None and isinstance(patch, int) and row < len(grid):
+        _, h, w = (int(v) for v in grid[row])
+        return f"{w * patch}x{h * patch}"
+    for name in ("pixel_values_videos", "pixel_values"):
+        pixels = features.get(name)
+        if pixels is not None and getattr(pixels, "ndim", 0) >= 4:
+            return f"{int(pixels.shape[-1])}x{int(pixels.shape[-2])}"
+    return None
 
 
 def _visual_token_ids(config, processor) -> set[int]:

@@ -12,6 +12,7 @@ Tiny random-weight checkpoints (capeval.testing.random_vlm_families, built once 
 from __future__ import annotations
 
 import asyncio
+import json
 
 import numpy as np
 import pytest
@@ -81,6 +82,19 @@ def test_family_sees_exactly_the_frames_the_spec_chose(family, decoded):
         assert len(decoded[r.key].frames) == n and n == int(r.key.split(":")[1])
         assert seen[r.key].count(video_id) == EXPECTED_TOKENS[family](d, n, h, w), (family, r.key, n)
         assert resp.prompt_tokens == len(seen[r.key])
+        # the frames-seen ledger's report: what the processor was given and what it made of it
+        report = resp.processor_inputs
+        assert report["backend"] == "transformers" and report["sent_as"] == "video"
+        assert report["visual_tokens"] == EXPECTED_TOKENS[family](d, n, h, w)
+        assert report["processor_kwargs"] == {"do_sample_frames": False}
+        assert report["metadata"]["frames_indices"] == [round(1000 * t) for t in r.timestamps]
+        meta = report["metadata"]
+        assert meta["fps"] == 1000.0 and (meta["width"], meta["height"]) == (w, h)
+        pw, ph = (int(v) for v in report["processed_size"].split("x"))
+        assert pw > 0 and ph > 0
+        if family in ("qwen2_vl", "qwen2_5_vl"):  # tokens = temporal patches x patch grid / merge^2
+            patch = cap.processor.video_processor.patch_size
+            assert (n + 1) // 2 * (pw // patch) * (ph // patch) // 4 == report["visual_tokens"]
         if family == "qwen3_vl":  # the metadata's timing reached the prompt: real seconds of the chosen frames
             prompt = tok.decode(seen[r.key])
             for stamp in qwen3_timestamps(r.timestamps):
@@ -130,6 +144,32 @@ def test_params_are_declared_and_bad_values_fail_at_start():
         assert str(cap.model.device) == "cpu" and cap.model.dtype.is_floating_point
     finally:
         cap.close()
+
+
+def test_a_model_without_a_video_processor_takes_the_frames_as_images(tiny_vlm_dir):
+    """Idefics3 (no video processor): each frame one image of TOKENS_PER_IMAGE tokens; a still image is one image;
+    more frames than max_frames fail alone."""
+    from capeval.adapters.transformers_captioner import TransformersCaptioner
+    from capeval.testing.random_vlm import IMAGE_TOKEN, TOKENS_PER_IMAGE
+
+    cap = TransformersCaptioner(str(tiny_vlm_dir), dtype="float32", max_frames=3)
+    seen: dict[str, list[int]] = {}
+    cap.on_inputs = lambda req, ids: seen.__setitem__(req.key, ids)
+    frames = np.random.default_rng(1).integers(0, 256, (3, 48, 64, 3), dtype=np.uint8)
+    reqs = [CaptionRequest("three", "Describe.", frames, max_tokens=4),
+            CaptionRequest("still", "Describe.", frames[:1], media_type="image", max_tokens=4),
+            CaptionRequest("four", "Describe.", np.concatenate([frames, frames[:1]]), max_tokens=4)]  # fmt: skip
+    try:
+        assert cap.frame_input == "images"
+        three, still, four = cap.caption(reqs)
+    finally:
+        cap.close()
+    image_id = cap.tokenizer.convert_tokens_to_ids(IMAGE_TOKEN)
+    assert three.error is None and seen["three"].count(image_id) == 3 * TOKENS_PER_IMAGE
+    assert still.error is None and seen["still"].count(image_id) == TOKENS_PER_IMAGE
+    assert three.processor_inputs["sent_as"] == "images"
+    assert three.processor_inputs["visual_tokens"] == 3 * TOKENS_PER_IMAGE
+    assert four.text is None and "max_frames=3" in four.error
 
 
 # ---- the same processor inputs as the vLLM captioner ---------------------------------------------------------------
@@ -233,9 +273,19 @@ def test_caption_only_sweep_through_each_family(family, tmp_path, ray_local, cap
     assert code == 0, printed.err[-3000:]
     captions = pl.read_parquet(out / "captions.parquet")
     assert captions.height == 2 and set(captions["item_status"]) == {"ok"}, captions
-    stored = SegmentStore(out / "captions", CAPTIONS).read(columns=["prompt_tokens", "error", "n_tokens"])
+    stored = SegmentStore(out / "captions", CAPTIONS).read(columns=["prompt_tokens", "error", "n_tokens",
+                                                                    "frames_seen"])  # fmt: skip
     assert stored.column("error").to_pylist() == [None, None]
     assert all(1 <= n <= 4 for n in stored.column("n_tokens").to_pylist())
+    # each caption row's frames-seen ledger: the spec's 4 frames, and the processor's report of what it made of them
+    expected_tokens = EXPECTED_TOKENS[family](d, 4, 120, 160)
+    for recorded in stored.column("frames_seen").to_pylist():
+        ledger = json.loads(recorded)
+        assert ledger["frame_spec"] == spec and ledger["n_frames"] == 4 and ledger["frame_size"] == "160x120"
+        report = ledger["processor"]
+        assert report["backend"] == "transformers" and report["visual_tokens"] == expected_tokens
+        assert report["processor_kwargs"] == {"do_sample_frames": False}
+        assert report["metadata"]["frames_indices"] == [round(1000 * t) for t in ledger["timestamps"]]
 
     cap = _captioner(family)
     seen: list[list[int]] = []
