@@ -47,7 +47,7 @@ def test_family_sees_exactly_the_frames_the_spec_chose(family, decoded):
     from capeval.adapters.base import CaptionRequest, StreamingCaptioner
     from capeval.adapters.vllm_captioner import VLLMCaptioner
 
-    assert family in EXPECTED_TOKENS, f"no frames-seen arithmetic for family {family!r}: add it here"
+    assert family in EXPECTED_TOKENS, f"no frames-seen arithmetic for family {family!r}: add it to tests/_frames_seen.py"
     d = _model_dir(family)
     t0 = time.perf_counter()
     from _fixtures_vllm import small_kv_cache
