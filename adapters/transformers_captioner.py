@@ -15,8 +15,8 @@ request this captioner and the vLLM captioner hand the family's processor the sa
 
 Streaming: `acaption(request)` (capeval.adapters.base.StreamingCaptioner) queues the request for the one generation
 thread, which takes whatever is queued when it is free, up to `max_batch` requests that can share one `generate`
-call (same max_tokens/temperature/seed, same media kind and frame shape, so no frame is padded or resized to fit
-another), and runs them as one left-padded batch; the caption stage keeps `max_in_flight` requests queued per
+call (same max_tokens and temperature, same media kind and frame shape, so no frame is padded or resized to fit
+another; a sampled request, temperature > 0, runs alone with its own seed), and runs them as one left-padded batch; the caption stage keeps `max_in_flight` requests queued per
 instance. A batch whose processing or generation fails is retried one request at a time, so a bad request fails
 alone, as a CaptionResponse error, never an exception.
 
@@ -67,7 +67,9 @@ class PreparedRequest:
         same media and frame geometry (so the processor pads or resizes nothing to fit another request)."""
         r = self.request
         shape = tuple(self.videos[0].shape) if self.videos else tuple((im.size, im.mode) for im in self.images)
-        return (r.max_tokens, float(r.temperature), int(r.seed) if r.temperature > 0 else 0, self.sent_as, shape)
+        # a sampled request runs alone, seeded with its own seed: its caption never depends on what shared its batch
+        alone = (r.key, int(r.seed)) if r.temperature > 0 else None
+        return (r.max_tokens, float(r.temperature), alone, self.sent_as, shape)
 
 
 class TransformersCaptioner:
@@ -209,9 +211,8 @@ class TransformersCaptioner:
             torch.manual_seed(int(r.seed))
         else:  # greedy: no sampling settings from the checkpoint's generation_config (they only warn)
             options.update(temperature=None, top_p=None, top_k=None)
-        device = self.model.device
-        with torch.inference_mode():
-            out = self.model.generate(**features.to(device), **options)
+        with torch.inference_mode():  # float32 pixels: each family's model casts them to its weights' dtype
+            out = self.model.generate(**features.to(self.model.device), **options)
         latency = time.perf_counter() - t0
         eos = set(self._eos_ids())
         responses = []

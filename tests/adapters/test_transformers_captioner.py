@@ -126,6 +126,20 @@ def test_queued_requests_share_a_generate_call_and_a_bad_one_fails_alone(decoded
     assert all(r.error is None for r in together[:-1])
 
 
+def test_a_sampled_caption_depends_only_on_its_seed(decoded):
+    """temperature > 0: the same request and seed give the same caption whether queued with others or alone."""
+    cap = _captioner("qwen2_vl")
+    four = decoded["uniform:4"]
+    reqs = [CaptionRequest(f"s{i}", "Describe the video.", four.frames, tuple(four.timestamps), max_tokens=6,
+                           temperature=1.0, seed=7) for i in range(2)]  # fmt: skip
+    try:
+        together = cap.caption(reqs)
+        alone = cap.caption(reqs[:1])
+    finally:
+        cap.close()
+    assert together[0].error is None and together[0].text == together[1].text == alone[0].text
+
+
 def test_params_are_declared_and_bad_values_fail_at_start():
     from capeval.adapters.transformers_captioner import TransformersCaptioner
     from capeval.engine.reasoning import ReasoningTagsError
@@ -136,12 +150,17 @@ def test_params_are_declared_and_bad_values_fail_at_start():
         _captioner("qwen2_vl", reasoning_tags="<think>")
     with pytest.raises(ValueError, match="not a transformers class"):
         _captioner("qwen2_vl", model_class="NoSuchModelForAnything")
-    cap = _captioner("qwen2_vl", reasoning_tags="none")
-    try:
-        from capeval.engine.reasoning import tags_of
+    import torch
 
+    from capeval.engine.reasoning import tags_of
+
+    cap = TransformersCaptioner(str(_model_dir("llava_onevision")), dtype="bfloat16", reasoning_tags="none")
+    frames = np.random.default_rng(2).integers(0, 256, (2, 48, 64, 3), dtype=np.uint8)
+    try:
         assert tags_of(cap) is None  # the caption stage keeps thinking text when told to
-        assert str(cap.model.device) == "cpu" and cap.model.dtype.is_floating_point
+        assert str(cap.model.device) == "cpu" and cap.model.dtype == torch.bfloat16
+        (out,) = cap.caption([CaptionRequest("bf16", "Describe.", frames, (0.5, 1.5), max_tokens=2)])
+        assert out.error is None and out.n_tokens >= 1  # float32 pixels into bfloat16 weights
     finally:
         cap.close()
 
