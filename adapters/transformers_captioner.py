@@ -39,11 +39,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
-
 from capeval.adapters.base import CaptionRequest, CaptionResponse
-from capeval.adapters.vlm_video_inputs import check_frames, video_metadata
 from capeval.adapters.checkpoints import model_revision
+from capeval.adapters.vlm_video_inputs import check_frames, video_metadata
 from capeval.engine.params import REQUIRED, Param
 from capeval.engine.reasoning import parse_tags
 
