@@ -214,15 +214,24 @@ def test_vdc_official_mode_reports_the_official_and_the_lmms_eval_reading(run):
 
 
 def test_dream1k_results_have_overall_and_per_source_precision_recall_f1(run):
+    """OVERALL (bucket `all`) and per-source F1, precision and recall, and the breakdowns by the release's
+    attributes (duration, shots, subjects, events), each value a percentage or null with its reason."""
     results = _results(run["out"])
     for label in [x for x in _labels() if x.startswith("dream1k")]:
         cell = results.filter((pl.col("protocol") == label) & (pl.col("captioner") == "local")
                               & (pl.col("prompt_id") == "brief"))
         assert cell.height, label
-        names = {m.lower() for m in cell["metric"]}
-        assert {"precision", "recall", "f1"} <= names or {"p", "r", "f1"} <= names, (label, names)
+        overall = cell.filter(pl.col("bucket") == "all")
+        assert {"F1", "precision", "recall"} <= set(overall["metric"]), (label, set(overall["metric"]))
+        assert overall.filter(pl.col("metric").is_in(["F1", "precision", "recall"]))["value"].null_count() == 0
+        buckets = set(cell["bucket"])
+        for prefix in ("source:", "duration", "shots", "subjects", "events"):
+            assert any(b.startswith(prefix) for b in buckets), (label, prefix, sorted(buckets))
         for row in cell.iter_rows(named=True):
-            assert row["value"] is None or 0 <= row["value"] <= 100, row
+            if row["value"] is None:
+                assert row["reason"], row
+            else:
+                assert 0 <= row["value"] <= 100, row
 
 
 # ------------------------------------------------------------------------------------- check, plan, list, ...
