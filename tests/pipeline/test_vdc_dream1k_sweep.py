@@ -361,6 +361,20 @@ def test_compare_two_captioners(run, capsys):
                         (label, r["metric"], side, r[f"{side}_value"], values)
 
 
+def test_compare_across_protocols_ranks_the_systems_of_each_pair_of_entries(run, capsys):
+    """`compare --across protocols`: the strict and official entries of each protocol scored the same systems
+    (three: local at two prompts, the caption file), so each pair gets a rank agreement over the same videos."""
+    capsys.readouterr()
+    assert cli_main(["compare", str(run["out"]), "--across", "protocols", "--json", "--resamples", "50"]) == OK
+    report = json.loads(capsys.readouterr().out)
+    pairs = {(r["a"], r["b"]) for r in report["rank_agreement"]}
+    expected = {tuple(sorted(p)) for p in (("vdc", "vdc-official"), ("dream1k", "dream1k-official"))} \
+        if _official_packs() else set()
+    assert expected <= {tuple(sorted(p)) for p in pairs}, pairs
+    for r in report["rank_agreement"]:
+        assert r["n_systems"] == 3 and r["n_videos"] == N_VIDEOS, r
+
+
 # --------------------------------------------------------------------------------- judge validate (real data)
 
 
