@@ -176,12 +176,14 @@ def _dream1k(folder: Path, shared_data: Path) -> list[str]:
 _ISSUE28 = {"vdc": (_vdc, "vdc.toml"), "dream1k": (_dream1k, "autodq.toml")}
 
 
-@pytest.mark.parametrize("mode", ["strict", "official"])
-@pytest.mark.parametrize("protocol", ["vdc", "dream1k"])
+@pytest.mark.parametrize(("protocol", "mode"), [("vdc", "strict"), ("vdc", "official"), ("dream1k", "strict")])
 def test_vdc_and_dream1k_give_verdicts_on_stock_vllm(stock_server, protocol, mode, tmp_path, shared_data,
                                                      record_property):
     """Strict (the default mode) with the default options: at least 95% of the stored rows get a verdict. Official
-    (the pack's prompts, its sampling and parsing): measured and recorded, not asserted."""
+    (the pack's prompts, its sampling and parsing): measured and recorded, not asserted (VDC: 0 of 10 on 2026-11-27,
+    the replies are not Python dict literals). DREAM-1K official is not run here: the AutoDQ prompts send no
+    max_tokens, SmolLM2 writes to the end of its context, and 3 clips took 23 minutes on 2 shared cores for 0 of 6
+    rows with a verdict (replies not JSON with an 'events' list)."""
     base_url, model = stock_server
     build, pack = _ISSUE28[protocol]
     inputs = build(tmp_path, shared_data)
