@@ -322,7 +322,6 @@ def test_construct_list_works_with_both_registered(capsys):
     assert {"capability-qa", "capquiz", "lvcap", "vcinspector"} <= set(construct.pipelines())
 
 
-@pytest.mark.xfail(strict=True, reason="vdc/paired.py drops the system columns the report's rank agreement groups by")
 def test_report_renders_their_sections(run):
     html_path = run["root"] / "report.html"
     assert cli_main(["report", str(run["out"]), "--out", str(html_path)]) == OK
@@ -337,7 +336,6 @@ def test_report_renders_their_sections(run):
         assert metric in html, metric
 
 
-@pytest.mark.xfail(strict=True, reason="dream1k's compare F1 is 0 where the results' F1 is undefined (P = R = 0)")
 def test_compare_two_captioners(run, capsys):
     """`compare --a captioner=local --b captioner=mine`: one pair per protocol entry and metric over the same
     videos; in strict mode each side's value is the system's overall value of that metric in the run's results
@@ -371,7 +369,6 @@ def test_compare_two_captioners(run, capsys):
                         (label, r["metric"], side, got, values)
 
 
-@pytest.mark.xfail(strict=True, reason="vdc/paired.py drops the system columns compare --across groups by")
 def test_compare_across_protocols_ranks_the_systems_of_each_pair_of_entries(run, capsys):
     """`compare --across protocols`: the strict and official entries of each protocol scored the same systems
     (three: local at two prompts, the caption file), so each pair gets a rank agreement over the same videos."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import polars as pl
 
-from capeval.engine.metrics.core import f1, safe_ratio
+from capeval.engine.metrics.core import safe_ratio
 from capeval.engine.metrics.paired import PairedSpec
 
 from .implementation import implementation
@@ -29,6 +29,12 @@ STRICT_STEPS = ("entail_p", "entail_r")
 IDENTITY = ("cell_key", "dataset", "protocol", "judge", "captioner", "prompt_id", "frame_spec", "caption_key",
             "_task", "video_id")
 STATS = ("_s0", "_s1", "_s2", "_s3")  # precision: sum, count; recall: sum, count
+
+
+def f1(p, r):
+    """2PR/(P+R), undefined (nan) when P + R = 0, as the official count_f1 and the results table have it (the
+    engine's generic F1 reads 0 there)."""
+    return safe_ratio(2.0 * p * r, p + r)
 
 
 def _ratio(a: int, b: int):

@@ -17,6 +17,10 @@ from capeval.engine.metrics.paired import PairedSpec
 
 from .codes import VDCVerdict
 
+#: columns that tell two systems', cells' or videos' rows apart, where present
+IDENTITY = ("cell_key", "dataset", "protocol", "judge", "captioner", "prompt_id", "frame_spec", "caption_key",
+            "_task", "video_id")
+
 
 def paired_spec(mode: str) -> PairedSpec:
     official = mode == "official"
@@ -27,7 +31,10 @@ def paired_spec(mode: str) -> PairedSpec:
         has_verdict = (pl.col("verdict") >= 0) & (pl.col("verdict") <= int(VDCVerdict.YES))
         score = (pl.col("detail").str.json_path_match("$.score_float").cast(pl.Float64, strict=False)
                  if "detail" in v.columns else pl.lit(None, dtype=pl.Float64))
-        per = v.group_by(["video_id", "_task"]).agg(
+        # one unit per (system, video, kind): every column that tells systems apart is kept, since the report's rank
+        # agreement and `compare --across` group the statistic by system
+        unit = [c for c in IDENTITY if c in v.columns]
+        per = v.group_by(unit, maintain_order=True).agg(
             pl.len().alias("_n"), has_verdict.sum().alias("_answered"),
             (pl.col("verdict") == int(VDCVerdict.YES)).sum().alias("_yes"),
             score.sum().alias("_score"), score.is_null().any().alias("_no_score"))
