@@ -28,7 +28,7 @@ import pyarrow as pa
 from capeval.engine.datasets.video_ids import with_dataset_video_ids
 from capeval.engine.errors import UsageError
 from capeval.engine.inputs import read_captions
-from capeval.engine.keys import derived_seed, protocol_tag, request_key, tagged_revision
+from capeval.engine.keys import content_key, derived_seed, protocol_tag, request_key, tagged_revision
 from capeval.engine.params import Param, param_problems
 from capeval.engine.prompts_library import CaptionPrompt
 from capeval.engine.schemas import JUDGE_REQUESTS, ParseStatus
@@ -179,6 +179,23 @@ def rows_to_table(rows: list[dict]) -> pa.Table:
         return REQUESTS_WITH_CONTEXT.empty_table()
     cols = {f.name: pa.array([r.get(f.name) for r in rows], type=f.type) for f in REQUESTS_WITH_CONTEXT}
     return pa.Table.from_pydict(cols, schema=REQUESTS_WITH_CONTEXT).sort_by(REQUEST_ORDER)
+
+
+def keys_per_pair_when_sampled(table: pa.Table, tag: str) -> pa.Table:
+    """Request keys for a protocol that asks once per (item, caption) pair, as official scripts that make one call
+    per pair do: when the judge samples (a temperature above 0, or none sent), two pairs whose prompts happen to be
+    equal are two separate draws, so their keys include the pair (item and caption, under `tag`). At temperature 0
+    equal prompts share one cached judgment."""
+    if table.num_rows == 0:
+        return table
+    rows = table.to_pylist()
+    changed = False
+    for r in rows:
+        temperature = RequestContext.decode(r["context"]).temperature
+        if temperature is None or temperature > 0:
+            r["request_key"] = content_key(tag, r["request_key"], r["item_id"], r["caption_key"])
+            changed = True
+    return rows_to_table(rows) if changed else table
 
 
 def caption_identity(caption: dict) -> dict:

@@ -15,11 +15,12 @@ from .codes import *  # noqa: F401,F403
 import json as _json
 
 from capeval.engine.inputs import item_location as _item_location
-from capeval.engine.keys import content_key as _content_key, tagged_revision as _tagged_revision
+from capeval.engine.keys import tagged_revision as _tagged_revision
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                            PROMPTS_PARAM as _PROMPTS, TEMPERATURE_PARAM as _TEMPERATURE,
                                            JudgeProtocol as _JudgeProtocol, JudgingPolicy as _JudgingPolicy,
-                                           RequestContext as _RequestContext, rows_to_table as _rows_to_table)
+                                           RequestContext as _RequestContext,
+                                           keys_per_pair_when_sampled as _keys_per_pair, rows_to_table as _rows_to_table)
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
 from . import parsing as _parsing, prompts as _prompts, release as _release, stand_in as _stand_in
@@ -79,7 +80,7 @@ class VDCProtocol(_JudgeProtocol):
         pack = _prompts.pack_for(mode, opts.get("prompts"))
         revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, mode))
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
-        return _per_pair_keys(table)
+        return _keys_per_pair(table, "vdc-pair")
 
     def caption_file_rules(self, mode):
         if _prompts.check_mode(mode) == "official":
@@ -125,8 +126,8 @@ class VDCProtocol(_JudgeProtocol):
                 r.user += f"\n[upstream {req['request_key']}]"  # distinct key per failed chain
             return [r]
 
-        return _per_pair_keys(_rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision,
-                                                            score_step)))
+        return _keys_per_pair(_rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision,
+                                                            score_step)), "vdc-pair")
 
 
 def _is_qa_file(path) -> bool:
@@ -142,21 +143,6 @@ def _is_qa_file(path) -> bool:
     pairs = next(iter(value.values()))
     return isinstance(pairs, list) and all(isinstance(p, dict) and "question" in p for p in pairs)
 
-
-def _per_pair_keys(table):
-    """When the judge samples (official mode's temperature 1.0, or any temperature above 0 or none sent), two QA
-    pairs whose prompts happen to be equal are two separate draws, as the official script makes one call per pair:
-    their keys then include the pair (item and caption). At temperature 0 equal prompts share one cached judgment."""
-    if table.num_rows == 0:
-        return table
-    rows = table.to_pylist()
-    changed = False
-    for r in rows:
-        temperature = _RequestContext.decode(r["context"]).temperature
-        if temperature is None or temperature > 0:
-            r["request_key"] = _content_key("vdc-pair", r["request_key"], r["item_id"], r["caption_key"])
-            changed = True
-    return _rows_to_table(rows) if changed else table
 
 
 PROTOCOL = VDCProtocol()

@@ -3,12 +3,13 @@ from .codes import *  # noqa: F401,F403
 
 import json as _json
 
-from capeval.engine.keys import content_key as _content_key, tagged_revision as _tagged_revision
+from capeval.engine.keys import tagged_revision as _tagged_revision
 from capeval.engine.params import Param as _Param
 from capeval.engine.protocols.base import (CONFIDENCE_PARAM as _CONFIDENCE, MODE_PARAM as _MODE,
                                    PAPER_COMPATIBLE_PARAM as _PAPER_COMPATIBLE, PROMPTS_PARAM as _PROMPTS,
                                    TEMPERATURE_PARAM as _TEMPERATURE, JudgeProtocol as _JudgeProtocol,
                                    JudgingPolicy as _JudgingPolicy, RequestContext as _RequestContext,
+                                   keys_per_pair_when_sampled as _keys_per_pair,
                                    rows_to_table as _rows_to_table)
 from capeval.engine.schemas import ParseStatus as _ParseStatus
 
@@ -52,7 +53,7 @@ class VidCapBenchProtocol(_JudgeProtocol):
         pack = _prompts.pack_for(mode, opts.get("prompts"))
         revision = _tagged_revision(judge_revision, *_prompts.revision_tags(pack, mode))
         table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
-        return _per_pair_keys(table)
+        return _keys_per_pair(table, "vidcapbench-pair")
 
     def caption_file_rules(self, mode):
         if _prompts.check_mode(mode) == "official":
@@ -96,24 +97,9 @@ class VidCapBenchProtocol(_JudgeProtocol):
                 r.user += f"\n[upstream {req['request_key']}]"  # distinct key per failed chain
             return [r]
 
-        return _per_pair_keys(_rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision,
-                                                            score_step)))
+        return _keys_per_pair(_rows_to_table(self._next_rows(requests, verdicts, "answer", judge, revision,
+                                                            score_step)), "vidcapbench-pair")
 
-
-def _per_pair_keys(table):
-    """When the judge samples (no temperature sent, or one above 0), two QA pairs whose prompts happen to be equal
-    are two separate draws, as the official script makes one call per pair: their keys then include the pair (item
-    and caption). At temperature 0 equal prompts share one cached judgment."""
-    if table.num_rows == 0:
-        return table
-    rows = table.to_pylist()
-    changed = False
-    for r in rows:
-        temperature = _RequestContext.decode(r["context"]).temperature
-        if temperature is None or temperature > 0:
-            r["request_key"] = _content_key("vidcapbench-pair", r["request_key"], r["item_id"], r["caption_key"])
-            changed = True
-    return _rows_to_table(rows) if changed else table
 
 
 PROTOCOL = VidCapBenchProtocol()
