@@ -210,6 +210,17 @@ class _NoSeekWriter:
 
 
 
+def reuse_or_make_video(path: Path, *, seconds: float, fps: float, size: tuple[int, int], seed: int) -> dict:
+    """The ground truth of the H.264 video at `path`: the one there when its sidecar says the same seed and length,
+    else made now (a changed seed or duration makes the video again, never reuses a stale one)."""
+    sidecar = Path(f"{path}.json")
+    if path.is_file() and sidecar.is_file():
+        truth = json.loads(sidecar.read_text())
+        if truth.get("seed") == seed and truth.get("n_frames") == max(1, int(round(seconds * fps))):
+            return truth
+    return make_video(path, codec="h264", seconds=seconds, fps=fps, size=size, seed=seed)
+
+
 def _remux_video(src: Path, out) -> None:
     """Copy the video packets of `src` into the open output container `out`, without re-encoding."""
     with av.open(str(src)) as inp:

@@ -113,20 +113,15 @@ def clip_item(video_id: str, path: str, truth: dict, size: tuple[int, int], numb
 def load(params: dict, *, base_dir: Path, out_dir: Path, name: str) -> DatasetLoad:
     """Generate (once; reused while the sidecar matches seed and length) `n_videos` real H.264 videos under
     out_dir/videos/<name>."""
-    from capeval.engine.datasets.synthetic_videos import make_video  # deferred: PyAV, NumPy
+    from capeval.engine.datasets.synthetic_videos import reuse_or_make_video  # deferred: PyAV, NumPy
 
     n_videos, seed, duration = params.get("n_videos", 6), params.get("seed", 0), params.get("duration_s", 2.0)
-    n_frames = max(1, int(round(duration * FPS)))
     out = out_dir / "videos" / name
     videos, rows = {}, []
     for i in range(n_videos):
         video_id = f"{name}-{i:03d}"
         path = out / f"{video_id}.mp4"
-        sidecar = Path(f"{path}.json")
-        video_seed = seed * 1000 + i
-        truth = json.loads(sidecar.read_text()) if path.is_file() and sidecar.is_file() else None
-        if truth is None or truth.get("seed") != video_seed or truth.get("n_frames") != n_frames:
-            truth = make_video(path, codec="h264", seconds=duration, fps=FPS, size=SIZE, seed=video_seed)
+        truth = reuse_or_make_video(path, seconds=duration, fps=FPS, size=SIZE, seed=seed * 1000 + i)
         videos[video_id] = str(path)
         rows.append(clip_item(video_id, str(path), truth, SIZE, i))
     return DatasetLoad(conform(pa.Table.from_pylist(rows, schema=ITEMS), ITEMS), videos)
