@@ -14,15 +14,31 @@ which is where overlapping matters most: stage after stage takes their sum, over
 what neither can overlap (starting the caption actor, the last answers, the cells' metrics). Each run writes to a
 fresh folder (nothing cached); runs alternate.
 
-`capeval bench sweep [--json] [--quick]` (or `python -m capeval.benchmarks.bench_sweep`) prints the figures and the
-targets table (benchmarks/targets.py), or with --json the JSON.
+`--scale` (issue 30 item 4) runs the `"scale"` section instead: a CapQuiz judge sweep with its captions given (a
+`[[captions]]` file: nothing is captioned, so the engine's judge path is what is measured) against the same
+lognormal loopback server at 512 in flight (`[[judges]] params max_in_flight = 512`). The items (4 per video) and
+captions are synthetic text written straight to JSONL files, before and outside the timings. Each size (25,000,
+50,000 and 100,000 requests; `--quick`: 2,500, 5,000, 10,000) is its own sweep into a fresh run folder, run in a
+fresh child process so that its peak RSS and its CPU time are its own (the server runs in another process, so
+`engine_cpu_ms_per_request` is the engine's: the child's CPU time over the sweep / requests sent). Each row: wall
+time, requests/s and its share of the bound (512 / the server's mean latency = 1,240/s), peak RSS, engine CPU per
+request and the files in the run folder. Then the largest sweep is run again on its finished folder (`rerun_s`,
+nothing sent) against its first run (`first_s`).
+
+`capeval bench sweep [--json] [--quick] [--scale]` (or `python -m capeval.benchmarks.bench_sweep`) prints the
+figures and the targets table (benchmarks/targets.py), or with --json the JSON.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
+import resource
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -124,18 +140,146 @@ def _measure(n_videos: int, repeats: int, caption_latency_s: float) -> dict:
     }
 
 
+# ---- --scale: 100,000 judge requests through one sweep ------------------------------------------------------------
+
+SCALE_IN_FLIGHT = 512
+ITEMS_PER_VIDEO = 4
+SCALE_SIZES = (25_000, 50_000, 100_000)
+SCALE_SIZES_QUICK = (2_500, 5_000, 10_000)
+_TASKS = ("scene", "counting", "object", "action")
+_WORDS = ("red", "blue", "green", "yellow", "circle", "square", "triangle", "moves", "left", "right", "up", "down",
+          "stays", "still", "background", "white", "black", "grey", "two", "three", "shapes", "quickly", "slowly")
+
+
+def scale_data(root: Path, n_videos: int) -> tuple[Path, Path]:
+    """CapQuiz-shaped items (4 per video: question, 5 options, answer) and one caption per video, as JSONL files
+    (text only, no media: the captions come from the file). Deterministic in n_videos; ~1 s per 100,000 items."""
+    root.mkdir(parents=True, exist_ok=True)
+    items, captions = root / "items.jsonl", root / "captions.jsonl"
+    with items.open("w") as fi, captions.open("w") as fc:
+        for v in range(n_videos):
+            video_id = f"v{v:06d}"
+            words = [_WORDS[(v * 7 + k * 13) % len(_WORDS)] for k in range(24)]
+            fc.write(json.dumps({"video_id": video_id, "caption": f"Video {v}: " + " ".join(words) + ".",
+                                 "captioner": "given"}) + "\n")
+            for q, task in enumerate(_TASKS):
+                options = [f"{task} option {(v + k) % 9}" for k in range(5)]
+                fi.write(json.dumps({
+                    "benchmark": "capquiz", "task": task, "item_id": f"{video_id}/{task}", "video_id": video_id,
+                    "media_type": "video", "annotation": f"Question {q} about video {v}: which {task} is shown?",
+                    "options": options, "answer": options[(v + q) % 5], "category": "Setting"}) + "\n")
+    return items, captions
+
+
+def _scale_sweep_text(items: Path, captions: Path, base_url: str) -> str:
+    judge = {"base_url": base_url, "model": "loopback", "api_key": "bench", "structured": "vllm", "timeout_s": 60.0,
+             "max_in_flight": SCALE_IN_FLIGHT}
+    params = ", ".join(f"{k} = {json.dumps(v)}" for k, v in judge.items())
+    return f"""\
+name = "scale"
+
+[[datasets]]
+name = "quiz"
+kind = "items"
+path = "{items}"
+
+[[captions]]
+path = "{captions}"
+
+[[protocols]]
+name = "capquiz"
+
+[[judges]]
+name = "openai"
+params = {{ {params} }}
+
+[options]
+n_resamples = 20
+"""
+
+
+def _count_files(folder: Path) -> int:
+    return sum(len(files) for _, _, files in os.walk(folder))
+
+
+def _scale_child(sweep_file: Path, out: Path) -> dict:
+    """One sweep in this (fresh) process: its wall time, CPU time and sent requests; peak RSS of the process."""
+    cpu0, t0 = time.process_time(), time.perf_counter()
+    result = run_sweep(load_sweep(sweep_file), out, progress=False, log=lambda m: None)
+    wall, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    return {"wall_s": wall, "cpu_s": cpu, "sent": result.judge_stats.get("sent", 0),
+            "cached": result.judge_stats.get("cached", 0), "exit_code": result.exit_code,
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
+
+
+def _run_child(sweep_file: Path, out: Path) -> dict:
+    code = ("import json, sys; from pathlib import Path; from capeval.benchmarks.bench_sweep import _scale_child; "
+            f"print('RESULT ' + json.dumps(_scale_child(Path({str(sweep_file)!r}), Path({str(out)!r}))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"scale sweep failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
+    return json.loads(line[len("RESULT "):])
+
+
+def scale(quick: bool = False, *, sizes: tuple[int, ...] | None = None) -> dict:
+    """One sweep per size (requests: a multiple of 4) in a fresh run folder and process, then a rerun of the last."""
+    sizes = tuple(sizes or (SCALE_SIZES_QUICK if quick else SCALE_SIZES))
+    mean_latency = MEDIAN_S * math.exp(SIGMA**2 / 2)
+    bound = SCALE_IN_FLIGHT / mean_latency
+    rows: list[dict] = []
+    cfg = FaultConfig(latency_median_s=MEDIAN_S, latency_sigma=SIGMA, log_attempts=False, lifetime_s=3600.0)
+    with tempfile.TemporaryDirectory(prefix="capeval-bench-scale-") as tmp, \
+            LoopbackServer(cfg, mode="process") as server:
+        root = Path(tmp)
+        t_data = time.perf_counter()
+        data = {n: scale_data(root / f"data-{n}", n // ITEMS_PER_VIDEO) for n in sizes}
+        data_s = time.perf_counter() - t_data
+        for n in sizes:
+            sweep_file = root / f"scale-{n}.toml"
+            sweep_file.write_text(_scale_sweep_text(*data[n], server.base_url))
+            got = _run_child(sweep_file, root / f"out-{n}")
+            if got["sent"] != n or got["exit_code"] != 0:
+                raise RuntimeError(f"scale sweep of {n} requests: sent {got['sent']}, exit {got['exit_code']}")
+            achieved = got["sent"] / got["wall_s"]
+            rows.append({"requests": n, "wall_s": round(got["wall_s"], 2), "requests_per_s": round(achieved, 1),
+                         "share": round(achieved / bound, 3), "peak_rss_mb": got["peak_rss_mb"],
+                         "engine_cpu_ms_per_request": round(1000 * got["cpu_s"] / got["sent"], 4),
+                         "files": _count_files(root / f"out-{n}")})
+        last = sizes[-1]
+        rerun = _run_child(root / f"scale-{last}.toml", root / f"out-{last}")
+        if rerun["sent"] != 0:
+            raise RuntimeError(f"the rerun of the finished sweep sent {rerun['sent']} requests")
+        files_after_rerun = _count_files(root / f"out-{last}")
+    return {
+        "sizes": rows, "first_s": rows[-1]["wall_s"], "rerun_s": round(rerun["wall_s"], 2),
+        "rerun_files": files_after_rerun, "rerun_peak_rss_mb": rerun["peak_rss_mb"],
+        "bound_per_s": round(bound, 1), "in_flight": SCALE_IN_FLIGHT,
+        "latency": {"median_s": MEDIAN_S, "sigma": SIGMA, "mean_s": round(mean_latency, 3)},
+        "items_per_video": ITEMS_PER_VIDEO, "data_generation_s": round(data_s, 2),
+        "load_avg_1min": round(os.getloadavg()[0], 2),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="capeval bench sweep", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--scale", action="store_true",
+                    help="the scale section (100,000 judge requests at 512 in flight) instead of overlapped vs staged")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args(argv)
-    out: dict = {"sweep": sweep(args.quick)}
+    out: dict = {"scale": scale(args.quick)} if args.scale else {"sweep": sweep(args.quick)}
     found = verdicts(SWEEP, out)
     out["targets"] = as_json(found)
     if args.json:
         print(json.dumps(out, indent=2))
     else:
-        print(figures("sweep", out["sweep"]))
+        for name, section in out.items():
+            if name != "targets":
+                print(figures(name, section))
+                for row in section.get("sizes", ()):
+                    print(figures(f"  {row['requests']:,} requests", row))
         print(targets_table(found, quick=args.quick))
     return 0
 
