@@ -80,6 +80,7 @@ class JudgeLoop:
         self._held: dict[str, float] = {}  # keys another live process claimed -> when we last looked
         self._next_poll = 0.0
         self._cached_run = 1  # rows to claim at once: grows while every key is found in the cache
+        self._claim_slice = min(64, max(1, self.max_in_flight // 8))  # see _top_up
         self._fresh: dict[str, CachedResponse] = {}  # answers of this run the committer may not have written yet
         self.feed = WindowFeed()
         # Optional producer of cells (JudgeScheduler.run(source=...)): poll(timeout) adds cells and parts as their
@@ -187,6 +188,16 @@ class JudgeLoop:
         if self.source is not None:
             self.source.poll(0)  # cells and parts that became ready (cheap when nothing changed)
         target = self.max_in_flight
+        # While the backend is busy, wait until a slice of the window is free before claiming: each claim is one
+        # cache transaction, so claiming a key per answer would cost a transaction per request at a wide window.
+        low = target - (self._claim_slice if self.feed.in_flight else 0)
+        if self.feed.ready < low:
+            self._fill(target)
+        if self._held and time.monotonic() >= self._next_poll:
+            self._poll_held()
+        self._complete_finished()
+
+    def _fill(self, target: int) -> None:
         while self.feed.ready < target:
             if not self._pending:
                 if not self._pull(max(256, target)):
@@ -197,9 +208,6 @@ class JudgeLoop:
             # grow the chunk while rows keep coming from the cache (a rerun: few transactions, nothing to send).
             n = min(len(self._pending), max(target - self.feed.ready, self._cached_run))
             self._dispatch([self._pending.popleft() for _ in range(n)])
-        if self._held and time.monotonic() >= self._next_poll:
-            self._poll_held()
-        self._complete_finished()
 
     def _pull(self, n: int) -> bool:
         """New first-step rows into the queue: from the cell whose next caption sorts first (so cells judged

@@ -33,7 +33,8 @@ from capeval.engine.sweep import accounting, cells as cellmod
 from capeval.engine.sweep.caption_only import run_caption_only
 from capeval.engine.sweep.captioning import CaptionOutcome, caption_cells_for
 from capeval.engine.sweep.config import ComponentSpec, SweepConfig
-from capeval.engine.sweep.datasets import LoadedDataset, dataset_records, load_dataset, media_required
+from capeval.engine.sweep.datasets import (LoadedDataset, dataset_records, judge_sees_frames, load_dataset,
+                                          media_required)
 from capeval.engine.sweep.decide_rounds import run_adaptive
 from capeval.engine.sweep.grid import ResultCell, expand
 from capeval.engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
@@ -107,7 +108,8 @@ def _run_locked(config: SweepConfig, out: Path, stores: RunStores, *, progress: 
     caption_stats: dict = {}
     judge_stats: dict = {"sent": 0, "cached": 0}
     if pending:
-        init_ray(verbose=verbose)
+        if _needs_ray(config, pending):
+            init_ray(verbose=verbose)
 
         def judge(round_run: SweepRun, cells_now: list[ResultCell], partial=frozenset()):
             return _caption_and_judge(round_run, cells_now, keys, partial=partial)
@@ -205,6 +207,15 @@ def _caption_and_judge(run: SweepRun, pending: list[ResultCell], keys: dict[Resu
         return thread.outcome.stats, stage.stats
     finally:
         stage.close()
+
+
+def _needs_ray(config: SweepConfig, pending: list[ResultCell]) -> bool:
+    """Whether running these cells uses Ray: captioning (caption actors, decode tasks), frames decoded for a judge
+    that sees them, judge actors, an adaptive sweep's rounds. A sweep that only judges given captions with an
+    in-process judge does not start it (starting a local Ray costs seconds of a 2-core machine)."""
+    if config.options.judge_actors or config.options.decide is not None:
+        return True
+    return any(not c.caption.from_file or judge_sees_frames(c.protocol.name) for c in pending)
 
 
 def _overlap_fits(config: SweepConfig) -> tuple[bool, str]:
