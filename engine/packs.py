@@ -92,9 +92,25 @@ class PromptPack:
 _CACHE: dict[tuple[str, int, int], PromptPack] = {}
 
 
+_RESOLVED: dict[tuple[str, str], Path] = {}
+
+
+def _resolved(path: str | os.PathLike) -> Path:
+    """The absolute path of a pack file as named, resolved once per name (and working folder, for a relative name):
+    a protocol renders every request with its pack, and resolving walks each folder of the path."""
+    name = os.fspath(path)
+    key = ("" if os.path.isabs(name) else os.getcwd(), name)
+    p = _RESOLVED.get(key)
+    if p is None:
+        if len(_RESOLVED) >= 256:
+            _RESOLVED.clear()
+        p = _RESOLVED[key] = Path(name).expanduser().resolve()
+    return p
+
+
 def load_pack(path: str | os.PathLike) -> PromptPack:
     """Read and check a pack file (cached by path, size and mtime)."""
-    p = Path(path).expanduser().resolve()
+    p = _resolved(path)
     try:
         st = p.stat()
     except FileNotFoundError:
@@ -128,9 +144,12 @@ def load_pack(path: str | os.PathLike) -> PromptPack:
     return pack
 
 
+_HERE = Path(__file__).resolve().parent
+
+
 def builtin_pack_path(protocol: str) -> Path:
     """capeval's own pack for `protocol` (its wording, shipped with the engine)."""
-    return Path(__file__).resolve().parent / "protocols" / protocol / "pack.toml"
+    return _HERE / "protocols" / protocol / "pack.toml"
 
 
 def resolve_pack(protocol: str, prompts: str | os.PathLike | None = None, *, mode: str = "strict",

@@ -22,7 +22,7 @@ from capeval.engine.frames.scenes import video_boundaries
 from capeval.engine.keys import dataset_key, file_digest
 from capeval.engine.registry import lookup
 from capeval.engine.sweep.config import DatasetSpec
-from capeval.engine.sweep.pairs import plan_pairs
+from capeval.engine.sweep.pairs import plan_pairs, read_view
 
 
 @dataclass
@@ -80,10 +80,14 @@ def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_m
     """The dataset's items (after `limit`) and media paths, loaded by its kind. `require_media`: every item's media
     must exist (what a sweep captions or shows its judge). `digest=False` (`capeval plan`, which never reads media)
     leaves the content digest empty instead of reading every media file."""
-    loaded = load(spec.kind, spec.kind_params(), base_dir=sweep_dir, out_dir=out_dir, name=spec.name)
-    items = filter_limit(loaded.items, spec.limit)
+    view = read_view(spec, sweep_dir)  # a kind that only reads files: the table the sweep's checks read already
+    if view is not None:
+        items, media = view.items, view.media
+    else:
+        loaded = load(spec.kind, spec.kind_params(), base_dir=sweep_dir, out_dir=out_dir, name=spec.name)
+        items, media = filter_limit(loaded.items, spec.limit), loaded.media
     keep = set(items.column("video_id").to_pylist())
-    videos = {v: p for v, p in loaded.media.items() if v in keep}
+    videos = {v: p for v, p in media.items() if v in keep}
     if require_media:
         without = sorted(keep - set(videos))
         if without:

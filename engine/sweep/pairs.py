@@ -89,10 +89,9 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
             view = views[name]
             items = protocol_items(view.items, spec.name) if view is not None else None
             source = _table_file(next(d for d in config.datasets if d.name == name), base)
-            reason = protocol.dataset_problem(kind, items, view.media if view is not None else None, source=source)
+            reason, bad = _checked(protocol, spec.name, kind, view, items, source)
             if reason is None:
                 judged.append(name)
-                bad = protocol.items_problems(items, source) if items is not None else []
                 if bad:  # items it reads but cannot render: an error wherever the dataset is judged
                     plan.problems.append((f"datasets[{names.index(name)}].path", "path",
                                           f"protocol {spec.display!r} cannot judge dataset {name!r}: "
@@ -119,6 +118,28 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
                 plan.problems.append((f"datasets[{k}]", "name", f"no protocol judges dataset {name!r}"
                                       + (f" ({why})" if why else " (no [[protocols]] entry names it)")))
     return plan
+
+
+_CHECKED: dict[tuple, tuple] = {}
+
+
+def _checked(protocol, name: str, kind: str, view: DatasetView | None, items: pa.Table | None,
+             source: Path | None) -> tuple[str | None, list[str]]:
+    """(protocol.dataset_problem, protocol.items_problems when there is none) of a dataset's items, checked once per
+    table: the sweep's checks, its media check and its run plan the same pairs of one table (`items`: the rows of
+    `view.items` the protocol reads). The table is kept with the result so that its id names it while the entry
+    lives; the media (a protocol whose judge sees frames checks them) must be equal."""
+    if view is None:
+        return protocol.dataset_problem(kind, None, None, source=source), []
+    key = (name, kind, id(view.items), str(source))
+    hit = _CHECKED.get(key)
+    if hit is None or hit[0] is not view.items or hit[1] != view.media:
+        reason = protocol.dataset_problem(kind, items, view.media, source=source)
+        bad = protocol.items_problems(items, source) if reason is None else []
+        if len(_CHECKED) >= 16:
+            _CHECKED.pop(next(iter(_CHECKED)))
+        hit = _CHECKED[key] = (view.items, view.media, reason, bad)
+    return hit[2], list(hit[3])
 
 
 def _table_file(spec, base: Path) -> Path | None:
