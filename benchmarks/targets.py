@@ -156,17 +156,14 @@ def figures(label: str, values: Mapping[str, Any]) -> str:
 # ---- the declarations, one tuple per bench ----------------------------------------------------------------------
 
 STREAMING_SHARE = Target(
-    "streaming.share (of the 64-in-flight bound)", at("streaming", "share"), ">=", 0.9, "README.md",
-    quick_note="3,000 rows: the window fills and drains (re-asks of the last answers included) in a short run",
-    met_key="streaming_share>=0.9")
+    "streaming.share (of the 64-in-flight bound)", at("streaming", "share"), ">=", 0.95,
+    "issue 30 (at 4,000 requests)",
+    quick_note="3,000 rows, below the 4,000 requests the target is set at; fill and drain dominate",
+    met_key="streaming_share>=0.95")
 ENGINE_CPU = Target("overhead.engine_cpu_ms_per_request", at("overhead", "engine_cpu_ms_per_request"), "<=", 0.2,
                     "README.md", met_key="engine_cpu_ms_per_request<=0.2")
 SCALE_RSS = Target("scale.peak_rss_mb (1M requests)", at("scale", "peak_rss_mb"), "<=", 1536, "README.md")
-STREAMING_LOOP = (
-    STREAMING_SHARE,
-    Target("streaming.share, issue 30", at("streaming", "share"), ">=", 0.95, "issue 30 (at 4,000 requests)",
-           quick_note="3,000 rows, below the 4,000 requests the target is set at; fill and drain dominate"),
-)
+STREAMING_LOOP = (STREAMING_SHARE,)
 STREAMING = STREAMING_LOOP + (ENGINE_CPU, SCALE_RSS)
 
 HTTP = (
@@ -243,16 +240,18 @@ def _files_per_1000_added(result: Result) -> float | None:
 
 # issue 30 item 4, `capeval bench sweep --scale`: section `scale`, `sizes` one row per size (25k, 50k, 100k
 # requests) with `requests`, `share`, `peak_rss_mb`, `engine_cpu_ms_per_request`, `files`; `rerun_s` and `first_s`.
+SCALE_QUICK = ("2,500-10,000 requests (full run: 25,000-100,000): the sweep's fixed costs (reading and checking the "
+               "inputs, the window's fill, the last answers' lognormal tail, the metrics) weigh more")
 SWEEP = (
     SWEEP_RATIO,
-    Target("scale.share (lowest over the sizes)", _scale_min("share"), ">=", 0.9, "issue 30"),
+    Target("scale.share (lowest over the sizes)", _scale_min("share"), ">=", 0.9, "issue 30", quick_note=SCALE_QUICK),
     Target("scale.peak_rss_mb (highest)", _scale_max("peak_rss_mb"), "<=", 1536, "issue 30"),
     Target("scale.peak_rss growth 25k -> 100k", _scale_growth("peak_rss_mb"), "<=", 0.10, "issue 30"),
     Target("scale.engine_cpu_ms_per_request spread", _scale_spread("engine_cpu_ms_per_request"), "<=", 0.20,
-           "issue 30"),
+           "issue 30", quick_note=SCALE_QUICK),
     Target("scale.files added per 1,000 requests", _files_per_1000_added, "<=", 1, "issue 30"),
     Target("scale.rerun / first run", ratio(at("scale", "rerun_s"), at("scale", "first_s")), "<=", 0.05,
-           "issue 30"),
+           "issue 30", quick_note=SCALE_QUICK),
 )
 
 JUDGE = STREAMING_LOOP + (ENGINE_CPU,) + HTTP + VLLM_JUDGE + (SWEEP_RATIO,)
