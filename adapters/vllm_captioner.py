@@ -217,14 +217,16 @@ class VLLMCaptioner:
               Param("system", (str, type(None)), None, "system message sent with every prompt"),
               Param("enforce_eager", (bool, type(None)), None, "no CUDA graphs / torch.compile (default: on CPU)"),
               Param("max_in_flight", (int,), 256, "requests kept outstanding per instance", low=1),
-              Param("tensor_parallel_size", (int,), 1, "GPUs one replica spans", low=1))
+              Param("tensor_parallel_size", (int,), 1, "GPUs one replica spans", low=1),
+              Param("ignore_eos", (bool,), False, "decode every caption to its max_tokens, past end-of-sequence "
+                    "(benchmarks: equal output lengths)"))
     passes_through = True  # other names are vLLM engine arguments
 
     def __init__(self, model: str, *, revision: str | None = None, max_model_len: int = 16384,
                  gpu_memory_utilization: float = 0.85, dtype: str = "auto", limit_videos: int = 1,
                  limit_images: int = 1, max_frames: int = 64, frame_input: str = "auto", system: str | None = None,
                  enforce_eager: bool | None = None, max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-                 tensor_parallel_size: int = 1, **engine_kwargs):
+                 tensor_parallel_size: int = 1, ignore_eos: bool = False, **engine_kwargs):
         import os
 
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: no spawn, no __main__ guard
@@ -236,6 +238,7 @@ class VLLMCaptioner:
         self.model = model
         self.revision = revision or model_revision(model)
         self.system = system
+        self.ignore_eos = bool(ignore_eos)
         self.max_in_flight = max(1, int(max_in_flight))
         self.processor = AutoProcessor.from_pretrained(model, revision=revision)
         if frame_input == "auto":  # a processor that can take a video has a video processor; others take images
@@ -292,10 +295,12 @@ class VLLMCaptioner:
         images = [Image.fromarray(f) for f in frames]
         return {"prompt": self._prompt(r, [{"type": "image"}] * len(images)), "multi_modal_data": {"image": images}}
 
-    def _params(self, r: CaptionRequest):
+    def sampling_params(self, r: CaptionRequest):
+        """The request's SamplingParams as the engine gets them (the vLLM-ceiling benchmark reuses them)."""
         from vllm import SamplingParams
 
-        return SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, seed=r.seed)
+        return SamplingParams(max_tokens=r.max_tokens, temperature=r.temperature, seed=r.seed,
+                              ignore_eos=self.ignore_eos)
 
     def placeholder_ids(self) -> dict:
         """{"video": id, "image": id} of the processor's placeholder tokens that vLLM expands into a video's (an
@@ -328,7 +333,7 @@ class VLLMCaptioner:
     def _submit(self, r: CaptionRequest, deliver: Callable[[CaptionResponse], None]) -> None:
         t0 = time.perf_counter()
         try:
-            inputs, params = self.engine_inputs(r), self._params(r)
+            inputs, params = self.engine_inputs(r), self.sampling_params(r)
         except Exception as exc:  # noqa: BLE001 - a bad request fails alone
             deliver(CaptionResponse(r.key, None, error=f"{type(exc).__name__}: {exc}"))
             return

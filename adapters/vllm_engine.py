@@ -67,7 +67,9 @@ class VLLMJudge:
               Param("max_num_seqs", (int, type(None)), None, "sequences vLLM schedules at once", low=1),
               Param("max_in_flight", (int, type(None)), None, "requests the judge loop keeps in flight", low=1),
               Param("seed", (int,), 0, "the engine's seed"),
-              Param("dtype", (str,), "auto", "weights dtype"))
+              Param("dtype", (str,), "auto", "weights dtype"),
+              Param("ignore_eos", (bool,), False, "decode every request to its max_tokens, past end-of-sequence "
+                    "(benchmarks: equal output lengths; free-text requests only)"))
     passes_through = True  # other names are vLLM engine arguments
 
     def __init__(
@@ -85,6 +87,7 @@ class VLLMJudge:
         max_in_flight: int | None = None,
         seed: int = 0,
         dtype: str = "auto",
+        ignore_eos: bool = False,
         **llm_kwargs: Any,
     ):
         # Run the engine core in this process: no spawn (which needs a __main__ guard in every caller) and one
@@ -102,6 +105,7 @@ class VLLMJudge:
         self.revision = revision or model_revision(model)
         self.max_model_len = max_model_len
         self.enable_prefix_caching = enable_prefix_caching
+        self.ignore_eos = bool(ignore_eos)
         if enforce_eager is None:  # torch.compile costs minutes of start-up on CPU for a small gain
             enforce_eager = current_platform.is_cpu()
         kwargs: dict[str, Any] = dict(
@@ -182,12 +186,28 @@ class VLLMJudge:
             sampling = dict(self._default_sampling)
         else:
             sampling = {"temperature": request.temperature}
+        if self.ignore_eos and structured is not None:  # a grammar's end is an end-of-sequence: no fixed length
+            raise ValueError("ignore_eos: choices and json_schema end the answer; send free-text requests")
         return SamplingParams(
             max_tokens=max(1, min(max_tokens, room)),
             seed=request.seed,
             structured_outputs=structured,
+            ignore_eos=self.ignore_eos,
             **sampling,
         )
+
+    def engine_request(self, request: JudgeRequest):
+        """(TokensPrompt, SamplingParams) of a text request exactly as this judge hands it to the engine (the
+        vLLM-ceiling benchmark gives the same pair to `LLM.generate`)."""
+        from vllm.inputs import TokensPrompt
+
+        ids = self.render(request)
+        return TokensPrompt(prompt_token_ids=ids), self._sampling_params(request, len(ids))
+
+    @property
+    def llm(self):
+        """The `vllm.LLM` this judge drives (benchmarks run vLLM's own `generate` on the same engine)."""
+        return self._llm
 
     # -- Judge protocol ---------------------------------------------------------------------------------------------
 

@@ -12,6 +12,9 @@ back), on the first `baseline_videos`.
 
 Section `vllm`: the vLLM captioner, streaming vs batch-of-4 on a tiny random VLM on CPU
 (benchmarks/bench_caption_vllm.py).
+
+Section `vllm_ceiling`: the caption stage with the vLLM captioner against vLLM's own `LLM.generate` over the same
+prompts and frames, equal output lengths (benchmarks/vllm_ceiling.py; --ceiling-model for another VLM, e.g. on a GPU).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 
 from capeval.benchmarks.bench_caption_vllm import vllm_section as measure
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.benchmarks.vllm_ceiling import caption_ceiling
 from capeval.benchmarks.targets import (CAPTION, CAPTION_SHARE_500, as_json, figures, targets_table,
                                         verdicts)
 from capeval.engine.datasets.synthetic_videos import make_video
@@ -41,7 +45,7 @@ from capeval.engine.sweep.runner import run_sweep
 
 MEDIAN_S, SIGMA, IN_FLIGHT = 0.3, 0.8, 64
 PROMPT, FRAMES = "brief", "uniform:4"
-SECTIONS = ("http", "vllm")
+SECTIONS = ("http", "vllm", "vllm_ceiling")
 
 
 def bound_per_s(in_flight: int = IN_FLIGHT, median_s: float = MEDIAN_S, sigma: float = SIGMA) -> float:
@@ -157,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="500 videos and a 48-video baseline (default: 5,000 and 120)")
     p.add_argument("--videos", type=int, default=None, help="videos in the streaming sweep")
+    p.add_argument("--ceiling-model", default=None,
+                   help="vllm_ceiling: a VLM folder or hub id (default: a tiny random Qwen2-VL)")
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections (default: all)")
     args = p.parse_args(argv)
     sections = [s.strip() for s in args.only.split(",") if s.strip()]
@@ -176,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{name} ...")
         try:
             result[name] = (http_section(args.quick, n_videos=args.videos, say=say) if name == "http"
-                            else vllm_section(args.quick, say))
+                            else caption_ceiling(args.quick, say, model=args.ceiling_model)
+                            if name == "vllm_ceiling" else vllm_section(args.quick, say))
         except Exception as exc:  # noqa: BLE001 - one section failing leaves the others' figures
             result[name] = {"note": f"failed: {type(exc).__name__}: {exc}"}
         say(f"{name}: {time.perf_counter() - t0:.0f} s")

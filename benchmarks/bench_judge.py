@@ -13,6 +13,10 @@ Sections of the JSON:
               --quick: 4 items, and the shuffled baseline runs on the grouped engine itself with its cache emptied
               and every lookup skipped (vLLM's per-request `skip_reading_prefix_cache`; no second engine start);
               the full run: 24 items, a second engine with prefix caching off.
+  vllm_ceiling - capeval's vLLM judge on the sweep path (`run_judging`) against vLLM's own `LLM.generate` over the
+              same token ids on the same engine, equal output lengths (ignore_eos, fixed max_tokens): `capeval /
+              vllm` for requests/s and output tokens/s (benchmarks/vllm_ceiling.py; --ceiling-model for another
+              model, e.g. on a GPU).
 `targets` gives each target's verdict (benchmarks/targets.py; `targets_met` the older dict of some of them);
 `section_wall_s` each section's wall time. `--judge ...` instead benchmarks the
 user's own judge (benchmarks/judge_endpoint.py).
@@ -47,6 +51,7 @@ from capeval.benchmarks.bench_sweep import sweep
 from capeval.benchmarks.http_loopback import measure_http_client, measure_sdk
 from capeval.benchmarks.judge_endpoint import (ListFeed, build_requests, main as endpoint_main, read_inputs,
                                                stdout_to_stderr)
+from capeval.benchmarks.vllm_ceiling import engine_dtype, judge_ceiling
 from capeval.benchmarks.targets import JUDGE, WIDTH, as_json, targets_met, targets_table, verdicts
 import capeval.benchmarks.bench_streaming as bs
 
@@ -147,16 +152,6 @@ def _summary(out: list, wall: float) -> dict:
             "prompt_tokens_per_s": round(prompt / wall, 1), "errors": sum(r.text is None for r in out),
             "latency_p50_s": round(_pct(lat, 0.5), 3), "latency_p99_s": round(_pct(lat, 0.99), 3),
             "answers": {c: sum(r.text == c for r in out) for c in SCORE_CHOICES}}
-
-
-def engine_dtype() -> str:
-    """bf16 weights run as float32 on CPUs without native bf16 (no avx512_bf16 / amx_bf16): emulated bf16 matmuls
-    are several times slower there. The checkpoint itself stays bf16."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "auto"
-    return "auto" if ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
 
 
 def _bench_judge_class():
@@ -294,7 +289,7 @@ def http_section(quick: bool) -> dict:
 
 # Sections in run order (one more section: one more name here, one more entry in `section_runners`, its targets in
 # benchmarks/targets.py's JUDGE). The sweep runs last: it starts a local Ray, which vLLM's engine should not see.
-SECTIONS = ("streaming", "overhead", "http", "vllm", "sweep")
+SECTIONS = ("streaming", "overhead", "http", "vllm", "vllm_ceiling", "sweep")
 
 
 def section_runners(args, say) -> dict:
@@ -304,6 +299,7 @@ def section_runners(args, say) -> dict:
         "overhead": lambda: _bench_streaming_section("overhead", args.quick),
         "http": lambda: http_section(args.quick),
         "vllm": lambda: vllm_section(args.data, args.quick, args.model_dir, say),
+        "vllm_ceiling": lambda: judge_ceiling(args.data, args.quick, args.model_dir, say, model=args.ceiling_model),
         "sweep": lambda: _sweep_section(args.quick),
     }
 
@@ -323,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="small workloads (aim: under 3 minutes on 2 idle cores)")
     p.add_argument("--data", type=Path, default=DEFAULT_DATA)
     p.add_argument("--model-dir", type=Path, default=None, help="SmolLM2 checkpoint folder (built when missing)")
+    p.add_argument("--ceiling-model", default=None,
+                   help="vllm_ceiling: a model folder or hub id to judge with (default: SmolLM2 from --model-dir)")
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated sections to run (default: all)")
     args = p.parse_args(argv)
     sections = [s.strip() for s in args.only.split(",") if s.strip()]

@@ -156,6 +156,7 @@ def _patch(monkeypatch, bench: str) -> None:
     elif bench == "caption":
         monkeypatch.setattr(bench_caption, "http_section", lambda quick, **kw: {"share": 0.81, "videos": 500})
         monkeypatch.setattr(bench_caption, "vllm_section", lambda quick, say: {"note": "failed: no vLLM"})
+        monkeypatch.setattr(bench_caption, "caption_ceiling", lambda quick, say, **kw: {"note": "failed: no vLLM"})
     elif bench == "decode":
         monkeypatch.setattr(bench_decode, "_cached_video", lambda directory, name, **params: Path(name))
         monkeypatch.setattr(bench_decode, "_compare", lambda clip, spec, repeats: dict(
