@@ -14,6 +14,9 @@ encoded once:
 * keyframe_snap   the same three for `uniform:32,snap=key` (each target moved to the nearest keyframe within
                   half a slot): exact targets need ~GOP/2 decoded frames each, so at 32 frames per 120 s
                   exact sampling cannot reach 10x over decode-all; snapping decodes ~1 frame per target
+* size            every method converts its kept frames to RGB at the size a sweep decodes to (default max768,
+                  `frame_size_for` of a captioner of unknown family; --size native turns the resize off), with the
+                  same swscale call (`to_ndarray(width, height, format="rgb24")`), so all pay the same resize
 * ray             DecodePool over 12 videos (30 s 640x360 each, fps:4, frames resized to 448), 1 vs 2 workers
                   (one codec thread each, so two workers use two cores and no more); interleaved repeats
 
@@ -38,6 +41,7 @@ import numpy as np
 from capeval.benchmarks.targets import DECODE, as_json, figures, targets_met, targets_table, verdicts
 from capeval.engine.datasets.synthetic_videos import make_video
 from capeval.engine.frames.sampling import FrameSpec
+from capeval.engine.frames.sizes import DEFAULT_SIZE, Size, output_size, parse_size, size_text
 
 def _cached_video(directory: Path, name: str, **params) -> Path:
     """Encode once per parameter set; a sidecar JSON written last marks a complete file."""
@@ -67,8 +71,14 @@ def _timed(fn):
     return time.perf_counter() - t0, out
 
 
-def decode_all_then_pick(path: Path, keep_times: np.ndarray) -> tuple[np.ndarray, int]:
-    """Baseline: decode every frame; convert only frames whose time is one of `keep_times`."""
+def _rgb(frame, size: Size) -> np.ndarray:
+    """A kept frame as RGB at `size`: the conversion and resize capeval's decoder does (one swscale call)."""
+    width, height = output_size(size, frame.width, frame.height)
+    return frame.to_ndarray(width=width, height=height, format="rgb24")
+
+
+def decode_all_then_pick(path: Path, keep_times: np.ndarray, size: Size = None) -> tuple[np.ndarray, int]:
+    """Baseline: decode every frame; convert (and resize) only frames whose time is one of `keep_times`."""
     keep = {round(float(t), 6) for t in keep_times}
     picked, n = {}, 0
     with av.open(str(path)) as c:
@@ -79,7 +89,7 @@ def decode_all_then_pick(path: Path, keep_times: np.ndarray) -> tuple[np.ndarray
             n += 1
             t = round(float((f.pts - start) * s.time_base), 6)
             if t in keep:
-                picked[t] = f.to_ndarray(format="rgb24")
+                picked[t] = _rgb(f, size)
     return np.stack([picked[round(float(t), 6)] for t in keep_times]), n
 
 
@@ -93,7 +103,7 @@ def keyframe_display_times(path: Path) -> np.ndarray:
         return np.array(sorted(float((p.pts - start) * tb) for p in c.demux(s) if p.is_keyframe and p.pts is not None))
 
 
-def lower_bound(path: Path, keep_times: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, int]:
+def lower_bound(path: Path, keep_times: np.ndarray, keys: np.ndarray, size: Size = None) -> tuple[np.ndarray, int]:
     """Decode exactly keyframe -> last target of each needed GOP (keyframes and targets known in advance)."""
     with av.open(str(path)) as c:
         s = c.streams.video[0]
@@ -112,7 +122,7 @@ def lower_bound(path: Path, keep_times: np.ndarray, keys: np.ndarray) -> tuple[n
                     raise AssertionError(f"seek to keyframe {key_t} s landed at {t} s")
                 n += 1
                 if t in wanted:
-                    picked[t] = f.to_ndarray(format="rgb24")
+                    picked[t] = _rgb(f, size)
                 if t >= last:
                     break
     return np.stack([picked[round(float(t), 6)] for t in keep_times]), n
@@ -161,25 +171,25 @@ def _ray_scaling(videos: list[Path], spec: str, work: Path, repeats: int) -> dic
     return out
 
 
-def _compare(clip: Path, spec: str, repeats: int) -> dict:
+def _compare(clip: Path, spec: str, repeats: int, size: Size) -> dict:
     """Our decoder vs decode-all vs the lower bound for one spec; all three must return the same pixels."""
     from capeval.engine.frames.decode import decode_frames
 
     frame_spec = FrameSpec.parse(spec)
-    ours = decode_frames(clip, frame_spec)  # warm-up; its timestamps define the frames every method must return
+    ours = decode_frames(clip, frame_spec, size)  # warm-up; its timestamps define the frames every method must return
     keep = ours.timestamps
     keys = keyframe_display_times(clip)  # the lower bound "already knows the keyframes": found outside its timing
     runs = {"ours": [], "all": [], "lower": [], "no_skip": []}
     # Interleaved repeats, best of each: on a shared machine, load drifts between runs, not within one.
     for r in range(repeats):
-        t, ours = _timed(lambda: decode_frames(clip, frame_spec))
+        t, ours = _timed(lambda: decode_frames(clip, frame_spec, size))
         runs["ours"].append(t)
-        t, no_skip = _timed(lambda: decode_frames(clip, frame_spec, skip_nonref=False))
+        t, no_skip = _timed(lambda: decode_frames(clip, frame_spec, size, skip_nonref=False))
         runs["no_skip"].append(t)
-        t, (lb_frames, n_lower) = _timed(lambda: lower_bound(clip, keep, keys))
+        t, (lb_frames, n_lower) = _timed(lambda: lower_bound(clip, keep, keys, size))
         runs["lower"].append(t)
         if r < max(1, repeats // 2):  # the slow baseline needs fewer repeats
-            t, (all_frames, n_all) = _timed(lambda: decode_all_then_pick(clip, keep))
+            t, (all_frames, n_all) = _timed(lambda: decode_all_then_pick(clip, keep, size))
             runs["all"].append(t)
     uniform_s, lower_s, decode_all_s = min(runs["ours"]), min(runs["lower"]), min(runs["all"])
     if not (np.array_equal(ours.frames, all_frames) and np.array_equal(ours.frames, lb_frames)
@@ -202,10 +212,12 @@ def _compare(clip: Path, spec: str, repeats: int) -> dict:
         "mean_abs_offset_from_target_s": float(np.mean(np.abs(ours.timestamps - ours.targets))),
         "seeks": ours.seeks,
         "frames_total": n_all,
+        "frame_size": (int(ours.frames.shape[2]), int(ours.frames.shape[1])),
     }
 
 
-def run(quick: bool, cache_dir: Path, frames: int = 32, with_ray: bool = True) -> dict:
+def run(quick: bool, cache_dir: Path, frames: int = 32, with_ray: bool = True, size: Size = DEFAULT_SIZE) -> dict:
+    size = parse_size(size)
     cache_dir.mkdir(parents=True, exist_ok=True)
     if quick:
         params = dict(seconds=60, fps=25, size=(320, 180), gop_seconds=2, seed=1, bframes=3)
@@ -221,16 +233,18 @@ def run(quick: bool, cache_dir: Path, frames: int = 32, with_ray: bool = True) -
     ray_videos = [_cached_video(cache_dir, f"ray_{ray_params['size'][0]}_{ray_params['seconds']}s_{i}", seed=100 + i,
                                 **ray_params) for i in range(n_ray)]
     prep_s = time.perf_counter() - t0
-    exact = _compare(clip, f"uniform:{frames}", repeats)
-    snap = _compare(clip, f"uniform:{frames},snap=key", repeats)
+    exact = _compare(clip, f"uniform:{frames}", repeats, size)
+    snap = _compare(clip, f"uniform:{frames},snap=key", repeats, size)
     result = {
         "clip": {"path": str(clip), "seconds": params["seconds"], "size": list(params["size"]), "fps": params["fps"],
                  "gop_s": params["gop_seconds"], "frames_total": exact["frames_total"], "codec": "h264",
                  "bframes": params["bframes"], "b_pyramid": "normal", "x264_preset": "veryfast"},
         "quick": quick,
         "frames_returned": frames,
-        **{k: v for k, v in exact.items() if k != "frames_total"},
-        "keyframe_snap": {k: v for k, v in snap.items() if k != "frames_total"},
+        "size": size_text(size),
+        "frame_size": list(exact["frame_size"]),
+        **{k: v for k, v in exact.items() if k not in ("frames_total", "frame_size")},
+        "keyframe_snap": {k: v for k, v in snap.items() if k not in ("frames_total", "frame_size")},
         "repeats": repeats,
         "prep_s": prep_s,
         "cpu_count": os.cpu_count(),
@@ -252,16 +266,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--quick", action="store_true", help="60 s 320x180 clip and 4 small Ray videos (< 1 minute)")
     p.add_argument("--frames", type=int, default=32, help="uniform frames to sample (default 32)")
+    p.add_argument("--size", default=DEFAULT_SIZE,
+                   help=f"size the kept frames are converted to, by every method (default {DEFAULT_SIZE}, the sweep "
+                        "default; 'native' turns the resize off)")
     p.add_argument("--no-ray", action="store_true", help="skip the Ray scaling measurement")
     p.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "capeval-bench-videos",
                    help="where generated clips are kept between runs")
     args = p.parse_args(argv)
-    result = run(args.quick, args.cache_dir, args.frames, with_ray=not args.no_ray)
+    result = run(args.quick, args.cache_dir, args.frames, with_ray=not args.no_ray, size=args.size)
     if args.json:
         print(json.dumps(result, indent=1))
     else:
         print(figures("clip", result["clip"]))
-        print(f"{args.frames} uniform frames: {result['uniform_s']:.3f} s | decode all: {result['decode_all_s']:.3f} s "
+        print(f"{args.frames} uniform frames, each converted to {result['size']} "
+              f"({result['frame_size'][0]}x{result['frame_size'][1]}) by every method:")
+        print(f"ours {result['uniform_s']:.3f} s | decode all: {result['decode_all_s']:.3f} s "
               f"({result['speedup_vs_all']:.1f}x) | lower bound: {result['lower_bound_s']:.3f} s "
               f"(ratio {result['ratio_to_lower_bound']:.2f})")
         print(f"frames decoded per returned: {result['frames_decoded_per_returned']:.1f} "

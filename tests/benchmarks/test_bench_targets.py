@@ -37,7 +37,7 @@ SCALE_SIZES = [{"requests": 25000, "share": 0.93, "peak_rss_mb": 900, "engine_cp
                 "files": 105}]
 DECODE_EXACT = {"spec": "uniform:32", "uniform_s": 0.99, "decode_all_s": 3.66, "lower_bound_s": 1.65,
                 "speedup_vs_all": 3.7, "ratio_to_lower_bound": 0.6, "frames_decoded_per_returned": 17.4,
-                "decode_all_frames_decoded_per_returned": 93.75, "frames_total": 3000}
+                "decode_all_frames_decoded_per_returned": 93.75, "frames_total": 3000, "frame_size": (768, 432)}
 DECODE_SNAP = {**DECODE_EXACT, "spec": "uniform:32,snap=key", "uniform_s": 0.24, "speedup_vs_all": 15.0,
                "ratio_to_lower_bound": 0.9, "frames_decoded_per_returned": 1.0}
 KERNEL_PHASES = {"aggregate": {"ours_s": 0.0025, "ours_groups_only_s": 0.0034, "copy_s": 0.00085},
@@ -159,7 +159,7 @@ def _patch(monkeypatch, bench: str) -> None:
         monkeypatch.setattr(bench_caption, "caption_ceiling", lambda quick, say, **kw: {"note": "failed: no vLLM"})
     elif bench == "decode":
         monkeypatch.setattr(bench_decode, "_cached_video", lambda directory, name, **params: Path(name))
-        monkeypatch.setattr(bench_decode, "_compare", lambda clip, spec, repeats: dict(
+        monkeypatch.setattr(bench_decode, "_compare", lambda clip, spec, repeats, size: dict(
             DECODE_SNAP if "snap" in spec else DECODE_EXACT))
         monkeypatch.setattr(bench_decode, "_ray_scaling", lambda *a: {"scaling": 1.55, "one_worker_s": 2.0,
                                                                        "two_workers_s": 1.29})
