@@ -6,11 +6,15 @@ encoded once:
 
 * uniform_s       capeval.engine.frames.decode_frames, 32 uniform frames (seek to a keyframe only across GOPs; frames
                   no other frame references are skipped on the way to a target, skip_frame=NONREF)
+                  (threads="auto": GOP ranges decoded in parallel, one single-threaded decoder per core)
 * uniform_no_skip_s  the same without that skipping (skip_nonref=False): what the skipping buys
+* uniform_one_thread_s  the same with one decoder and one codec thread (threads=1, as a sweep's decode tasks run):
+                  gop_range_speedup = what the parallel ranges buy
 * decode_all_s    what lmms-eval's / vLLM's PyAV loaders do: decode every frame, convert the picked ones
 * lower_bound_s   a hand-written loop that already knows the keyframes and targets: seek to each needed
                   keyframe, decode exactly up to the last target in that GOP, convert only the targets
-                  (every frame of that run is decoded, so skipping non-reference frames can beat it: ratio < 1)
+                  (every frame of that run is decoded, so skipping non-reference frames can beat it: ratio < 1);
+                  its GOPs split over the same number of one-thread decoders in parallel as ours (`workers`)
 * keyframe_snap   the same three for `uniform:32,snap=key` (each target moved to the nearest keyframe within
                   half a slot): exact targets need ~GOP/2 decoded frames each, so at 32 frames per 120 s
                   exact sampling cannot reach 10x over decode-all; snapping decodes ~1 frame per target
@@ -20,7 +24,8 @@ encoded once:
 * ray             DecodePool over 12 videos (30 s 640x360 each, fps:4, frames resized to 448), 1 vs 2 workers
                   (one codec thread each, so two workers use two cores and no more); interleaved repeats
 
-All three single-video timings use the same codec threading and return identical pixels (checked).
+Decode-all uses FFmpeg's frame threads (its best: every frame is decoded, nothing is thrown away at a seek); ours
+and the lower bound decode GOP runs on all usable cores. Every method returns identical pixels (checked).
 Each is the best of interleaved repeats (5 full, 3 quick; decode-all: half as many). Targets: benchmarks/targets.py
 (DECODE).
 """
@@ -33,6 +38,7 @@ import os
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import av
@@ -65,9 +71,12 @@ def _best(fn, repeats: int):
     return best, out
 
 
-def _timed(fn):
-    t0 = time.perf_counter()
+def _timed(fn, cpu: list | None = None):
+    """(wall seconds, result); the process's CPU seconds (all threads) appended to `cpu` when given."""
+    t0, c0 = time.perf_counter(), time.process_time()
     out = fn()
+    if cpu is not None:
+        cpu.append(time.process_time() - c0)
     return time.perf_counter() - t0, out
 
 
@@ -103,17 +112,19 @@ def keyframe_display_times(path: Path) -> np.ndarray:
         return np.array(sorted(float((p.pts - start) * tb) for p in c.demux(s) if p.is_keyframe and p.pts is not None))
 
 
-def lower_bound(path: Path, keep_times: np.ndarray, keys: np.ndarray, size: Size = None) -> tuple[np.ndarray, int]:
-    """Decode exactly keyframe -> last target of each needed GOP (keyframes and targets known in advance)."""
+def _decode_groups(path: Path, groups: list[tuple[float, list[float]]], size: Size, threads: int | None) -> tuple[dict, int]:
+    """({time: RGB} of the wanted frames, frames decoded) for (keyframe, wanted times) groups, one container;
+    `threads` codec threads (None: FFmpeg's automatic frame threads)."""
+    picked, n = {}, 0
     with av.open(str(path)) as c:
         s = c.streams.video[0]
-        s.thread_type = "AUTO"
+        if threads is None:
+            s.thread_type = "AUTO"
+        else:
+            s.codec_context.thread_count = threads
+            s.thread_type = "SLICE"
         tb, start = s.time_base, s.start_time or 0
-        groups: dict[float, list[float]] = {}
-        for t in sorted(set(float(x) for x in keep_times)):
-            groups.setdefault(float(keys[np.searchsorted(keys, t + 1e-9) - 1]), []).append(round(t, 6))
-        picked, n = {}, 0
-        for key_t, wanted in groups.items():
+        for key_t, wanted in groups:
             c.seek(int(round(key_t / tb)) + start, stream=s, backward=True)
             last = wanted[-1]
             for f in c.decode(s):
@@ -125,7 +136,40 @@ def lower_bound(path: Path, keep_times: np.ndarray, keys: np.ndarray, size: Size
                     picked[t] = _rgb(f, size)
                 if t >= last:
                     break
+    return picked, n
+
+
+def lower_bound(path: Path, keep_times: np.ndarray, keys: np.ndarray, size: Size = None,
+                workers: int = 1) -> tuple[np.ndarray, int]:
+    """Decode exactly keyframe -> last target of each needed GOP (keyframes and targets known in advance). With
+    `workers` > 1 the GOPs are split into that many contiguous runs of about equal frames, each decoded by its own
+    container and a one-thread decoder in a thread of its own (what capeval's decoder does with threads="auto");
+    with 1, one decoder with FFmpeg's frame threads."""
+    by_key: dict[float, list[float]] = {}
+    for t in sorted(set(float(x) for x in keep_times)):
+        by_key.setdefault(float(keys[np.searchsorted(keys, t + 1e-9) - 1]), []).append(round(t, 6))
+    groups = list(by_key.items())
+    workers = min(workers, len(groups))
+    if workers < 2:
+        picked, n = _decode_groups(path, groups, size, None)
+    else:
+        cost = np.cumsum([wanted[-1] - key_t + 0.04 for key_t, wanted in groups])
+        cuts = sorted({0, len(groups), *(int(np.searchsorted(cost, cost[-1] * w / workers)) + 1
+                                         for w in range(1, workers))})
+        with ThreadPoolExecutor(workers) as pool:
+            parts = list(pool.map(lambda lo_hi: _decode_groups(path, groups[lo_hi[0]:lo_hi[1]], size, 1),
+                                  [(lo, hi) for lo, hi in zip(cuts, cuts[1:]) if hi > lo]))
+        picked = {t: img for part, _ in parts for t, img in part.items()}
+        n = sum(count for _, count in parts)
     return np.stack([picked[round(float(t), 6)] for t in keep_times]), n
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (what capeval's decoder splits GOP ranges over)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 #: Ray workers return frames resized for a captioner (longer side 448), as a sweep does: at native size each
@@ -179,21 +223,25 @@ def _compare(clip: Path, spec: str, repeats: int, size: Size) -> dict:
     ours = decode_frames(clip, frame_spec, size)  # warm-up; its timestamps define the frames every method must return
     keep = ours.timestamps
     keys = keyframe_display_times(clip)  # the lower bound "already knows the keyframes": found outside its timing
-    runs = {"ours": [], "all": [], "lower": [], "no_skip": []}
+    workers = usable_cores()
+    runs = {"ours": [], "all": [], "lower": [], "no_skip": [], "one_thread": []}
+    cpu = {"ours": [], "all": [], "lower": []}
     # Interleaved repeats, best of each: on a shared machine, load drifts between runs, not within one.
     for r in range(repeats):
-        t, ours = _timed(lambda: decode_frames(clip, frame_spec, size))
+        t, ours = _timed(lambda: decode_frames(clip, frame_spec, size), cpu["ours"])
         runs["ours"].append(t)
         t, no_skip = _timed(lambda: decode_frames(clip, frame_spec, size, skip_nonref=False))
         runs["no_skip"].append(t)
-        t, (lb_frames, n_lower) = _timed(lambda: lower_bound(clip, keep, keys, size))
+        t, one_thread = _timed(lambda: decode_frames(clip, frame_spec, size, threads=1))
+        runs["one_thread"].append(t)
+        t, (lb_frames, n_lower) = _timed(lambda: lower_bound(clip, keep, keys, size, workers), cpu["lower"])
         runs["lower"].append(t)
         if r < max(1, repeats // 2):  # the slow baseline needs fewer repeats
-            t, (all_frames, n_all) = _timed(lambda: decode_all_then_pick(clip, keep, size))
+            t, (all_frames, n_all) = _timed(lambda: decode_all_then_pick(clip, keep, size), cpu["all"])
             runs["all"].append(t)
     uniform_s, lower_s, decode_all_s = min(runs["ours"]), min(runs["lower"]), min(runs["all"])
     if not (np.array_equal(ours.frames, all_frames) and np.array_equal(ours.frames, lb_frames)
-            and np.array_equal(ours.frames, no_skip.frames)):
+            and np.array_equal(ours.frames, no_skip.frames) and np.array_equal(ours.frames, one_thread.frames)):
         raise AssertionError(f"{spec}: decoders disagree on pixels; the comparison would be meaningless")
     n = len(keep)
     return {
@@ -201,6 +249,13 @@ def _compare(clip: Path, spec: str, repeats: int, size: Size) -> dict:
         "uniform_s": uniform_s,
         "uniform_no_skip_s": min(runs["no_skip"]),
         "skip_nonref_speedup": min(runs["no_skip"]) / uniform_s,
+        "uniform_one_thread_s": min(runs["one_thread"]),
+        "gop_range_speedup": min(runs["one_thread"]) / uniform_s,
+        "workers": workers,
+        # CPU seconds (all threads, best of the repeats): what each method costs, robust to other load on the
+        # machine where wall times are not; speedup_vs_all_cpu compares with the frame-count bound without the cores
+        "cpu": {"uniform_s": min(cpu["ours"]), "decode_all_s": min(cpu["all"]), "lower_bound_s": min(cpu["lower"]),
+                "speedup_vs_all": min(cpu["all"]) / min(cpu["ours"])},
         "decode_all_s": decode_all_s,
         "lower_bound_s": lower_s,
         "speedup_vs_all": decode_all_s / uniform_s,

@@ -172,3 +172,58 @@ def test_mp4_index_agrees_with_keyframe_display_times(test_videos, name):
             assert index.before(t) == pytest.approx(scanned.before(t), abs=1e-6)
             if scanned.after(t) is not None:
                 assert index.after(t) == pytest.approx(scanned.after(t), abs=1e-6)
+
+
+def test_gop_ranges_decode_in_parallel_and_return_what_one_decoder_returns(test_videos, monkeypatch):
+    """threads="auto" on several cores splits targets in several GOPs into ranges, each decoded by its own container
+    in its own thread; frames, times, frames decoded and seeks are those of one decoder going through them all."""
+    import threading
+
+    import capeval.engine.frames.decode as decode
+
+    video = test_videos["h264_long"]  # 10 s, keyframe every 2 s
+    monkeypatch.setattr(decode.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    opened = []
+    real_open = decode.av.open
+
+    def counting_open(*args, **kwargs):
+        opened.append(threading.current_thread().name)
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(decode.av, "open", counting_open)
+    for spec in ("uniform:4", "fps:2", "uniform:16"):
+        opened.clear()
+        ranged = decode_frames(video["path"], FrameSpec.parse(spec), 80)
+        workers = [name for name in opened if name.startswith("capeval-decode")]
+        assert len(workers) >= 2, opened  # the premise: the ranges did the decoding
+        one = decode_frames(video["path"], FrameSpec.parse(spec), 80, threads=1)
+        np.testing.assert_array_equal(ranged.frames, one.frames)
+        np.testing.assert_array_equal(ranged.timestamps, one.timestamps)
+        assert (ranged.frames_decoded, ranged.seeks) == (one.frames_decoded, one.seeks)
+    assert_matches_reference(ranged, decode_all(video["path"], 80, 60))
+
+
+def test_a_range_that_fails_leaves_the_video_to_one_decoder(test_videos, monkeypatch):
+    """Any error in a range (here: its container cannot be opened) is no verdict on the video: one decoder decodes
+    it all again, with the result one decoder gives."""
+    import threading
+
+    import capeval.engine.frames.decode as decode
+
+    video = test_videos["h264_long"]
+    expected = decode_frames(video["path"], FrameSpec.parse("uniform:8"), threads=1)
+    monkeypatch.setattr(decode.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    real_open, refused = decode.av.open, []
+
+    def open_refused_in_ranges(*args, **kwargs):
+        if threading.current_thread().name.startswith("capeval-decode"):
+            refused.append(args[0])
+            raise OSError(24, "Too many open files")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(decode.av, "open", open_refused_in_ranges)
+    result = decode_frames(video["path"], FrameSpec.parse("uniform:8"))
+    assert refused  # the premise: the ranges were tried
+    np.testing.assert_array_equal(result.frames, expected.frames)
+    np.testing.assert_array_equal(result.timestamps, expected.timestamps)
+    assert (result.frames_decoded, result.seeks) == (expected.frames_decoded, expected.seeks)
