@@ -38,8 +38,10 @@ def init_ray(*, verbose: bool = False, num_cpus: int | None = None, object_store
              temp_dir: str | None = None) -> None:
     import ray
 
+    global _QUIET_RAY
     if ray.is_initialized():
         return
+    _QUIET_RAY = not verbose
     level = logging.INFO if verbose else logging.ERROR
     if os.environ.get("RAY_ADDRESS"):
         with _sigterm_handler_kept():
@@ -84,6 +86,22 @@ def exit_without_ray(code: int) -> None:
         except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
             pass
     os._exit(code)
+
+
+_QUIET_RAY = False  # whether this process's Ray was started (or joined) by init_ray without --verbose
+
+
+def shutdown_before_exit() -> None:
+    """Shut down the Ray that init_ray started or joined, for a command about to exit. Ray's own exit hook does the
+    same but first sleeps half a second so that its workers' last log lines reach the terminal; capeval shows those
+    lines only with --verbose, so without it the pause is skipped (with it, or for a Ray init_ray did not start,
+    Ray's hook is left to do it). Does nothing after a SIGTERM (see `ray_usable`)."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized() or not _QUIET_RAY or not ray_usable():
+        return
+    ray.shutdown()
 
 
 @contextlib.contextmanager

@@ -75,3 +75,18 @@ def test_top_level_call_skips_the_interpreters_tear_down(tmp_path):
     run = _python(script.replace("CALL", "from_a_function()"), tmp_path)
     assert run.returncode == exitcodes.USAGE, run.stderr
     assert (tmp_path / "finalized").read_text() == "yes"
+
+
+def test_a_quiet_local_ray_is_shut_down_before_the_exit_handlers(tmp_path):
+    """engine/ray_local.py shutdown_before_exit: the Ray init_ray started without --verbose is shut down by capeval
+    (Ray's own exit hook would first pause half a second for worker log lines that are not shown)."""
+    script = """
+        import ray
+        from capeval.engine.ray_local import init_ray, shutdown_before_exit
+        init_ray(num_cpus=1, object_store_mb=80)
+        shutdown_before_exit()
+        print("after quiet init_ray:", ray.is_initialized())
+        """
+    run = _python(script, tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "after quiet init_ray: False"

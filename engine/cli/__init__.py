@@ -20,7 +20,7 @@ from capeval.engine.cli.command_tools import CliCommandTools
 from capeval.engine.errors import CapevalError, Terminated, raise_on_sigterm
 from capeval.engine.frames.sampling import FrameSpecError
 from capeval.engine.packs import PackError
-from capeval.engine.ray_local import exit_without_ray, quiet_libraries
+from capeval.engine.ray_local import exit_without_ray, quiet_libraries, shutdown_before_exit
 from capeval.engine.registry import lookup, names
 from capeval.engine.safetext import guard_terminal_streams, terminal_text
 from capeval.engine.secrets import redact_message
@@ -103,6 +103,7 @@ def _end_process(code: int) -> None:
     for thread in threading.enumerate():
         if thread is not main_thread and not thread.daemon:
             thread.join()
+    shutdown_before_exit()  # what Ray's exit hook does, before the stores' flush as there, without its pause
     atexit._run_exitfuncs()  # every handler once, newest first, as at a normal exit
     for stream in (sys.stdout, sys.stderr):
         try:
