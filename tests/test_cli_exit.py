@@ -30,6 +30,11 @@ def test_top_level_call_exits_with_the_commands_code_after_threads_exit_handlers
             time.sleep(0.5)
             open({str(tmp_path / "thread")!r}, "w").write("joined")
         threading.Thread(target=late).start()
+        def queued():
+            time.sleep(0.5)
+            open({str(tmp_path / "executor")!r}, "w").write("finished")
+        from concurrent.futures import ThreadPoolExecutor
+        ThreadPoolExecutor(1).submit(queued)  # never shut down: threading's exit callback does it
         sys.stdout.write("x" * 100_000 + "end")  # buffered, not flushed by the script
         sys.exit(main(["sweep", {str(tmp_path / "missing.toml")!r}]))
         """
@@ -39,6 +44,7 @@ def test_top_level_call_exits_with_the_commands_code_after_threads_exit_handlers
     assert "capeval sweep: error" in run.stderr
     assert (tmp_path / "handler").read_text() == "ran"
     assert (tmp_path / "thread").read_text() == "joined"
+    assert (tmp_path / "executor").read_text() == "finished"
 
 
 def test_call_from_a_function_returns_and_the_caller_goes_on(tmp_path):

@@ -95,14 +95,13 @@ def _called_by_program_top_level() -> bool:
 
 
 def _end_process(code: int) -> None:
-    """Exit with `code` as the interpreter does -- threads that are not daemons joined, exit handlers run (Ray's
-    shutdown, the stores' last commits, logging's flush), standard streams flushed -- minus the interpreter's own
-    tear-down: once a command has loaded torch, transformers and Ray, garbage-collecting and freeing their millions
-    of objects at exit costs about 1.5 s of CPU and does nothing the user can see."""
-    main_thread = threading.main_thread()
-    for thread in threading.enumerate():
-        if thread is not main_thread and not thread.daemon:
-            thread.join()
+    """Exit with `code` as the interpreter does -- threads that are not daemons and executors' queued work waited
+    for, exit handlers run (Ray's shutdown, the stores' last commits, logging's flush), standard streams flushed --
+    minus the interpreter's own tear-down: once a command has loaded torch, transformers and Ray, garbage-collecting
+    and freeing their millions of objects at exit costs about 1.5 s of CPU and does nothing the user can see."""
+    # what the interpreter runs first at exit: threading's exit callbacks (concurrent.futures lets its executors'
+    # queued work finish there), then every thread that is not a daemon is joined
+    threading._shutdown()
     shutdown_before_exit()  # what Ray's exit hook does, before the stores' flush as there, without its pause
     atexit._run_exitfuncs()  # every handler once, newest first, as at a normal exit
     for stream in (sys.stdout, sys.stderr):
