@@ -92,26 +92,15 @@ _QUIET_RAY = False  # whether this process's Ray was started (or joined) by init
 
 
 def shutdown_before_exit() -> None:
-    """Shut down the Ray that init_ray started or joined, for a command about to exit; with --verbose, for a Ray
-    init_ray did not start, or after a SIGTERM (see `ray_usable`), Ray's own exit hook is left to do it.
-
-    Ray's hook first sleeps half a second so that the workers' last log lines reach the terminal (capeval shows them
-    only with --verbose), then stops a local Ray's processes one by one, each with SIGTERM and up to a second's
-    grace before SIGKILL; the raylet always uses that whole second. A private local Ray ends with its command, and
-    nothing of it outlives the run whatever its processes do (the watchdog SIGKILLs them once the driver is gone),
-    so here its processes are stopped with SIGKILL at once, after the driver has disconnected, as Ray does it when
-    told no grace is needed (`kill_all_processes(allow_graceful=False)`). A joined cluster is only disconnected."""
+    """Shut down the Ray that init_ray started or joined, for a command about to exit. Ray's own exit hook does the
+    same but first sleeps half a second so that its workers' last log lines reach the terminal; capeval shows those
+    lines only with --verbose, so without it the pause is skipped (with it, or for a Ray init_ray did not start,
+    Ray's hook is left to do it). Does nothing after a SIGTERM (see `ray_usable`)."""
     import sys
 
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized() or not _QUIET_RAY or not ray_usable():
         return
-    from ray._private import worker as ray_worker  # the local node's handle: Ray has no public one
-
-    node = getattr(ray_worker, "_global_node", None)
-    if node is not None and hasattr(node, "kill_all_processes"):  # a local Ray this process started
-        kill_all = node.kill_all_processes
-        node.kill_all_processes = lambda **options: kill_all(**{**options, "allow_graceful": False})
     ray.shutdown()
 
 

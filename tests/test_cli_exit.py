@@ -85,30 +85,14 @@ def test_top_level_call_skips_the_interpreters_tear_down(tmp_path):
 
 def test_a_quiet_local_ray_is_shut_down_before_the_exit_handlers(tmp_path):
     """engine/ray_local.py shutdown_before_exit: the Ray init_ray started without --verbose is shut down by capeval
-    (Ray's own exit hook would first pause half a second, then give each process a second's grace): once it returns,
-    no process of that Ray is left (each carries the run's marker in its environment, engine/ray_reaper.py)."""
+    (Ray's own exit hook would first pause half a second for worker log lines that are not shown)."""
     script = """
-        import os
-        import psutil, ray
+        import ray
         from capeval.engine.ray_local import init_ray, shutdown_before_exit
-        from capeval.engine.ray_reaper import MARKER_ENV
         init_ray(num_cpus=1, object_store_mb=80)
-        ray.get(ray.remote(lambda: 1).remote())
-        marker = f"{MARKER_ENV}={os.environ[MARKER_ENV]}".encode()
-        def of_this_ray():
-            found = []
-            for proc in psutil.process_iter():
-                try:
-                    with open(f"/proc/{proc.pid}/environ", "rb") as f:
-                        if proc.pid != os.getpid() and marker in f.read().split(b"\\0"):
-                            found.append(proc.pid)
-                except OSError:
-                    pass
-            return found
-        print("before:", len(of_this_ray()) > 0)
         shutdown_before_exit()
-        print("initialized:", ray.is_initialized(), "left:", of_this_ray())
+        print("after quiet init_ray:", ray.is_initialized())
         """
     run = _python(script, tmp_path)
     assert run.returncode == 0, run.stderr
-    assert run.stdout.split("\n")[:2] == ["before: True", "initialized: False left: []"], run.stdout
+    assert run.stdout.strip() == "after quiet init_ray: False"
