@@ -25,6 +25,7 @@ waiting for a connection slot is not counted in it (adapters/http_transport.py).
 from __future__ import annotations
 
 import asyncio
+import collections
 import email.utils
 import json
 import os
@@ -32,12 +33,12 @@ import queue
 import random
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Sequence
 
 from capeval.adapters.base import BackendFatalError
 from capeval.adapters.http_transport import (MAX_BODY_BYTES, ReplyTooLarge, TransportError, TransportTimeout, check_transport,
-                                     check_url, make_transport)
+                                     check_url, make_transport, preload_transport)
 from capeval.engine.reasoning import wrap_reasoning
 
 # The openai package's exception class for each status (openai._client._make_status_error), for error texts.
@@ -249,14 +250,48 @@ class RetryPolicy:
     connect_timeout_s: float = 10.0  # opening a connection; also the longest wait for the first request's answer
 
 
+@dataclass(eq=False)
+class _Call:
+    """One call asked for (loop thread only): its body, where its answer goes, and its copies running."""
+    token: object
+    body: bytes
+    unwrap: Any
+    sink: Any
+    started: float
+    copies: set = field(default_factory=set)  # asyncio tasks of its copies still running (the first and hedges)
+    hedges: int = 0  # hedge copies sent
+    failed: ChatResult | None = None  # the first failed answer, kept while another copy may still succeed
+
+    @property
+    def key(self) -> tuple[int, object]:
+        return call_key(self.sink, self.token)
+
+
+def call_key(sink, token) -> tuple[int, object]:
+    """Tokens are the caller's (each stream numbers its own from 0): with the sink they name one call."""
+    return id(sink), token
+
+
 class ChatRunner:
-    """Runs chat-completion calls (JSON bodies, already encoded) on a private event-loop thread."""
+    """Runs chat-completion calls (JSON bodies, already encoded) on a private event-loop thread.
+
+    Tail hedging: once a caller says it has nothing more to send (`hedge_idle_slots`; `stream` says so itself when
+    its feed is closed and drained), until the calls then running are answered, each slot of the window that comes
+    free carries a copy of the longest-outstanding call (at most `max_hedges` copies per call) once that call is
+    older than the median answer so far, in a runner that has had at least `max_in_flight` answers (a run longer
+    than one window: a shorter one has no drain to shorten, nor a latency to go by). The first good answer is the
+    call's answer and the other copies are cancelled. The copies only fill slots that would sit idle while the last requests drain, so the server never
+    sees more than `max_in_flight` requests, and a call asked for later takes its slot back from a hedge copy at
+    once. Copies are counted (`hedged_requests`, `hedges_won`); a cancelled copy's tokens are not known (a server
+    reports usage only with an answer), so the usage recorded is the winning copy's.
+"""
 
     def __init__(self, base_url: str, api_key: str, *, max_in_flight: int, retry: RetryPolicy, prices: Prices,
-                 transport: str = "auto", max_reply_bytes: int = MAX_BODY_BYTES):
+                 transport: str = "auto", max_reply_bytes: int = MAX_BODY_BYTES, max_hedges: int = 1):
         check_url(base_url)  # here, not on the loop thread where the pool is made: a bad URL must not hang a call
         check_transport(transport)
         self.url = base_url.rstrip("/") + "/chat/completions"
+        self.models_url = base_url.rstrip("/") + "/models"  # asked first, for the key's fate (_models_probe)
         self.max_in_flight = int(max_in_flight)
         self.retry, self.prices, self.transport_kind = retry, prices, transport
         self.max_reply_bytes = int(max_reply_bytes)
@@ -267,7 +302,17 @@ class ChatRunner:
                 self.headers[header] = os.environ[env]
         self._rng = random.Random(0x5EED)
         self._transport = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task] = set()  # every copy running (first copies and hedges): the slots in use
+        self._calls: dict[tuple[int, object], _Call] = {}  # calls not answered yet
+        # the caller has nothing more to send, until every call running now is answered: free slots may carry
+        # hedge copies (a call submitted meanwhile still comes first: _preempt_hedges)
+        self._idle = False
+        self._copy_seq = 0
+        self._latencies: collections.deque = collections.deque(maxlen=1024)  # seconds from call to answer, latest
+        self._hedge_timer: asyncio.TimerHandle | None = None
+        self.max_hedges = int(max_hedges)
+        self.hedged_requests = 0  # hedge copies sent
+        self.hedges_won = 0  # calls answered by a hedge copy
         self._auth_known: asyncio.Event | None = None
         self._probing = False
         self.fatal_error: str | None = None  # set once a 401/403 came back
@@ -275,6 +320,9 @@ class ChatRunner:
         self._loop = _new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="capeval-http", daemon=True)
         self._thread.start()
+        # aiohttp's import (~1 s on a busy machine) happens now, on the loop thread, while the caller goes on
+        # starting up: the first request does not wait for it
+        self._loop.call_soon_threadsafe(preload_transport)
 
     # ---- submission (any thread) -------------------------------------------------------------------------------
     def submit(self, calls: Sequence[tuple[object, bytes, str | None]], sink: queue.SimpleQueue) -> None:
@@ -285,10 +333,17 @@ class ChatRunner:
             raise RuntimeError("OpenAI HTTP backend is closed")
         self._loop.call_soon_threadsafe(self._spawn, list(calls), sink)
 
-    def cancel(self, tokens: set) -> None:
-        """Cancel the calls with these tokens that are still running (a stream abandoned by its consumer)."""
+    def cancel(self, tokens: set, sink) -> None:
+        """Cancel the calls with these tokens, submitted with `sink`, that are still running (a stream abandoned by
+        its consumer)."""
         if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._cancel, set(tokens))
+            self._loop.call_soon_threadsafe(self._cancel, {call_key(sink, t) for t in tokens})
+
+    def hedge_idle_slots(self) -> None:
+        """The caller has nothing more to send for now: until the calls running now are all answered, free slots may
+        carry hedge copies of them (class docstring)."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._start_idle_hedging)
 
     def run(self, calls: Sequence[tuple[bytes, str | None]]) -> list[ChatResult]:
         """Send every (body, unwrap) and return one result per call, in order."""
@@ -316,11 +371,12 @@ class ChatRunner:
         limit = max(1, int(max_in_flight))
         sink: queue.SimpleQueue = queue.SimpleQueue()
         in_flight: dict[int, Any] = {}
-        next_token, idle_sleep = 0, 0.0005
+        next_token, idle_sleep, hedging = 0, 0.0005, False
         try:
             while True:
                 closed = feed.closed
-                taken = feed.take(limit - len(in_flight)) if len(in_flight) < limit and not self.fatal_error else []
+                room = limit - len(in_flight)
+                taken = feed.take(room) if room > 0 and not self.fatal_error else []
                 calls, rejected = [], []
                 for request in taken:
                     try:
@@ -333,6 +389,10 @@ class ChatRunner:
                     next_token += 1
                 if calls:
                     self.submit(calls, sink)
+                if not hedging and in_flight and len(taken) < room and feed.closed:
+                    # the feed is drained and nothing more will come: the slots the drain frees carry hedge copies
+                    self.hedge_idle_slots()
+                    hedging = True
                 yield from rejected
                 if not in_flight:
                     if taken:
@@ -355,33 +415,122 @@ class ChatRunner:
                     yield in_flight.pop(token), result
         finally:
             if in_flight:
-                self.cancel(set(in_flight))
+                self.cancel(set(in_flight), sink)
 
     # ---- on the loop thread ------------------------------------------------------------------------------------
-    def _spawn(self, calls: list, sink: queue.SimpleQueue) -> None:
+    def _open(self) -> None:
         if self._transport is None:
             self._transport = make_transport(self.url, self.max_in_flight, self.headers, self.transport_kind,
                                              self.retry.connect_timeout_s, self.max_reply_bytes)
             self._auth_known = asyncio.Event()
+
+    def _spawn(self, calls: list, sink: queue.SimpleQueue) -> None:
+        self._open()
         for token, body, unwrap in calls:
-            task = self._loop.create_task(self._one(token, body, unwrap, sink))
-            task.capeval_token = token  # type: ignore[attr-defined]
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            call = _Call(token, body, unwrap, sink, time.perf_counter())
+            self._calls[call.key] = call
+            self._start_copy(call, hedge=False)
+        self._preempt_hedges()
 
-    def _cancel(self, tokens: set) -> None:
-        for task in list(self._tasks):
-            if getattr(task, "capeval_token", None) in tokens:
-                task.cancel()
+    def _start_copy(self, call: "_Call", hedge: bool) -> None:
+        task = self._loop.create_task(self._one(call, hedge))
+        task.capeval_token = call.token  # type: ignore[attr-defined]
+        task.capeval_hedge = hedge  # type: ignore[attr-defined]
+        task.capeval_seq = self._copy_seq  # type: ignore[attr-defined]
+        self._copy_seq += 1
+        call.copies.add(task)
+        self._tasks.add(task)
+        task.add_done_callback(self._copy_ended)
+        if hedge:
+            call.hedges += 1
+            self.hedged_requests += 1
 
-    async def _one(self, token, body: bytes, unwrap: str | None, sink: queue.SimpleQueue) -> None:
+    def _copy_ended(self, task: asyncio.Task) -> None:
+        self._tasks.discard(task)
+        self._hedge_idle_slots()  # a slot came free
+
+    def _preempt_hedges(self) -> None:
+        """Copies beyond the window wait for a slot; a hedge copy holding one gives it up to a first copy (youngest
+        hedge first), so hedging never delays a request that was asked for."""
+        live = [t for t in self._tasks if not t.cancelling()]
+        excess = len(live) - self.max_in_flight
+        if excess <= 0:
+            return
+        hedges = sorted((t for t in live if t.capeval_hedge), key=lambda t: t.capeval_seq, reverse=True)
+        for task in hedges[:excess]:
+            task.cancel()
+
+    def _start_idle_hedging(self) -> None:
+        self._idle = True
+        self._hedge_idle_slots()
+
+    def _hedge_idle_slots(self) -> None:
+        """While the caller has said it has nothing more to send (`hedge_idle_slots`) and the window has free slots,
+        send a copy of the longest-outstanding call into each (fewest copies first, at most `max_hedges` per call):
+        the first good answer wins, the other copies are cancelled ("The Tail at Scale", Dean & Barroso)."""
+        if not self._idle or self.max_hedges <= 0 or self.fatal_error:  # a copy waits for the key's probe as any call
+            return
+        # Only a run longer than one window has a drain to shorten and enough answers to say how long one takes;
+        # a call is copied once it is older than the median answer (a younger one is likely to be answered soon).
+        if len(self._latencies) < self.max_in_flight:
+            return
+        now = time.perf_counter()
+        after = sorted(self._latencies)[len(self._latencies) // 2]
+        while len(self._tasks) < self.max_in_flight:  # cancelled copies hold their slot until they have ended
+            open_calls = [c for c in self._calls.values() if c.hedges < self.max_hedges and c.copies]
+            if not open_calls:
+                return
+            call = min(open_calls, key=lambda c: (c.hedges, c.started))
+            if now - call.started < after:  # look again when the oldest of them is old enough
+                if self._hedge_timer is None:
+                    self._hedge_timer = self._loop.call_later(call.started + after - now, self._hedge_timer_fired)
+                return
+            self._start_copy(call, hedge=True)
+
+    def _hedge_timer_fired(self) -> None:
+        self._hedge_timer = None
+        self._hedge_idle_slots()
+
+    def _cancel(self, keys: set) -> None:
+        for key in keys:
+            call = self._calls.pop(key, None)
+            if not self._calls:
+                self._idle = False
+            if call is not None:
+                for task in list(call.copies):
+                    task.cancel()
+
+    async def _one(self, call: "_Call", hedge: bool) -> None:
+        task = asyncio.current_task()
         try:
-            result = await self._call(body, unwrap)
+            result = await self._call(call.body, call.unwrap)
         except asyncio.CancelledError:
+            call.copies.discard(task)
+            if not call.copies and call.failed is not None and self._calls.get(call.key) is call:
+                self._answer(call, call.failed, hedge=False)  # its last other copy gave its slot up
             raise
         except Exception as exc:  # noqa: BLE001 - never lose a result slot: the caller waits for every token
             result = ChatResult(None, f"client error ({type(exc).__name__}): {exc}"[:300])
-        sink.put((token, result))
+        call.copies.discard(task)
+        if self._calls.get(call.key) is not call:  # another copy answered first, or the caller cancelled it
+            return
+        if result.text is None and not result.fatal and call.copies:
+            call.failed = call.failed or result  # another copy may still answer: the first error waits for it
+            return
+        if result.text is None and call.failed is not None:
+            result, hedge = call.failed, False  # every copy failed: the first failure is the answer
+        self._answer(call, result, hedge)
+
+    def _answer(self, call: _Call, result: ChatResult, hedge: bool) -> None:
+        del self._calls[call.key]
+        self._latencies.append(time.perf_counter() - call.started)
+        if not self._calls:
+            self._idle = False  # drained: the next calls start a new stretch of work
+        if hedge:
+            self.hedges_won += 1
+        for other in list(call.copies):
+            other.cancel()
+        call.sink.put((call.token, result))
 
     async def _call(self, body: bytes, unwrap: str | None) -> ChatResult:
         if not self._auth_known.is_set():
@@ -392,12 +541,29 @@ class ChatRunner:
                     pass
             else:
                 self._probing = True
+                await self._models_probe()
         if self.fatal_error:
             return ChatResult(None, f"not sent: {self.fatal_error}", fatal=True)
         try:
             return await self._attempts(body, unwrap)
         finally:
             self._auth_known.set()  # a probe that got no HTTP answer at all lets the others try for themselves
+
+    async def _models_probe(self) -> None:
+        """Ask the key's fate of GET {base_url}/models: OpenAI, vLLM and SGLang answer it at once, with the 401/403 a
+        wrong key gets on /chat/completions, so the first chat request need not go alone for a whole generation.
+        2xx: the key is accepted, every request goes; 401/403: fatal, nothing is sent; anything else (a server
+        without /models, no answer): the first chat request is the probe (module docstring)."""
+        try:
+            status, _, payload = await self._transport.get(self.models_url, self.retry.connect_timeout_s)
+        except (TransportError, TransportTimeout):
+            return
+        if status in FATAL_STATUSES:
+            self.fatal_error = (f"HTTP {status} {error_name(status)} from {self.models_url}: "
+                                f"{_server_message(payload)} (check the API key and its access to the model)")
+            self._auth_known.set()
+        elif 200 <= status < 300:
+            self._auth_known.set()
 
     def _backoff(self, attempt: int) -> float:
         cap = min(self.retry.backoff_max_s, self.retry.backoff_base_s * (2**attempt))

@@ -96,12 +96,20 @@ class AiohttpPool:
         return timeout
 
     async def post(self, body: bytes, timeout_s: float) -> tuple[int, "_LowerHeaders", bytes]:
+        return await self._request("POST", self.url, body, timeout_s)
+
+    async def get(self, url: str, timeout_s: float) -> tuple[int, "_LowerHeaders", bytes]:
+        """A GET of `url` (another path of the same server, e.g. its /models) with the pool's headers and rules."""
+        return await self._request("GET", url, None, timeout_s)
+
+    async def _request(self, method: str, url: str, body: bytes | None,
+                       timeout_s: float) -> tuple[int, "_LowerHeaders", bytes]:
         import aiohttp
 
         async with self._slots:  # the wait for a slot is not part of the attempt's timeout
             try:
-                async with self.session.post(self.url, data=body, headers=self.headers,
-                                             timeout=self._timeout(timeout_s), proxy=self.proxy) as resp:
+                async with self.session.request(method, url, data=body, headers=self.headers,
+                                                timeout=self._timeout(timeout_s), proxy=self.proxy) as resp:
                     payload = await self._read_capped(resp)
                     return resp.status, _LowerHeaders(resp.headers), payload
             except asyncio.TimeoutError as exc:  # aiohttp's timeout errors are asyncio.TimeoutError too
@@ -160,6 +168,12 @@ def proxy_for(url: str) -> str | None:
     if not proxy or urllib.request.proxy_bypass(parsed.hostname or ""):
         return None
     return proxy
+
+
+def preload_transport() -> None:
+    """Import aiohttp (deferred by this module: importing a backend must stay light), e.g. on a runner's thread while
+    its owner starts up, so that the first request does not pay for it."""
+    import aiohttp  # noqa: F401
 
 
 def make_transport(url: str, limit: int, headers: dict[str, str], kind: str = "auto",

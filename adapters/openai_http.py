@@ -73,6 +73,12 @@ class HTTPConfig:
     price_cached_per_m: float | None = None  # USD per 1M cached prompt tokens; None: same as uncached
     price_completion_per_m: float = 0.0
     transport: str = "auto"  # "auto" or "aiohttp": both aiohttp (proxies from HTTP(S)_PROXY / NO_PROXY)
+    # tail hedging (adapters/http_chat.py ChatRunner): once no more requests are coming, the window's slots that the
+    # last requests free carry copies of the longest-outstanding ones, at most this many per request; the first
+    # good answer wins, the other copies are cancelled. On by default: the copies only fill slots that would sit
+    # idle while the last requests drain, so the server never sees more than max_in_flight and a run sends at most
+    # hedge x max_in_flight extra requests per drain. 0: off (e.g. a paid API that bills cancelled requests)
+    hedge: int = 3
     # captioner only
     max_frames: int | None = None  # a backend's limit on images per request; None: every frame of the frame spec
     # caption length sent; None (default): the request's max_tokens, which the caption stage sets per captioner and
@@ -163,6 +169,7 @@ def check_http_config(cfg: HTTPConfig) -> None:
     _number(cfg, "max_in_flight", positive=True, integer=True, optional=True)
     _number(cfg, "max_reply_bytes", positive=True, integer=True)
     _number(cfg, "choice_json_tokens", positive=False, integer=True)
+    _number(cfg, "hedge", positive=False, integer=True)
     for name in ("backoff_base_s", "backoff_max_s", "price_prompt_per_m", "price_completion_per_m"):
         _number(cfg, name, positive=False)
     _number(cfg, "price_cached_per_m", positive=False, optional=True)
@@ -228,13 +235,28 @@ class _HTTPBackend:
             retry=RetryPolicy(cfg.timeout_s, cfg.max_attempts, cfg.backoff_base_s, cfg.backoff_max_s,
                               connect_timeout_s=cfg.connect_timeout_s),
             prices=Prices(cfg.price_prompt_per_m, cfg.price_cached_per_m, cfg.price_completion_per_m),
-            max_reply_bytes=cfg.max_reply_bytes)
+            max_reply_bytes=cfg.max_reply_bytes, max_hedges=cfg.hedge)
 
     @property
     def max_in_flight(self) -> int:
         """Requests at the server at once (the connection pool): the judge loop's window (capeval.adapters.base.Judge), the
         caption stage's window per actor (capeval.adapters.base.StreamingCaptioner)."""
         return self.config.resolved_max_in_flight()
+
+    def no_more_requests(self) -> None:
+        """The caller will send nothing more for now (the caption stage's last tasks are out): the window's free
+        slots may carry hedge copies of the requests still running (the `hedge` option; adapters/http_chat.py)."""
+        self._runner.hedge_idle_slots()
+
+    @property
+    def hedged_requests(self) -> int:
+        """Hedge copies sent so far (each is one more request at the server; its tokens are not reported)."""
+        return self._runner.hedged_requests
+
+    @property
+    def hedges_won(self) -> int:
+        """Requests whose answer came from a hedge copy."""
+        return self._runner.hedges_won
 
     def watch_retries(self, callback) -> None:
         """`callback(kind)` is called at each retry, as it happens, on the client's thread (adapters/http_chat.py
@@ -366,6 +388,14 @@ class OpenAICaptioner(_HTTPBackend):
 
     actor_cpus = 0  # a caption actor waits on the server: it reserves no core (capeval.engine.stages.caption.actor_cpus)
 
+    @property
+    def queue_ahead(self) -> int:
+        """Requests the caption stage may hand over beyond the window (capeval.adapters.base.CaptionerCapabilities):
+        their bodies wait, built, for a free connection slot (ChatRunner's pool, first come first served, untimed),
+        so a slot that frees is refilled at once, not after the stage's round trip. A quarter of the window (at
+        least 4): enough to cover that round trip's hiccups, few enough frames held."""
+        return max(4, self.max_in_flight // 4)
+
     def _sent(self, r: CaptionRequest) -> np.ndarray:
         """Positions in `r.frames` of the frames the request carries."""
         image = getattr(r, "media_type", "video") == "image"
@@ -420,12 +450,12 @@ class OpenAICaptioner(_HTTPBackend):
             return HTTPCaptionResponse(request.key, None, f"invalid request {request.key}: {exc}")
         loop = asyncio.get_running_loop()
         done: asyncio.Future = loop.create_future()
-        token = object()  # identifies this call for ChatRunner.cancel
-        self._runner.submit([(token, body, None)], _FutureSink(loop, done))
+        token, sink = object(), _FutureSink(loop, done)  # they identify this call for ChatRunner.cancel
+        self._runner.submit([(token, body, None)], sink)
         try:
             res = await done
         except asyncio.CancelledError:
-            self._runner.cancel({token})
+            self._runner.cancel({token}, sink)
             raise
         return _caption_response(request.key, res, n_sent, note, self.processor_inputs(request))
 

@@ -312,6 +312,8 @@ def run(args, levels: list[int]) -> dict:
     if args.judge == "openai":
         options.setdefault("max_in_flight", max(levels))
         options.setdefault("structured", "vllm" if args.base_url else "openai")
+        # each level measures the server with exactly its requests: no hedge copies in the drain (adapters/http_chat.py)
+        options.setdefault("hedge", 0)
     params = _options(args.param)
     judge = make_judge(args.judge, model=args.judge_model, base_url=args.base_url, **options)
     try:

@@ -157,7 +157,8 @@ def completion_body(body: dict, content: str, cache: PrefixCache | None = None) 
 class _State:
     in_flight: int = 0
     max_in_flight: int = 0
-    requests: int = 0
+    requests: int = 0  # POSTs to /chat/completions
+    model_lists: int = 0  # GETs of /models (a client asking whether its key is accepted)
     outcomes: dict = field(default_factory=dict)  # outcome -> count
     faults_by_key: dict = field(default_factory=dict)
     attempts: list = field(default_factory=list)  # [key, arrival time (monotonic s), outcome]
@@ -231,22 +232,35 @@ def make_app(cfg: FaultConfig):
                 await asyncio.sleep(cfg.latency_s)
             return web.Response(body=completion_body(body, answer_for(body), prefix_cache),
                                 content_type="application/json")
+        except asyncio.CancelledError:  # the client hung up (handler_cancellation): no longer in flight here
+            if outcome == "ok":  # an injected fault (a stall the client gave up on) keeps its name
+                outcome = "cancelled"
+            raise
         finally:
             state.in_flight -= 1
             state.outcomes[outcome] = state.outcomes.get(outcome, 0) + 1
             if cfg.log_attempts:
                 state.attempts.append([key, t_arrival, outcome])
 
+    async def models(request: web.Request):
+        state.model_lists += 1
+        if expected_auth is not None and request.headers.get("Authorization") != expected_auth:
+            return web.json_response({"error": {"message": "Incorrect API key provided (loopback)",
+                                                "code": "invalid_api_key"}}, status=cfg.status_for_bad_key)
+        return web.json_response({"object": "list", "data": [{"id": "loopback", "object": "model"}]})
+
     async def health(_request):
         return web.json_response({"status": "ok"})
 
     async def stats(_request):
-        return web.json_response({"requests": state.requests, "max_in_flight": state.max_in_flight,
+        return web.json_response({"requests": state.requests, "model_lists": state.model_lists,
+                                  "max_in_flight": state.max_in_flight,
                                   "in_flight": state.in_flight, "outcomes": state.outcomes,
                                   "attempts": state.attempts, "config": asdict(cfg)})
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
     app.router.add_get("/health", health)
     app.router.add_get("/stats", stats)
     return app
@@ -255,7 +269,9 @@ def make_app(cfg: FaultConfig):
 async def _serve(cfg: FaultConfig, port: int, ready, stop: asyncio.Event) -> None:
     from aiohttp import web
 
-    runner = web.AppRunner(make_app(cfg), access_log=None)
+    # a request whose client hung up stops at once, as a vLLM server aborts it: in-flight counts stay honest when a
+    # client cancels a request (a hedge copy that lost, a timed-out attempt)
+    runner = web.AppRunner(make_app(cfg), access_log=None, handler_cancellation=True)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", port, backlog=1024)
     await site.start()

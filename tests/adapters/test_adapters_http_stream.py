@@ -93,7 +93,8 @@ def test_stream_waits_for_an_open_feed_and_reports_invalid_requests():
 
 @pytest.mark.parametrize("status", [401, 403])
 def test_auth_failure_is_fatal_after_one_request(status):
-    """A wrong key: batch and stream raise BackendFatalError with one clear line; the server saw one request."""
+    """A wrong key: batch and stream raise BackendFatalError with one clear line; the server saw one request, the
+    GET /models that asks whether the key is accepted, and no chat request."""
     cfg = FaultConfig(api_key="right-key", status_for_bad_key=status)
     with LoopbackServer(cfg) as server:
         with OpenAIJudge(model="m", base_url=server.base_url, api_key="wrong-key", structured="none",
@@ -103,7 +104,8 @@ def test_auth_failure_is_fatal_after_one_request(status):
             assert "\n" not in str(err.value) and "API key" in str(err.value)
             with pytest.raises(BackendFatalError):
                 list(judge.stream(ListFeed(_reqs(200, "t")), 32))
-        assert server.stats()["requests"] == 1  # the probe; nothing else was sent
+        stats = server.stats()
+        assert (stats["model_lists"], stats["requests"]) == (1, 0)  # the probe; nothing else was sent
         with OpenAIJudge(model="m", base_url=server.base_url, api_key="right-key", structured="none") as judge:
             assert all(r.error is None for r in judge.judge(_reqs(20, "ok")))
 

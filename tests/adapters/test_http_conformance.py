@@ -31,6 +31,7 @@ class RawServer:
     def __init__(self, reply, idle_close_s: float | None = None):
         self.reply, self.idle_close_s = reply, idle_close_s  # idle_close_s: drop idle keep-alive connections
         self.connections = 0
+        self.gets = 0
         self.attempts: Counter = Counter()
         self.arrived: dict[str, float] = {}  # question -> time.monotonic() of its first attempt
         self._ready = threading.Event()
@@ -74,6 +75,11 @@ class RawServer:
                     head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.idle_close_s)
                 except (asyncio.IncompleteReadError, ConnectionError, asyncio.TimeoutError):
                     return
+                if head.startswith(b"GET "):  # the client's GET /models (whether the key is accepted): no such page
+                    self.gets += 1
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
                 length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
                               if line.lower().startswith(b"content-length:"))
                 body = json.loads(await reader.readexactly(length))
@@ -162,7 +168,8 @@ def test_every_framing_of_a_valid_reply_is_read(framing):
 
 def test_keep_alive_reuses_connections_across_many_requests():
     requests = _requests(300, "keep")
-    with RawServer(lambda question, attempt: "length") as server, _judge(server, max_in_flight=4) as judge:
+    # hedge=0: a hedge copy cancelled mid-reply closes its connection; this test counts keep-alive reuse
+    with RawServer(lambda question, attempt: "length") as server, _judge(server, max_in_flight=4, hedge=0) as judge:
         out = list(judge.stream(_Feed(requests), 4))
         sequential = [judge.judge(_requests(1, f"one{i}"))[0] for i in range(10)]
     assert sorted(o.text for o in out) == sorted("echo:" + r.user for r in requests)
@@ -223,7 +230,7 @@ def test_a_stalled_request_holds_no_other_request(mode, position):
     others = [r for r in requests if r.key != "stall-0"]
     with RawServer(lambda question, attempt: "stall" if question.startswith("stall") else "length") as server, \
             _judge(server, timeout_s=timeout_s, connect_timeout_s=0.5, max_attempts=attempts,
-                   max_in_flight=8) as judge:
+                   max_in_flight=8, hedge=0) as judge:  # copies of a stalled request: test_http_hedging.py
         t0 = time.monotonic()
         out = list(judge.stream(_Feed(requests), 8)) if mode == "stream" else judge.judge(requests)
     by_key = {o.key: o for o in out}

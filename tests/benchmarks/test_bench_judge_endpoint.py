@@ -65,7 +65,7 @@ def test_errors_are_counted_and_auth_failure_aborts(capsys, shared_data):
     assert "HTTP 500" in lv["first_error"]
     with LoopbackServer(FaultConfig(api_key="secret")) as server:
         rc, _, err = _bench(capsys, server.base_url, shared_data, "--requests", "30", "--concurrency", "8")
-        assert server.stats()["requests"] == 1
+        assert (server.stats()["model_lists"], server.stats()["requests"]) == (1, 0)  # the key's probe, then nothing
     assert rc == exitcodes.ABORTED
     error_lines = [line for line in err.splitlines() if line.startswith("capeval bench: aborted:")]
     assert len(error_lines) == 1 and "HTTP 401" in error_lines[0] and "Traceback" not in err

@@ -73,8 +73,10 @@ def _sweep(tmp_path, base_url: str):
                                     "benchmark": "capquiz"}) + "\n")
     captions.write_text("".join(json.dumps({"video_id": f"v{v}", "caption": f"Clip {v}: two red squares move."})
                                 + "\n" for v in range(N_VIDEOS)))
+    # hedge=0: the counts below compare one request per item with the server's (hedge copies are counted apart:
+    # tests/adapters/test_http_hedging.py)
     judge = {"base_url": base_url, "model": "loopback", "api_key": "test-key", "structured": "vllm",
-             "max_attempts": 2, "backoff_base_s": 0.01, "max_in_flight": 4}
+             "max_attempts": 2, "backoff_base_s": 0.01, "max_in_flight": 4, "hedge": 0}
     params = ", ".join(f"{k} = {json.dumps(v)}" for k, v in judge.items())
     sweep = tmp_path / "faulty.toml"
     sweep.write_text(f'name = "faulty"\n[[datasets]]\nname = "quiz"\nkind = "items"\npath = "{items}"\n'
