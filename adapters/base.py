@@ -237,12 +237,16 @@ class CaptionerCapabilities:
     - `max_in_flight`: calls kept outstanding per instance (default None: the stage's default);
     - `thread_safe`: `caption()` may run in several threads at once (default False: one call at a time);
     - `actor_cpus`: the CPUs a caption actor reserves on a CPU node, a class attribute read before any instance
-      exists (default 1; 0 for HTTP captioners, whose server does the work)."""
+      exists (default 1; 0 for HTTP captioners, whose server does the work);
+    - `queue_ahead`: calls of `acaption` the stage may keep outstanding beyond `max_in_flight`, which the captioner
+      holds in its own queue (request built, waiting for a free slot) and starts the moment a slot frees, so no
+      slot waits for the stage to hand over the next task (default 0)."""
 
     streaming: bool = False
     max_in_flight: int | None = None
     thread_safe: bool = False
     actor_cpus: float = 1.0
+    queue_ahead: int = 0
 
 
 def captioner_capabilities(captioner: Any) -> CaptionerCapabilities:
@@ -253,6 +257,7 @@ def captioner_capabilities(captioner: Any) -> CaptionerCapabilities:
         max_in_flight=_positive_int(getattr(captioner, "max_in_flight", None)),
         thread_safe=bool(getattr(captioner, "thread_safe", False)),
         actor_cpus=float(cpus) if isinstance(cpus, (int, float)) and not isinstance(cpus, bool) and cpus >= 0 else 1.0,
+        queue_ahead=_positive_int(getattr(captioner, "queue_ahead", None)) or 0,
     )
 
 

@@ -6,7 +6,8 @@ server (benchmarks/loopback_server.py) in its own process, latency lognormal (me
 0.3 * exp(0.8^2 / 2) = 0.413 s), `max_in_flight = 64`. The bound is 64 / 0.413 s = 155 captions/s; `share` =
 captions_per_s / bound_per_s (targets: benchmarks/targets.py, CAPTION). `captions_per_s` counts the caption
 stage's work time (first request to last caption; decoding streams inside it), not the captioner's start-up
-(`load_s`, shown apart) or writing the results. Baseline, same run, same server, same frames and prompt: the old
+(`load_s`, shown apart) or writing the results. `hedged_requests`: copies of the last requests the captioner sent into
+the slots their drain left idle (its `hedge` option, on by default; the server still sees at most 64 at once). Baseline, same run, same server, same frames and prompt: the old
 batch loop (`CaptionWorker.caption` on 4 videos at a time, the next batch only after the slowest of the four came
 back), on the first `baseline_videos`.
 
@@ -145,6 +146,8 @@ def http_section(quick: bool, *, n_videos: int | None = None, baseline_videos: i
         "steady_per_s": round(steady, 2) if steady else None,
         "steady_share": round(steady / bound, 3) if steady else None, "stage_work_s": round(work_s, 2),
         "captioner_load_s": stats.get("load_s"), "sweep_wall_s": round(wall, 2), "server_max_in_flight": peak,
+        # copies of the last requests sent into the slots their drain left idle (the captioner's `hedge` option)
+        "hedged_requests": int(stats.get("hedged_requests", 0)),
         "latency": {"median_s": MEDIAN_S, "sigma": SIGMA, "in_flight": IN_FLIGHT},
         "options": "defaults (caption_actors = 1, nothing else set)", "prompt": PROMPT, "frames": FRAMES,
         "batch_loop_baseline": base,

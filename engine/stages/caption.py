@@ -113,17 +113,48 @@ class _Actors:
         self.make, self.max_restarts = make, max_restarts
         self.handles = [make() for _ in range(n)]
         self.windows, self.busy, self.epoch, self.replaced = [0] * n, [0] * n, [0] * n, [0] * n
+        self.calls = [0] * n  # calls kept outstanding per actor: its window and what its captioner queues ahead
         self.down, self.gone, self.failed_probes = [False] * n, [False] * n, [0] * n
         self.probes: dict = {}  # ObjectRef of an `info` call -> slot
+        self.told: list[int | None] = [None] * n  # the incarnation last told it has had its last task
+        self.notices: list = []  # ObjectRefs of those notices (fetched at the end, so no error goes unseen)
+
+    def no_more_tasks(self) -> None:
+        """Tell each live actor, once per incarnation, that it has had its last task (its captioner may then hedge
+        the requests still running: engine/stages/caption_worker.py `no_more_tasks`)."""
+        for ai, handle in enumerate(self.handles):
+            if self.told[ai] != self.epoch[ai] and not self.down[ai] and not self.gone[ai] and self.busy[ai]:
+                self.told[ai] = self.epoch[ai]
+                self.notices.append(handle.no_more_tasks.remote())
+
+    def counters(self) -> dict:
+        """The captioners' counts (caption_worker.CaptionWorker.counters) summed over the actors alive now: an
+        actor that died took its counts with it."""
+        import ray
+
+        total: dict = {"hedged_requests": 0}
+        refs = [h.counters.remote() for ai, h in enumerate(self.handles) if not self.down[ai] and not self.gone[ai]]
+        for ref in refs + self.notices:
+            try:
+                got = ray.get(ref, timeout=10)
+            except Exception:  # noqa: BLE001 - a dead or stuck actor: its counts are lost, the captions are not
+                continue
+            for k, v in (got or {}).items():
+                total[k] = total.get(k, 0) + v
+        return total
 
     def start(self, max_in_flight: int | None) -> None:
         import ray
 
         infos = ray.get([a.info.remote() for a in self.handles])
         self.windows = [min(i["window"], max_in_flight) if max_in_flight else i["window"] for i in infos]
+        # calls beyond the window that the captioner queues itself (only when the window is its own: a smaller one
+        # asked of the stage is not what the captioner holds back): each slot that frees starts the next request at
+        # once, instead of waiting for the driver's round trip
+        self.calls = [w + i.get("queue_ahead", 0) if w == i["window"] else w for w, i in zip(self.windows, infos)]
 
     def room(self, ai: int) -> int:
-        return 0 if self.down[ai] or self.gone[ai] else self.windows[ai] - self.busy[ai]
+        return 0 if self.down[ai] or self.gone[ai] else self.calls[ai] - self.busy[ai]
 
     @property
     def all_gone(self) -> bool:
@@ -225,8 +256,10 @@ def run_caption_stage(
 ) -> dict:
     """Caption every task not already in `store` (by caption_key) and append rows as captions finish.
 
-    Returns counts: {"captioned", "cached", "failed", "retried", "actor_deaths", "load_s", "work_s"} and `failures`
-    ({caption_key: error} of the captions that failed; they are not stored, so a rerun retries them). Tasks are
+    Returns counts: {"captioned", "cached", "failed", "retried", "actor_deaths", "hedged_requests", "load_s",
+    "work_s"} and `failures` ({caption_key: error} of the captions that failed; they are not stored, so a rerun
+    retries them). `hedged_requests`: the hedge copies the captioners sent once the last tasks were out (each actor
+    is told when it has had its last task; counted over the actors alive at the end). Tasks are
     pulled from the iterator lazily, so an upstream generator (e.g. the decode stage) is throttled by captioning
     speed. A key that appears twice (videos with identical frames) is captioned once. `max_in_flight` caps each
     actor's window (None: the captioner's own). `on_rows(rows)` is called with every group of finished rows
@@ -238,7 +271,7 @@ def run_caption_stage(
 
     params = dict(params or {})
     done = finished_keys(store)
-    stats: dict = {"captioned": 0, "cached": 0, "failed": 0, "retried": 0, "actor_deaths": 0}
+    stats: dict = {"captioned": 0, "cached": 0, "failed": 0, "retried": 0, "actor_deaths": 0, "hedged_requests": 0}
     failures: dict[str, str] = {}
     seen: set[str] = set()
 
@@ -280,8 +313,9 @@ def run_caption_stage(
         stats.update(load_s=round(time.perf_counter() - t_load, 3), work_s=0.0, failures=failures)
         return stats
     stats["load_s"] = round(time.perf_counter() - t_load, 3)
+    queued = sum(actors.calls) - sum(actors.windows)
     note(f"caption [{captioner}]: loaded in {stats['load_s']:.1f} s; up to {sum(actors.windows)} requests in "
-         f"flight", progress)
+         f"flight" + (f" and {queued} queued behind them" if queued else ""), progress)
     t_work = time.perf_counter()
     retry: deque[tuple[CaptionTask, int]] = deque()
     inflight: dict = {}  # ObjectRef -> (actor index, epoch, task, attempt)
@@ -322,6 +356,8 @@ def run_caption_stage(
                     t, attempt = nxt
                     inflight[actors.handles[ai].caption_one.remote(t)] = (ai, actors.epoch[ai], t, attempt)
                     actors.busy[ai] += 1
+            if exhausted and not retry:
+                actors.no_more_tasks()
             waiting = list(inflight) + list(actors.probes)
             if not waiting and not rows:
                 break
@@ -352,9 +388,10 @@ def run_caption_stage(
             if rows:
                 _settle(rows, store, on_rows, stats, failures, label)
                 hit("caption")
+        stats["work_s"] = round(time.perf_counter() - t_work, 3)
+        stats.update(actors.counters())
     finally:
         bar.close()
         actors.kill()
-    stats["work_s"] = round(time.perf_counter() - t_work, 3)
     stats["failures"] = failures
     return stats

@@ -150,6 +150,8 @@ class CaptionWorker:
         self.name = captioner
         self.model = lookup("captioner", captioner)(**params)
         self.reasoning_tags = tags_of(self.model)
+        # the frame cache's readers load with the captioner, not on the first task's clock
+        from capeval.engine.frames import cache, shards  # noqa: F401  # deferred: PyAV, pyarrow (~0.5 s busy)
 
     # -- how many calls the stage keeps outstanding here ------------------------------------------------------------
     @cached_property
@@ -170,12 +172,28 @@ class CaptionWorker:
             return self.capabilities.max_in_flight or SYNC_THREADS
         return self._threads() + 1  # one queued behind the busy threads: no idle gap between requests
 
+    def queue_ahead(self) -> int:
+        """Calls the stage may send beyond the window, which a streaming captioner queues itself (its `queue_ahead`)."""
+        return self.capabilities.queue_ahead if self.streaming else 0
+
     def info(self) -> dict:
         """Called once the actor is up (its model loaded): pid, window and how it runs requests."""
-        return {"pid": os.getpid(), "window": self.window(), "streaming": self.streaming}
+        return {"pid": os.getpid(), "window": self.window(), "queue_ahead": self.queue_ahead(),
+                "streaming": self.streaming}
 
     def pid(self) -> int:
         return os.getpid()
+
+    def no_more_tasks(self) -> None:
+        """The stage has sent this actor its last task (until a retry): a captioner that can use the idle slots of
+        its window while the last requests drain (tail hedging, the HTTP captioner's `hedge` option) is told so."""
+        tell = getattr(self.model, "no_more_requests", None)
+        if tell is not None:
+            tell()
+
+    def counters(self) -> dict:
+        """The captioner's own counts for the stage's record: hedge copies sent (`hedged_requests`), when it hedges."""
+        return {"hedged_requests": int(getattr(self.model, "hedged_requests", 0) or 0)}
 
     def _reasoning_tags(self):
         if "reasoning_tags" not in self.__dict__:  # a worker made without __init__ (tests drive one so)

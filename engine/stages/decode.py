@@ -1,5 +1,6 @@
-"""The CPU decode stage on Ray: one task per distinct video decodes every frame spec the sweep needs for it (through
-the frame cache of capeval.engine.frames), with a bounded number of tasks in flight and a progress bar.
+"""The CPU decode stage on Ray: each task decodes every frame spec the sweep needs for a few distinct videos (up to
+MAX_VIDEOS_PER_TASK: a Ray task's own cost is as large as a small clip's decode; one per task when the queue is
+short), through the frame cache of capeval.engine.frames, with a bounded number of videos in flight and a progress bar.
 
 `decode_stream` is a generator: it submits at most `max_inflight` videos ahead and yields each video's rows as soon
 as its task finishes. The caption stage pulls from it lazily, so decoding never runs more than `max_inflight` videos
@@ -71,6 +72,23 @@ def decode_video_specs(video_id: str, path: str, specs: list[FrameSpec], cache_d
     return [decode_one(path, video_id, spec, cache_dir, size, cap_bytes) for spec in specs]
 
 
+def decode_videos_specs(videos: list[tuple[str, str]], specs: list[FrameSpec], cache_dir: str, size=None,
+                        cap_bytes: int | None = None) -> list[list[dict]]:
+    """decode_video_specs of each (video_id, path), in one task: a Ray task costs ~1-2 ms of scheduling and
+    serialization on each side, as much as decoding a small clip."""
+    return [decode_video_specs(vid, path, specs, cache_dir, size, cap_bytes) for vid, path in videos]
+
+
+#: videos per decode task at most; fewer when the queue is short (decode_stream: every CPU keeps work)
+MAX_VIDEOS_PER_TASK = 4
+
+
+def videos_per_task(n_videos: int, cpus: float) -> int:
+    """Videos one decode task takes: up to MAX_VIDEOS_PER_TASK, while the queue still holds at least eight tasks per
+    CPU (a short queue is spread one video per task over every CPU)."""
+    return max(1, min(MAX_VIDEOS_PER_TASK, int(n_videos // max(1.0, 8 * cpus))))
+
+
 def content_groups(videos: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
     """(video_id, path) grouped by identical bytes, in first-seen order. Only same-size files are hashed."""
     from capeval.engine.frames.cache import video_digest
@@ -114,26 +132,30 @@ def decode_stream(videos: list[tuple[str, str]], specs: list[str], *, cache_dir:
     parsed = [FrameSpec.parse(s) for s in specs]
     cap_bytes = default_cap_bytes() if cap_bytes is None else int(cap_bytes)
 
-    remote = ray.remote(num_cpus=1, max_retries=2)(decode_video_specs)
+    remote = ray.remote(num_cpus=1, max_retries=2)(decode_videos_specs)
     queue = content_groups(videos)
+    per_task = videos_per_task(len(queue), ray.cluster_resources().get("CPU", 1.0))
     queue.reverse()  # pop() from the end keeps the input order
-    inflight: dict = {}
+    inflight: dict = {}  # ObjectRef -> the content groups its task decodes
+    ahead = 0  # videos in the tasks in flight
     with Bar(len(videos), desc, "video", progress) as bar:
         while queue or inflight:
-            while queue and len(inflight) < max_inflight:
-                group = queue.pop()
-                vid, path = group[0]
-                inflight[remote.remote(vid, path, parsed, cache_dir, size, cap_bytes)] = group
+            while queue and ahead < max_inflight:
+                groups = [queue.pop() for _ in range(min(per_task, len(queue), max_inflight - ahead))]
+                inflight[remote.remote([g[0] for g in groups], parsed, cache_dir, size, cap_bytes)] = groups
+                ahead += len(groups)
             ready, _ = ray.wait(list(inflight), num_returns=1)
-            group = inflight.pop(ready[0])
+            groups = inflight.pop(ready[0])
+            ahead -= len(groups)
             try:
-                rows = ray.get(ready[0])
+                decoded = ray.get(ready[0])
             except Exception as exc:  # noqa: BLE001 - the task's worker died past its retries
                 failure = Failure(FRAMES_MISSING, "decode task lost", f"decode task lost: {type(exc).__name__}")
-                rows = [{"frames_key": f"failed:{group[0][0]}:{s}", "video_id": group[0][0], "frame_spec": s,
-                         "timestamps": None, "height": None, "width": None, "path": None, "error": failure.message,
-                         "failure": failure} for s in specs]
-            for vid, _ in group:
-                yield [{**r, "video_id": vid} for r in rows]
-                hit("decode")
-            bar.update(len(group))
+                decoded = [[{"frames_key": f"failed:{g[0][0]}:{s}", "video_id": g[0][0], "frame_spec": s,
+                             "timestamps": None, "height": None, "width": None, "path": None,
+                             "error": failure.message, "failure": failure} for s in specs] for g in groups]
+            for group, rows in zip(groups, decoded):
+                for vid, _ in group:
+                    yield [{**r, "video_id": vid} for r in rows]
+                    hit("decode")
+                bar.update(len(group))

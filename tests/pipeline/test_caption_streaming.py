@@ -68,6 +68,30 @@ def test_a_slow_request_holds_its_own_slot_not_a_batch(decoded, tmp_path, ray_lo
     assert texts["v03"] == "caption of Describe clip 3."
 
 
+def test_the_last_request_is_hedged_into_the_slots_its_drain_leaves_idle(decoded, tmp_path, ray_local):
+    """Window 4, the last request slow: once it is alone, the three idle slots carry copies of it (the HTTP
+    captioner's `hedge` option, 3 by default), counted in the stage's `hedged_requests`; the server never holds more
+    than 4, and the stored captions are what they are without hedging."""
+    rows = {}
+    for hedge in (3, 0):
+        store = SegmentStore(tmp_path / f"captions-{hedge}", CAPTIONS)
+        with RecordingServer(latency_s=0.02, slow_s=1.0) as server:
+            slow = N_VIDEOS - 1
+            tasks = _tasks(decoded, prompt=lambda i: f"Describe clip {i}. {SLOW}" if i == slow else f"Describe clip {i}.")
+            params = {"base_url": server.base_url, "model": "m", "api_key": "test", "max_in_flight": 4}
+            if not hedge:
+                params["hedge"] = 0
+            stats = run_caption_stage(iter(tasks), captioner="openai", params=params, store=store, progress=False)
+            slow_copies = sum(SLOW in server.user_text(b) for b in server.bodies)
+            peak = server.max_in_flight
+        assert stats["captioned"] == N_VIDEOS and stats["failed"] == 0
+        assert (stats["hedged_requests"], slow_copies) == ((3, 4) if hedge else (0, 1))
+        assert peak <= 4
+        table = read_captions(store)
+        rows[hedge] = sorted(zip(table.column("caption_key").to_pylist(), table.column("text").to_pylist()))
+    assert rows[3] == rows[0]
+
+
 def test_decode_is_pulled_only_as_far_as_the_window_needs(decoded, tmp_path, ray_local):
     """Tasks are taken from upstream (the decode generator) only when a slot is free: never more than the window
     (max_in_flight = 3 here) ahead of the captions that came back."""
