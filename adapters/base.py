@@ -67,7 +67,9 @@ class RequestFeed(Protocol):
     `take(n)` returns up to n requests that are ready now, without blocking ([] when none are ready). The judge loop
     adds requests between the responses it receives (re-asks, the next step of a multi-step protocol), and sets
     `closed` once nothing more will come; so when a backend has nothing in flight and `take` returns [], `closed` is
-    True and the stream ends."""
+    True and the stream ends. A feed may also say `draining` (optional, default False): nothing new will be added
+    except follow-ups of the answers still in flight (re-asks, next steps), so a backend may use the slots the drain
+    leaves idle (the HTTP backends' tail hedging, adapters/http_chat.py) until those follow-ups come."""
 
     closed: bool
 

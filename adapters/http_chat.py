@@ -389,8 +389,9 @@ class ChatRunner:
                     next_token += 1
                 if calls:
                     self.submit(calls, sink)
-                if not hedging and in_flight and len(taken) < room and feed.closed:
-                    # the feed is drained and nothing more will come: the slots the drain frees carry hedge copies
+                if not hedging and in_flight and len(taken) < room and (feed.closed or getattr(feed, "draining", False)):
+                    # the feed is empty and nothing new will come (at most follow-ups of the answers in flight, which
+                    # take their slots back from hedge copies): the slots the drain frees carry hedge copies
                     self.hedge_idle_slots()
                     hedging = True
                 yield from rejected

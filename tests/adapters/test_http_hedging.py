@@ -197,3 +197,35 @@ def test_a_request_asked_for_later_takes_its_slot_back_from_a_hedge_copy():
 def test_hedge_option_is_checked():
     with pytest.raises(ValueError, match="hedge"):
         OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", hedge=-1)
+
+
+class _LoopFeed(_Feed):
+    """Like the judge loop's feed: `closed` only once every answer was handed back (an answer may bring a follow-up),
+    `draining` (when `says_draining`) once every request was taken."""
+
+    def __init__(self, requests, says_draining: bool):
+        super().__init__(requests)
+        self.handed_back, self.says_draining = 0, says_draining
+
+    @property
+    def closed(self):
+        return self.pos >= len(self.requests) and self.handed_back == len(self.requests)
+
+    @property
+    def draining(self):
+        return self.says_draining and self.pos >= len(self.requests)
+
+
+@pytest.mark.parametrize("says_draining", [True, False])
+def test_a_feed_that_stays_open_until_its_answers_are_back_hedges_only_when_it_says_draining(says_draining):
+    requests = _requests(60, "loop")
+    with LoopbackServer(FaultConfig(latency_median_s=0.05, latency_sigma=0.8)) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8) as judge:
+            feed = _LoopFeed(requests, says_draining)
+            out = []
+            for response in judge.stream(feed, 8):
+                out.append(response)
+                feed.handed_back += 1
+        copies = len(server.stats()["attempts"]) - len(requests)
+    assert sorted(o.key for o in out) == sorted(r.key for r in requests) and all(o.error is None for o in out)
+    assert (copies > 0) == says_draining
