@@ -86,6 +86,14 @@ def _compare(runs: dict[str, list[dict]]) -> dict:
             "output_tokens_per_s_ratio": ratio("output_tokens_per_s"), "token_counts_equal": len(counts) == 1}
 
 
+def _load() -> list[float] | None:
+    """The machine's 1/5/15-minute load averages (what else ran beside the measurement)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
 def _device() -> str:
     from vllm.platforms import current_platform
 
@@ -222,6 +230,7 @@ def judge_ceiling(data: Path, quick: bool, model_dir: Path | None = None, say=la
                    enable_prefix_caching=True, ignore_eos=True)
     options.update(engine_options or {})
     say(f"vllm_ceiling: {n} judge requests x {max_tokens} tokens, {rounds} round(s) each side")
+    load_before = _load()
     t0 = time.perf_counter()
     judge = VLLMJudge(model, **options)
     start_s = time.perf_counter() - t0
@@ -240,6 +249,7 @@ def judge_ceiling(data: Path, quick: bool, model_dir: Path | None = None, say=la
         judge.close()
     return {
         "model": Path(model).name, "vllm_version": _vllm_version(), "device": _device(),
+        "load_average": {"before": load_before, "after": _load()},
         "engine": {"dtype": options["dtype"], "max_model_len": options["max_model_len"],
                    "max_num_seqs": int(sched.max_num_seqs),
                    "max_num_batched_tokens": int(sched.max_num_batched_tokens),
@@ -348,6 +358,7 @@ def caption_ceiling(quick: bool, say=lambda m: None, *, model: str | None = None
     options = dict(model=model, max_model_len=1024, seed=0, skip_mm_profiling=True, ignore_eos=True)
     options.update(engine_options or {})
     say(f"vllm_ceiling: {n} captions x {max_tokens} tokens, {rounds} round(s) each side")
+    load_before = _load()
     started_ray = not ray.is_initialized()
     init_ray()
     try:
@@ -370,6 +381,7 @@ def caption_ceiling(quick: bool, say=lambda m: None, *, model: str | None = None
             ray.shutdown()
     return {
         "model": Path(model).name, "vllm_version": side["vllm_version"], "device": side["device"],
+        "load_average": {"before": load_before, "after": _load()},
         "engine": side["engine"], "ray_resources": resources,
         "workload": {"requests": n, "max_tokens": max_tokens, "frames": f"{N_FRAMES} random frames {SIDE}x{SIDE}, "
                      "one video per request", "prompt": CAPTION_PROMPT, "capeval_window": side["window"]},

@@ -25,6 +25,7 @@ def _check(out: dict, requests: int, max_tokens: int) -> None:
     assert out["output_tokens_per_s_ratio"] == pytest.approx(
         out["capeval"]["output_tokens_per_s"] / out["vllm"]["output_tokens_per_s"], rel=0.01)
     assert out["vllm_version"] and out["device"] and out["model"] and out["equal_lengths"]
+    assert set(out["load_average"]) == {"before", "after"}
 
 
 def test_judge_ceiling_sends_the_same_work_both_ways(shared_data):
