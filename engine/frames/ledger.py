@@ -34,15 +34,19 @@ LEDGER_VERSION = 1
 FRAME_DIGEST_HEX = 16  # per-frame digest length shown and compared: 64 bits, enough to tell frames apart
 
 
-def _digests(frames: np.ndarray) -> tuple[str, list[str]]:
-    """(digest of all frames, per-frame digests) of uint8 (T, H, W, 3) pixels; the shape enters the whole digest."""
+def frame_digests(frames: np.ndarray) -> list[str]:
+    """The SHA-256 (hex) of each frame's pixels. The caption stage takes them while the request is at the backend,
+    so hashing does not wait behind the answer (`frames_seen(..., digests=)`)."""
+    return [hashlib.sha256(np.ascontiguousarray(frame).tobytes()).hexdigest() for frame in np.asarray(frames)]
+
+
+def _digests(frames: np.ndarray, full: Sequence[str]) -> tuple[str, list[str]]:
+    """(digest of all frames, per-frame digests shown) of uint8 (T, H, W, 3) pixels whose per-frame SHA-256 are
+    `full`; the shape enters the whole digest."""
     whole = hashlib.sha256(f"{tuple(frames.shape)}|{frames.dtype}".encode())
-    per = []
-    for frame in frames:
-        d = hashlib.sha256(np.ascontiguousarray(frame).tobytes()).hexdigest()
+    for d in full:
         whole.update(d.encode())
-        per.append(d[:FRAME_DIGEST_HEX])
-    return whole.hexdigest(), per
+    return whole.hexdigest(), [d[:FRAME_DIGEST_HEX] for d in full]
 
 
 def _sent_positions(processor: Mapping | None, n: int) -> list[int] | None:
@@ -56,22 +60,26 @@ def _sent_positions(processor: Mapping | None, n: int) -> list[int] | None:
 
 
 def frames_seen(frames: np.ndarray, timestamps: Sequence[float], frame_spec: str, *, meta: Mapping | None = None,
-                media_type: str = "video", processor: Mapping | None = None) -> dict:
+                media_type: str = "video", processor: Mapping | None = None,
+                digests: Sequence[str] | None = None) -> dict:
     """The ledger of `frames` (uint8 (T, H, W, 3), what the captioner was given) taken at `timestamps` by
     `frame_spec`; `meta` is the frame cache's record of their decode (capeval.engine.frames.cache.frames_meta), and
-    `processor` what the backend reported handing its processor (may be None)."""
+    `processor` what the backend reported handing its processor (may be None). `digests`: `frame_digests(frames)`
+    when already taken."""
     frames = np.asarray(frames)
+    if digests is None or len(digests) != len(frames):
+        digests = frame_digests(frames)
     proc = {k: v for k, v in dict(processor or {}).items() if v is not None}
     sent = _sent_positions(proc, len(frames))
     proc.pop("frames_sent", None)
     ts = [float(t) for t in timestamps] if len(timestamps) == len(frames) else [None] * len(frames)
     if sent is not None:
-        frames, ts = frames[sent], [ts[i] for i in sent]
+        frames, ts, digests = frames[sent], [ts[i] for i in sent], [digests[i] for i in sent]
     meta = meta or {}
     rate = meta.get("rate") if media_type != "image" else None
     rate = float(rate) if rate else None
     indices = [int(round(t * rate)) for t in ts] if rate and all(t is not None for t in ts) else None
-    digest, per = _digests(frames)
+    digest, per = _digests(frames, digests)
     ledger = {
         "ledger": LEDGER_VERSION,
         "decoder": meta.get("decoder"),

@@ -116,10 +116,11 @@ def row(t: CaptionTask, captioner: str, text, error, n_tokens, prompt_tokens, la
     }
 
 
-def task_ledger(task: CaptionTask, frames, processor: dict | None = None) -> str | None:
+def task_ledger(task: CaptionTask, frames, processor: dict | None = None,
+                digests: list[str] | None = None) -> str | None:
     """The `frames_seen` text of a task's caption (capeval.engine.frames.ledger): the frames given, their decode's
     record in the frame cache, and what the backend reported handing its processor. None when it cannot be made
-    (the caption row is kept either way)."""
+    (the caption row is kept either way). `digests`: the frames' `ledger.frame_digests`, when already taken."""
     from capeval.engine.frames import cache, ledger  # deferred: PyAV (capeval.engine.frames loads the decoder)
 
     try:
@@ -128,7 +129,8 @@ def task_ledger(task: CaptionTask, frames, processor: dict | None = None) -> str
         meta = None
     try:
         return ledger.ledger_text(ledger.frames_seen(frames, task.timestamps, task.frame_spec, meta=meta,
-                                                     media_type=task.media_type, processor=processor))
+                                                     media_type=task.media_type, processor=processor,
+                                                     digests=digests))
     except (ValueError, TypeError, AttributeError):  # a malformed backend report or frames: no ledger, no failure
         return None
 
@@ -240,10 +242,21 @@ class CaptionWorker:
     async def _caption(self, task: CaptionTask, frames, encoded, sync: bool) -> dict:
         if task.segments:
             return await self._asegmental(task, frames, encoded, sync)
-        r = await self._one(self._request(task, frames, encoded), sync)
+        digests = None
+        if sync:
+            r = await self._one(self._request(task, frames, encoded), sync)
+        else:
+            from capeval.engine.frames.ledger import frame_digests  # deferred: PyAV (capeval.engine.frames loads the decoder)
+
+            # hashlib releases the GIL: the ledger's digests are taken while the request is at the backend, so they
+            # do not wait behind its answer (a batch of answers arriving at once would hash one after another)
+            hashing = asyncio.get_running_loop().run_in_executor(None, frame_digests, frames)
+            r = await self._one(self._request(task, frames, encoded), sync)
+            digests = await hashing
         return row(task, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s,
                    truncated=r.truncated, frames_sent=r.frames_sent, **caption_row_fields(r),
-                   frames_seen=task_ledger(task, frames, getattr(r, "processor_inputs", None)) if r.text is not None else None)
+                   frames_seen=(task_ledger(task, frames, getattr(r, "processor_inputs", None), digests)
+                                if r.text is not None else None))
 
     async def caption_one(self, task: CaptionTask) -> dict:
         """The caption row of one task (errors as the row's `error`, never raised)."""

@@ -20,7 +20,7 @@ from capeval.adapters.vlm_video_inputs import video_input
 from capeval.engine import schemas
 from capeval.engine.datasets.synthetic_videos import make_video
 from capeval.engine.frames import FrameSpec, cache
-from capeval.engine.frames.ledger import compare_ledgers, frames_seen, read_ledger
+from capeval.engine.frames.ledger import compare_ledgers, frame_digests, frames_seen, read_ledger
 from capeval.engine.stages.caption import CaptionTask, read_captions
 from capeval.engine.store.segments import SegmentStore
 
@@ -54,6 +54,16 @@ def test_frames_a_backend_left_out_are_not_in_the_ledger():
     assert led["frames_sent"] == [0, 2, 5] and led["indices"] == [0, 2, 5] and led["n_frames"] == 3
     assert led["frame_digests"] == frames_seen(frames[[0, 2, 5]], [0, 2, 5], "uniform:6")["frame_digests"]
     assert led["processor"] == {"backend": "x", "visual_tokens": 42}
+
+
+def test_digests_taken_before_the_answer_give_the_same_ledger():
+    frames = _frames(6)
+    full = frame_digests(frames)
+    assert full[3] == hashlib.sha256(frames[3].tobytes()).hexdigest()
+    for processor in (None, {"frames_sent": [0, 2, 5]}):
+        args = (frames, [0, 1, 2, 3, 4, 5], "uniform:6")
+        assert frames_seen(*args, meta={"rate": 1.0}, processor=processor, digests=full) == frames_seen(
+            *args, meta={"rate": 1.0}, processor=processor)
 
 
 def test_compare_says_identical_differ_or_unknown():
