@@ -244,6 +244,7 @@ def streaming(quick: bool = True) -> dict:
     bound = IN_FLIGHT / mean_latency
     return {
         "requests": summary.sent,
+        "hedged_requests": summary.hedged,  # copies sent into the drain's idle slots, not counted in `requests`
         "errors": summary.errors,
         "achieved_per_s": round(achieved, 1),
         "bound_per_s": round(bound, 1),

@@ -196,6 +196,14 @@ class JudgeLoop:
         if self._held and time.monotonic() >= self._next_poll:
             self._poll_held()
         self._complete_finished()
+        if not self.feed.draining and self.feed.in_flight and self._all_sent():
+            self.feed.draining = True
+
+    def _all_sent(self) -> bool:
+        """Every row of every cell is sent or answered and no more cells can come: what is left are the answers in
+        flight and their follow-ups (re-asks, next steps)."""
+        return (not self._pending and not self._held and not (self.source is not None and self.source.open)
+                and all(c.exhausted or c.done for c in self.cells))
 
     def _fill(self, target: int) -> None:
         while self.feed.ready < target:

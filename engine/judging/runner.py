@@ -86,7 +86,9 @@ def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge,
     loop.add(cell)
     if parts is not None:
         loop.source = _PartReader(cell, parts)
+    hedged_before = int(getattr(judge, "hedged_requests", 0) or 0)
     loop.run()
+    summary.hedged = int(getattr(judge, "hedged_requests", 0) or 0) - hedged_before
     table = cell.table()
     summary.requests = table.num_rows
     summary.wall_s = time.perf_counter() - t0

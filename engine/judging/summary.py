@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field
 class JudgingSummary:
     requests: int = 0  # verdict rows produced (all steps)
     sent: int = 0  # requests actually sent to the judge (re-asks included)
+    hedged: int = 0  # copies of sent requests the judge added in the drain (tail hedging), beyond `sent`
     cached: int = 0  # answered from the judgment cache
     reasks: int = 0
     parse_failures: int = 0
@@ -29,7 +30,8 @@ class JudgingSummary:
         return {**asdict(self), "cached_prompt_share": round(self.cached_prompt_share, 4)}
 
     def __str__(self) -> str:
-        return (f"{self.requests} verdicts | sent {self.sent} (re-asks {self.reasks}), cached {self.cached} | "
+        hedged = f", hedge copies {self.hedged}" if self.hedged else ""
+        return (f"{self.requests} verdicts | sent {self.sent} (re-asks {self.reasks}{hedged}), cached {self.cached} | "
                 f"parse failures {self.parse_failures}, repaired {self.repaired}, errors {self.errors}, "
                 f"missing {self.missing} | tokens: prompt {self.prompt_tokens} "
                 f"({self.cached_prompt_share:.0%} prefix-cached), completion {self.completion_tokens} | "

@@ -48,13 +48,16 @@ def judge_window(judge, asked: int | None = None) -> int:
 class WindowFeed:
     """Thread-safe queue of requests ready to send. `closed` is True when nothing is ready and every request taken
     has been handed back to the loop (`done`): the loop adds re-asks and next steps before calling `done`, so a
-    backend that sees `closed` with nothing in flight can end its stream. `stop()` ends the stream early."""
+    backend that sees `closed` with nothing in flight can end its stream. `stop()` ends the stream early.
+    `draining` (capeval.adapters.base.RequestFeed) is set by the loop once its rows are all sent: only follow-ups of
+    the answers in flight can come, so a backend may hedge the slots the drain leaves idle."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ready: deque[JudgeRequest] = deque()
         self._taken = 0  # taken by the backend, not yet handed back through done()
         self._stopped = False
+        self.draining = False
 
     def put(self, request: JudgeRequest) -> None:
         with self._lock:
@@ -79,7 +82,7 @@ class WindowFeed:
 
     def reopen(self) -> None:
         with self._lock:
-            self._stopped, self._taken = False, 0
+            self._stopped, self._taken, self.draining = False, 0, False
 
     @property
     def closed(self) -> bool:

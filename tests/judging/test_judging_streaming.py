@@ -262,3 +262,35 @@ def test_summary_metadata_and_attempt_column(tmp_path):
     v = run_judging(reqs, ScriptedJudge(), cache_dir=tmp_path, protocol=p, progress=False)
     meta = json.loads(v.schema.metadata[b"capeval.judging_summary"])
     assert meta["requests"] == 4 and meta["sent"] == 8 and v.schema.field("attempt").type == pa.int8()
+
+
+def test_the_loop_lets_an_http_judge_hedge_its_drain_and_the_verdicts_stay_the_same(tmp_path):
+    """Once every row is sent (only follow-ups of the answers in flight can come), the loop's feed says `draining`
+    and the HTTP judge fills the idle slots with copies of the longest-outstanding requests: the server sees copies
+    (counted in the summary's `hedged`, beyond `sent`), never more than the window, and the verdict table equals
+    a run without hedging. VidCapBench's two steps make follow-ups arrive while copies are out."""
+    from capeval.adapters.openai_http import OpenAIJudge
+    from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+
+    protocol, requests = _vidcapbench(n_items=48, n_captions=6)
+    tables, summaries, arrived = {}, {}, {}
+    for hedge in (0, 3):
+        cfg = FaultConfig(latency_median_s=0.05, latency_sigma=0.8)
+        with LoopbackServer(cfg) as server:
+            with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8,
+                             hedge=hedge) as judge:
+                tables[hedge], summaries[hedge] = run_judging(
+                    requests, judge, cache_dir=tmp_path / f"hedge{hedge}", protocol=protocol, max_in_flight=8,
+                    progress=False, return_summary=True)
+            stats = server.stats()
+        # the client never holds more than 8; the server may still count a cancelled copy whose hang-up it has not
+        # read yet when the slot's next request arrives
+        cancelled = sum(1 for a in stats["attempts"] if a[2] == "cancelled")
+        assert stats["max_in_flight"] <= 8 + cancelled and (hedge or cancelled == 0)
+        # a copy cancelled before it reached the server is counted by the judge and never seen there
+        assert summaries[hedge].sent <= len(stats["attempts"]) <= summaries[hedge].sent + summaries[hedge].hedged
+        arrived[hedge] = len(stats["attempts"])
+    assert summaries[0].hedged == 0 and arrived[0] == summaries[0].sent
+    assert summaries[3].hedged > 0 and arrived[3] > summaries[3].sent
+    assert summaries[0].sent == summaries[3].sent
+    assert _same(tables[0], tables[3])
