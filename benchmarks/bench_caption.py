@@ -98,8 +98,12 @@ def batch_loop(videos: list[tuple[str, str]], frames_dir: Path, base_url: str, b
 def steady_per_s(attempts: list, in_flight: int = IN_FLIGHT) -> float | None:
     """Requests per second while the window is full: arrivals after the first `in_flight` (each one answers a
     completion) over the time they took, from the server's arrival log. The start (filling the window) and the end
-    (the last requests draining, ~2 s at this latency whatever the client does) are what it leaves out."""
-    times = sorted(a[1] for a in attempts)
+    (the last requests draining, ~2 s at this latency whatever the client does) are what it leaves out. A request
+    counts once, at its first arrival: hedge copies and retries arrive again and are no more captions."""
+    first: dict = {}
+    for question, at, *_ in attempts:
+        first[question] = min(at, first.get(question, at))
+    times = sorted(first.values())
     if len(times) <= in_flight + 1 or times[-1] <= times[in_flight]:
         return None
     return (len(times) - 1 - in_flight) / (times[-1] - times[in_flight])

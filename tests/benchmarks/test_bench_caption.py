@@ -28,9 +28,12 @@ def test_caption_benchmark_runs_the_sweep_and_the_batch_baseline(ray_local):
 
 def test_steady_rate_counts_arrivals_while_the_window_is_full():
     # 64 arrivals at t=0 fill the window, then one every 10 ms: 100 per second while full
-    attempts = [["k", 0.0, "ok"]] * 64 + [["k", 0.01 * i, "ok"] for i in range(1, 101)]
+    attempts = [[f"k{i}", 0.0, "ok"] for i in range(64)] + [[f"k{63 + i}", 0.01 * i, "ok"] for i in range(1, 101)]
     assert abs(steady_per_s(attempts) - 100.0) < 1e-6
     assert steady_per_s(attempts[:65]) is None  # nothing after the window filled
+    # a hedge copy or a retry of a request already counted arrives again: it is no more captions
+    copies = [[f"k{63 + i}", 0.01 * i + 0.005, "cancelled"] for i in range(1, 101)]
+    assert abs(steady_per_s(attempts + copies) - 100.0) < 1e-6
     assert bound_per_s(64, 0.3, 0.0) == 64 / 0.3
 
 
