@@ -1,4 +1,4 @@
-"""`capeval bench sweep [--json] [--quick]`: a 4-cell sweep with captioning and judging overlapped vs stage after stage.
+"""`capeval bench sweep [--json] [--quick] [--scale]`: overlapped vs staged sweep; --scale: 100k judge requests.
 
 The `"sweep"` section of `capeval bench judge`: a 4-cell sweep run with captioning and judging overlapped (the
 default) against the same sweep stage after stage (`[options] overlap = false`), in the same process.
@@ -14,7 +14,7 @@ which is where overlapping matters most: stage after stage takes their sum, over
 what neither can overlap (starting the caption actor, the last answers, the cells' metrics). Each run writes to a
 fresh folder (nothing cached); runs alternate.
 
-`--scale` (issue 30 item 4) runs the `"scale"` section instead: a CapQuiz judge sweep with its captions given (a
+`--scale` runs the `"scale"` section instead: a CapQuiz judge sweep with its captions given (a
 `[[captions]]` file: nothing is captioned, so the engine's judge path is what is measured) against the same
 lognormal loopback server at 512 in flight (`[[judges]] params max_in_flight = 512`). The items (4 per video) and
 captions are synthetic text written straight to JSONL files, before and outside the timings. Each size (25,000,
