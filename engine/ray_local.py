@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+from typing import NoReturn
 
 from capeval.engine.errors import sigterm_received
 from capeval.engine.ray_reaper import MARKER_ENV, new_marker, start_watchdog
@@ -80,6 +81,13 @@ def exit_without_ray(code: int) -> None:
     ray = sys.modules.get("ray")
     if ray_usable() or ray is None or not ray.is_initialized():
         return
+    flush_and_exit(code)
+
+
+def flush_and_exit(code: int) -> NoReturn:
+    """Flush the standard streams and end the process with `code` at once (no exit handlers, no tear-down)."""
+    import sys
+
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -20,7 +20,7 @@ from capeval.engine.cli.command_tools import CliCommandTools
 from capeval.engine.errors import CapevalError, Terminated, raise_on_sigterm
 from capeval.engine.frames.sampling import FrameSpecError
 from capeval.engine.packs import PackError
-from capeval.engine.ray_local import exit_without_ray, quiet_libraries, shutdown_before_exit
+from capeval.engine.ray_local import exit_without_ray, flush_and_exit, quiet_libraries, shutdown_before_exit
 from capeval.engine.registry import lookup, names
 from capeval.engine.safetext import guard_terminal_streams, terminal_text
 from capeval.engine.secrets import redact_message
@@ -104,12 +104,7 @@ def _end_process(code: int) -> None:
     threading._shutdown()
     shutdown_before_exit()  # what Ray's exit hook does, before the stores' flush as there, without its pause
     atexit._run_exitfuncs()  # every handler once, newest first, as at a normal exit
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except Exception:  # noqa: BLE001 - a closed pipe: nothing more to say
-            pass
-    os._exit(code)
+    flush_and_exit(code)
 
 
 def _main(argv: list[str] | None) -> int:
