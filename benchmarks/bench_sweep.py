@@ -4,7 +4,7 @@ The `"sweep"` section of `capeval bench judge`: a 4-cell sweep run with captioni
 default) against the same sweep stage after stage (`[options] overlap = false`), in the same process.
 
 Workload: generated videos (engine/datasets/synthetic_videos.py through the `synthetic` dataset kind, made once and
-read by both runs as an items table), 2 prompts x 2 frame counts = 4 cells, CapQuiz items (4 per video) judged with
+read by both runs as an items table), 2 prompts x 2 frame counts = 4 cells, quiz items (4 per video) judged with
 8 seeds; the local captioner with an injected caption latency (`latency_s`, one caption actor: a stand-in for a
 captioning model) and the OpenAI-compatible judge against a loopback server in its own process whose latency is
 lognormal (median 0.3 s, sigma 0.8, as bench_streaming), 64 in flight. The sizes are chosen so that the caption
@@ -14,7 +14,7 @@ which is where overlapping matters most: stage after stage takes their sum, over
 what neither can overlap (starting the caption actor, the last answers, the cells' metrics). Each run writes to a
 fresh folder (nothing cached); runs alternate.
 
-`--scale` runs the `"scale"` section instead: a CapQuiz judge sweep with its captions given (a
+`--scale` runs the `"scale"` section instead: a quiz judge sweep with its captions given (a
 `[[captions]]` file: nothing is captioned, so the engine's judge path is what is measured) against the same
 lognormal loopback server at 512 in flight (`[[judges]] params max_in_flight = 512`). The items (4 per video) and
 captions are synthetic text written straight to JSONL files, before and outside the timings. Each size (25,000,
@@ -88,7 +88,7 @@ overlap = {"true" if overlap else "false"}
 
 
 def _items(root: Path, n_videos: int) -> Path:
-    """Generated videos and their CapQuiz items as an items table (both runs read the same files)."""
+    """Generated videos and their quiz items as an items table (both runs read the same files)."""
     loaded = load({"n_videos": n_videos, "seed": 11, "duration_s": 1.0}, base_dir=root, out_dir=root / "data",
                   name="shapes")
     path = root / "data" / "items.jsonl"
@@ -152,7 +152,7 @@ _WORDS = ("red", "blue", "green", "yellow", "circle", "square", "triangle", "mov
 
 
 def scale_data(root: Path, n_videos: int) -> tuple[Path, Path]:
-    """CapQuiz-shaped items (4 per video: question, 5 options, answer) and one caption per video, as JSONL files
+    """Quiz items (4 per video: question, 5 options, answer) and one caption per video, as JSONL files
     (text only, no media: the captions come from the file). Deterministic in n_videos; ~1 s per 100,000 items."""
     root.mkdir(parents=True, exist_ok=True)
     items, captions = root / "items.jsonl", root / "captions.jsonl"

@@ -2,7 +2,7 @@
 sweep path against vLLM's own offline `LLM.generate` over the same prompts at once (the ceiling), as
 `vllm bench throughput` measures an engine (NVIDIA's Cosmos-Curate reports its captioning against it).
 
-Judge (`judge_ceiling`): SmolLM2-135M-Instruct, CAPability's judge prompts (real release, gpt-4o-0806's captions,
+Judge (`judge_ceiling`): SmolLM2-135M-Instruct, the judge bench's prompts (a real release, gpt-4o-0806's captions,
 first step only). capeval's side is `run_judging` (the judge loop a sweep runs: cells, the in-flight window at the
 judge's own `max_in_flight`, the judge's `stream()`, the group committer writing the judgment cache, parsing) with the
 in-process vLLM judge; vLLM's side is one `LLM.generate(prompts, params)` on the SAME engine with the TokensPrompt and
@@ -63,6 +63,8 @@ SIZES = {  # (requests, output tokens per request, rounds)
     "judge": {True: (16, 16, 1), False: (128, 64, 2)},
     "caption": {True: (64, 32, 1), False: (256, 64, 2)},
 }
+#: the judge workload, as bench_judge's: a real release's judge prompts and captions (../shared/data)
+RELEASE = "capability"
 
 
 def _rates(requests: int, out_tokens: int, prompt_tokens: int, seconds: float) -> dict:
@@ -154,14 +156,14 @@ def engine_dtype() -> str:
 
 def judge_requests(data: Path, n: int, max_tokens: int, trials: int = 4, seed: int = 0,
                    spare: int = 0) -> tuple[pa.Table, pa.Table]:
-    """(measured, warm-up) CAPability first-step request tables, free text of `max_tokens` tokens: the first `n` rows
+    """(measured, warm-up) first-step request tables of RELEASE, free text of `max_tokens` tokens: the first `n` rows
     (and `spare` more) in the protocol's order of items drawn at random, each asked by `trials` judge seeds (as
     judge-variance runs do; a request's trials are adjacent, so the prefix cache serves all but the first)."""
-    items, captions, _ = read_inputs(data / "capability" / "annotations",
-                                     data / "capability" / "captions" / "gpt-4o-0806", "capability")
+    items, captions, _ = read_inputs(data / RELEASE / "annotations", data / RELEASE / "captions" / "gpt-4o-0806",
+                                     RELEASE)
     ids = sorted(set(items.column("item_id").to_pylist()))
     random.Random(seed).shuffle(ids)
-    protocol = lookup("protocol", "capability")
+    protocol = lookup("protocol", RELEASE)
     rows: list[int] = []
     table = None
     for take in (n + spare, 4 * (n + spare), len(ids)):  # enough items for n + spare rows with a caption
@@ -172,7 +174,7 @@ def judge_requests(data: Path, n: int, max_tokens: int, trials: int = 4, seed: i
         if len(rows) >= n + spare:
             break
     if len(rows) < n + spare:
-        raise ValueError(f"CAPability gives {len(rows)} requests with a caption; {n + spare} wanted")
+        raise ValueError(f"the release gives {len(rows)} requests with a caption; {n + spare} wanted")
 
     def free_text(idx: list[int]) -> pa.Table:
         t = table.take(pa.array(idx, pa.int64()))
@@ -202,7 +204,7 @@ def _judge_sweep_path(judge, table: pa.Table, cache_dir: Path) -> dict:
     judge.reset_prefix_cache()
     with StepClock(judge.llm.llm_engine) as clock:
         t0 = time.perf_counter()
-        verdicts = run_judging(table, judge, cache_dir=cache_dir, protocol="capability", max_reasks=0, max_steps=1,
+        verdicts = run_judging(table, judge, cache_dir=cache_dir, protocol=RELEASE, max_reasks=0, max_steps=1,
                                progress=False, use_cache=False)
         wall = time.perf_counter() - t0
     after = judge.prefix_cache_stats()
@@ -255,7 +257,7 @@ def judge_ceiling(data: Path, quick: bool, model_dir: Path | None = None, say=la
                    "max_num_batched_tokens": int(sched.max_num_batched_tokens),
                    "prefix_caching": options["enable_prefix_caching"], "block_size": options["block_size"],
                    "kv_cache_space_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE"), "start_s": round(start_s, 1)},
-        "workload": {"requests": n, "max_tokens": max_tokens, "prompts": "CAPability first-step judge prompts "
+        "workload": {"requests": n, "max_tokens": max_tokens, "prompts": f"{RELEASE} first-step judge prompts "
                      "(gpt-4o-0806 captions), free text", "rounds": rounds, "capeval_window": window},
         "equal_lengths": "ignore_eos=True and the same max_tokens on every request, the same SamplingParams "
                          "(temperature, seed) on both sides; requests and tokens counted on both sides",

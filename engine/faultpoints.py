@@ -2,8 +2,9 @@
 `CAPEVAL_KILL_AT=<point>[@<n>]` makes the process SIGKILL itself the n-th time (default 1st) it passes `<point>`: a
 real kill -9 at a known place, with no chance to clean up.
 
-Points: `decode` (the driver received a video's frames), `caption` (a caption batch was stored), `caption_call` (a
-caption actor starts a call: the actor's process dies, Ray restarts it and the stage re-sends what it lost),
+Points: `decode` (the driver received a video's frames), `caption` (a caption was stored; counted per caption,
+so `caption@N` kills once the batch holding the N-th caption is stored), `caption_call` (a caption actor starts a
+call: the actor's process dies, Ray restarts it and the stage re-sends what it lost),
 `cell_verdicts` (a cell's verdicts are written, its metrics not yet), `commit:<store folder>` (a group-committed
 store such as `captions` wrote its buffered rows), `compact` (a merged segment is in place, its parts not yet
 unlinked), `write:<file name>` (e.g. `write:results.parquet`: the file's temp copy is written and synced, not yet

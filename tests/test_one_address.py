@@ -36,6 +36,7 @@ ALLOWED: dict[str, tuple[int, str]] = {
     "benchmarks/bench_judge.py": (11, "the vLLM workload: a real release's judge prompts"),
     "benchmarks/bench_streaming.py": (12, "the streaming workload: a real release's requests"),
     "benchmarks/bench_sweep.py": (5, "the sweep workload: the demo's protocol, prompt and dataset kind"),
+    "benchmarks/vllm_ceiling.py": (1, "the judge workload, as bench_judge's: a real release's judge prompts"),
     "benchmarks/local_judge_agreement.py": (12, "measures the local judge against one release's published verdicts"),
     "benchmarks/micro/conftest.py": (7, "micro-benchmarks of the request path on a real release's rows"),
     "benchmarks/micro/test_micro_request_path.py": (13, "micro-benchmarks of the request path on a real release's rows"),

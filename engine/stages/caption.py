@@ -387,7 +387,8 @@ def run_caption_stage(
                 _finish(t, r, rows, videos, bar)
             if rows:
                 _settle(rows, store, on_rows, stats, failures, label)
-                hit("caption")
+                for _ in rows:  # counted per caption stored: `caption@N` is the Nth caption however answers group
+                    hit("caption")
         stats["work_s"] = round(time.perf_counter() - t_work, 3)
         stats.update(actors.counters())
     finally:
