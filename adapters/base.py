@@ -7,6 +7,7 @@ response per request in the same order, and reports failures per request instead
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
@@ -74,6 +75,21 @@ class RequestFeed(Protocol):
     closed: bool
 
     def take(self, n: int) -> list[JudgeRequest]: ...
+
+
+class ListFeed:
+    """A `RequestFeed` over a fixed list: every request is ready at once, and the feed is closed once all are taken
+    (`judge(batch)` over a streaming backend, benchmarks that send a prepared list)."""
+
+    def __init__(self, requests: Sequence[JudgeRequest]):
+        self._items = deque(requests)
+
+    @property
+    def closed(self) -> bool:
+        return not self._items
+
+    def take(self, n: int) -> list[JudgeRequest]:
+        return [self._items.popleft() for _ in range(min(int(n), len(self._items)))]
 
 
 @runtime_checkable

@@ -22,12 +22,11 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections import deque
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Iterator, Sequence
 
-from capeval.adapters.base import BackendFatalError, JudgeRequest, JudgeResponse
+from capeval.adapters.base import BackendFatalError, JudgeRequest, JudgeResponse, ListFeed
 from capeval.adapters.batch_files import BatchLine, batch_line, read_results, split
 from capeval.adapters.batch_state import BatchesPending, BatchState, no_wait
 from capeval.adapters.http_chat import RAW_REPLY_CHARS, Prices, TruncatedReply, parse_completion
@@ -106,20 +105,6 @@ class _Waiting:
     local: int  # the batch (BatchState row) that will answer it
 
 
-class _ListFeed:
-    """capeval.adapters.base.RequestFeed over a fixed list (for `judge(batch)`)."""
-
-    def __init__(self, requests: Sequence[JudgeRequest]):
-        self._items = deque(requests)
-
-    @property
-    def closed(self) -> bool:
-        return not self._items
-
-    def take(self, n: int) -> list[JudgeRequest]:
-        return [self._items.popleft() for _ in range(min(int(n), len(self._items)))]
-
-
 class BatchJudge:
     """The provider-independent part (see the module docstring). Subclasses set `self.config` (HTTPConfig: model,
     structured mode, prices, reasoning tags), `self.options` and `provider` (the state's name for the endpoint)."""
@@ -191,7 +176,7 @@ class BatchJudge:
     # -- the judge ----------------------------------------------------------------------------------------------------
     def judge(self, requests: Sequence[JudgeRequest]) -> list[JudgeResponse]:
         unique = list({r.key: r for r in requests}.values())
-        got = {resp.key: resp for resp in self.stream(_ListFeed(unique), len(unique) or 1)}
+        got = {resp.key: resp for resp in self.stream(ListFeed(unique), len(unique) or 1)}
         return [got.get(r.key) or JudgeResponse(r.key, None, "no answer from the batch") for r in requests]
 
     def stream(self, feed, max_in_flight: int | None = None) -> Iterator[JudgeResponse]:

@@ -44,13 +44,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from capeval.adapters.base import StreamingJudge
+from capeval.adapters.base import ListFeed, StreamingJudge
 from capeval.adapters.smollm2 import build_smollm2
 from capeval.adapters.vllm_engine import VLLMJudge
 from capeval.benchmarks.bench_sweep import sweep
 from capeval.benchmarks.http_loopback import measure_http_client, measure_sdk
-from capeval.benchmarks.judge_endpoint import (ListFeed, build_requests, main as endpoint_main, read_inputs,
-                                               stdout_to_stderr)
+from capeval.benchmarks.judge_endpoint import build_requests, main as endpoint_main, read_inputs, stdout_to_stderr
 from capeval.benchmarks.vllm_ceiling import engine_dtype, judge_ceiling
 from capeval.benchmarks.targets import JUDGE, WIDTH, as_json, targets_met, targets_table, verdicts
 import capeval.benchmarks.bench_streaming as bs

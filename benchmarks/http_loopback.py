@@ -15,7 +15,7 @@ import asyncio
 import json
 import time
 
-from capeval.adapters.base import JudgeRequest
+from capeval.adapters.base import JudgeRequest, ListFeed
 from capeval.adapters.http_chat import decode_body, encode_body
 from capeval.adapters.openai_http import OpenAIJudge
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
@@ -28,20 +28,6 @@ def _requests(n: int) -> list[JudgeRequest]:
                          choices=("yes", "no"), max_tokens=4, seed=i) for i in range(n)]
 
 
-class _Feed:
-    def __init__(self, requests):
-        self.requests, self.pos = requests, 0
-
-    def take(self, n):
-        out = self.requests[self.pos : self.pos + n]
-        self.pos += len(out)
-        return out
-
-    @property
-    def closed(self):
-        return self.pos >= len(self.requests)
-
-
 def measure_http_client(in_flight: int = 256, n_requests: int = 5000, structured: str = "vllm", mode: str = "stream",
                         transport: str = "auto") -> dict:
     reqs = _requests(n_requests + 300)
@@ -51,7 +37,7 @@ def measure_http_client(in_flight: int = 256, n_requests: int = 5000, structured
                          max_in_flight=in_flight, timeout_s=30.0, transport=transport) as judge:
             judge.judge(warm)  # connections, imports
             t0, c0 = time.perf_counter(), time.process_time()
-            out = list(judge.stream(_Feed(reqs), in_flight)) if mode == "stream" else judge.judge(reqs)
+            out = list(judge.stream(ListFeed(reqs), in_flight)) if mode == "stream" else judge.judge(reqs)
             elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
             chosen = type(judge._runner._transport).__name__
     errors = sum(r.text is None for r in out)

@@ -21,7 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from capeval.adapters.base import BackendFatalError, StreamingJudge, judge_capabilities
+from capeval.adapters.base import BackendFatalError, ListFeed, StreamingJudge, judge_capabilities
 from capeval.adapters.http_chat import Prices
 from capeval.engine import schemas
 from capeval.engine.errors import AbortedError, UsageError
@@ -98,20 +98,6 @@ def no_requests_reason(protocol_name: str, items_path, items, captions, params: 
            " (no item matches a caption: captions match items by item_id, then video_id)")
     return (f"{items_path}: no judge requests for protocol {protocol_name!r} from {items.num_rows} items and "
             f"{captions.num_rows} captions{why}")
-
-
-class ListFeed:
-    def __init__(self, requests):
-        self._requests, self._pos = requests, 0
-
-    def take(self, n: int):
-        out = self._requests[self._pos : self._pos + n]
-        self._pos += len(out)
-        return out
-
-    @property
-    def closed(self) -> bool:
-        return self._pos >= len(self._requests)
 
 
 def send(judge, requests: list, concurrency: int) -> list:

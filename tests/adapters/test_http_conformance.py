@@ -20,7 +20,7 @@ from collections import Counter
 
 import pytest
 
-from capeval.adapters.base import JudgeRequest
+from capeval.adapters.base import JudgeRequest, ListFeed
 from capeval.adapters.openai_http import OpenAIJudge
 
 
@@ -170,7 +170,7 @@ def test_keep_alive_reuses_connections_across_many_requests():
     requests = _requests(300, "keep")
     # hedge=0: a hedge copy cancelled mid-reply closes its connection; this test counts keep-alive reuse
     with RawServer(lambda question, attempt: "length") as server, _judge(server, max_in_flight=4, hedge=0) as judge:
-        out = list(judge.stream(_Feed(requests), 4))
+        out = list(judge.stream(ListFeed(requests), 4))
         sequential = [judge.judge(_requests(1, f"one{i}"))[0] for i in range(10)]
     assert sorted(o.text for o in out) == sorted("echo:" + r.user for r in requests)
     assert all(o.error is None for o in sequential)
@@ -192,20 +192,6 @@ def test_a_reset_on_every_attempt_is_a_retryable_failure_not_a_crash():
         out = judge.judge(requests)
     assert [o.text for o in out] == [None] * 3
     assert all("failed after 2 attempts" in o.error and "APIConnectionError" in o.error for o in out), out
-
-
-class _Feed:
-    def __init__(self, requests):
-        self.requests, self.pos = list(requests), 0
-
-    def take(self, n):
-        out = self.requests[self.pos : self.pos + n]
-        self.pos += len(out)
-        return out
-
-    @property
-    def closed(self):
-        return self.pos >= len(self.requests)
 
 
 def test_an_idle_keep_alive_connection_closed_by_the_server_is_not_an_error():
@@ -232,7 +218,7 @@ def test_a_stalled_request_holds_no_other_request(mode, position):
             _judge(server, timeout_s=timeout_s, connect_timeout_s=0.5, max_attempts=attempts,
                    max_in_flight=8, hedge=0) as judge:  # copies of a stalled request: test_http_hedging.py
         t0 = time.monotonic()
-        out = list(judge.stream(_Feed(requests), 8)) if mode == "stream" else judge.judge(requests)
+        out = list(judge.stream(ListFeed(requests), 8)) if mode == "stream" else judge.judge(requests)
     by_key = {o.key: o for o in out}
     assert [by_key[r.key].text for r in others] == ["echo:" + r.user for r in others]
     if mode == "stream":  # completion order: the stalled one comes last

@@ -12,24 +12,10 @@ from collections import Counter
 
 import pytest
 
-from capeval.adapters.base import JudgeRequest
+from capeval.adapters.base import JudgeRequest, ListFeed
 from capeval.adapters.http_chat import ChatRunner, Prices, RetryPolicy, encode_body
 from capeval.adapters.openai_http import OpenAIJudge
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
-
-
-class _Feed:
-    def __init__(self, requests):
-        self.requests, self.pos = list(requests), 0
-
-    def take(self, n):
-        out = self.requests[self.pos : self.pos + n]
-        self.pos += len(out)
-        return out
-
-    @property
-    def closed(self):
-        return self.pos >= len(self.requests)
 
 
 def _requests(n: int, tag: str) -> list[JudgeRequest]:
@@ -45,7 +31,7 @@ def test_hedge_copies_fill_only_the_slots_the_drain_leaves_idle(hedge):
     with LoopbackServer(FaultConfig(latency_median_s=0.05, latency_sigma=0.8)) as server:
         with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8,
                          hedge=hedge) as judge:
-            out = list(judge.stream(_Feed(requests), 8))
+            out = list(judge.stream(ListFeed(requests), 8))
             hedged = judge.hedged_requests
         stats = server.stats()
     assert sorted(o.key for o in out) == sorted(r.key for r in requests)
@@ -151,7 +137,7 @@ def test_the_first_answer_wins_and_the_other_copy_is_cancelled():
         with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=4, hedge=1,
                          timeout_s=30.0, connect_timeout_s=1.0) as judge:
             t0 = time.monotonic()
-            out = list(judge.stream(_Feed(requests), 4))
+            out = list(judge.stream(ListFeed(requests), 4))
             elapsed = time.monotonic() - t0
             won, hedged = judge.hedges_won, judge.hedged_requests
         deadline = time.monotonic() + 5
@@ -199,13 +185,18 @@ def test_hedge_option_is_checked():
         OpenAIJudge(model="m", base_url="http://127.0.0.1:9/v1", hedge=-1)
 
 
-class _LoopFeed(_Feed):
+class _LoopFeed:
     """Like the judge loop's feed: `closed` only once every answer was handed back (an answer may bring a follow-up),
     `draining` (when `says_draining`) once every request was taken."""
 
     def __init__(self, requests, says_draining: bool):
-        super().__init__(requests)
+        self.requests, self.pos = list(requests), 0
         self.handed_back, self.says_draining = 0, says_draining
+
+    def take(self, n):
+        out = self.requests[self.pos : self.pos + n]
+        self.pos += len(out)
+        return out
 
     @property
     def closed(self):
