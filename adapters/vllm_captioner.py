@@ -52,6 +52,7 @@ DEFAULT_MAX_IN_FLIGHT = 256
 # "Expected multimodal embeddings to be a sequence of 2D tensors"): their requests share the engine only with
 # requests of the same frame count (_EngineFeeder.batch_key), so a sweep with several frame specs still works.
 BATCH_BY_FRAME_COUNT = ("llava_onevision",)
+RENDERED_PROMPTS = 1024  # distinct prompts whose chat-template rendering a captioner keeps
 
 
 def _video_frame_count(inputs: dict):
@@ -103,6 +104,7 @@ class _EngineFeeder:
         self.held: dict = {}  # batch key -> items waiting for the engine to drain
         self.active = None  # batch key of the running requests
         self.broken: BaseException | None = None
+        self.steps, self.in_step_s = 0, 0.0  # engine steps taken and the time inside them (benchmarks read them)
         self.thread = threading.Thread(target=self._run, name="capeval-vllm-engine", daemon=True)
         self.thread.start()
 
@@ -162,12 +164,16 @@ class _EngineFeeder:
             if not engine.has_unfinished_requests():  # cannot happen with a sound engine; never spin on it
                 self._fail_all(RuntimeError("the engine dropped the request"))
                 continue
+            t0 = time.perf_counter()
             try:
                 outputs = engine.step()
             except Exception as exc:  # noqa: BLE001 - the engine itself failed: every waiting request fails
                 self.broken = exc
                 self._fail_all(exc)
                 continue
+            finally:
+                self.steps += 1
+                self.in_step_s += time.perf_counter() - t0
             for out in outputs:
                 if out.finished and out.request_id in self.waiting:
                     _notify(self.waiting.pop(out.request_id), out, None)
@@ -259,6 +265,8 @@ class VLLMCaptioner:
             self.llm = LLM(model=model, revision=revision, max_model_len=max_model_len, dtype=dtype,
                            enforce_eager=enforce_eager, limit_mm_per_prompt=limits, **engine_kwargs)
         track_engine(self.llm)
+        # the chat template compiles on its first render (~0.05 s): paid with the model load, not by the first request
+        self._render("", system, ("video",) if frame_input == "video" else ("image",))
         # for tests and benchmarks: called as on_output(request, vllm RequestOutput) from the engine thread when a
         # request finishes (the processed prompt's token ids show what the model saw)
         self.on_output: Callable | None = None
@@ -273,11 +281,24 @@ class VLLMCaptioner:
     # -- prompts ----------------------------------------------------------------------------------------------------
     def _prompt(self, r: CaptionRequest, visual: list[dict]) -> str:
         text = r.prompt if not r.context else f"{r.context}\n\n{r.prompt}"
-        system = r.system or self.system
-        messages = ([{"role": "system", "content": system}] if system else []) + [
-            {"role": "user", "content": visual + [{"type": "text", "text": text}]}
-        ]
-        return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return self._render(text, r.system or self.system, tuple(part["type"] for part in visual))
+
+    def _render(self, text: str, system: str | None, parts: tuple[str, ...]) -> str:
+        """The chat template's prompt for `text` after the visual `parts`, rendered once per distinct prompt: a sweep
+        sends one prompt text with the same parts for every video, and a render costs about as much as the rest of
+        the request's preparation together (the template is deterministic, so the text is the same)."""
+        cache = self.__dict__.setdefault("_rendered", {})
+        key = (text, system, parts)
+        prompt = cache.get(key)
+        if prompt is None:
+            if len(cache) >= RENDERED_PROMPTS:  # segmental contexts are all distinct: keep the cache bounded
+                cache.clear()
+            messages = ([{"role": "system", "content": system}] if system else []) + [
+                {"role": "user", "content": [{"type": kind} for kind in parts] + [{"type": "text", "text": text}]}
+            ]
+            prompt = cache[key] = self.processor.apply_chat_template(messages, tokenize=False,
+                                                                     add_generation_prompt=True)
+        return prompt
 
     def engine_inputs(self, r: CaptionRequest) -> dict:
         """The prompt dict of one request as `LLM.enqueue` takes it (prompt, multi_modal_data, mm_processor_kwargs)."""
@@ -366,6 +387,12 @@ class VLLMCaptioner:
             self._submit(r, f.set_result)
             futures.append(f)
         return [f.result() for f in futures]
+
+    def engine_counters(self) -> dict:
+        """Engine steps taken so far and the seconds spent inside them (the caption stage sums them over its actors:
+        how the engine was fed, beside the stage's wall time)."""
+        feeder = getattr(self, "_feeder", None)
+        return {"engine_steps": feeder.steps, "in_engine_step_s": feeder.in_step_s} if feeder is not None else {}
 
     def close(self) -> None:
         feeder, self._feeder = getattr(self, "_feeder", None), None

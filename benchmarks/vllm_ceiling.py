@@ -186,17 +186,22 @@ def judge_requests(data: Path, n: int, max_tokens: int, trials: int = 4, seed: i
     return free_text(rows[:n]), free_text(rows[n:n + spare])
 
 
-def _judge_generate(judge, table: pa.Table) -> tuple[dict, list]:
-    pairs = [judge.engine_request(to_judge_request(row)) for row in table.to_pylist()]
-    prompts, params = [p for p, _ in pairs], [s for _, s in pairs]
-    judge.reset_prefix_cache()
-    with StepClock(judge.llm.llm_engine) as clock:
+def _timed_generate(llm, inputs: list, params: list) -> dict:
+    """vLLM's side: one `LLM.generate` over every prepared input with its SamplingParams, timed from the call to
+    its return, with its engine steps, requests and tokens."""
+    with StepClock(llm.llm_engine) as clock:
         t0 = time.perf_counter()
-        outputs = judge.llm.generate(prompts, params, use_tqdm=False)
+        outputs = llm.generate(inputs, params, use_tqdm=False)
         wall = time.perf_counter() - t0
     out = _rates(len(outputs), sum(len(o.outputs[0].token_ids) for o in outputs),
                  sum(len(o.prompt_token_ids) for o in outputs), wall)
-    return {**out, **clock.figures(wall)}, outputs
+    return {**out, **clock.figures(wall)}
+
+
+def _judge_generate(judge, table: pa.Table) -> dict:
+    pairs = [judge.engine_request(to_judge_request(row)) for row in table.to_pylist()]
+    judge.reset_prefix_cache()
+    return _timed_generate(judge.llm, [p for p, _ in pairs], [s for _, s in pairs])
 
 
 def _judge_sweep_path(judge, table: pa.Table, cache_dir: Path) -> dict:
@@ -243,7 +248,7 @@ def judge_ceiling(data: Path, quick: bool, model_dir: Path | None = None, say=la
         with tempfile.TemporaryDirectory(prefix="capeval-ceiling-") as tmp:
             for r in range(rounds):  # alternating: a slow spell of the machine hits both sides alike
                 runs["capeval"].append(_judge_sweep_path(judge, table, Path(tmp) / f"cache-{r}"))
-                runs["vllm"].append(_judge_generate(judge, table)[0])
+                runs["vllm"].append(_judge_generate(judge, table))
                 say(f"vllm_ceiling: round {r + 1}: capeval {runs['capeval'][-1]['seconds']} s, "
                     f"vllm {runs['vllm'][-1]['seconds']} s")
         window = judge.max_in_flight
@@ -300,14 +305,8 @@ def _caption_request(task: CaptionTask) -> CaptionRequest:
 
 def _caption_generate(cap: VLLMCaptioner, tasks: list[CaptionTask]) -> dict:
     requests = [_caption_request(t) for t in tasks]
-    inputs, params = [cap.engine_inputs(r) for r in requests], [cap.sampling_params(r) for r in requests]
-    with StepClock(cap.llm.llm_engine) as clock:
-        t0 = time.perf_counter()
-        outputs = cap.llm.generate(inputs, params, use_tqdm=False)
-        wall = time.perf_counter() - t0
-    out = _rates(len(outputs), sum(len(o.outputs[0].token_ids) for o in outputs),
-                 sum(len(o.prompt_token_ids) for o in outputs), wall)
-    return {**out, **clock.figures(wall)}
+    return _timed_generate(cap.llm, [cap.engine_inputs(r) for r in requests],
+                           [cap.sampling_params(r) for r in requests])
 
 
 def _caption_stage(params: dict, tasks: list[CaptionTask], root: Path, gpus: float) -> dict:
@@ -317,7 +316,10 @@ def _caption_stage(params: dict, tasks: list[CaptionTask], root: Path, gpus: flo
     ok = [r for r in rows if r["error"] is None]
     out = _rates(len(ok), sum(r["n_tokens"] for r in ok), sum(r["prompt_tokens"] for r in ok),
                  float(stats["work_s"]))
-    out.update(failed=int(stats["failed"]), load_s=stats["load_s"],
+    in_step = float(stats.get("in_engine_step_s", 0.0))
+    out.update(engine_steps=int(stats.get("engine_steps", 0)), in_engine_step_s=round(in_step, 3),
+               between_steps_s=round(max(0.0, float(stats["work_s"]) - in_step), 3),
+               failed=int(stats["failed"]), load_s=stats["load_s"],
                errors=sorted({r["error"] for r in rows if r["error"] is not None})[:3])
     return out
 

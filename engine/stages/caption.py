@@ -303,6 +303,9 @@ def run_caption_stage(
     t_load = time.perf_counter()
     note(f"caption [{captioner}]: loading the captioner ({max(1, num_actors)} actor(s))...", progress)
     actors = _Actors(new_actor, max(1, num_actors), max_restarts)
+    # pyarrow imports its pandas shim (~0.3 s) when it first builds a table from Python rows: here, while the
+    # captioners load, rather than when the first captions are stored
+    pa.Table.from_pylist([], schema=CAPTIONS)
     try:
         actors.start(max_in_flight)
     except (RayActorError, RayTaskError) as exc:  # the constructor failed: every task fails, saying why

@@ -194,8 +194,10 @@ class CaptionWorker:
             tell()
 
     def counters(self) -> dict:
-        """The captioner's own counts for the stage's record: hedge copies sent (`hedged_requests`), when it hedges."""
-        return {"hedged_requests": int(getattr(self.model, "hedged_requests", 0) or 0)}
+        """The captioner's own counts for the stage's record: hedge copies sent (`hedged_requests`), when it hedges,
+        and an in-process engine's steps (`engine_counters`: engine_steps, in_engine_step_s), when it has one."""
+        engine = getattr(self.model, "engine_counters", None)
+        return {"hedged_requests": int(getattr(self.model, "hedged_requests", 0) or 0), **(engine() if engine else {})}
 
     def _reasoning_tags(self):
         if "reasoning_tags" not in self.__dict__:  # a worker made without __init__ (tests drive one so)

@@ -17,7 +17,7 @@ def _check(out: dict, requests: int, max_tokens: int) -> None:
         assert all(out[side][k] for k in FIELDS), out[side]
         assert out[side]["requests"] == requests
         assert out[side]["output_tokens"] == requests * max_tokens  # every request decoded to its max_tokens
-        assert out[side]["engine_steps"] >= max_tokens if "engine_steps" in out[side] else True
+        assert out[side]["engine_steps"] >= max_tokens and out[side]["in_engine_step_s"] > 0  # both sides count steps
     assert out["token_counts_equal"] is True
     assert out["capeval"]["prompt_tokens"] == out["vllm"]["prompt_tokens"]  # the same token ids went in
     assert out["requests_per_s_ratio"] == pytest.approx(
