@@ -453,6 +453,8 @@ class ChatRunner:
     def _preempt_hedges(self) -> None:
         """Copies beyond the window wait for a slot; a hedge copy holding one gives it up to a first copy (youngest
         hedge first), so hedging never delays a request that was asked for."""
+        if len(self._tasks) <= self.max_in_flight:  # the common case: every copy has its slot (no scan per call)
+            return
         live = [t for t in self._tasks if not t.cancelling()]
         excess = len(live) - self.max_in_flight
         if excess <= 0:

@@ -81,9 +81,11 @@ class AiohttpPool:
         self.max_body_bytes = int(max_body_bytes)
         self.proxy = proxy_for(url)  # aiohttp's trust_env would look it up again for every request
         self._slots = asyncio.Semaphore(int(limit))
+        # The headers are the session's defaults, so a request merges none of its own; they name the User-Agent
+        # (aiohttp adds its own only when none is set: skipping it per request would cost a header copy each time).
         self.session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=int(limit), ssl=_ssl_context() if url.startswith("https") else None),
-            cookie_jar=aiohttp.DummyCookieJar(), skip_auto_headers=("User-Agent",))
+            cookie_jar=aiohttp.DummyCookieJar(), headers=headers)
         self._timeouts: dict[float, object] = {}
 
     def _timeout(self, timeout_s: float):
@@ -108,8 +110,8 @@ class AiohttpPool:
 
         async with self._slots:  # the wait for a slot is not part of the attempt's timeout
             try:
-                async with self.session.request(method, url, data=body, headers=self.headers,
-                                                timeout=self._timeout(timeout_s), proxy=self.proxy) as resp:
+                async with self.session.request(method, url, data=body, timeout=self._timeout(timeout_s),
+                                                proxy=self.proxy) as resp:
                     payload = await self._read_capped(resp)
                     return resp.status, _LowerHeaders(resp.headers), payload
             except asyncio.TimeoutError as exc:  # aiohttp's timeout errors are asyncio.TimeoutError too
@@ -128,6 +130,8 @@ class AiohttpPool:
         declared = resp.content_length  # of the encoded body: a cap on it holds only for an identity body
         if declared is not None and declared > limit and not resp.headers.get("Content-Encoding"):
             raise ReplyTooLarge(resp.status, limit, declared)
+        if declared is not None and not resp.headers.get("Content-Encoding"):
+            return await resp.read()  # an identity body of a declared length within the cap: read as it is framed
         body = bytearray()
         async for chunk in resp.content.iter_chunked(_READ_CHUNK):
             body += chunk

@@ -89,35 +89,23 @@ class PromptPack:
         return {"pack": str(self.path), "pack_digest": self.digest, "pack_name": self.name}
 
 
-_CACHE: dict[tuple[str, int, int], PromptPack] = {}
-
-
-_RESOLVED: dict[tuple[str, str], Path] = {}
-
-
-def _resolved(path: str | os.PathLike) -> Path:
-    """The absolute path of a pack file as named, resolved once per name (and working folder, for a relative name):
-    a protocol renders every request with its pack, and resolving walks each folder of the path."""
-    name = os.fspath(path)
-    key = ("" if os.path.isabs(name) else os.getcwd(), name)
-    p = _RESOLVED.get(key)
-    if p is None:
-        if len(_RESOLVED) >= 256:
-            _RESOLVED.clear()
-        p = _RESOLVED[key] = Path(name).expanduser().resolve()
-    return p
+#: Packs read, by the file as named (its name, and the working folder for a relative name) and the file's identity
+#: and version (device, inode, size, mtime): a hit costs one stat, so a protocol may load its pack per request.
+_CACHE: dict[tuple, PromptPack] = {}
 
 
 def load_pack(path: str | os.PathLike) -> PromptPack:
-    """Read and check a pack file (cached by path, size and mtime)."""
-    p = _resolved(path)
+    """Read and check a pack file (cached while the file named is unchanged; the pack's `path` is resolved)."""
+    name = os.fspath(path)
     try:
-        st = p.stat()
-    except FileNotFoundError:
+        st = os.stat(os.path.expanduser(name))
+    except (FileNotFoundError, NotADirectoryError):
         raise PackError(f"prompt pack not found: {path}") from None
-    ck = (str(p), st.st_size, st.st_mtime_ns)
-    if ck in _CACHE:
-        return _CACHE[ck]
+    ck = ("" if os.path.isabs(name) else os.getcwd(), name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    pack = _CACHE.get(ck)
+    if pack is not None:
+        return pack
+    p = Path(name).expanduser().resolve()
     raw = p.read_bytes()
     try:
         data = tomllib.loads(raw.decode("utf-8"))
@@ -140,6 +128,8 @@ def load_pack(path: str | os.PathLike) -> PromptPack:
     if not prompts:
         raise PackError(f"{p}: a prompt pack needs at least one [[prompt]] table")
     pack = PromptPack(p, hashlib.sha256(raw).hexdigest()[:32], dict(data.get("meta") or {}), prompts, data)
+    if len(_CACHE) >= 256:  # a long-lived process that reads many pack versions keeps the latest ones
+        _CACHE.pop(next(iter(_CACHE)))
     _CACHE[ck] = pack
     return pack
 

@@ -93,7 +93,9 @@ class CapQuizProtocol(_JudgeProtocol):
         _check_average(opts.get("average"))  # a metrics param: checked before any request is sent
         pack = _prompts.pack_for(mode, opts.get("prompts"))
         revision = _tagged_revision(judge_revision, _pack_tag(pack.digest), _mode_tag(mode))
-        table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds, **opts)
+        # the pack is resolved once here and handed to every render (prompts.render)
+        table = super().build_requests(items, captions, judge=judge, judge_revision=revision, seeds=seeds,
+                                       **{**opts, "pack": pack})
         extra = self._uncaptioned_rows(items, captions, judge, revision, seeds)
         return _rows_to_table(table.to_pylist() + extra) if extra else table
 

@@ -79,8 +79,11 @@ def option_block(shown: list[str]) -> tuple[str, str, tuple[str, ...]]:
 
 
 def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts: str | None = None,
-           shuffle=False, temperature=UNSET, **_opts) -> list[Rendered]:
+           shuffle=False, temperature=UNSET, pack: PromptPack | None = None, **_opts) -> list[Rendered]:
+    """The request of one item and one caption. `pack`: the run's pack, when the caller resolved it (once for all
+    its requests: `CapQuizProtocol.build_requests`); else the pack of `mode` and `prompts`."""
     mode = check_mode(mode)
+    pack = pack or pack_for(mode, prompts)
     options = [str(o) for o in (item.get("options") or [])]
     if not 2 <= len(options) <= len(ALPHABET) - 1:
         raise ValueError(f"capquiz item {item['item_id']!r}: expected 2-{len(ALPHABET) - 1} options, got {len(options)}")
@@ -91,12 +94,12 @@ def render(item: dict, caption: dict, *, seed: int, mode: str = STRICT, prompts:
     question = item.get("annotation") or ""
     text = caption.get("text") or ""
     if mode == STRICT:  # caption, question and options fenced as data; official prompts are sent byte for byte
-        system, user = pack_for(mode, prompts).render(
+        system, user = pack.render(
             "judge/mcq", caption=fence("caption", text), question=fence("question", question),
             options=fence("options", block), option_id_str=option_ids)
     else:
-        system, user = pack_for(mode, prompts).render("judge/mcq", caption=text, question=question, options=block,
-                                                      option_id_str=option_ids)
+        system, user = pack.render("judge/mcq", caption=text, question=question, options=block,
+                                   option_id_str=option_ids)
     if temperature is UNSET:
         temp = None if mode == OFFICIAL else 0.0
     else:
