@@ -64,6 +64,7 @@ from typing import Any
 from capeval.engine.inputs.tool_formats import format_problem, tool_captioner_label
 from capeval.engine.tracking_spec import SPEC_KEYS, TrackingSpec, spec_problems
 from capeval.engine.sweep.checker import SweepChecker, SweepFileError, as_tuple, type_ok
+from capeval.engine.sweep.pairs import PairPlan
 from capeval.engine.sweep.validation import check_config, read_prompts
 
 
@@ -191,6 +192,9 @@ class SweepConfig:
     captions: tuple[CaptionSource, ...] = ()
     # id -> CaptionPrompt (this file's `prompts` tables)
     prompt_defs: dict = field(default_factory=dict, hash=False, compare=False, metadata=NOT_IN_FILE)
+    # the pair plan of the file's checks (engine/sweep/pairs.py PairPlan), handed to the media check and the run's
+    # grid so that no protocol checks the same table twice
+    pairs: PairPlan | None = field(default=None, hash=False, compare=False, repr=False, metadata=NOT_IN_FILE)
 
     @property
     def caption_only(self) -> bool:
@@ -329,8 +333,9 @@ def parse_sweep(raw: Any, *, path: Path, text: str = "", check_registry: bool = 
     config = SweepConfig(str(raw.get("name", "")), path, tuple(datasets), tuple(captioners),
                          tuple(dict.fromkeys(prompt_ids)), tuple(dict.fromkeys(f for f in frames if f)),
                          tuple(protocols), tuple(judges), options, tuple(captions), prompt_defs)
-    check_config(config, c, check_registry=check_registry, check_paths=check_paths)
+    pairs = check_config(config, c, check_registry=check_registry, check_paths=check_paths)
     c.raise_problems()
+    config = replace(config, pairs=pairs)
     from capeval.engine.prompts_library import register_prompts
 
     register_prompts(prompt_defs)

@@ -118,5 +118,5 @@ def media_required(config, spec: DatasetSpec) -> bool:
     text-only protocols needs no media."""
     if config.captioners:
         return True
-    plan = plan_pairs(config)
+    plan = plan_pairs(config, checked=config.pairs)
     return any(plan.judges(i, spec.name) and judge_sees_frames(p.name) for i, p in enumerate(config.protocols))

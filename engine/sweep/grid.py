@@ -118,7 +118,7 @@ def expand(config: SweepConfig, datasets: dict | None = None, *, note=None) -> l
     skips (default: printed to stderr)."""
     if not config.protocols:
         return []
-    plan = plan_pairs(config, datasets)
+    plan = plan_pairs(config, datasets, checked=config.pairs)
     if plan.problems:
         checker = SweepChecker(config.path, config.path.read_text(encoding="utf-8") if config.path.is_file() else "")
         report_problems(plan, checker)

@@ -31,11 +31,25 @@ class DatasetView:
     media: dict = field(hash=False)
 
 
+@dataclass(frozen=True)
+class PairCheck:
+    """What a protocol's checks said of the items it reads of one dataset table (`items`: that table, whose
+    identity says whether a later plan reads the same one; `media` as checked)."""
+
+    items: pa.Table
+    media: dict = field(hash=False)
+    reason: str | None = None  # JudgeProtocol.dataset_problem
+    bad: tuple[str, ...] = ()  # JudgeProtocol.items_problems, when there is no reason
+
+
 @dataclass
 class PairPlan:
     judged: dict[int, tuple[str, ...]]  # protocol index -> names of the datasets it judges, in the sweep's order
     notes: list[str]  # default pairs skipped, and why
     problems: list[tuple[str, str, str]]  # (where, field, message) for the sweep checker
+    # (protocol name, dataset name) -> the checks of the table the pair was planned from: a later plan of the same
+    # sweep (its media check, the run's grid) given this one reuses them for the same table
+    checks: dict[tuple[str, str], PairCheck] = field(default_factory=dict)
 
     def judges(self, protocol_index: int, dataset: str) -> bool:
         return dataset in self.judged.get(protocol_index, ())
@@ -51,11 +65,13 @@ def protocol_items(items: pa.Table, protocol: str) -> pa.Table:
     return items
 
 
-def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) -> PairPlan:
+def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True,
+               checked: PairPlan | None = None) -> PairPlan:
     """The (protocol, dataset) pairs of `config` (see the module docstring). `loaded`: dataset name -> an object
     with `items` and `videos` or `media` (a LoadedDataset or DatasetView); with `read_tables`, datasets not in it
     are read here when their kind only reads files (cached while the files are unchanged); the others are judged
-    by their kind."""
+    by their kind. `checked`: an earlier plan of this sweep (its checks' plan, `SweepConfig.pairs`): a pair whose
+    table is the one it checked (the same table object and media) is not checked again."""
     known_kinds = set(registry.names("dataset_kind"))
     base = config.path.parent
     views = {d.name: _view(d, base, (loaded or {}).get(d.name), read_tables) for d in config.datasets}
@@ -89,7 +105,7 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
             view = views[name]
             items = protocol_items(view.items, spec.name) if view is not None else None
             source = _table_file(next(d for d in config.datasets if d.name == name), base)
-            reason, bad = _checked(protocol, spec.name, kind, view, items, source)
+            reason, bad = _check_pair(plan, checked, protocol, spec.name, name, kind, view, items, source)
             if reason is None:
                 judged.append(name)
                 if bad:  # items it reads but cannot render: an error wherever the dataset is judged
@@ -120,26 +136,19 @@ def plan_pairs(config, loaded: dict | None = None, *, read_tables: bool = True) 
     return plan
 
 
-_CHECKED: dict[tuple, tuple] = {}
-
-
-def _checked(protocol, name: str, kind: str, view: DatasetView | None, items: pa.Table | None,
-             source: Path | None) -> tuple[str | None, list[str]]:
-    """(protocol.dataset_problem, protocol.items_problems when there is none) of a dataset's items, checked once per
-    table: the sweep's checks, its media check and its run plan the same pairs of one table (`items`: the rows of
-    `view.items` the protocol reads). The table is kept with the result so that its id names it while the entry
-    lives; the media (a protocol whose judge sees frames checks them) must be equal."""
+def _check_pair(plan: PairPlan, checked: PairPlan | None, protocol, protocol_name: str, dataset: str, kind: str,
+                view: DatasetView | None, items: pa.Table | None, source: Path | None) -> tuple[str | None, list[str]]:
+    """(protocol.dataset_problem, protocol.items_problems when there is none) of one pair, recorded in `plan`; taken
+    from `checked` when that plan checked this very table (`items`: the rows of `view.items` the protocol reads)."""
     if view is None:
         return protocol.dataset_problem(kind, None, None, source=source), []
-    key = (name, kind, id(view.items), str(source))
-    hit = _CHECKED.get(key)
-    if hit is None or hit[0] is not view.items or hit[1] != view.media:
+    prior = checked.checks.get((protocol_name, dataset)) if checked is not None else None
+    if prior is None or prior.items is not view.items or prior.media != view.media:
         reason = protocol.dataset_problem(kind, items, view.media, source=source)
         bad = protocol.items_problems(items, source) if reason is None else []
-        if len(_CHECKED) >= 16:
-            _CHECKED.pop(next(iter(_CHECKED)))
-        hit = _CHECKED[key] = (view.items, view.media, reason, bad)
-    return hit[2], list(hit[3])
+        prior = PairCheck(view.items, view.media, reason, tuple(bad))
+    plan.checks[(protocol_name, dataset)] = prior
+    return prior.reason, list(prior.bad)
 
 
 def _table_file(spec, base: Path) -> Path | None:

@@ -54,8 +54,11 @@ def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
     return ids, defined
 
 
-def check_config(config, c, *, check_registry: bool = True, check_paths: bool = True) -> None:
-    """Semantic checks of a parsed config; every problem goes to checker `c` (capeval.engine.sweep.checker)."""
+def check_config(config, c, *, check_registry: bool = True, check_paths: bool = True):
+    """Semantic checks of a parsed config; every problem goes to checker `c` (capeval.engine.sweep.checker).
+    Returns the pair plan the checks made (engine/sweep/pairs.py `PairPlan`; None without protocols or registry
+    checks): the sweep keeps it (`SweepConfig.pairs`) so that its media check and run plan check no pair twice."""
+    pairs = None
     from capeval.engine.datasets.registry import validate as validate_dataset
 
     base = config.path.parent
@@ -91,7 +94,8 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
     if check_registry and config.protocols:  # which protocol judges which dataset (engine/sweep/pairs.py)
         from capeval.engine.sweep.pairs import plan_pairs, report_problems
 
-        report_problems(plan_pairs(config, read_tables=check_paths), c)
+        pairs = plan_pairs(config, read_tables=check_paths)
+        report_problems(pairs, c)
     for i, src in enumerate(config.captions if check_paths else ()):
         where = c.where("captions", i)
         if not Path(src.path).is_file():
@@ -113,6 +117,7 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
         v = getattr(config.options, name)
         if v < low:
             c.fail(f"options.{name}", f"must be {what}, got {v}", name)
+    return pairs
 
 
 def dataset_table_problem(spec, base: Path) -> str | None:
