@@ -135,21 +135,28 @@ class Cell:
         self.done = False
 
     # -- source ---------------------------------------------------------------------------------------------------
-    def extend(self, requests: pa.Table) -> None:
+    def extend(self, requests: pa.Table | Callable[[], pa.Table]) -> None:
         """One more part of the cell's first-step requests (e.g. the rows of the videos just captioned). A part must
-        hold whole items: every row of an (item, caption) is in one part."""
+        hold whole items: every row of an (item, caption) is in one part. A function instead of a table is a part
+        built when the cell reaches it, so a big cell holds one part's requests at a time, not all of them."""
         if self.sealed:
             raise ValueError(f"cell {self.name!r} is sealed: no more requests can be added")
-        if requests.num_rows:
-            self._parts.append(conform(requests, REQUESTS_WITH_CONTEXT))
-            self.n_requests += requests.num_rows
-            if self.loop is not None:
-                self.loop.grew(requests.num_rows)
+        if callable(requests):
+            self._parts.append(requests)
+        elif requests.num_rows:
+            self._parts.append(self._received(requests))
+
+    def _received(self, requests: pa.Table) -> pa.Table:
+        self.n_requests += requests.num_rows
+        if self.loop is not None:
+            self.loop.grew(requests.num_rows)
+        return conform(requests, REQUESTS_WITH_CONTEXT)
 
     def seal(self) -> None:
         """No more parts will come: the cell completes once its rows are final."""
         self.sealed = True
         if self.unit_rounds and self._next_order == 0:  # every first-step row is here, none sent yet
+            self._parts = deque(self._received(p()) if callable(p) else p for p in self._parts)
             self.not_asked = small_groups(list(self._parts), self.policy.stop_when_failed_at_most)
 
     def _iter_part(self, t: pa.Table) -> Iterator[tuple[int, dict]]:
@@ -180,7 +187,10 @@ class Cell:
                 self._part_ended = True
             if not self._parts:
                 return None
-            self._rows_iter = self._iter_part(self._parts.popleft())  # the part is dropped once iterated
+            part = self._parts.popleft()
+            if callable(part):
+                part = self._received(part())
+            self._rows_iter = self._iter_part(part)  # the part is dropped once iterated
         return self._lookahead[1].get("caption_key") or ""
 
     def pull(self, n: int, until_caption: str | None = None) -> list[Row]:

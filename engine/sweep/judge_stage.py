@@ -2,7 +2,8 @@
 verdicts accounted for, its metrics computed and both committed as soon as the cell is complete.
 
 Two ways to get there (`[options] overlap`):
-- `judge_after_captions`: every caption exists already; each cell's whole request table is added at once.
+- `judge_after_captions`: every caption exists already; each cell's whole request table is added at once (a big
+  `[[captions]]` cell: in parts built as the judge reaches them, JudgeStage.prepare).
 - `judge_while_captioning`: the caption stage runs on a background thread (engine/sweep/overlap.py); each cell starts
   empty and grows part by part as its videos' captions are made, then is sealed. Same verdicts, same metrics.
 
@@ -13,8 +14,10 @@ Each cell's judge transcripts (engine/store/transcripts.py) are spooled while it
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from capeval.engine.judging.scheduler import JudgeScheduler
 from capeval.engine.metrics.reasons import explain_nulls
@@ -30,6 +33,8 @@ from capeval.engine.sweep.decide import PENDING
 from capeval.engine.sweep.grid import ResultCell
 from capeval.engine.sweep.overlap import CellFeed
 from capeval.engine.sweep.run import SweepRun
+
+PART_ITEMS = 2048  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
 
 
 @dataclass
@@ -97,8 +102,11 @@ class JudgeStage:
     def data(self, cell: ResultCell) -> LoadedDataset:
         return self.run.data(cell.caption)
 
-    def prepare(self, cell: ResultCell, judge, inputs, *, requests: bool = True) -> tuple[Prepared, pa.Table | None]:
-        """The cell's captions, items and video failures (and, with `requests`, its whole request table)."""
+    def prepare(self, cell: ResultCell, judge, inputs, *,
+                requests: bool = True) -> tuple[Prepared, list[pa.Table | Callable[[], pa.Table]]]:
+        """The cell's captions, items and video failures, and (with `requests`) its first-step requests as parts:
+        the whole table, or for a big `[[captions]]` cell parts of about PART_ITEMS items (whole videos) each built
+        when the judge reaches it (`_lazy_parts`), so the cell holds one part's requests at a time."""
         protocol = lookup("protocol", cell.protocol.name)
         data = self.data(cell)
         captions, video_failures = cellmod.cell_captions(cell, self.run, inputs)
@@ -112,8 +120,47 @@ class JudgeStage:
             video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
         prep = Prepared(cell, self.keys[cell], protocol, items, captions, video_failures)
         if not requests:
-            return prep, None
-        return prep, self.build(cell, protocol, judge, items, captions, **extra)
+            return prep, []
+        if not extra and (parts := self._lazy_parts(prep, judge)) is not None:
+            return prep, parts
+        return prep, [self.build(cell, protocol, judge, items, captions, **extra)]
+
+    def _lazy_parts(self, prep: Prepared, judge) -> list[Callable[[], pa.Table]] | None:
+        """Builders of a `[[captions]]` cell's requests, PART_ITEMS items (whole videos) each; the judge loop puts
+        the verdicts of a cell received in parts back in request order, so they are those of the whole table. None
+        (build it whole) for a small cell, a policy that needs every row at the seal (official retry rounds count
+        groups of items), or an item id that two videos share (its rows could span two parts)."""
+        cell, items = prep.cell, prep.items
+        if (not cell.caption.from_file or items.num_rows <= PART_ITEMS
+                or prep.protocol.judging_policy(**cell.protocol.params).stop_when_failed_at_most is not None):
+            return None
+        rows_of: dict[str, list[int]] = {}  # video_id -> its items' rows, videos in the order they first appear
+        video_of: dict[str, str] = {}
+        for i, (item, vid) in enumerate(zip(items.column("item_id").to_pylist(),
+                                            items.column("video_id").to_pylist())):
+            if video_of.setdefault(item, vid) != vid:
+                return None
+            rows_of.setdefault(vid, []).append(i)
+        parts, rows = [], []
+        for video_rows in rows_of.values():
+            rows += video_rows
+            if len(rows) >= PART_ITEMS:
+                parts.append(rows)
+                rows = []
+        if rows:
+            parts.append(rows)
+
+        def builder(part_rows: list[int]) -> Callable[[], pa.Table]:
+            def build() -> pa.Table:
+                part = items.take(pa.array(part_rows, pa.int64()))
+                # an item pairs with the captions its item_id or its video_id names (pair_items_captions)
+                ids = pa.array(set(part.column("item_id").to_pylist()) | set(part.column("video_id").to_pylist()),
+                               pa.string())
+                captions = prep.captions.filter(pc.is_in(prep.captions.column("video_id"), value_set=ids))
+                return self.build(cell, prep.protocol, judge, part, captions)
+            return build
+
+        return [builder(r) for r in parts]
 
     def build(self, cell: ResultCell, protocol, judge, items, captions, **extra) -> pa.Table:
         """The protocol's first-step requests for these items and captions under the cell's judge seeds and params."""
@@ -162,10 +209,16 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
         judge = stage.judge_for(cells[0].judge)
         sched = stage.scheduler(judge)
         for cell in cells:
-            prep, requests = stage.prepare(cell, judge, inputs)
-            sched.add(requests, prep.protocol, name=prep.key, protocol_params=dict(cell.protocol.params),
-                      transcripts=stage.transcripts(prep.key),
+            prep, parts = stage.prepare(cell, judge, inputs)
+            whole = len(parts) == 1 and not callable(parts[0])
+            sched.add(parts[0] if whole else REQUESTS_WITH_CONTEXT.empty_table(), prep.protocol, name=prep.key,
+                      protocol_params=dict(cell.protocol.params), transcripts=stage.transcripts(prep.key),
+                      sealed=whole,
                       on_complete=lambda name, verdicts, summary, prep=prep: stage.finish(prep, verdicts, summary))
+            if not whole:  # built in parts: the loop puts the verdicts back in request order
+                for part in parts:
+                    sched.extend(prep.key, part)
+                sched.seal(prep.key)
         sched.run()
 
 
@@ -199,8 +252,9 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
 
         def seal(cell: ResultCell) -> None:
             if cell not in streamed:
-                prep, requests = stage.prepare(cell, judge, inputs)
-                sched.extend(prep.key, requests)
+                prep, parts = stage.prepare(cell, judge, inputs)
+                for part in parts:
+                    sched.extend(prep.key, part)
             else:
                 prep, _ = stage.prepare(cell, judge, inputs, requests=False)
                 items, _, leftover = streamed[cell]

@@ -1,0 +1,90 @@
+"""A big `[[captions]]` cell is built in parts of whole videos, each when the judge reaches it (engine/sweep/
+judge_stage.py JudgeStage.prepare), so its requests are never all held at once; its verdicts, metrics and keys are
+those of the cell built whole."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+from capeval.engine.judging.scheduler import JudgeScheduler
+from capeval.engine.sweep import judge_stage
+from capeval.engine.sweep.config import load_sweep
+from capeval.engine.sweep.runner import run_sweep
+
+
+def _inputs(tmp_path: Path) -> tuple[Path, Path]:
+    items, captions = tmp_path / "items.jsonl", tmp_path / "captions.jsonl"
+    rows = []
+    for v in range(9):  # 1-3 items per video; v7 has no caption; v8's first item has its own caption
+        for q in range(1 + v % 3):
+            rows.append({"item_id": f"v{v}/q{q}", "video_id": f"v{v}", "task": ["counting", "scene"][q % 2],
+                         "annotation": f"Question {q} about video {v}?", "options": ["1", "2", "3", "4", "5"],
+                         "answer": str(1 + (v + q) % 5), "category": "counting", "benchmark": "capquiz"})
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows[::-1]))  # videos not in id order
+    caps = [{"video_id": f"v{v}", "caption": f"{v % 5 + 1} shapes move."} for v in range(9) if v != 7]
+    caps.append({"video_id": "v8/q0", "caption": "3 shapes, its own caption."})
+    captions.write_text("".join(json.dumps(c) + "\n" for c in caps))
+    return items, captions
+
+
+def _run(tmp_path: Path, out: str, overlap: bool) -> Path:
+    items, captions = _inputs(tmp_path)
+    path = tmp_path / f"{out}.toml"
+    path.write_text(f"""
+name = "parts"
+[[datasets]]
+name = "quiz"
+kind = "items"
+path = "{items}"
+[[captions]]
+path = "{captions}"
+captioner = "given"
+[[protocols]]
+name = "capquiz"
+[[judges]]
+name = "local"
+seeds = [0, 1]
+[options]
+n_resamples = 20
+overlap = {"true" if overlap else "false"}
+""")
+    run_sweep(load_sweep(path), tmp_path / out, progress=False, log=lambda m: None)
+    return tmp_path / out
+
+
+def _table(out: Path, store: str) -> pl.DataFrame:
+    (segment,) = (out / store).glob("*.parquet")
+    t = pl.read_parquet(segment)
+    return t.drop([c for c in t.columns if c in ("latency_s",)])
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_captions_cell_built_in_parts_judges_as_the_whole_cell(tmp_path, monkeypatch, overlap):
+    whole = _run(tmp_path, "whole", overlap)
+    builds, at_start = [], []
+    build = judge_stage.JudgeStage.build
+    run = JudgeScheduler.run
+
+    def counted(self, cell, protocol, judge, items, captions, **extra):
+        builds.append(items.num_rows)
+        return build(self, cell, protocol, judge, items, captions, **extra)
+
+    def started(self, source=None):
+        at_start.append(len(builds))
+        return run(self, source)
+
+    monkeypatch.setattr(judge_stage, "PART_ITEMS", 4)
+    monkeypatch.setattr(judge_stage.JudgeStage, "build", counted)
+    monkeypatch.setattr(JudgeScheduler, "run", started)
+    parts = _run(tmp_path, "parts", overlap)
+    assert len(builds) >= 4 and max(builds) <= 4 + 2  # whole videos: a part stops at the video that reaches 4
+    assert sum(builds) == 18
+    if not overlap:  # added before the loop runs; built only as the loop reaches them
+        assert at_start == [0]
+    assert (whole / "verdicts").glob("*.parquet").__next__().name == (parts / "verdicts").glob("*.parquet").__next__().name
+    for store in ("verdicts", "metrics"):
+        assert _table(parts, store).equals(_table(whole, store)), store
