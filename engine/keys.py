@@ -141,9 +141,18 @@ def json_schema_key(text: str) -> str:
     return content_key("json_schema", text)
 
 
-def dataset_key(items: list[dict], media_digests: Any) -> str:
-    """Key of a dataset's content: its item rows (without media paths) and the digests of its media files."""
-    return content_key("dataset", items, media_digests)
+def dataset_table_key(items, media_digests: Any, batch_rows: int = 4096) -> str:
+    """Key of a dataset's content: its item rows (an Arrow table, without media paths) and the digests of its media
+    files; content_key("dataset", rows, media_digests), hashed batch by batch (a JSON array is its items' texts
+    joined by ","), so every row is never held as a dict at once."""
+    h = hashlib.sha256(b'["dataset",[')
+    sep = b""
+    for batch in items.to_batches(batch_rows):
+        if batch.num_rows:
+            h.update(sep + canonical_json(batch.to_pylist())[1:-1].encode("utf-8"))
+            sep = b","
+    h.update(b"]," + canonical_json(media_digests).encode("utf-8") + b"]")
+    return h.hexdigest()[:32]
 
 
 def cell_key(parts: list, extra: dict) -> str:

@@ -34,3 +34,22 @@ def test_attempt_keys_are_unchanged():
 def test_stage_keys_are_unchanged():
     assert caption_key("f", "c", "rev", "prompt", {"a": 1}) == "37fc938351f9239e0106599597f24c0f"
     assert frames_key("dig", "uniform:8", "224x224") == "6d26d8506e4d2eb8e3b3e3ac72c10e6f"
+
+
+def test_dataset_key_of_a_table_is_the_key_of_its_rows():
+    """The dataset digest (in every cell key) is hashed batch by batch; its bytes are those of the whole row list's
+    canonical JSON, so run folders keyed before still match."""
+    import pyarrow as pa
+
+    from capeval.engine.keys import content_key, dataset_table_key
+
+    rows = [{"item_id": f"i{n}", "video_id": f"v{n // 3}", "annotation": "é \"q\" ✓" if n % 2 else None,
+             "options": ["a", "b"] if n % 5 else None, "n": n} for n in range(23)]
+    table = pa.Table.from_pylist(rows)
+    digests = {"v0": "abc", "v1": None}
+    for n in (0, 1, 6, 7, 23):
+        part = table.slice(0, n)
+        for batch in (1, 3, 7, 4096):
+            assert dataset_table_key(part, digests, batch_rows=batch) == \
+                content_key("dataset", part.to_pylist(), digests)
+    assert dataset_table_key(table.slice(0, 2), {}) == "5549ed54fc4a435934fa0c442c561a04"

@@ -19,7 +19,7 @@ from capeval.engine.datasets.media import filter_limit
 from capeval.engine.datasets.registry import load
 from capeval.engine.errors import UsageError
 from capeval.engine.frames.scenes import video_boundaries
-from capeval.engine.keys import dataset_key, file_digest
+from capeval.engine.keys import dataset_table_key, file_digest
 from capeval.engine.registry import lookup
 from capeval.engine.sweep.config import DatasetSpec
 from capeval.engine.sweep.pairs import plan_pairs, read_view
@@ -103,7 +103,7 @@ def load_dataset(spec: DatasetSpec, *, out_dir: Path, sweep_dir: Path, require_m
 def _content_digest(items: pa.Table, videos: dict[str, str]) -> str:
     digests = {vid: (file_digest(p) if Path(p).is_file() else None) for vid, p in sorted(videos.items())}
     # media_path is left out: where the videos live does not change the results, their bytes do.
-    return dataset_key(items.drop_columns(["media_path"]).to_pylist(), digests)
+    return dataset_table_key(items.drop_columns(["media_path"]), digests)
 
 
 def judge_sees_frames(protocol: str) -> bool:
