@@ -139,6 +139,8 @@ def is_missing(value: Any) -> bool:
 def text_value(value: Any, path: Path, row: int, column: str, *, required: bool, id_like: bool = False) -> str | None:
     """A text cell: NaN/None/empty is missing (an error when required); an integer id becomes its decimal text
     (so 17, 17.0 and "17" name one video); any other type is an error naming file, row and column."""
+    if type(value) is str and value.strip():  # the common case first: a table is read a row at a time
+        return value
     if is_missing(value) or (isinstance(value, str) and not value.strip()):
         if required:
             what = "NaN" if isinstance(value, float) else "empty" if isinstance(value, str) else "missing"

@@ -42,19 +42,21 @@ _CAPTION_COLUMNS = {"video_id", "item_id", "file_id", "caption", "text", "captio
 
 def _dedupe(rows: list[dict], key_cols: tuple[str, ...], lines: list[int], path: Path, what: str) -> list[dict]:
     """Drop identical duplicate rows (warning); the same key with different content is a UsageError."""
-    seen: dict[tuple, tuple[str, int]] = {}
+    seen: dict[tuple, tuple[dict, int]] = {}  # key -> its first row and line
+    bodies: dict[tuple, str] = {}  # key -> canonical JSON of its first row, made only when the key repeats
     keep, dropped, clashes = [], 0, []
     for row, line in zip(rows, lines):
         key = tuple(row.get(c) for c in key_cols)
-        body = canonical_json(row)
         if key in seen:
-            if seen[key][0] == body:
+            if key not in bodies:
+                bodies[key] = canonical_json(seen[key][0])
+            if bodies[key] == canonical_json(row):
                 dropped += 1
                 continue
             ids = "/".join(clip(k, 60) for k in key if k is not None)  # ids from the file: printed escaped
             clashes.append(f"{ids} (rows {seen[key][1]} and {line})")
             continue
-        seen[key] = (body, line)
+        seen[key] = (row, line)
         keep.append(row)
     if clashes:
         more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
