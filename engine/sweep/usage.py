@@ -248,21 +248,22 @@ class _Answers:
         if verdicts is None or verdicts.num_rows == 0:
             return {}
         temperature = self._reask_temperature(cell)
-        cols = verdicts.select(["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens",
-                                "completion_tokens", "reasoning_tokens"]).to_pylist()
+        # column by column, never a dict per row: a cell may have hundreds of thousands
+        keys, attempts, judge, prompt, cached, completion, reasoning = (verdicts.column(c).to_pylist() for c in (
+            "request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
+            "reasoning_tokens"))
         wanted, final = [], {}
-        for r in cols:
-            if r["attempt"] is None:  # never asked (no caption, an upstream step failed)
+        for i, (request_key, attempt) in enumerate(zip(keys, attempts)):
+            if attempt is None:  # never asked (no caption, an upstream step failed)
                 continue
-            for a in range(int(r["attempt"]) + 1):
-                wanted.append(attempt_key(r["request_key"], a, temperature))
-            if r["prompt_tokens"] is not None:
-                final[attempt_key(r["request_key"], int(r["attempt"]), temperature)] = r
+            for a in range(int(attempt) + 1):
+                wanted.append(attempt_key(request_key, a, temperature))
+            if prompt[i] is not None:
+                final[attempt_key(request_key, int(attempt), temperature)] = i
         found = self._lookup(list(dict.fromkeys(wanted)))
-        for k, r in final.items():
+        for k, i in final.items():
             if k not in found:
-                found[k] = (r["judge"], r["prompt_tokens"], r["cached_prompt_tokens"], r["completion_tokens"],
-                            r["reasoning_tokens"], None)
+                found[k] = (judge[i], prompt[i], cached[i], completion[i], reasoning[i], None)
         return found
 
     def _reask_temperature(self, cell):
