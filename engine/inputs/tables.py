@@ -36,6 +36,7 @@ from capeval.engine.safetext import clip
 
 _ITEM_COLUMNS = {"benchmark", "task", "item_id", "video_id", "media_path", "media_type", "annotation", "question",
                  "options", "answer", "category", "extra"}
+_OPTION_TYPES = {str, int, float}  # an option's types (bool is not one: type(True) is bool)
 _CAPTION_COLUMNS = {"video_id", "item_id", "file_id", "caption", "text", "captioner", "prompt_id", "frame_spec",
                     "n_tokens", "prompt_tokens", "latency_s", "error", "truncated", "frames_sent"}
 
@@ -46,7 +47,7 @@ def _dedupe(rows: list[dict], key_cols: tuple[str, ...], lines: list[int], path:
     bodies: dict[tuple, str] = {}  # key -> canonical JSON of its first row, made only when the key repeats
     keep, dropped, clashes = [], 0, []
     for row, line in zip(rows, lines):
-        key = tuple(row.get(c) for c in key_cols)
+        key = tuple(map(row.get, key_cols))
         if key in seen:
             if key not in bodies:
                 bodies[key] = canonical_json(seen[key][0])
@@ -88,8 +89,9 @@ def _options(value: Any, path: Path, row: int) -> list[str] | None:
                              f"{value[:60]!r}") from None
     if hasattr(value, "tolist"):
         value = value.tolist()
-    if not isinstance(value, list) or not all(isinstance(o, (str, int, float)) and not isinstance(o, bool)
-                                              for o in value):
+    if not isinstance(value, list) or (not set(map(type, value)) <= _OPTION_TYPES  # the common case at once
+                                       and not all(isinstance(o, (str, int, float)) and not isinstance(o, bool)
+                                                   for o in value)):
         raise UsageError(f"{where(path, row, 'options')}: expected an array of texts, got {value!r:.60}")
     return [str(o) for o in value]
 
