@@ -163,7 +163,7 @@ def _default_item_ids(rows: list[dict], lines: list[int], path: Path) -> None:
 
 def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: str | None = None,
                   frame_spec: str | None = None, every_line: bool = False, empty_text: bool = False,
-                  caption_format: str | None = None, id_field: str | None = None) -> pa.Table:
+                  caption_format: str | None = None, id_field: str | None = None, keys: bool = True) -> pa.Table:
     """A CAPTIONS table from a user's caption file (captions written elsewhere, e.g. a model's released ones).
     captioner defaults to the `captioner` column, else the file's folder name for a `<model>/<task>.jsonl` layout,
     else the file name; prompt_id and frame_spec to the columns, else "file".
@@ -177,7 +177,8 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
     is not an error -- each with its own caption_key (a line's first occurrence has the usual key, its k-th repeat
     that key with k, so each line is judged on its own and moving lines keeps the keys);
     `empty_text` accepts an empty (or blank) caption as the text to judge, as such a script formats it into its
-    prompt. A missing (null) caption stays an error."""
+    prompt. A missing (null) caption stays an error. `keys=False` (a check that reads the file only to refuse what
+    the run would refuse) leaves caption_key empty instead of hashing every caption."""
     path = Path(path)
     rows, lines = [], []
     if problem := format_problem(caption_format, id_field):
@@ -229,7 +230,7 @@ def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: 
     rows = _dedupe(rows, ("captioner", "prompt_id", "frame_spec", "video_id"), lines, path, "caption")
     for r in rows:
         r["caption_key"] = caption_file_key(r["captioner"], r["prompt_id"], r["frame_spec"], r["video_id"],
-                                            r["text"])
+                                            r["text"]) if keys else ""
     return schemas.conform(pa.Table.from_pylist(rows), schemas.CAPTIONS)
 
 

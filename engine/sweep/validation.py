@@ -104,7 +104,8 @@ def check_config(config, c, *, check_registry: bool = True, check_paths: bool = 
         try:
             from capeval.engine.inputs import read_captions
 
-            read_captions(src.path, captioner=src.captioner, caption_format=src.format, id_field=src.id_field)
+            read_captions(src.path, captioner=src.captioner, caption_format=src.format, id_field=src.id_field,
+                          keys=False)  # only what the run would refuse: its keys are made when it reads them
         except ValueError as exc:  # UsageError: names file, row and column
             c.fail(f"{where}.path", str(exc), "path")
     from capeval.engine.sweep.prices import check_prices

@@ -295,3 +295,15 @@ def test_a_release_annotation_file_given_as_items_names_the_kind_its_protocol_de
     unclaimed.write_text(json.dumps({"file_id": "a", "data_type": "image"}) + "\n")
     with pytest.raises(UsageError, match="read it with --dataset KIND, the benchmark's dataset kind"):
         read_items(unclaimed)
+
+
+def test_a_caption_check_reads_the_same_table_without_keys(tmp_path):
+    """The sweep check reads a captions file only to refuse what the run would refuse: keys=False skips hashing
+    every caption and reads the rest alike."""
+    from capeval.engine.inputs import read_captions
+
+    path = tmp_path / "caps.jsonl"
+    path.write_text("".join(json.dumps({"video_id": f"v{i}", "caption": f"caption {i}"}) + "\n" for i in range(5)))
+    keyed, unkeyed = read_captions(path), read_captions(path, keys=False)
+    assert all(keyed.column("caption_key").to_pylist()) and set(unkeyed.column("caption_key").to_pylist()) == {""}
+    assert keyed.drop_columns(["caption_key"]).equals(unkeyed.drop_columns(["caption_key"]))
