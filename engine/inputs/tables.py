@@ -19,6 +19,7 @@ content is an error naming the ids.
 
 from __future__ import annotations
 
+import bisect
 import json
 from pathlib import Path
 from typing import Any
@@ -54,18 +55,26 @@ def _dedupe(rows: list[dict], key_cols: tuple[str, ...], lines: list[int], path:
             if bodies[key] == canonical_json(row):
                 dropped += 1
                 continue
-            ids = "/".join(clip(k, 60) for k in key if k is not None)  # ids from the file: printed escaped
-            clashes.append(f"{ids} (rows {seen[key][1]} and {line})")
+            clashes.append(_clash(key, seen[key][1], line))
             continue
         seen[key] = (row, line)
         keep.append(row)
+    _settle_duplicates(path, what, key_cols, clashes, dropped)
+    return keep
+
+
+def _settle_duplicates(path: Path, what: str, key_cols: tuple[str, ...], clashes: list[str], dropped: int) -> None:
     if clashes:
         more = f" and {len(clashes) - 5} more" if len(clashes) > 5 else ""
         raise UsageError(f"{path}: duplicate {what} ids with different content ({', '.join(key_cols)}): "
                          f"{'; '.join(clashes[:5])}{more}")
     if dropped:
         warn(f"{path}: dropped {dropped} identical duplicate {what} row(s)")
-    return keep
+
+
+def _clash(key: tuple, first_line: int, line: int) -> str:
+    ids = "/".join(clip(k, 60) for k in key if k is not None)  # ids from the file: printed escaped
+    return f"{ids} (rows {first_line} and {line})"
 
 
 def _json_text(value: Any, path: Path, row: int, column: str) -> str | None:
@@ -99,7 +108,7 @@ def _options(value: Any, path: Path, row: int) -> list[str] | None:
 def read_items(path: str | Path, *, benchmark: str | None = None, resolve_media: bool = True) -> pa.Table:
     """An ITEMS table from a user's file; relative media paths resolve against the file's folder."""
     path = Path(path)
-    rows, lines = [], []
+    rows = _ItemRows(path)
     for n, rec in read_rows(path):
         if "file_id" in rec and "data_type" in rec and "item_id" not in rec:  # release annotations, not items
             kind = release_kind_of(path)
@@ -128,7 +137,7 @@ def read_items(path: str | Path, *, benchmark: str | None = None, resolve_media:
         others = {k: v for k, v in rec.items() if k not in _ITEM_COLUMNS and not is_missing(v)}
         extra = _json_text(rec.get("extra"), path, n, "extra") if "extra" in rec else (
             json.dumps(others, ensure_ascii=False, default=str) if others else None)
-        rows.append({
+        rows.add({
             "benchmark": text_value(rec.get("benchmark"), path, n, "benchmark", required=False) or benchmark or "items",
             "task": text_value(rec.get("task"), path, n, "task", required=False, id_like=True) or "default",
             "item_id": item, "video_id": video, "media_path": media, "media_type": media_type or "video",
@@ -137,28 +146,85 @@ def read_items(path: str | Path, *, benchmark: str | None = None, resolve_media:
             "answer": text_value(rec.get("answer"), path, n, "answer", required=False),
             "category": text_value(rec.get("category"), path, n, "category", required=False, id_like=True),
             "extra": extra,
-        })
-        lines.append(n)
-    if not rows:
-        raise UsageError(f"{path}: no items")
-    _default_item_ids(rows, lines, path)
-    rows = _dedupe(rows, ("benchmark", "task", "item_id"), lines, path, "item")
-    return schemas.conform(pa.Table.from_pylist(rows), schemas.ITEMS)
+        }, n)
+    return rows.table()
 
 
-def _default_item_ids(rows: list[dict], lines: list[int], path: Path) -> None:
-    """item_id defaults to video_id; when a video has several items without ids, say which column is needed."""
-    per_video: dict[tuple, list[int]] = {}
-    for r, line in zip(rows, lines):
-        if r["item_id"] is None:
-            per_video.setdefault((r["benchmark"], r["task"], r["video_id"]), []).append(line)
-    for (_, task, vid), ls in per_video.items():
-        if len(ls) > 1 and len({canonical_json(rows[lines.index(x)]) for x in ls}) > 1:
-            raise UsageError(f"{path}: video {vid!r} (task {task!r}) has several items (rows {ls[:5]}) and no "
-                             f"item_id column to tell them apart; add item_id")
-    for r in rows:
-        if r["item_id"] is None:
-            r["item_id"] = r["video_id"]
+_ITEM_KEY = ("benchmark", "task", "item_id")
+_BATCH_ROWS = 4096  # item rows made into Arrow at a time
+
+
+class _ItemRows:
+    """read_items' rows, made into the ITEMS table a batch at a time: a big file's rows are never all held as dicts
+    (their memory, and the garbage collector's passes over them, grew with the file). item_id defaults to video_id
+    (a video with several different items without ids is an error naming their rows); identical duplicates are
+    dropped with a warning, the same id with different content is an error (_dedupe's rules and texts)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.read = 0
+        self.batches: list[pa.Table] = []
+        self.starts: list[int] = []  # position of each batch's first row
+        self.pending: list[dict] = []  # rows not made into a batch yet
+        self.kept = 0
+        self.seen: dict[tuple, tuple[int, int]] = {}  # item key -> (position of its row, its line)
+        self.bodies: dict[tuple, str] = {}  # item key -> canonical JSON of its row, made only when the key repeats
+        self.clashes: list[str] = []
+        self.dropped = 0
+        # (benchmark, task, video_id) of rows without item_id -> [their lines, the first as read (then its canonical
+        # JSON), whether another differs from it]
+        self.unnamed: dict[tuple, list] = {}
+
+    def add(self, row: dict, line: int) -> None:
+        self.read += 1
+        if row["item_id"] is None:
+            group = self.unnamed.get(at := (row["benchmark"], row["task"], row["video_id"]))
+            if group is None:
+                self.unnamed[at] = [[line], dict(row), False]
+            else:
+                group[0].append(line)
+                if isinstance(group[1], dict):
+                    group[1] = canonical_json(group[1])
+                group[2] = group[2] or canonical_json(row) != group[1]
+            row["item_id"] = row["video_id"]
+        key = (row["benchmark"], row["task"], row["item_id"])
+        first = self.seen.get(key)
+        if first is not None:
+            if key not in self.bodies:
+                self.bodies[key] = canonical_json(self._row_at(first[0]))
+            if self.bodies[key] == canonical_json(row):
+                self.dropped += 1
+            else:
+                self.clashes.append(_clash(key, first[1], line))
+            return
+        self.seen[key] = (self.kept, line)
+        self.kept += 1
+        self.pending.append(row)
+        if len(self.pending) >= _BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self.pending:
+            self.starts.append(self.kept - len(self.pending))
+            self.batches.append(schemas.conform(pa.Table.from_pylist(self.pending), schemas.ITEMS))
+            self.pending = []
+
+    def _row_at(self, position: int) -> dict:
+        if position >= self.kept - len(self.pending):
+            return self.pending[position - (self.kept - len(self.pending))]
+        b = bisect.bisect_right(self.starts, position) - 1
+        return self.batches[b].slice(position - self.starts[b], 1).to_pylist()[0]
+
+    def table(self) -> pa.Table:
+        if not self.read:
+            raise UsageError(f"{self.path}: no items")
+        for (_, task, vid), (lines, _, differ) in self.unnamed.items():
+            if differ:
+                raise UsageError(f"{self.path}: video {vid!r} (task {task!r}) has several items (rows {lines[:5]}) "
+                                 f"and no item_id column to tell them apart; add item_id")
+        _settle_duplicates(self.path, "item", _ITEM_KEY, self.clashes, self.dropped)
+        self._flush()
+        return self.batches[0] if len(self.batches) == 1 else pa.concat_tables(self.batches)
 
 
 def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: str | None = None,

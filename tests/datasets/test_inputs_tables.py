@@ -307,3 +307,29 @@ def test_a_caption_check_reads_the_same_table_without_keys(tmp_path):
     keyed, unkeyed = read_captions(path), read_captions(path, keys=False)
     assert all(keyed.column("caption_key").to_pylist()) and set(unkeyed.column("caption_key").to_pylist()) == {""}
     assert keyed.drop_columns(["caption_key"]).equals(unkeyed.drop_columns(["caption_key"]))
+
+
+def test_items_read_a_batch_at_a_time_are_the_items_read_whole(tmp_path, monkeypatch, capsys):
+    """read_items makes its rows into Arrow a few thousand at a time; duplicates and ids are judged over the whole
+    file all the same: an identical duplicate in a later batch is dropped, a different one is an error naming both
+    rows, several different items of a video without item_id are an error."""
+    from capeval.engine.inputs import tables
+
+    rows = [{"item_id": f"i{k}", "video_id": f"v{k % 3}", "annotation": f"q{k}", "options": ["a", "b"]}
+            for k in range(7)]
+    good = tmp_path / "good.jsonl"
+    good.write_text("".join(json.dumps(r) + "\n" for r in rows + [rows[1]]))
+    whole = read_items(good)
+    assert "dropped 1 identical duplicate item row(s)" in capsys.readouterr().err
+    monkeypatch.setattr(tables, "_BATCH_ROWS", 2)
+    batched = read_items(good)
+    assert "dropped 1 identical duplicate item row(s)" in capsys.readouterr().err
+    assert batched.equals(whole) and batched.num_rows == 7
+    clash = tmp_path / "clash.jsonl"
+    clash.write_text("".join(json.dumps(r) + "\n" for r in rows + [{**rows[1], "annotation": "other"}]))
+    with pytest.raises(UsageError, match=r"i1 \(rows 2 and 8\)"):
+        read_items(clash)
+    unnamed = tmp_path / "unnamed.jsonl"
+    unnamed.write_text("".join(json.dumps({"video_id": "v", "annotation": f"q{k}"}) + "\n" for k in range(5)))
+    with pytest.raises(UsageError, match=r"several items \(rows \[1, 2, 3, 4, 5\]\)"):
+        read_items(unnamed)
