@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
+from _run_alone import RunAlone
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("CAPEVAL_SHARED_DATA", REPO.parent / "shared" / "data")).resolve()
@@ -25,13 +23,10 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("VLLM_USE_AOT_COMPILE", "0")
 
 
-#: Tests that must run while no other test of the run does (by path, so the protected fault tests stay untouched):
-#: they check that the ports of a Ray they killed stop listening anywhere on the machine, and a Ray another worker
-#: starts meanwhile may bind one of those ports again (its dashboard agent's port is a fixed 52365).
+#: Tests that run while no other test of the run does (by path, so the protected fault tests stay untouched; see
+#: _run_alone.py): they check that the ports of a Ray they killed stop listening anywhere on the machine, and a Ray
+#: another pytest-xdist worker starts meanwhile may bind one of them again (its dashboard agent's port is a fixed 52365).
 ALONE = ("tests/faults/test_ray_cleanup.py", "tests/faults/test_ray_reaper_slow_exec.py")
-#: set by the controlling pytest process for its workers (pytest-xdist, scripts/test.sh): the folder of the locks
-#: that run the `alone` tests alone
-LOCK_DIR_ENV = "CAPEVAL_TEST_LOCK_DIR"
 
 
 def pytest_addoption(parser):
@@ -41,14 +36,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "scale: a scale run (minutes on 2 cores); deselected unless --scale is given")
-    config.addinivalue_line("markers", "alone: runs while no other test of the run does (with pytest-xdist workers)")
-    if not hasattr(config, "workerinput"):  # the controlling process (or a run without workers)
-        os.environ[LOCK_DIR_ENV] = tempfile.mkdtemp(prefix="capeval-test-locks-")
-
-
-def pytest_unconfigure(config):
-    if not hasattr(config, "workerinput"):
-        shutil.rmtree(os.environ.pop(LOCK_DIR_ENV, ""), ignore_errors=True)
+    config.pluginmanager.register(RunAlone(config), "capeval-run-alone")
 
 
 def pytest_collection_modifyitems(config, items):
@@ -64,29 +52,6 @@ def pytest_collection_modifyitems(config, items):
     if scale:
         config.hook.pytest_deselected(items=scale)
         items[:] = [item for item in items if not item.get_closest_marker("scale")]
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    """With workers, every test runs under a shared lock and an `alone` test under an exclusive one, around its whole
-    protocol (fixture set-up and tear-down too: a session fixture another worker sets up may start a Ray). A gate lock
-    taken first keeps a waiting `alone` test from being starved by the other workers' next tests."""
-    lock_dir = os.environ.get(LOCK_DIR_ENV)
-    if not lock_dir or not os.environ.get("PYTEST_XDIST_WORKER"):
-        return (yield)
-    alone = item.get_closest_marker("alone") is not None
-    with open(Path(lock_dir) / "gate", "a") as gate, open(Path(lock_dir) / "room", "a") as room:
-        fcntl.flock(gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(room, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        finally:
-            if not alone:
-                fcntl.flock(gate, fcntl.LOCK_UN)
-        try:
-            return (yield)
-        finally:
-            fcntl.flock(room, fcntl.LOCK_UN)
-            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 @pytest.fixture(scope="session")
