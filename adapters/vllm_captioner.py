@@ -5,8 +5,10 @@ hands the request to the engine thread, which adds it to the running engine at o
 engine while anything is unfinished, so vLLM's scheduler batches whatever is in flight (up to `max_num_seqs`) and a
 finished caption frees its slot for the next request without waiting for the others. `max_in_flight` (default 256)
 is how many requests the caption stage keeps outstanding per instance: enough to keep a GPU's batch full; the engine
-schedules the rest. `caption(batch)` goes through the same thread (one engine, one thread touching it). LLaVA-OneVision
-requests run only beside requests of the same frame count (BATCH_BY_FRAME_COUNT: a vLLM 0.32 bug).
+schedules the rest. `caption(batch)` goes through the same thread (one engine, one thread touching it). An idle
+engine takes a burst of requests whole before its first step, as `LLM.generate` takes its list (EngineFeeder:
+FILL_GAP_S, FILL_LIMIT_S). Each distinct prompt is rendered with the chat template once. LLaVA-OneVision requests
+run only beside requests of the same frame count (BATCH_BY_FRAME_COUNT: a vLLM 0.32 bug).
 
 Scale: `tensor_parallel_size` (engine option) spreads one replica over that many GPUs; the caption stage
 (engine/stages/caption.py) gives each caption actor `tensor_parallel_size` GPUs and runs one actor per GPU group
@@ -50,9 +52,14 @@ DEFAULT_MAX_IN_FLIGHT = 256
 # model_type of families whose vLLM 0.32 model crashes the whole engine when videos of different frame counts are
 # encoded in one step (LLaVA-OneVision's _process_video_pixels returns (1, n, d) tensors on its mixed-length path:
 # "Expected multimodal embeddings to be a sequence of 2D tensors"): their requests share the engine only with
-# requests of the same frame count (_EngineFeeder.batch_key), so a sweep with several frame specs still works.
+# requests of the same frame count (EngineFeeder.batch_key), so a sweep with several frame specs still works.
 BATCH_BY_FRAME_COUNT = ("llava_onevision",)
 RENDERED_PROMPTS = 1024  # distinct prompts whose chat-template rendering a captioner keeps
+# how long an idle engine's thread waits for the next request of a burst before its first step (EngineFeeder): longer
+# than the gaps between the calls of a burst on a busy machine, short beside one caption (it is paid once per burst,
+# by a request that reaches an idle engine)
+FILL_GAP_S = 0.02
+FILL_LIMIT_S = 0.1  # ... and at most this long in all per filling, whatever keeps arriving
 
 
 def _video_frame_count(inputs: dict):
@@ -86,19 +93,30 @@ def processor_report(inputs: dict | None, out=None, placeholder_ids: dict | None
     return report
 
 
-class _EngineFeeder:
+class EngineFeeder:
     """The one thread that touches the engine: adds submitted requests as they come and steps while any is
     unfinished. `submit(inputs, params, done)` calls `done(output, error)` from this thread when the request
     finishes (or fails to be added).
+
+    Filling an idle engine: requests come in bursts (the caption stage sends its whole window when it starts) but
+    one by one, and when the thread catches up with them it would step the few already added, alone, while the rest
+    wait behind the steps: on a busy machine a run then took 118-165 engine steps instead of 68, with the later
+    requests added in one long stall. So while the engine has not stepped since it was idle, a momentarily empty
+    inbox is waited on for up to `fill_gap_s` (FILL_GAP_S) for the next request; the first step comes once none
+    arrived for that long, as `LLM.generate` adds its whole list before its first step, or once these waits add up
+    to `fill_limit_s` (FILL_LIMIT_S: a steady trickle of requests never holds the engine back longer; a burst
+    rarely waits at all, its adds take longer than its gaps). A running engine never waits.
 
     `batch_key(inputs)`, when given, names which requests may share the engine: a request whose key differs from
     the running ones' is held until the engine drains, then the largest held group goes in together. (vLLM 0.32's
     LLaVA-OneVision crashes the engine when videos of different frame counts meet in one encoder batch; see
     BATCH_BY_FRAME_COUNT.)"""
 
-    def __init__(self, llm, batch_key: Callable | None = None):
+    def __init__(self, llm, batch_key: Callable | None = None, fill_gap_s: float = 0.0, fill_limit_s: float = 0.0):
         self.llm = llm
         self.batch_key = batch_key
+        self.fill_gap_s, self.fill_limit_s = fill_gap_s, fill_limit_s
+        self.fill_wait_left = 0.0  # what the current filling may still wait
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.waiting: dict[str, Callable] = {}  # the request's id in RequestOutput -> done callback
         self.held: dict = {}  # batch key -> items waiting for the engine to drain
@@ -152,13 +170,15 @@ class _EngineFeeder:
             if not self.waiting and self.held:  # the engine drained: the largest held group goes in
                 self._start_held()
             # block only when the engine is idle; otherwise take whatever arrived since the last step
-            item = self.inbox.get() if not self.waiting else self._poll()
+            filling = not self.waiting
+            item = self.inbox.get() if filling else self._poll()
+            self.fill_wait_left = self.fill_limit_s
             while item is not _EMPTY:
                 if item is None:  # close(): fail what is left
                     self._fail_all(RuntimeError("the captioner was closed"))
                     return
                 self._take(item)
-                item = self._poll()
+                item = self._next_while_filling() if filling else self._poll()
             if not self.waiting:
                 continue
             if not engine.has_unfinished_requests():  # cannot happen with a sound engine; never spin on it
@@ -183,6 +203,21 @@ class _EngineFeeder:
             return self.inbox.get_nowait()
         except queue.Empty:
             return _EMPTY
+
+    def _next_while_filling(self):
+        """The next request of a burst filling an idle engine: waited on up to `fill_gap_s` while the filling's
+        waits stay within `fill_limit_s` (see the class)."""
+        item = self._poll()
+        wait = min(self.fill_gap_s, self.fill_wait_left)
+        if item is not _EMPTY or wait <= 0:
+            return item
+        t0 = time.perf_counter()
+        try:
+            return self.inbox.get(timeout=wait)
+        except queue.Empty:
+            return _EMPTY
+        finally:
+            self.fill_wait_left -= time.perf_counter() - t0
 
     def _fail_all(self, exc: BaseException) -> None:
         """Fail every request added or held (requests still in the inbox fail when taken, once `broken` is set)."""
@@ -271,7 +306,8 @@ class VLLMCaptioner:
         # request finishes (the processed prompt's token ids show what the model saw)
         self.on_output: Callable | None = None
         model_type = getattr(self.llm.model_config.hf_config, "model_type", "")
-        self._feeder = _EngineFeeder(self.llm, _video_frame_count if model_type in BATCH_BY_FRAME_COUNT else None)
+        self._feeder = EngineFeeder(self.llm, _video_frame_count if model_type in BATCH_BY_FRAME_COUNT else None,
+                                    fill_gap_s=FILL_GAP_S, fill_limit_s=FILL_LIMIT_S)
 
     @classmethod
     def static_revision(cls, params: dict) -> str:
