@@ -1,6 +1,7 @@
 """A tiny OpenAI-compatible server on 127.0.0.1 that answers instantly and can inject faults.
 
-Serves POST /v1/chat/completions, GET /health and GET /stats (counts, max requests in flight, attempt log).
+Serves POST /v1/chat/completions, GET /health and GET /stats (counts, max requests in flight, the time-weighted
+mean in flight between the first arrival and the last departure, attempt log).
 Answers are deterministic: a `structured_outputs.choice` / `response_format` enum gets a valid value picked by a
 hash of the prompt; a JSON schema gets a minimal valid object; otherwise the last user text is echoed as
 "echo:<text>". Faults (429 with Retry-After, 500, a stall longer than the client's timeout, an invalid or truncated
@@ -162,6 +163,26 @@ class _State:
     outcomes: dict = field(default_factory=dict)  # outcome -> count
     faults_by_key: dict = field(default_factory=dict)
     attempts: list = field(default_factory=list)  # [key, arrival time (monotonic s), outcome]
+    # occupancy: the integral of in_flight over time (request-seconds) from the first arrival to the last departure,
+    # so mean in flight = in_flight_s / (last_change - first_arrival): by Little's law, what the server could serve
+    first_arrival: float | None = None
+    last_change: float | None = None
+    in_flight_s: float = 0.0
+
+    def moved(self, delta: int) -> None:
+        """in_flight changes by delta now: the time since the last change is added at the old count."""
+        now = time.monotonic()
+        if self.first_arrival is None:
+            self.first_arrival = now
+        if self.last_change is not None:
+            self.in_flight_s += self.in_flight * (now - self.last_change)
+        self.last_change = now
+        self.in_flight += delta
+
+    def occupancy(self) -> dict:
+        span = (self.last_change - self.first_arrival) if self.first_arrival is not None else 0.0
+        return {"busy_span_s": round(span, 4), "in_flight_s": round(self.in_flight_s, 4),
+                "mean_in_flight": round(self.in_flight_s / span, 3) if span > 0 else 0.0}
 
 
 def make_app(cfg: FaultConfig):
@@ -186,7 +207,7 @@ def make_app(cfg: FaultConfig):
             return rng.choice(cfg.kinds)
 
     async def chat(request: web.Request):
-        state.in_flight += 1
+        state.moved(+1)
         state.max_in_flight = max(state.max_in_flight, state.in_flight)
         state.requests += 1
         outcome = "ok"
@@ -237,7 +258,7 @@ def make_app(cfg: FaultConfig):
                 outcome = "cancelled"
             raise
         finally:
-            state.in_flight -= 1
+            state.moved(-1)
             state.outcomes[outcome] = state.outcomes.get(outcome, 0) + 1
             if cfg.log_attempts:
                 state.attempts.append([key, t_arrival, outcome])
@@ -255,7 +276,7 @@ def make_app(cfg: FaultConfig):
     async def stats(_request):
         return web.json_response({"requests": state.requests, "model_lists": state.model_lists,
                                   "max_in_flight": state.max_in_flight,
-                                  "in_flight": state.in_flight, "outcomes": state.outcomes,
+                                  "in_flight": state.in_flight, **state.occupancy(), "outcomes": state.outcomes,
                                   "attempts": state.attempts, "config": asdict(cfg)})
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
