@@ -181,7 +181,10 @@ class _State:
 
     def occupancy(self) -> dict:
         span = (self.last_change - self.first_arrival) if self.first_arrival is not None else 0.0
-        return {"busy_span_s": round(span, 4), "in_flight_s": round(self.in_flight_s, 4),
+        # the span's ends on the host's monotonic clock (time.monotonic in any process): a client can tell its
+        # start-up before the first request and its finish after the last answer apart from the span
+        return {"first_arrival": self.first_arrival, "last_change": self.last_change,
+                "busy_span_s": round(span, 4), "in_flight_s": round(self.in_flight_s, 4),
                 "mean_in_flight": round(self.in_flight_s / span, 3) if span > 0 else 0.0}
 
 

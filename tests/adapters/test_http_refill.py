@@ -4,6 +4,8 @@ does not wait on the caller's parsing and committing."""
 
 from __future__ import annotations
 
+import pytest
+
 from capeval.adapters.base import JudgeRequest
 from capeval.adapters.openai_http import OpenAIJudge
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
@@ -58,3 +60,4 @@ def test_the_server_reports_its_time_weighted_mean_in_flight():
     assert stats["busy_span_s"] >= 0.2 and stats["in_flight_s"] >= 4 * 0.2
     assert stats["mean_in_flight"] == round(stats["in_flight_s"] / stats["busy_span_s"], 3)
     assert 1.0 < stats["mean_in_flight"] <= 4.0
+    assert stats["last_change"] - stats["first_arrival"] == pytest.approx(stats["busy_span_s"], abs=1e-3)
