@@ -58,6 +58,6 @@ def test_the_server_reports_its_time_weighted_mean_in_flight():
         stats = server.stats()
     assert all(o.error is None for o in out)
     assert stats["busy_span_s"] >= 0.2 and stats["in_flight_s"] >= 4 * 0.2
-    assert stats["mean_in_flight"] == round(stats["in_flight_s"] / stats["busy_span_s"], 3)
+    assert stats["mean_in_flight"] == pytest.approx(stats["in_flight_s"] / stats["busy_span_s"], rel=1e-3)
     assert 1.0 < stats["mean_in_flight"] <= 4.0
     assert stats["last_change"] - stats["first_arrival"] == pytest.approx(stats["busy_span_s"], abs=1e-3)
