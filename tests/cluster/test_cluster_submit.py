@@ -43,7 +43,7 @@ def sweep_file(tmp_path_factory) -> Path:
 
 def _env(extra: dict | None = None) -> dict:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    env.update(PYTHONPATH=os.environ.get("PYTHONPATH", ""), **(extra or {}))
+    env.update({"PYTHONPATH": os.environ.get("PYTHONPATH", ""), **(extra or {})})
     return env
 
 
