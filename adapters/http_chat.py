@@ -367,13 +367,11 @@ class ChatRunner:
                ) -> Iterator[tuple[Any, ChatResult]]:
         """Bounded window over `feed` (capeval.adapters.base.RequestFeed): pulls `feed.take(room)` whenever fewer than
         `max_in_flight` calls are outstanding, yields (request, result) in completion order. `encode(request)` ->
-        (body, unwrap); a ValueError/TypeError from it is yielded at once as that request's error. The slots freed
-        by the answers taken from the sink together are refilled from the feed before those answers are yielded."""
+        (body, unwrap); a ValueError/TypeError from it is yielded at once as that request's error."""
         limit = max(1, int(max_in_flight))
         sink: queue.SimpleQueue = queue.SimpleQueue()
         in_flight: dict[int, Any] = {}
         next_token, idle_sleep, hedging = 0, 0.0005, False
-        answered: list[tuple[Any, ChatResult]] = []  # taken from the sink, yielded after their slots are refilled
         try:
             while True:
                 closed = feed.closed
@@ -397,14 +395,6 @@ class ChatRunner:
                     self.hedge_idle_slots()
                     hedging = True
                 yield from rejected
-                if answered:
-                    # The slots these answers freed were refilled above (the feed holds requests ready ahead) before
-                    # the caller handles them: a batch of answers no longer leaves its slots idle at the server
-                    # while the caller parses and commits the whole batch. Then take again: the caller may have
-                    # added follow-ups (re-asks, next steps).
-                    batch, answered = answered, []
-                    yield from batch
-                    continue
                 if not in_flight:
                     if taken:
                         continue
@@ -422,7 +412,8 @@ class ChatRunner:
                         done.append(sink.get_nowait())
                     except queue.Empty:
                         break
-                answered = [(in_flight.pop(token), result) for token, result in done]
+                for token, result in done:
+                    yield in_flight.pop(token), result
         finally:
             if in_flight:
                 self.cancel(set(in_flight), sink)
