@@ -282,6 +282,7 @@ class VLLMCaptioner:
         self.ignore_eos = bool(ignore_eos)
         self.max_in_flight = max(1, int(max_in_flight))
         self.processor = AutoProcessor.from_pretrained(model, revision=revision)
+        self.rendered_prompts: dict[tuple, str] = {}  # (text, system, visual parts) -> prompt (_render)
         if frame_input == "auto":  # a processor that can take a video has a video processor; others take images
             frame_input = "video" if getattr(self.processor, "video_processor", None) is not None else "images"
         if frame_input not in ("video", "images"):
@@ -323,7 +324,7 @@ class VLLMCaptioner:
         """The chat template's prompt for `text` after the visual `parts`, rendered once per distinct prompt: a sweep
         sends one prompt text with the same parts for every video, and a render costs about as much as the rest of
         the request's preparation together (the template is deterministic, so the text is the same)."""
-        cache = self.__dict__.setdefault("_rendered", {})
+        cache = self.rendered_prompts
         key = (text, system, parts)
         prompt = cache.get(key)
         if prompt is None:

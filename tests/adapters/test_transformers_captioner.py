@@ -227,6 +227,7 @@ def test_transformers_and_vllm_build_the_same_processor_inputs(family, decoded):
         # the vLLM captioner's request dict needs only its processor settings, not an engine
         vllm_cap = VLLMCaptioner.__new__(VLLMCaptioner)
         vllm_cap.processor, vllm_cap.frame_input, vllm_cap.system, vllm_cap.max_frames = hf.processor, "video", None, 64
+        vllm_cap.rendered_prompts = {}
         for r in _requests(decoded):
             inputs = vllm_cap.engine_inputs(r)
             prepared = hf.prepare(r)

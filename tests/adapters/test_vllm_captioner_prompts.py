@@ -17,7 +17,7 @@ def _captioner(system=None):
 
     cap = vllm_captioner.VLLMCaptioner.__new__(vllm_captioner.VLLMCaptioner)  # no engine: prompts only
     cap.processor = AutoProcessor.from_pretrained(build_tiny_vlm("qwen2_vl", model_cache() / "tiny-qwen2-vl"))
-    cap.system, cap.frame_input, cap.max_frames = system, "video", 64
+    cap.system, cap.frame_input, cap.max_frames, cap.rendered_prompts = system, "video", 64, {}
     return cap
 
 
