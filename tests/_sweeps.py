@@ -34,7 +34,8 @@ def _tables(header: str, entries) -> list[str]:
 
 def sweep_toml(name: str, *, prompts=("capquiz_standard", "brief"), frames=("uniform:2", "uniform:6"),
                n_videos: int = 3, duration_s: float | None = 1.5, dataset: dict | None = None,
-               captioners=("local",), protocols=("capquiz",), judges=("local",), options: dict | None = None) -> str:
+               captioners=("local",), captions=(), protocols=("capquiz",), judges=("local",),
+               options: dict | None = None) -> str:
     """A sweep file's text.
 
     prompts: prompt ids (`prompts = [...]`), or dicts written as `[[prompts]]` tables (a pack's prompt).
@@ -42,16 +43,20 @@ def sweep_toml(name: str, *, prompts=("capquiz_standard", "brief"), frames=("uni
     dataset: a whole `[[datasets]]` entry instead (e.g. {"name": "clips", "kind": "items", "path": "..."}).
     captioners, protocols, judges: one table each, a name or a dict of the entry's fields (e.g. {"name": "openai",
     "params": {...}, "seeds": [0, 1]}); empty: no such section (a caption-only sweep has no protocols or judges).
+    captions: `[[captions]]` tables (dicts: a caption file's `path` and its fields); frames empty: no `frames` line
+    (a sweep of given captions alone has no frames to name).
     options: merged over DEFAULT_OPTIONS; a None value leaves that option out; options={} keeps the defaults."""
     if dataset is None:
         dataset = {"name": "shapes", "kind": "synthetic", "n_videos": n_videos}
         if duration_s is not None:
             dataset["duration_s"] = duration_s
     ids = [p for p in prompts if isinstance(p, str)]
-    lines = [f"name = {_toml(name)}", *([f"prompts = {_toml(ids)}"] if ids else []), f"frames = {_toml(list(frames))}"]
+    lines = [f"name = {_toml(name)}", *([f"prompts = {_toml(ids)}"] if ids else []),
+             *([f"frames = {_toml(list(frames))}"] if frames else [])]
     lines += _tables("prompts", [p for p in prompts if not isinstance(p, str)])
     lines += _tables("datasets", [dataset])
-    lines += _tables("captioners", captioners) + _tables("protocols", protocols) + _tables("judges", judges)
+    lines += _tables("captioners", captioners) + _tables("captions", captions)
+    lines += _tables("protocols", protocols) + _tables("judges", judges)
     merged = {k: v for k, v in {**DEFAULT_OPTIONS, **(options or {})}.items() if v is not None}
     if merged:
         lines += ["", "[options]", *(f"{k} = {_toml(v)}" for k, v in merged.items())]

@@ -15,6 +15,8 @@ from capeval.engine.sweep import judge_stage
 from capeval.engine.sweep.config import load_sweep
 from capeval.engine.sweep.runner import run_sweep
 
+from _sweeps import write_sweep
+
 
 def _inputs(tmp_path: Path) -> tuple[Path, Path]:
     items, captions = tmp_path / "items.jsonl", tmp_path / "captions.jsonl"
@@ -33,25 +35,10 @@ def _inputs(tmp_path: Path) -> tuple[Path, Path]:
 
 def _run(tmp_path: Path, out: str, overlap: bool) -> Path:
     items, captions = _inputs(tmp_path)
-    path = tmp_path / f"{out}.toml"
-    path.write_text(f"""
-name = "parts"
-[[datasets]]
-name = "quiz"
-kind = "items"
-path = "{items}"
-[[captions]]
-path = "{captions}"
-captioner = "given"
-[[protocols]]
-name = "capquiz"
-[[judges]]
-name = "local"
-seeds = [0, 1]
-[options]
-n_resamples = 20
-overlap = {"true" if overlap else "false"}
-""")
+    path = write_sweep(tmp_path / f"{out}.toml", "parts", prompts=(), frames=(),
+                       dataset={"name": "quiz", "kind": "items", "path": str(items)},
+                       captioners=(), captions=[{"path": str(captions), "captioner": "given"}],
+                       judges=[{"name": "local", "seeds": [0, 1]}], options={"n_resamples": 20, "overlap": overlap})
     run_sweep(load_sweep(path), tmp_path / out, progress=False, log=lambda m: None)
     return tmp_path / out
 

@@ -15,6 +15,8 @@ from capeval.engine.sweep.datasets import load_dataset, media_required
 from capeval.engine.sweep.grid import expand
 from capeval.engine.sweep.pairs import plan_pairs
 
+from _sweeps import write_sweep
+
 
 def _sweep(tmp_path: Path) -> Path:
     items, captions = tmp_path / "items.jsonl", tmp_path / "captions.jsonl"
@@ -25,24 +27,9 @@ def _sweep(tmp_path: Path) -> Path:
             fi.write(json.dumps({"benchmark": "capquiz", "task": "scene", "item_id": f"v{v}/scene",
                                  "video_id": f"v{v}", "media_type": "video", "annotation": "which?",
                                  "options": options, "answer": options[v]}) + "\n")
-    path = tmp_path / "pairs.toml"
-    path.write_text(f"""name = "pairs"
-
-[[datasets]]
-name = "quiz"
-kind = "items"
-path = "{items}"
-
-[[captions]]
-path = "{captions}"
-
-[[protocols]]
-name = "capquiz"
-
-[[judges]]
-name = "local"
-""")
-    return path
+    return write_sweep(tmp_path / "pairs.toml", "pairs", prompts=(), frames=(),
+                       dataset={"name": "quiz", "kind": "items", "path": str(items)},
+                       captioners=(), captions=[{"path": str(captions)}], options={"n_resamples": None})
 
 
 def test_the_checks_plan_is_reused_by_the_media_check_and_the_grid(tmp_path, monkeypatch):
