@@ -12,14 +12,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from capeval.engine.params import REQUIRED, Param, accepted_params
 from capeval.engine.sweep.checker import SweepChecker
-
-if TYPE_CHECKING:  # config.py imports this module
-    from capeval.engine.sweep.config import SweepConfig
-    from capeval.engine.sweep.pairs import PairPlan
+from capeval.engine.sweep.pairs import PairPlan
 
 #: protocol params understood by every protocol (the rest go to the protocol as they are)
 PROTOCOL_MODES = ("strict", "official")
@@ -59,7 +55,7 @@ def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
     return ids, defined
 
 
-def check_config(config: SweepConfig, c: SweepChecker, *, check_registry: bool = True,
+def check_config(config, c: SweepChecker, *, check_registry: bool = True,
                  check_paths: bool = True) -> PairPlan | None:
     """Semantic checks of a parsed config; every problem goes to checker `c` (capeval.engine.sweep.checker).
     Returns the pair plan the checks made (engine/sweep/pairs.py `PairPlan`; None without protocols or registry
