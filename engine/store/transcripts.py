@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -147,7 +149,13 @@ class MemoryTranscripts:
 
 class TranscriptSpool:
     """A sink that spools chunks to `<folder>/.<name>.<random>.tmp` (a kill leaves only that temp file, which the
-    next run removes) and at `commit` writes `<folder>/<name>.parquet` from it, atomically."""
+    next run removes) and at `commit` writes `<folder>/<name>.parquet` from it, atomically.
+
+    Chunks are written in order on a writer thread of the spool's own (Parquet encoding and compression release
+    the GIL: the judge loop's thread goes on sending meanwhile), at most PENDING chunks behind; a write that fails
+    is raised by the next `append` or by `finish`, as the same storage error."""
+
+    PENDING = 2
 
     def __init__(self, folder: str | Path, name: str):
         self.folder = Path(folder)
@@ -157,18 +165,41 @@ class TranscriptSpool:
         self._writer: pq.ParquetWriter | None = None
         self._fix: Fix | None = None
         self._done = False
+        self._thread: ThreadPoolExecutor | None = None
+        self._pending: deque[Future] = deque()
 
     def append(self, chunk: pa.Table) -> None:
-        try:
-            if self._writer is None:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                # fast settings for the spool: it is read once, at commit
-                self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
-            self._writer.write_table(chunk.cast(CAPTURE))
-        except OSError as exc:
-            raise self._spool_error(exc) from exc
+        self._collect(self.PENDING - 1)  # an earlier write's error first; at most PENDING chunks queued
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="capeval-transcripts")
+        self._pending.append(self._thread.submit(self._write, chunk))
+
+    def _write(self, chunk: pa.Table) -> None:  # on the writer thread, chunk after chunk
+        if self._writer is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # fast settings for the spool: it is read once, at commit
+            self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
+        self._writer.write_table(chunk.cast(CAPTURE))
+
+    def _collect(self, keep: int = 0) -> None:
+        """Wait until at most `keep` writes are queued; the first failed one is raised (OSError: storage error)."""
+        while len(self._pending) > keep:
+            try:
+                self._pending.popleft().result()
+            except OSError as exc:
+                raise self._spool_error(exc) from exc
+            except BaseException:
+                self.discard()
+                raise
+
+    def _stop_thread(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
 
     def finish(self, fix: Fix | None = None) -> None:
+        self._collect()
+        self._stop_thread()
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -222,6 +253,10 @@ class TranscriptSpool:
 
     def discard(self) -> None:
         """Drop the spool (a cell that is not committed; a writer that cannot close, on a full disk, is let go)."""
+        pending, self._pending = self._pending, deque()
+        for future in pending:  # queued writes are dropped, the one under way is waited for
+            future.cancel()
+        self._stop_thread()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             try:
