@@ -94,6 +94,16 @@ class JudgeStage:
                 self.judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
         return self.judges[jspec.display]
 
+    def warm_end(self) -> None:
+        """Set-up the end of a judge pass needs, done while the loop waits for its last answers (JudgeScheduler
+        on_drain): the bootstrap kernel's first load (Numba's compiler context) and pyarrow.dataset (read_table)."""
+        import pyarrow.dataset  # noqa: F401
+
+        if self.config.options.n_resamples:
+            from capeval.kernels.bootstrap import warm
+
+            warm()
+
     def scheduler(self, judge):
         return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
                               progress=self.run.progress, warn_failure_share=self.config.options.warn_failure_share)
@@ -219,7 +229,7 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
                 for part in parts:
                     sched.extend(prep.key, part)
                 sched.seal(prep.key)
-        sched.run()
+        sched.run(on_drain=stage.warm_end)
 
 
 def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
@@ -265,7 +275,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
             sched.seal(prep.key)
 
         feed = CellFeed(watch, cells, run=stage.run, inputs=inputs, start=start, part=part, seal=seal)
-        sched.run(source=feed)
+        sched.run(source=feed, on_drain=stage.warm_end)
 
 
 def _part_items(cell: ResultCell, data: LoadedDataset) -> tuple[pa.Table, dict[str, list[int]], list[int]]:
