@@ -218,30 +218,27 @@ class TranscriptSpool:
     def commit(self, *, captions: dict | None = None, cell_key: str | None = None) -> Path:
         """Write the committed file (row group by row group: memory stays one chunk) and rename it into place;
         `captions`: caption_key -> the caption text judged."""
+        return self.commit_later(captions=captions, cell_key=cell_key).place()
+
+    def commit_later(self, *, captions: dict | None = None, cell_key: str | None = None) -> "Commit":
+        """`commit` in two steps: the committed file is written to a temp file on a thread of its own (Parquet
+        compression releases the GIL: the caller computes the cell's metrics meanwhile); `place()` on the returned
+        handle waits for it and renames it into place, `abandon()` drops it."""
         if not self._done:
             raise RuntimeError(f"transcripts {self.name}: commit before the cell finished")
-        tmp = self.folder / f".{self.name}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                writer = pq.ParquetWriter(f, TRANSCRIPTS, **WRITE_OPTIONS)
-                try:
-                    for chunk in self._chunks():
-                        writer.write_table(_finalize(chunk, self._fix, captions, cell_key), row_group_size=1 << 16)
-                finally:
-                    writer.close()
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            fsync_dir(self.folder)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise storage_error(exc, self.path, "the cell's judge transcripts") from exc
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        self.discard()
-        return self.path
+        return Commit(self, captions, cell_key)
+
+    def _write_committed(self, tmp: Path, captions: dict | None, cell_key: str | None) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            writer = pq.ParquetWriter(f, TRANSCRIPTS, **WRITE_OPTIONS)
+            try:
+                for chunk in self._chunks():
+                    writer.write_table(_finalize(chunk, self._fix, captions, cell_key), row_group_size=1 << 16)
+            finally:
+                writer.close()
+            f.flush()
+            os.fsync(f.fileno())
 
     def _chunks(self):
         if not self._spool.exists():
@@ -264,6 +261,41 @@ class TranscriptSpool:
             except OSError:
                 pass  # its file is removed next: nothing it failed to write is wanted
         self._spool.unlink(missing_ok=True)
+
+
+class Commit:
+    """A spool's committed file being written (TranscriptSpool.commit_later)."""
+
+    def __init__(self, spool: TranscriptSpool, captions: dict | None, cell_key: str | None):
+        self.spool = spool
+        self.tmp = spool.folder / f".{spool.name}.{uuid.uuid4().hex[:8]}.tmp"
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="capeval-transcripts-commit")
+        self._future = self._pool.submit(spool._write_committed, self.tmp, captions, cell_key)
+        self._pool.shutdown(wait=False)
+
+    def place(self) -> Path:
+        """Wait for the file and rename it into place (the spool is removed); a storage error names the file."""
+        spool = self.spool
+        try:
+            self._future.result()
+            os.replace(self.tmp, spool.path)
+            fsync_dir(spool.folder)
+        except OSError as exc:
+            self.tmp.unlink(missing_ok=True)
+            raise storage_error(exc, spool.path, "the cell's judge transcripts") from exc
+        except BaseException:
+            self.abandon()
+            raise
+        spool.discard()
+        return spool.path
+
+    def abandon(self) -> None:
+        """Drop the file being written (the cell is not committed; its spool stays until discarded)."""
+        try:
+            self._future.result()
+        except BaseException:  # noqa: BLE001 - what failed to be written is not wanted
+            pass
+        self.tmp.unlink(missing_ok=True)
 
 
 def transcript_files(run_dir: str | Path) -> list[Path]:

@@ -182,6 +182,23 @@ class JudgeStage:
         import polars as pl
 
         cell, key = prep.cell, prep.key
+        spool = self.spools.pop(key, None)
+        if spool is not None:  # written on a thread while the metrics are computed, placed before the verdicts
+            captions = prep.captions
+            transcripts = spool.commit_later(captions=dict(zip(captions.column("caption_key").to_pylist(),
+                                                               captions.column("text").to_pylist())), cell_key=key)
+        try:
+            self._finish(prep, verdicts, summary, transcripts if spool is not None else None)
+        except BaseException:
+            if spool is not None:
+                transcripts.abandon()
+                self.spools[key] = spool  # not committed: discarded with the stage (close)
+            raise
+
+    def _finish(self, prep: Prepared, verdicts: pa.Table, summary, transcripts) -> None:
+        import polars as pl
+
+        cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
         status = accounting.cell_status(verdicts, self.run.accept_failures)
         if key in self.partial and status in accounting.FINISHED_STATUSES:
@@ -200,11 +217,8 @@ class JudgeStage:
                                       duration_buckets=cell.protocol.params.get("duration_buckets"),
                                       log=self.run.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
         metrics = cellmod.label_metrics(metrics, cell, key, status)
-        spool = self.spools.pop(key, None)
-        if spool is not None:  # before the verdicts: a committed cell always has its transcripts
-            captions = prep.captions
-            spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(),
-                                           captions.column("text").to_pylist())), cell_key=key)
+        if transcripts is not None:  # before the verdicts: a committed cell always has its transcripts
+            transcripts.place()
         cellmod.commit(self.stores, key, verdicts, metrics.to_arrow())
         self.stats["sent"] += summary.sent
         self.stats["cached"] += summary.cached
