@@ -33,6 +33,7 @@ from capeval.engine.sweep.decide import PENDING
 from capeval.engine.sweep.grid import ResultCell
 from capeval.engine.sweep.overlap import CellFeed
 from capeval.engine.sweep.run import SweepRun
+from capeval.kernels.bootstrap import warm as warm_bootstrap
 
 PART_ITEMS = 2048  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
 
@@ -100,9 +101,7 @@ class JudgeStage:
         import pyarrow.dataset  # noqa: F401
 
         if self.config.options.n_resamples:
-            from capeval.kernels.bootstrap import warm
-
-            warm()
+            warm_bootstrap()
 
     def scheduler(self, judge):
         return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
