@@ -18,7 +18,8 @@ from capeval.engine.store.transcripts import CAPTURE
 from .requests import attempt_sampling
 from capeval.engine.judging.requests import load_jpegs
 
-CHUNK = 8192
+CHUNK = 8192  # rows per chunk handed to the sink (a row group of the spool and of the committed file)
+SLICE = 1024  # rows converted to Arrow at a time
 _ID_NAMES = ("request_key", "protocol", "task", "item_id", "video_id", "caption_key", "captioner", "prompt_id",
              "frame_spec", "step", "sub_index", "seed", "trial")
 _IDS = operator.itemgetter(*_ID_NAMES)
@@ -70,7 +71,9 @@ class Transcriber:
     def __init__(self, sink, judge_name: str):
         self.sink, self.judge_name = sink, judge_name
         self._columns: list[list] = [[] for _ in CAPTURE]
-        self._n = 0
+        self._n = 0  # rows in _columns
+        self._batches: list[pa.RecordBatch] = []  # the chunk's earlier rows, converted SLICE at a time
+        self._rows = 0  # rows of the chunk (batches and columns)
         self._schemas: dict = {}
 
     def add(self, row, fields: dict) -> None:
@@ -99,15 +102,26 @@ class Transcriber:
         for column, value in zip(self._columns, values):
             column.append(value)
         self._n += 1
+        self._rows += 1
         row.attempts = None
-        if self._n >= CHUNK:
+        if self._rows >= CHUNK:
             self.flush()
+        elif self._n >= SLICE:
+            self._convert()
+
+    def _convert(self) -> None:
+        """The rows kept so far into one Arrow batch (SLICE rows: a short pause of the judge loop's thread, where
+        converting a whole chunk at once held it ~CHUNK/SLICE times longer)."""
+        columns, self._columns, self._n = self._columns, [[] for _ in CAPTURE], 0
+        self._batches.append(pa.RecordBatch.from_arrays([pa.array(c, f.type) for c, f in zip(columns, CAPTURE)],
+                                                        schema=CAPTURE))
 
     def flush(self) -> None:
         if self._n:
-            columns, self._columns, self._n = self._columns, [[] for _ in CAPTURE], 0
-            self.sink.append(pa.Table.from_arrays([pa.array(c, f.type) for c, f in zip(columns, CAPTURE)],
-                                                  schema=CAPTURE))
+            self._convert()
+        if self._batches:
+            batches, self._batches, self._rows = self._batches, [], 0
+            self.sink.append(pa.Table.from_batches(batches, schema=CAPTURE))  # one row group of the spool
 
     def finish(self, fix=None) -> None:
         self.flush()
