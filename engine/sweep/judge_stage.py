@@ -35,7 +35,7 @@ from capeval.engine.sweep.overlap import CellFeed
 from capeval.engine.sweep.run import SweepRun
 from capeval.kernels.bootstrap import warm as warm_bootstrap
 
-PART_ITEMS = 2048  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
+PART_ITEMS = 512  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
 
 
 @dataclass
