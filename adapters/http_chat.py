@@ -272,6 +272,125 @@ def call_key(sink, token) -> tuple[int, object]:
     return id(sink), token
 
 
+_END = object()  # a stream's last item: every request taken was answered and the feed is closed
+
+
+class _Window:
+    """One `ChatRunner.stream`'s window, refilled on the runner's loop thread (all of it runs there, except `poke`
+    and the `ended` flag, which the consumer sets). It is the sink of its calls: an answer goes to `out` as
+    (request, result) for the generator and frees a slot, which `refill` fills from the feed at once. When slots are
+    free and the feed is empty but open, it looks again on a timer (0.5 ms doubling to 50 ms, back to 0.5 ms once it
+    took something); the generator also pokes it after handing on each batch, for the follow-ups that batch
+    brought. Once nothing is outstanding it ends the stream (`_END`) when the feed is closed, or with
+    BackendFatalError after a 401/403 (nothing more is taken once one came back)."""
+
+    MIN_DELAY_S, MAX_DELAY_S = 0.0005, 0.05
+
+    def __init__(self, runner: "ChatRunner", feed, limit: int, encode: Callable[[Any], tuple[bytes, Any]]):
+        self.runner, self.feed, self.limit, self.encode = runner, feed, limit, encode
+        self.out: queue.SimpleQueue = queue.SimpleQueue()  # (request, result), then _END or an exception
+        self.requests: dict[int, Any] = {}  # token -> request of the calls outstanding
+        self.next_token = 0
+        self.hedging = False
+        self.ended = False  # the generator is closed (set by the consumer's thread) or the stream ended
+        self.scheduled = False  # a refill is queued on the loop (answers of one loop turn share it)
+        self.timer: asyncio.TimerHandle | None = None
+        self.delay = self.MIN_DELAY_S
+
+    # any thread
+    def poke(self) -> None:
+        loop = self.runner._loop
+        if not self.scheduled and not self.ended and not loop.is_closed():
+            self.scheduled = True
+            loop.call_soon_threadsafe(self.refill)
+
+    # loop thread
+    def put(self, item: tuple) -> None:
+        """The runner's sink: (token, result) of an answered call."""
+        token, result = item
+        request = self.requests.pop(token, None)
+        if request is None:  # cancelled meanwhile
+            return
+        self.out.put((request, result))
+        if not self.scheduled:  # the slot is refilled once the answers of this loop turn are in
+            self.scheduled = True
+            self.runner._loop.call_soon(self.refill)
+
+    def refill(self) -> None:
+        self.scheduled = False
+        if self.ended:
+            return
+        runner, feed = self.runner, self.feed
+        took = False
+        try:
+            while True:
+                closed = feed.closed
+                room = self.limit - len(self.requests)
+                taken = feed.take(room) if room > 0 and not runner.fatal_error and not self.ended else []
+                calls = []
+                for request in taken:
+                    try:
+                        body, unwrap = self.encode(request)
+                    except (ValueError, TypeError) as exc:
+                        self.out.put((request, ChatResult(None, f"invalid request: {exc}")))
+                        continue
+                    token = self.next_token
+                    self.next_token += 1
+                    self.requests[token] = request
+                    calls.append((token, body, unwrap))
+                if calls:
+                    runner._spawn(calls, self)
+                if taken:
+                    took = True
+                if not self.hedging and self.requests and len(taken) < room and (
+                        feed.closed or getattr(feed, "draining", False)):
+                    # the feed is empty and nothing new will come (at most follow-ups of the answers in flight,
+                    # which take their slots back from hedge copies): the slots the drain frees carry hedge copies
+                    runner._start_idle_hedging()
+                    self.hedging = True
+                if taken and len(self.requests) < self.limit and not calls:
+                    continue  # every request taken was refused at once: their slots are still free
+                break
+            if not self.requests:
+                if runner.fatal_error:  # after the requests that were in flight came back
+                    self._finish(BackendFatalError(runner.fatal_error))
+                    return
+                if closed and not taken:
+                    self._finish(_END)
+                    return
+        except BaseException as exc:  # noqa: BLE001 - the feed's or encode's error is the consumer's to raise
+            self._finish(exc)
+            return
+        if took:
+            self.delay = self.MIN_DELAY_S
+        if self.timer is None and len(self.requests) < self.limit and not runner.fatal_error:
+            # free slots and an empty feed that is still open: look again soon
+            self.timer = runner._loop.call_later(self.delay, self._timer_fired)
+            self.delay = min(self.MAX_DELAY_S, self.delay * 2)
+
+    def _timer_fired(self) -> None:
+        self.timer = None
+        if not self.scheduled:
+            self.refill()
+
+    def _finish(self, item) -> None:
+        self.ended = True
+        self.out.put(item)
+        self.close()
+
+    def close(self) -> None:
+        """The stream is over (ended, or its generator was closed early): no more timers, and the calls still
+        outstanding are cancelled."""
+        self.ended = True
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        if self.requests:
+            self.runner._cancel({call_key(self, token) for token in self.requests})
+            self.requests.clear()
+
+
+
 class ChatRunner:
     """Runs chat-completion calls (JSON bodies, already encoded) on a private event-loop thread.
 
@@ -365,58 +484,38 @@ class ChatRunner:
 
     def stream(self, feed, max_in_flight: int, encode: Callable[[Any], tuple[bytes, str | None]]
                ) -> Iterator[tuple[Any, ChatResult]]:
-        """Bounded window over `feed` (capeval.adapters.base.RequestFeed): pulls `feed.take(room)` whenever fewer than
-        `max_in_flight` calls are outstanding, yields (request, result) in completion order. `encode(request)` ->
-        (body, unwrap); a ValueError/TypeError from it is yielded at once as that request's error."""
-        limit = max(1, int(max_in_flight))
-        sink: queue.SimpleQueue = queue.SimpleQueue()
-        in_flight: dict[int, Any] = {}
-        next_token, idle_sleep, hedging = 0, 0.0005, False
+        """Bounded window over `feed` (capeval.adapters.base.RequestFeed), kept full by the loop thread: whenever
+        fewer than `max_in_flight` calls are outstanding it takes `feed.take(room)`, encodes each request
+        (`encode(request)` -> (body, unwrap)) and starts it, so freed slots are refilled while the consumer is busy
+        between answers (`_Window`). Yields (request, result) in completion order; a ValueError/TypeError from
+        `encode` is yielded at once as that request's error. The feed is used from the loop thread: it must be
+        thread-safe when the consumer adds to it while the stream runs (the judge loop's WindowFeed is)."""
+        window = _Window(self, feed, max(1, int(max_in_flight)), encode)
+        if self._loop.is_closed():
+            raise RuntimeError("OpenAI HTTP backend is closed")
+        self._loop.call_soon_threadsafe(window.refill)
+        out = window.out
         try:
             while True:
-                closed = feed.closed
-                room = limit - len(in_flight)
-                taken = feed.take(room) if room > 0 and not self.fatal_error else []
-                calls, rejected = [], []
-                for request in taken:
-                    try:
-                        body, unwrap = encode(request)
-                    except (ValueError, TypeError) as exc:
-                        rejected.append((request, ChatResult(None, f"invalid request: {exc}")))
-                        continue
-                    in_flight[next_token] = request
-                    calls.append((next_token, body, unwrap))
-                    next_token += 1
-                if calls:
-                    self.submit(calls, sink)
-                if not hedging and in_flight and len(taken) < room and (feed.closed or getattr(feed, "draining", False)):
-                    # the feed is empty and nothing new will come (at most follow-ups of the answers in flight, which
-                    # take their slots back from hedge copies): the slots the drain frees carry hedge copies
-                    self.hedge_idle_slots()
-                    hedging = True
-                yield from rejected
-                if not in_flight:
-                    if taken:
-                        continue
-                    if self.fatal_error:  # after the requests that were in flight came back
-                        raise BackendFatalError(self.fatal_error)
-                    if closed:
-                        return
-                    time.sleep(idle_sleep)  # the feed is open but has nothing ready: poll gently
-                    idle_sleep = min(0.05, idle_sleep * 2)
-                    continue
-                idle_sleep = 0.0005
-                done = [self.wait(sink)]
+                batch = [self.wait(out)]
                 while True:
                     try:
-                        done.append(sink.get_nowait())
+                        batch.append(out.get_nowait())
                     except queue.Empty:
                         break
-                for token, result in done:
-                    yield in_flight.pop(token), result
+                for item in batch:
+                    if type(item) is tuple:
+                        yield item
+                    elif item is _END:
+                        return
+                    else:  # the loop thread's stop: BackendFatalError, or an error of the feed or of `encode`
+                        raise item
+                # the consumer has handled this batch (and maybe added follow-ups): take them now, not at a timer
+                window.poke()
         finally:
-            if in_flight:
-                self.cancel(set(in_flight), sink)
+            window.ended = True  # read by the loop thread: nothing more is taken
+            if not self._loop.is_closed():
+                self._loop.call_soon_threadsafe(window.close)
 
     # ---- on the loop thread ------------------------------------------------------------------------------------
     def _open(self) -> None:
