@@ -70,7 +70,13 @@ class RequestFeed(Protocol):
     `closed` once nothing more will come; so when a backend has nothing in flight and `take` returns [], `closed` is
     True and the stream ends. A feed may also say `draining` (optional, default False): nothing new will be added
     except follow-ups of the answers still in flight (re-asks, next steps), so a backend may use the slots the drain
-    leaves idle (the HTTP backends' tail hedging, adapters/http_chat.py) until those follow-ups come."""
+    leaves idle (the HTTP backends' tail hedging, adapters/http_chat.py) until those follow-ups come.
+
+    A backend may call `take` and read `closed` from its own thread while the consumer adds to the feed (the HTTP
+    backends refill their window on their event-loop thread as each answer comes): a feed that gets requests while
+    a stream runs must be thread-safe (WindowFeed is; a fixed list like `ListFeed` needs nothing). So the feed's
+    count of requests taken and not yet handed back may pass the window for a moment: the backend takes for a
+    slot an answer freed before the consumer has handled that answer."""
 
     closed: bool
 
