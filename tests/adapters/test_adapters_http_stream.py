@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 
 import pytest
@@ -149,3 +150,49 @@ def test_stream_with_the_judge_loops_window_feed():
         assert server.stats()["max_in_flight"] <= 8
     assert sorted(keys) == sorted([f"w{i}" for i in range(40)] + ["w3-again"])
     assert feed.closed
+
+
+def test_the_window_is_refilled_while_the_consumer_is_busy():
+    """The backend takes new requests from the feed on its own thread as each answer frees a slot: while the
+    consumer is busy with one answer (the judge loop topping up), the other slots keep being refilled and answered,
+    and the server still never sees more than the window."""
+    from capeval.engine.judging.window import WindowFeed
+
+    feed = WindowFeed()
+    for r in _reqs(120, "busy"):
+        feed.put(r)
+    with LoopbackServer(FaultConfig(latency_median_s=0.005, latency_sigma=0.3)) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8, hedge=0) as judge:
+            keys, sent_while_busy = [], None
+            for resp in judge.stream(feed, 8):
+                keys.append(resp.key)
+                if sent_while_busy is None:
+                    time.sleep(1.0)  # busy with the first answer, which is not handed back yet
+                    sent_while_busy = server.stats()["requests"]
+                feed.done()
+        stats = server.stats()
+    assert sorted(keys) == sorted(r.key for r in _reqs(120, "busy"))
+    assert sent_while_busy >= 60, sent_while_busy  # taking only between answers it would have sent 8 or 9
+    assert stats["max_in_flight"] <= 8 and stats["requests"] == 120
+    assert feed.closed
+
+
+def test_closing_the_stream_early_cancels_its_calls_and_takes_no_more():
+    from capeval.engine.judging.window import WindowFeed
+
+    feed = WindowFeed()
+    for r in _reqs(60, "early"):
+        feed.put(r)
+    with LoopbackServer(FaultConfig(latency_median_s=0.3, latency_sigma=0.2)) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8, hedge=0) as judge:
+            stream = judge.stream(feed, 8)
+            first = next(stream)
+            stream.close()
+            left = feed.ready
+            deadline = time.monotonic() + 5
+            while server.stats()["in_flight"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.3)
+            assert server.stats()["in_flight"] == 0  # the calls in flight were cancelled
+            assert feed.ready == left  # and nothing more was taken
+    assert first.error is None and left < 60
