@@ -510,8 +510,10 @@ class ChatRunner:
                         return
                     else:  # the loop thread's stop: BackendFatalError, or an error of the feed or of `encode`
                         raise item
-                # the consumer has handled this batch (and maybe added follow-ups): take them now, not at a timer
-                window.poke()
+                # the consumer has handled this batch (and maybe added follow-ups, or closed the feed): with slots free,
+                # look at the feed now, not at the timer (a full window is refilled as its answers come anyway)
+                if len(window.requests) < window.limit:
+                    window.poke()
         finally:
             window.ended = True  # read by the loop thread: nothing more is taken
             if not self._loop.is_closed():
