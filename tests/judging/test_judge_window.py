@@ -29,7 +29,9 @@ def _capeval(args: list[str], cwd: Path, timeout: int = 600, **env) -> subproces
 
 
 def _server() -> LoopbackServer:
-    return LoopbackServer(FaultConfig(latency_s=LATENCY_S, log_attempts=False), mode="process")
+    # the attempt log counts each distinct request once (`first_arrivals`): on a loaded machine an answer can take
+    # longer than the median, and the drain's tail hedging then sends copies of it, which arrive again
+    return LoopbackServer(FaultConfig(latency_s=LATENCY_S), mode="process")
 
 
 def _capquiz_inputs(folder: Path, n: int) -> tuple[Path, Path]:
@@ -57,7 +59,7 @@ def test_capeval_judge_keeps_the_judges_max_in_flight(tmp_path):
                        tmp_path)
         stats = server.stats()
     assert run.returncode == 0, run.stderr[-3000:]
-    assert stats["requests"] == 3 * WINDOW
+    assert len(stats["first_arrivals"]) == 3 * WINDOW <= stats["requests"]
     assert stats["max_in_flight"] == WINDOW
 
 
@@ -165,5 +167,5 @@ n_resamples = 20
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert stats["requests"] == 3 * WINDOW
+    assert len(stats["first_arrivals"]) == 3 * WINDOW <= stats["requests"]
     assert stats["max_in_flight"] == WINDOW
