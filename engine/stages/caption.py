@@ -5,15 +5,19 @@ failures are returned in the stage's counts (`failures`: caption_key -> error) f
 rerun captions them again.
 
 Why an explicit scheduler instead of ray.data: a captioner holds a model (minutes to load), so its actor must live
-for the whole stage. Each actor is an async actor (engine/stages/caption_worker.py: `caption_one(task)` is a
-coroutine); the driver keeps up to the actor's window of calls outstanding (the captioner's `max_in_flight`, or its
-worker threads plus one for sync captioners) and submits the next task the moment one finishes: no batch barrier, so
-one slow request holds one slot, not a batch. Tasks are pulled from the upstream iterator only when a slot frees up,
-so decode runs ahead only as far as the window needs, and a task's frames are read inside the actor only when its
-call starts. When an actor dies (OOM, segfault, os._exit), Ray restarts it (max_restarts) and every call that was in
-flight fails with RayActorError: we re-queue exactly those tasks, up to `max_attempts` times each, then report
-per-row errors instead of losing the rows. One death is counted once, however many calls it took with it; an actor
-that has used up its restarts is replaced by a fresh one. A model is loaded before work starts and that time is shown
+for the whole stage. Each actor is an async actor (engine/stages/caption_worker.py); the driver keeps up to the
+actor's window of tasks outstanding (the captioner's `max_in_flight`, or its worker threads plus one for sync
+captioners) and hands it the tasks its free slots take in one call (`caption_group(tasks)`, a Ray streaming
+generator: every task starts at once and the rows come back as they finish, those finishing together in one message),
+so there is no batch barrier: one slow request holds one slot, not a batch, and each row frees its slot as it comes
+back. One call per group rather than per task spares the actor Ray's dispatch and return of each task, time an
+in-process engine (the vLLM captioner) waits for while it fills, since it shares the actor's GIL.
+Tasks are pulled from the upstream iterator only when a slot frees up, so decode runs ahead only as far as the window
+needs, and a task's frames are read inside the actor only when its call starts. When an actor dies (OOM, segfault,
+os._exit), Ray restarts it (max_restarts) and every call that was in flight fails with RayActorError: we re-queue
+exactly the tasks whose rows had not come back, up to `max_attempts` times each, then report per-row errors instead
+of losing the rows. One death is counted once, however many calls it took with it; an actor that has used up its
+restarts is replaced by a fresh one. A model is loaded before work starts and that time is shown
 apart (the bar's rate and ETA count work only).
 """
 
@@ -321,7 +325,7 @@ def run_caption_stage(
          f"flight" + (f" and {queued} queued behind them" if queued else ""), progress)
     t_work = time.perf_counter()
     retry: deque[tuple[CaptionTask, int]] = deque()
-    inflight: dict = {}  # ObjectRef -> (actor index, epoch, task, attempt)
+    inflight: dict = {}  # ObjectRefGenerator of a group call -> (actor index, epoch, {caption_key: (task, attempt)})
     videos = _VideoCount()
     bar = Bar(n_videos or 0, f"caption [{captioner}]", "video", progress)
     pending = itertools.chain([first], pending)
@@ -345,7 +349,7 @@ def run_caption_stage(
         while True:
             rows: list[dict] = []
             if actors.all_gone:  # no actor will come back: what is left fails, saying so
-                lost = [t for t, _ in retry] + [t for _, _, t, _ in inflight.values()]
+                lost = [t for t, _ in retry] + [t for _, _, group in inflight.values() for t, _ in group.values()]
                 retry.clear()
                 inflight.clear()
                 while (nxt := take()) is not None:
@@ -353,12 +357,16 @@ def run_caption_stage(
                 error = f"caption actors died more than {max_restarts} restarts allow"
                 for t in lost:
                     _finish(t, row(t, captioner, None, error, 0, 0, 0.0), rows, videos, bar)
-            # Fill free slots: retries first, then new tasks from upstream (backpressure: never more).
+            # Fill free slots: retries first, then new tasks from upstream (backpressure: never more), all that one
+            # actor's slots take in one call (its rows stream back as they finish)
             for ai in range(len(actors.handles)):
-                while actors.room(ai) > 0 and (nxt := take()) is not None:
-                    t, attempt = nxt
-                    inflight[actors.handles[ai].caption_one.remote(t)] = (ai, actors.epoch[ai], t, attempt)
-                    actors.busy[ai] += 1
+                group: dict[str, tuple[CaptionTask, int]] = {}
+                while actors.room(ai) > len(group) and (nxt := take()) is not None:
+                    group[nxt[0].caption_key] = nxt
+                if group:
+                    call = actors.handles[ai].caption_group.options(num_returns="streaming")
+                    inflight[call.remote([t for t, _ in group.values()])] = (ai, actors.epoch[ai], group)
+                    actors.busy[ai] += len(group)
             if exhausted and not retry:
                 actors.no_more_tasks()
             waiting = list(inflight) + list(actors.probes)
@@ -373,21 +381,37 @@ def run_caption_stage(
                 if ref in actors.probes:
                     actors.probe_done(ref)
                     continue
-                ai, ep, t, attempt = inflight.pop(ref)
-                actors.busy[ai] -= 1
+                ai, ep, group = inflight[ref]
                 try:
-                    r = ray.get(ref)
+                    got = ray.get(next(ref))
+                except StopIteration:  # the call ended: any task it gave no row for fails, saying so
+                    got, error = [], "the caption call ended without this task's row"
                 except RayActorError:
+                    got, error = [], None
                     stats["actor_deaths"] += actors.lost(ai, ep)  # one death however many calls it took
-                    if attempt < max_attempts:
-                        stats["retried"] += 1
-                        bar.set_retries(stats["retried"])
-                        retry.append((t, attempt + 1))
-                        continue
-                    r = row(t, captioner, None, f"caption actor died {attempt} times", 0, 0, 0.0)
-                except RayTaskError as exc:  # the call raised inside a live actor: this row failed, the rest go on
-                    r = row(t, captioner, None, f"captioner raised: {_cause(exc)}", 0, 0, 0.0)
-                _finish(t, r, rows, videos, bar)
+                except RayTaskError as exc:  # the call raised inside a live actor: its rows still out failed
+                    got, error = [], f"captioner raised: {_cause(exc)}"
+                else:
+                    error = ""
+                for r in got:
+                    t, _ = group.pop(r["caption_key"])
+                    actors.busy[ai] -= 1
+                    _finish(t, r, rows, videos, bar)
+                if error == "" and group:
+                    continue  # more rows to come
+                del inflight[ref]
+                actors.busy[ai] -= len(group)
+                for t, attempt in group.values():
+                    if error is None:  # lost with its actor
+                        if attempt < max_attempts:
+                            stats["retried"] += 1
+                            bar.set_retries(stats["retried"])
+                            retry.append((t, attempt + 1))
+                            continue
+                        r = row(t, captioner, None, f"caption actor died {attempt} times", 0, 0, 0.0)
+                    else:
+                        r = row(t, captioner, None, error, 0, 0, 0.0)
+                    _finish(t, r, rows, videos, bar)
             if rows:
                 _settle(rows, store, on_rows, stats, failures, label)
                 for _ in rows:  # counted per caption stored: `caption@N` is the Nth caption however answers group
