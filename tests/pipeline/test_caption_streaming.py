@@ -218,6 +218,46 @@ def test_segments_are_sequential_within_a_video_and_videos_run_concurrently():
     assert len(seconds) == 3 and all(q.context.count("Segment 1: ") == 1 for q in seconds)
 
 
+def test_a_group_call_yields_rows_as_they_finish_and_fails_only_the_task_that_raised(monkeypatch):
+    """`caption_group` (one Ray call for every task an actor's free slots take): all its tasks run at once, rows
+    come back in several messages as they finish (the quick ones before the slow one), and a task whose coroutine
+    raises gets its own error row while the others are captioned."""
+    from capeval.engine.stages import caption_worker
+
+    class Timed(AsyncCaptioner):
+        async def acaption(self, r):
+            self.enter(r)
+            await asyncio.sleep(0.3 if r.key == "k3" else 0.01)
+            self.leave()
+            from capeval.adapters.base import CaptionResponse
+
+            return CaptionResponse(r.key, f"caption of {r.key}")
+
+    model = Timed(0.0)
+    worker = _worker(model)
+    frames = np.zeros((4, 8, 8, 3), np.uint8)
+    monkeypatch.setattr(caption_worker, "load_task_frames", lambda task: (frames, None))
+    inner = caption_worker.CaptionWorker.caption_one
+
+    async def caption_one(self, task):
+        if task.caption_key == "k1":
+            raise RuntimeError("boom")
+        return await inner(self, task)
+
+    monkeypatch.setattr(caption_worker.CaptionWorker, "caption_one", caption_one)
+
+    async def run():
+        return [rows async for rows in worker.caption_group(_memory_tasks(4))]
+
+    messages = asyncio.run(run())
+    rows = {r["caption_key"]: r for got in messages for r in got}
+    assert sorted(rows) == ["k0", "k1", "k2", "k3"]
+    assert rows["k1"]["text"] is None and "boom" in rows["k1"]["error"]
+    assert all(rows[k]["text"] == f"caption of {k}" and rows[k]["error"] is None for k in ("k0", "k2", "k3"))
+    assert len(messages) >= 2 and [r["caption_key"] for r in messages[-1]] == ["k3"]  # the slow one came last, alone
+    assert model.peak == 3  # the three captioned tasks ran at once
+
+
 # -- progress ----------------------------------------------------------------------------------------------------
 
 def test_progress_without_a_terminal_prints_plain_lines_with_rate_eta_and_retries():
