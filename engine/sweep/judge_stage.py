@@ -169,18 +169,18 @@ class JudgeStage:
 
     def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
         """Account for every item, compute the metrics and commit the cell."""
-        import polars as pl
-
         cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
         status = accounting.cell_status(verdicts, self.run.accept_failures)
         if key in self.partial and status in accounting.FINISHED_STATUSES:
             status = PENDING  # an adaptive sweep stopped judging it early: not finished (a rerun can finish it)
         verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
+        inputs = _metric_inputs(prep.protocol, verdicts=verdicts.drop_columns(["item_status", "retryable"]),
+                                items=prep.items, captions=prep.captions)
         metrics = prep.protocol.compute_metrics(
-            pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])), items=pl.from_arrow(prep.items),
-            captions=pl.from_arrow(prep.captions), n_resamples=self.config.options.n_resamples, seed=0,
+            inputs.pop("verdicts"), **inputs, n_resamples=self.config.options.n_resamples, seed=0,
             **prep.protocol.metric_params(cell.protocol.params))
+        del inputs
         metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
         if self.config.options.breakdowns:  # per level of item attributes too (engine/sweep/breakdowns.py)
             options = self.config.options
@@ -201,6 +201,20 @@ class JudgeStage:
         self.done += 1
         self.run.log(f"[sweep {self.config.name}] cell {self.done}/{len(self.pending)} {status}: "
                  + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
+
+
+def _metric_inputs(protocol, **tables: pa.Table) -> dict:
+    """The tables compute_metrics gets, as polars frames: only the columns the protocol declares it reads
+    (JudgeProtocol.metric_columns; those a table has), else whole."""
+    import polars as pl
+
+    wanted = getattr(protocol, "metric_columns", None) or {}
+    out = {}
+    for name, table in tables.items():
+        cols = wanted.get(name)
+        out[name] = pl.from_arrow(table if cols is None else
+                                  table.select([c for c in cols if c in table.schema.names]))
+    return out
 
 
 def judge_after_captions(stage: JudgeStage, inputs) -> None:
