@@ -35,6 +35,22 @@ from capeval.engine.sweep.overlap import CellFeed
 from capeval.engine.sweep.run import SweepRun
 
 PART_ITEMS = 2048  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
+RELEASE_ROWS = 20_000  # a cell of at least this many verdict rows hands freed memory back between its end steps
+
+
+def release_unused_memory() -> None:
+    """Hand memory freed by a big step back to the system: Arrow's pool (mimalloc) and the C heap keep what was
+    freed for reuse, and the next step's allocator (polars', Arrow's, Python's) cannot reuse the others', so each big
+    step's high-water mark stacked on the last (a 100,000-row cell's end: ~50 MB). Costs milliseconds."""
+    import ctypes
+    import ctypes.util
+
+    pa.default_memory_pool().release_unused()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
 
 
 @dataclass
@@ -175,6 +191,9 @@ class JudgeStage:
         if key in self.partial and status in accounting.FINISHED_STATUSES:
             status = PENDING  # an adaptive sweep stopped judging it early: not finished (a rerun can finish it)
         verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
+        big = verdicts.num_rows >= RELEASE_ROWS
+        if big:  # the unsorted chunks and the accounting's lists are freed
+            release_unused_memory()
         inputs = _metric_inputs(prep.protocol, verdicts=verdicts.drop_columns(["item_status", "retryable"]),
                                 items=prep.items, captions=prep.captions)
         metrics = prep.protocol.compute_metrics(
@@ -190,6 +209,8 @@ class JudgeStage:
                                       duration_buckets=cell.protocol.params.get("duration_buckets"),
                                       log=self.run.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
         metrics = cellmod.label_metrics(metrics, cell, key, status)
+        if big:  # the metrics' polars frames and bootstrap arrays are freed
+            release_unused_memory()
         spool = self.spools.pop(key, None)
         if spool is not None:  # before the verdicts: a committed cell always has its transcripts
             captions = prep.captions
