@@ -95,15 +95,13 @@ def batch_loop(videos: list[tuple[str, str]], frames_dir: Path, base_url: str, b
             "captions_per_s": round(ok / elapsed, 2), "batch": batch}
 
 
-def steady_per_s(attempts: list, in_flight: int = IN_FLIGHT) -> float | None:
+def steady_per_s(first_arrivals: list, in_flight: int = IN_FLIGHT) -> float | None:
     """Requests per second while the window is full: arrivals after the first `in_flight` (each one answers a
-    completion) over the time they took, from the server's arrival log. The start (filling the window) and the end
-    (the last requests draining, ~2 s at this latency whatever the client does) are what it leaves out. A request
-    counts once, at its first arrival: hedge copies and retries arrive again and are no more captions."""
-    first: dict = {}
-    for question, at, *_ in attempts:
-        first[question] = min(at, first.get(question, at))
-    times = sorted(first.values())
+    completion) over the time they took, from the server's log of each distinct request's first arrival
+    (`first_arrivals`: hedge copies and retries send the same body again and are no more captions). The start
+    (filling the window) and the end (the last requests draining, ~2 s at this latency whatever the client does) are
+    what it leaves out."""
+    times = sorted(first_arrivals)
     if len(times) <= in_flight + 1 or times[-1] <= times[in_flight]:
         return None
     return (len(times) - 1 - in_flight) / (times[-1] - times[in_flight])
@@ -133,7 +131,7 @@ def http_section(quick: bool, *, n_videos: int | None = None, baseline_videos: i
             wall = time.perf_counter() - t0
             stats = result.caption_stats
             server_stats = server.stats()
-            peak, steady = server_stats.get("max_in_flight"), steady_per_s(server_stats.get("attempts") or [])
+            peak, steady = server_stats.get("max_in_flight"), steady_per_s(server_stats.get("first_arrivals") or [])
             say(f"streaming: {stats.get('captioned')} captions, stage {stats.get('work_s')} s")
             base = batch_loop(videos[:baseline_videos], root / "baseline-frames", server.base_url)
             say(f"batch loop: {base['captions_per_s']} captions/s")

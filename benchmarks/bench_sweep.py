@@ -22,8 +22,10 @@ captions are synthetic text written straight to JSONL files, before and outside 
 fresh child process so that its peak RSS and its CPU time are its own (the server runs in another process, so
 `engine_cpu_ms_per_request` is the engine's: the child's CPU time over the sweep / requests sent). Each row: wall
 time, requests/s and its share of the bound (512 / the server's mean latency = 1,240/s), peak RSS, engine CPU per
-request and the files in the run folder. Then the largest sweep is run again on its finished folder (`rerun_s`,
-nothing sent) against its first run (`first_s`).
+request and the files in the run folder; and `model_share`, what a client with no overhead of its own could reach
+on that run (benchmarks/window_model.py: the last requests' lognormal tail drains the window at the end), with the
+judge's tail hedging (`hedge`, its default) and without (`model_share_unhedged`), and `share_of_model` = share /
+`model_share`. Then the largest sweep is run again on its finished folder (`rerun_s`, nothing sent) against its first run (`first_s`).
 
 `capeval bench sweep [--json] [--quick] [--scale]` (or `python -m capeval.benchmarks.bench_sweep`) prints the
 figures and the targets table (benchmarks/targets.py), or with --json the JSON.
@@ -44,6 +46,8 @@ import time
 from pathlib import Path
 
 from capeval.benchmarks.loopback_server import FaultConfig, LoopbackServer
+from capeval.benchmarks.window_model import model_share
+from capeval.adapters.openai_http import HTTPConfig
 from capeval.benchmarks.targets import SWEEP, SWEEP_RATIO, as_json, figures, targets_table, verdicts
 from capeval.engine.protocols.capquiz.dataset_kind import load
 from capeval.engine.ray_local import init_ray
@@ -252,10 +256,19 @@ def scale(quick: bool = False, *, sizes: tuple[int, ...] | None = None) -> dict:
         if rerun["sent"] != 0:
             raise RuntimeError(f"the rerun of the finished sweep sent {rerun['sent']} requests")
         files_after_rerun = _count_files(root / f"out-{last}")
+    # What a client with no overhead could reach at each size (benchmarks/window_model.py): the drain of the last
+    # requests' lognormal tail caps the share below 1 even then, more at the smaller sizes; with the judge's tail
+    # hedging (its default `hedge`, which these sweeps use) much less. Computed after the runs, outside their clocks.
+    hedge = HTTPConfig.__dataclass_fields__["hedge"].default
+    for row in rows:
+        hedged = model_share(row["requests"], SCALE_IN_FLIGHT, MEDIAN_S, SIGMA, hedge=hedge)
+        plain = model_share(row["requests"], SCALE_IN_FLIGHT, MEDIAN_S, SIGMA, hedge=0)
+        row["model_share"], row["model_share_unhedged"] = hedged["share"], plain["share"]
+        row["share_of_model"] = round(row["share"] / hedged["share"], 3)
     return {
         "sizes": rows, "first_s": rows[-1]["wall_s"], "rerun_s": round(rerun["wall_s"], 2),
         "rerun_files": files_after_rerun, "rerun_peak_rss_mb": rerun["peak_rss_mb"],
-        "bound_per_s": round(bound, 1), "in_flight": SCALE_IN_FLIGHT,
+        "bound_per_s": round(bound, 1), "in_flight": SCALE_IN_FLIGHT, "hedge": hedge,
         "latency": {"median_s": MEDIAN_S, "sigma": SIGMA, "mean_s": round(mean_latency, 3)},
         "items_per_video": ITEMS_PER_VIDEO, "data_generation_s": round(data_s, 2),
         "load_avg_1min": round(os.getloadavg()[0], 2),

@@ -163,6 +163,10 @@ class _State:
     outcomes: dict = field(default_factory=dict)  # outcome -> count
     faults_by_key: dict = field(default_factory=dict)
     attempts: list = field(default_factory=list)  # [key, arrival time (monotonic s), outcome]
+    # digest of each distinct request body -> its first arrival: a hedge copy or a retry sends the same bytes again,
+    # while requests that share their text (every caption request of a workload asks the same prompt) differ in
+    # their images
+    first_arrivals: dict = field(default_factory=dict)
     # occupancy: the integral of in_flight over time (request-seconds) from the first arrival to the last departure,
     # so mean in flight = in_flight_s / (last_change - first_arrival): by Little's law, what the server could serve
     first_arrival: float | None = None
@@ -218,6 +222,8 @@ def make_app(cfg: FaultConfig):
         t_arrival = time.monotonic()
         try:
             raw = await request.read()
+            if cfg.log_attempts:
+                state.first_arrivals.setdefault(hashlib.blake2b(raw, digest_size=16).digest(), t_arrival)
             if expected_auth is not None and request.headers.get("Authorization") != expected_auth:
                 outcome = str(cfg.status_for_bad_key)
                 return web.json_response({"error": {"message": "Incorrect API key provided (loopback)",
@@ -280,7 +286,8 @@ def make_app(cfg: FaultConfig):
         return web.json_response({"requests": state.requests, "model_lists": state.model_lists,
                                   "max_in_flight": state.max_in_flight,
                                   "in_flight": state.in_flight, **state.occupancy(), "outcomes": state.outcomes,
-                                  "attempts": state.attempts, "config": asdict(cfg)})
+                                  "attempts": state.attempts, "first_arrivals": sorted(state.first_arrivals.values()),
+                                  "config": asdict(cfg)})
 
     app = web.Application(client_max_size=64 * 1024 * 1024)
     app.router.add_post("/v1/chat/completions", chat)

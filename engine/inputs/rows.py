@@ -14,6 +14,11 @@ from typing import Any, Iterator
 from capeval.engine.errors import UsageError
 from capeval.engine.safetext import for_terminal
 
+try:  # see _decode_line
+    from msgspec.json import decode as _msgspec_decode
+except ImportError:  # pragma: no cover - msgspec is a declared dependency
+    _msgspec_decode = None
+
 FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv",
            ".parquet": "parquet", ".pq": "parquet"}
 
@@ -62,6 +67,18 @@ def not_utf8(path: Path) -> UsageError | None:
     return None
 
 
+def _decode_line(line: str):
+    """json.loads(line), ~3x faster through msgspec (declared in pyproject.toml; plain json where it is missing). msgspec
+    refuses what json accepts beyond strict JSON (NaN, Infinity, 1e400, lone surrogates): any line it refuses is
+    read again by json, which gives json's value or json's error, so the records are exactly json's."""
+    if _msgspec_decode is not None:
+        try:
+            return _msgspec_decode(line)
+        except Exception:  # noqa: BLE001 - json decides: its value, or its error naming the column
+            pass
+    return json.loads(line)
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     # utf-8-sig: a byte order mark (Excel and Notepad write one) is dropped, not read as part of the first key
     with open(path, encoding="utf-8-sig") as f:
@@ -81,7 +98,7 @@ def _jsonl(path: Path) -> Iterator[tuple[int, dict]]:
             if not line.strip():
                 continue
             try:
-                rec = json.loads(line)
+                rec = _decode_line(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{lineno}: malformed JSON ({exc.msg} at column {exc.colno}); "
                                  f"expected one JSON object per line") from None

@@ -25,8 +25,10 @@ from .cells import Cell
 from .loop import JudgeLoop
 from .summary import JudgingSummary
 from capeval.engine.registry import lookup
+from capeval.engine.gc_thresholds import bulk_gc
 
 
+@bulk_gc()
 def run_judging(requests: pa.Table | Iterable[pa.Table | pa.RecordBatch], judge, *, cache_dir: str | Path, protocol: JudgeProtocol | str | None = None,
                 batch_size: int = 64, max_reasks: int | None = None, progress: bool = True, max_steps: int = 8,
                 keep_intermediate: bool = False, return_summary: bool = False, max_in_flight: int | None = None,

@@ -26,6 +26,7 @@ table is the one a single `add` of all its requests would give (parts hold whole
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -97,10 +98,42 @@ class JudgeScheduler:
     def seal(self, name: str) -> None:
         self._cells[name].seal()
 
-    def run(self, source=None) -> dict[str, tuple[pa.Table, JudgingSummary]]:
+    def run(self, source=None, *, on_drain: Callable[[], None] | None = None) -> dict[str, tuple[pa.Table, JudgingSummary]]:
         """Judge every added cell (and, with `source`, every cell it adds while open); returns (verdicts, summary)
         per cell added without a callback. Raises capeval.engine.errors.AbortedError like run_judging (cells completed
-        before are delivered already)."""
+        before are delivered already). `on_drain`: called once, on a thread of its own, when every request is sent
+        and only the last answers are awaited (the judge loop's thread is mostly idle then): set-up the end of the
+        run needs (e.g. loading the metrics' kernels). Its errors are ignored; the end does that work itself."""
         self._loop.source = source
-        self._loop.run()
+        watch = _DrainWatch(self._loop.feed, on_drain) if on_drain is not None else None
+        try:
+            self._loop.run()
+        finally:
+            if watch is not None:
+                watch.stop()
         return self._results
+
+
+class _DrainWatch:
+    """Calls `work` once, on its own daemon thread, when `feed.draining` turns true (polled every POLL_S)."""
+
+    POLL_S = 0.05
+
+    def __init__(self, feed, work: Callable[[], None]):
+        self.feed, self.work = feed, work
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="capeval-drain-warm", daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.POLL_S):
+            if self.feed.draining:
+                try:
+                    self.work()
+                except Exception:  # noqa: BLE001 - a warm-up only: what it failed to do is done where needed
+                    pass
+                return
+
+    def stop(self) -> None:
+        """No call after this one (a call under way goes on: the work is safe to overlap with the caller's)."""
+        self._stop.set()

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -147,7 +149,13 @@ class MemoryTranscripts:
 
 class TranscriptSpool:
     """A sink that spools chunks to `<folder>/.<name>.<random>.tmp` (a kill leaves only that temp file, which the
-    next run removes) and at `commit` writes `<folder>/<name>.parquet` from it, atomically."""
+    next run removes) and at `commit` writes `<folder>/<name>.parquet` from it, atomically.
+
+    Chunks are written in order on a writer thread of the spool's own (Parquet encoding and compression release
+    the GIL: the judge loop's thread goes on sending meanwhile), at most PENDING chunks behind; a write that fails
+    is raised by the next `append` or by `finish`, as the same storage error."""
+
+    PENDING = 2
 
     def __init__(self, folder: str | Path, name: str):
         self.folder = Path(folder)
@@ -157,18 +165,41 @@ class TranscriptSpool:
         self._writer: pq.ParquetWriter | None = None
         self._fix: Fix | None = None
         self._done = False
+        self._thread: ThreadPoolExecutor | None = None
+        self._pending: deque[Future] = deque()
 
     def append(self, chunk: pa.Table) -> None:
-        try:
-            if self._writer is None:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                # fast settings for the spool: it is read once, at commit
-                self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
-            self._writer.write_table(chunk.cast(CAPTURE))
-        except OSError as exc:
-            raise self._spool_error(exc) from exc
+        self._collect(self.PENDING - 1)  # an earlier write's error first; at most PENDING chunks queued
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="capeval-transcripts")
+        self._pending.append(self._thread.submit(self._write, chunk))
+
+    def _write(self, chunk: pa.Table) -> None:  # on the writer thread, chunk after chunk
+        if self._writer is None:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            # fast settings for the spool: it is read once, at commit
+            self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
+        self._writer.write_table(chunk.cast(CAPTURE))
+
+    def _collect(self, keep: int = 0) -> None:
+        """Wait until at most `keep` writes are queued; the first failed one is raised (OSError: storage error)."""
+        while len(self._pending) > keep:
+            try:
+                self._pending.popleft().result()
+            except OSError as exc:
+                raise self._spool_error(exc) from exc
+            except BaseException:
+                self.discard()
+                raise
+
+    def _stop_thread(self) -> None:
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
 
     def finish(self, fix: Fix | None = None) -> None:
+        self._collect()
+        self._stop_thread()
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -187,30 +218,27 @@ class TranscriptSpool:
     def commit(self, *, captions: dict | None = None, cell_key: str | None = None) -> Path:
         """Write the committed file (row group by row group: memory stays one chunk) and rename it into place;
         `captions`: caption_key -> the caption text judged."""
+        return self.commit_later(captions=captions, cell_key=cell_key).place()
+
+    def commit_later(self, *, captions: dict | None = None, cell_key: str | None = None) -> "Commit":
+        """`commit` in two steps: the committed file is written to a temp file on a thread of its own (Parquet
+        compression releases the GIL: the caller computes the cell's metrics meanwhile); `place()` on the returned
+        handle waits for it and renames it into place, `abandon()` drops it."""
         if not self._done:
             raise RuntimeError(f"transcripts {self.name}: commit before the cell finished")
-        tmp = self.folder / f".{self.name}.{uuid.uuid4().hex[:8]}.tmp"
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                writer = pq.ParquetWriter(f, TRANSCRIPTS, **WRITE_OPTIONS)
-                try:
-                    for chunk in self._chunks():
-                        writer.write_table(_finalize(chunk, self._fix, captions, cell_key), row_group_size=1 << 16)
-                finally:
-                    writer.close()
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.path)
-            fsync_dir(self.folder)
-        except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise storage_error(exc, self.path, "the cell's judge transcripts") from exc
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        self.discard()
-        return self.path
+        return Commit(self, captions, cell_key)
+
+    def _write_committed(self, tmp: Path, captions: dict | None, cell_key: str | None) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "wb") as f:
+            writer = pq.ParquetWriter(f, TRANSCRIPTS, **WRITE_OPTIONS)
+            try:
+                for chunk in self._chunks():
+                    writer.write_table(_finalize(chunk, self._fix, captions, cell_key), row_group_size=1 << 16)
+            finally:
+                writer.close()
+            f.flush()
+            os.fsync(f.fileno())
 
     def _chunks(self):
         if not self._spool.exists():
@@ -222,6 +250,10 @@ class TranscriptSpool:
 
     def discard(self) -> None:
         """Drop the spool (a cell that is not committed; a writer that cannot close, on a full disk, is let go)."""
+        pending, self._pending = self._pending, deque()
+        for future in pending:  # queued writes are dropped, the one under way is waited for
+            future.cancel()
+        self._stop_thread()
         if self._writer is not None:
             writer, self._writer = self._writer, None
             try:
@@ -229,6 +261,41 @@ class TranscriptSpool:
             except OSError:
                 pass  # its file is removed next: nothing it failed to write is wanted
         self._spool.unlink(missing_ok=True)
+
+
+class Commit:
+    """A spool's committed file being written (TranscriptSpool.commit_later)."""
+
+    def __init__(self, spool: TranscriptSpool, captions: dict | None, cell_key: str | None):
+        self.spool = spool
+        self.tmp = spool.folder / f".{spool.name}.{uuid.uuid4().hex[:8]}.tmp"
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="capeval-transcripts-commit")
+        self._future = self._pool.submit(spool._write_committed, self.tmp, captions, cell_key)
+        self._pool.shutdown(wait=False)
+
+    def place(self) -> Path:
+        """Wait for the file and rename it into place (the spool is removed); a storage error names the file."""
+        spool = self.spool
+        try:
+            self._future.result()
+            os.replace(self.tmp, spool.path)
+            fsync_dir(spool.folder)
+        except OSError as exc:
+            self.tmp.unlink(missing_ok=True)
+            raise storage_error(exc, spool.path, "the cell's judge transcripts") from exc
+        except BaseException:
+            self.abandon()
+            raise
+        spool.discard()
+        return spool.path
+
+    def abandon(self) -> None:
+        """Drop the file being written (the cell is not committed; its spool stays until discarded)."""
+        try:
+            self._future.result()
+        except BaseException:  # noqa: BLE001 - what failed to be written is not wanted
+            pass
+        self.tmp.unlink(missing_ok=True)
 
 
 def transcript_files(run_dir: str | Path) -> list[Path]:

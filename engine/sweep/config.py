@@ -66,6 +66,7 @@ from capeval.engine.tracking_spec import SPEC_KEYS, TrackingSpec, spec_problems
 from capeval.engine.sweep.checker import SweepChecker, SweepFileError, as_tuple, type_ok
 from capeval.engine.sweep.pairs import PairPlan
 from capeval.engine.sweep.validation import check_config, read_prompts
+from capeval.engine.gc_thresholds import bulk_gc
 
 
 # The dataclasses below are the sweep file's schema: each field is a key of its table, written as its annotation
@@ -240,6 +241,7 @@ _CAPTIONS = file_keys(CaptionSource)
 _OPTIONS = file_keys(SweepOptions)
 
 
+@bulk_gc()
 def load_sweep(path: str | Path, *, check_registry: bool = True, check_paths: bool = True) -> SweepConfig:
     """Read and validate a sweep file; raises SweepFileError listing every problem with file, field and line."""
     path = Path(path)

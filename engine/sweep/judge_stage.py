@@ -33,8 +33,9 @@ from capeval.engine.sweep.decide import PENDING
 from capeval.engine.sweep.grid import ResultCell
 from capeval.engine.sweep.overlap import CellFeed
 from capeval.engine.sweep.run import SweepRun
+from capeval.kernels.bootstrap import warm as warm_bootstrap
 
-PART_ITEMS = 2048  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
+PART_ITEMS = 512  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
 RELEASE_ROWS = 20_000  # a cell of at least this many verdict rows hands freed memory back between its end steps
 
 
@@ -109,6 +110,14 @@ class JudgeStage:
             else:
                 self.judges[jspec.display] = lookup("judge", jspec.name)(**jspec.params)
         return self.judges[jspec.display]
+
+    def warm_end(self) -> None:
+        """Set-up the end of a judge pass needs, done while the loop waits for its last answers (JudgeScheduler
+        on_drain): the bootstrap kernel's first load (Numba's compiler context) and pyarrow.dataset (read_table)."""
+        import pyarrow.dataset  # noqa: F401
+
+        if self.config.options.n_resamples:
+            warm_bootstrap()
 
     def scheduler(self, judge):
         return JudgeScheduler(judge, self.stores.judge_cache, batch_size=self.config.options.judge_batch_size,
@@ -186,6 +195,21 @@ class JudgeStage:
     def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
         """Account for every item, compute the metrics and commit the cell."""
         cell, key = prep.cell, prep.key
+        spool = self.spools.pop(key, None)
+        if spool is not None:  # written on a thread while the metrics are computed, placed before the verdicts
+            captions = prep.captions
+            transcripts = spool.commit_later(captions=dict(zip(captions.column("caption_key").to_pylist(),
+                                                               captions.column("text").to_pylist())), cell_key=key)
+        try:
+            self._finish(prep, verdicts, summary, transcripts if spool is not None else None)
+        except BaseException:
+            if spool is not None:
+                transcripts.abandon()
+                self.spools[key] = spool  # not committed: discarded with the stage (close)
+            raise
+
+    def _finish(self, prep: Prepared, verdicts: pa.Table, summary, transcripts) -> None:
+        cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
         status = accounting.cell_status(verdicts, self.run.accept_failures)
         if key in self.partial and status in accounting.FINISHED_STATUSES:
@@ -211,11 +235,8 @@ class JudgeStage:
         metrics = cellmod.label_metrics(metrics, cell, key, status)
         if big:  # the metrics' polars frames and bootstrap arrays are freed
             release_unused_memory()
-        spool = self.spools.pop(key, None)
-        if spool is not None:  # before the verdicts: a committed cell always has its transcripts
-            captions = prep.captions
-            spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(),
-                                           captions.column("text").to_pylist())), cell_key=key)
+        if transcripts is not None:  # before the verdicts: a committed cell always has its transcripts
+            transcripts.place()
         cellmod.commit(self.stores, key, verdicts, metrics.to_arrow())
         self.stats["sent"] += summary.sent
         self.stats["cached"] += summary.cached
@@ -254,7 +275,7 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
                 for part in parts:
                     sched.extend(prep.key, part)
                 sched.seal(prep.key)
-        sched.run()
+        sched.run(on_drain=stage.warm_end)
 
 
 def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
@@ -300,7 +321,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
             sched.seal(prep.key)
 
         feed = CellFeed(watch, cells, run=stage.run, inputs=inputs, start=start, part=part, seal=seal)
-        sched.run(source=feed)
+        sched.run(source=feed, on_drain=stage.warm_end)
 
 
 def _part_items(cell: ResultCell, data: LoadedDataset) -> tuple[pa.Table, dict[str, list[int]], list[int]]:

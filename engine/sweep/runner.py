@@ -43,6 +43,7 @@ from capeval.engine.sweep.overlap import CaptionThread
 from capeval.engine.sweep.results import SweepResult, log_to_tracker, record_run, write_results_files
 from capeval.engine.sweep.run import RunStores, SweepRun
 from capeval.engine.sweep.usage import CostLedger
+from capeval.engine.gc_thresholds import bulk_gc
 
 __all__ = ["SweepResult", "run_sweep", "init_ray", "component_revision"]
 
@@ -57,6 +58,7 @@ def component_revision(kind: str, spec: ComponentSpec) -> str:
     return rev if isinstance(rev, str) else ""
 
 
+@bulk_gc()
 def run_sweep(config: SweepConfig, out_dir: str | Path, *, progress: bool = True, log=None,
               accept_failures: bool = False, max_failure_share: float = 0.0, verbose: bool = False) -> SweepResult:
     """Run every unfinished cell of `config`, writing under `out_dir` (holding its lock); returns the results of

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from capeval.engine.params import REQUIRED, Param, accepted_params
 from capeval.engine.sweep.checker import SweepChecker
+from capeval.engine.sweep.pairs import PairPlan
 
 #: protocol params understood by every protocol (the rest go to the protocol as they are)
 PROTOCOL_MODES = ("strict", "official")
@@ -54,7 +55,8 @@ def read_prompts(c, entries: list, base: Path) -> tuple[list[str], dict]:
     return ids, defined
 
 
-def check_config(config, c, *, check_registry: bool = True, check_paths: bool = True):
+def check_config(config, c: SweepChecker, *, check_registry: bool = True,
+                 check_paths: bool = True) -> PairPlan | None:
     """Semantic checks of a parsed config; every problem goes to checker `c` (capeval.engine.sweep.checker).
     Returns the pair plan the checks made (engine/sweep/pairs.py `PairPlan`; None without protocols or registry
     checks): the sweep keeps it (`SweepConfig.pairs`) so that its media check and run plan check no pair twice."""

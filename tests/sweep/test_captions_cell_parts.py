@@ -60,9 +60,9 @@ def test_a_captions_cell_built_in_parts_judges_as_the_whole_cell(tmp_path, monke
         builds.append(items.num_rows)
         return build(self, cell, protocol, judge, items, captions, **extra)
 
-    def started(self, source=None):
+    def started(self, source=None, **kw):
         at_start.append(len(builds))
-        return run(self, source)
+        return run(self, source, **kw)
 
     monkeypatch.setattr(judge_stage, "PART_ITEMS", 4)
     monkeypatch.setattr(judge_stage.JudgeStage, "build", counted)
