@@ -429,18 +429,26 @@ class Cell:
             # Parts arrived in the order their captions were made; protocols sort a request table by REQUEST_ORDER,
             # so sorting by it (ties: the order within a part, whose items never span parts) gives the rows in the
             # order one table built from all the captions would have had.
-            first = t.filter(pa.array(depth == 0))
-            first = first.take(pc.sort_indices(first, _STREAMED_FIRST_ORDER))
-            later = t.filter(pa.array(depth > 0))
-            t = pa.concat_tables([first, later.take(pc.sort_indices(later, _LATER_ORDER))])
+            t = t.take(_order_of(t, depth, _STREAMED_FIRST_ORDER))
         elif t.num_rows and not depth.any():
             order = t["_order"].to_numpy()
             if (np.diff(order) < 0).any():
                 t = t.take(pa.array(np.argsort(order, kind="stable")))
         elif t.num_rows:
-            first = t.filter(pa.array(depth == 0))
-            first = first.take(pc.sort_indices(first, [("_order", "ascending")]))
-            later = t.filter(pa.array(depth > 0))
-            t = pa.concat_tables([first, later.take(pc.sort_indices(later, _LATER_ORDER))])
+            t = t.take(_order_of(t, depth, [("_order", "ascending")]))
         return conform(t.select(VERDICTS.names), VERDICTS)
+
+
+def _order_of(t: pa.Table, depth: np.ndarray, first_order: list) -> pa.Array:
+    """Row positions of `t` in verdict order: first-step rows (depth 0) sorted by `first_order`, then later-step rows
+    by _LATER_ORDER. Sorted on the key columns alone, so the table itself is copied once (by the caller's take),
+    not filtered, sorted and concatenated (three copies of a big cell's rows at once)."""
+    out = []
+    for rows, keys in ((np.flatnonzero(depth == 0), first_order), (np.flatnonzero(depth > 0), _LATER_ORDER)):
+        if not len(rows):
+            continue
+        at = pa.array(rows, pa.int64())
+        sub = t.select([c for c, _ in keys]).take(at)
+        out.append(pc.take(at, pc.sort_indices(sub, keys)))
+    return pa.concat_arrays(out) if len(out) > 1 else out[0]
 

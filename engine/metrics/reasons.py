@@ -63,6 +63,9 @@ def _captioned(captions) -> bool:
     """Whether `captions` holds any caption text (then items without one had ids that match none of them)."""
     if captions is None:
         return False
+    if isinstance(captions, (pa.Table, pa.RecordBatch)):  # read in place: no polars copy of every caption text
+        return "text" in captions.schema.names and 0 < captions.num_rows and \
+            captions.column("text").null_count < captions.num_rows
     c = _frame(captions)
     return "text" in c.columns and c.height > 0 and c["text"].is_not_null().any()
 
@@ -94,6 +97,9 @@ def explain_nulls(metrics: pl.DataFrame, verdicts=None, *, captions=None) -> pl.
         pl.when(pl.col("value").is_null()).then(pl.coalesce(reason, undefined)).otherwise(None).alias("reason"))
     if verdicts is None:
         return out
+    if isinstance(verdicts, (pa.Table, pa.RecordBatch)):  # only the columns read here: polars copies what it gets
+        keep = (set(out.columns) - NOT_GROUPS) | {"verdict", "parse_status", "error", "item_status"}
+        verdicts = verdicts.select([c for c in verdicts.schema.names if c in keep])
     found = _no_verdict_rows(out, _frame(verdicts), _captioned(captions))
     if found is None:
         return out

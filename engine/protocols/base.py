@@ -43,6 +43,7 @@ REQUESTS_WITH_CONTEXT = JUDGE_REQUESTS.append(pa.field("context", pa.string()))
 REQUEST_ORDER = [("caption_key", "ascending"), ("item_id", "ascending"), ("step", "ascending"),
                  ("sub_index", "ascending"), ("trial", "ascending")]
 REASK_TEMPERATURE = 0.7  # a re-ask at temperature 0 would repeat the same malformed answer
+_ITEM_SLICE = 4096  # item rows made into dicts at a time (JudgeProtocol.items_problems)
 
 # Parameters several protocols share (each protocol lists the ones it reads in `JudgeProtocol.params`).
 MODE_PARAM = Param("mode", (str,), "strict", "strict (capeval's rules) or official (the benchmark's scripts' rules)",
@@ -307,6 +308,10 @@ class JudgeProtocol:
     tasks: tuple[str, ...] = ()
     #: item or verdict columns its metrics break down by (report tables, --by)
     breakdowns: tuple[str, ...] = ()
+    #: the columns its compute_metrics reads, per input ("verdicts", "items", "captions"); an input not named here
+    #: (or None) is handed whole. A sweep's end of cell hands the metrics only these: polars copies every column it
+    #: is given, and a 100,000-row cell's reply, detail and item texts were ~60 MB of its peak memory.
+    metric_columns: dict[str, tuple[str, ...]] | None = None
     #: `capeval compare`: the verdict column the headline is averaged over (per-task metrics, then their mean)
     compare_average_over: str | None = None
     #: `capeval compare`: the metrics mode used when the run does not say
@@ -378,13 +383,15 @@ class JudgeProtocol:
         from capeval.engine.inputs import item_location
 
         out, n = [], 0
-        for item in items.to_pylist():
-            found = self.item_problem(item)
-            if found is None:
-                continue
-            n += 1
-            if len(out) < limit:
-                out.append(f"{item_location(source, item, found[0])}: {found[1]}")
+        # a slice of rows as dicts at a time: 100,000 item dicts at once were ~140 MB of peak memory
+        for start in range(0, items.num_rows, _ITEM_SLICE):
+            for item in items.slice(start, _ITEM_SLICE).to_pylist():
+                found = self.item_problem(item)
+                if found is None:
+                    continue
+                n += 1
+                if len(out) < limit:
+                    out.append(f"{item_location(source, item, found[0])}: {found[1]}")
         if n > limit:
             out.append(f"... and {n - limit} more item(s) like these")
         return out

@@ -75,9 +75,10 @@ def cell_states(stores: RunStores) -> dict[str, str]:
     return states
 
 
-def stored_verdicts(stores: RunStores, key: str) -> pa.Table | None:
+def stored_verdicts(stores: RunStores, key: str, columns: list[str] | None = None) -> pa.Table | None:
+    """The cell's committed verdict table (only `columns`, when given), or None."""
     path = stores.verdicts.path_of(key)
-    return pq.read_table(path) if path.exists() else None
+    return pq.read_table(path, columns=columns) if path.exists() else None
 
 
 @dataclass

@@ -36,6 +36,22 @@ from capeval.engine.sweep.run import SweepRun
 from capeval.kernels.bootstrap import warm as warm_bootstrap
 
 PART_ITEMS = 512  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
+RELEASE_ROWS = 20_000  # a cell of at least this many verdict rows hands freed memory back between its end steps
+
+
+def release_unused_memory() -> None:
+    """Hand memory freed by a big step back to the system: Arrow's pool (mimalloc) and the C heap keep what was
+    freed for reuse, and the next step's allocator (polars', Arrow's, Python's) cannot reuse the others', so each big
+    step's high-water mark stacked on the last (a 100,000-row cell's end: ~50 MB). Costs milliseconds."""
+    import ctypes
+    import ctypes.util
+
+    pa.default_memory_pool().release_unused()
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
+        pass
 
 
 @dataclass
@@ -178,8 +194,6 @@ class JudgeStage:
 
     def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
         """Account for every item, compute the metrics and commit the cell."""
-        import polars as pl
-
         cell, key = prep.cell, prep.key
         spool = self.spools.pop(key, None)
         if spool is not None:  # written on a thread while the metrics are computed, placed before the verdicts
@@ -195,18 +209,21 @@ class JudgeStage:
             raise
 
     def _finish(self, prep: Prepared, verdicts: pa.Table, summary, transcripts) -> None:
-        import polars as pl
-
         cell, key = prep.cell, prep.key
         verdicts = accounting.classify_verdicts(verdicts, prep.video_failures)
         status = accounting.cell_status(verdicts, self.run.accept_failures)
         if key in self.partial and status in accounting.FINISHED_STATUSES:
             status = PENDING  # an adaptive sweep stopped judging it early: not finished (a rerun can finish it)
         verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
+        big = verdicts.num_rows >= RELEASE_ROWS
+        if big:  # the unsorted chunks and the accounting's lists are freed
+            release_unused_memory()
+        inputs = _metric_inputs(prep.protocol, verdicts=verdicts.drop_columns(["item_status", "retryable"]),
+                                items=prep.items, captions=prep.captions)
         metrics = prep.protocol.compute_metrics(
-            pl.from_arrow(verdicts.drop_columns(["item_status", "retryable"])), items=pl.from_arrow(prep.items),
-            captions=pl.from_arrow(prep.captions), n_resamples=self.config.options.n_resamples, seed=0,
+            inputs.pop("verdicts"), **inputs, n_resamples=self.config.options.n_resamples, seed=0,
             **prep.protocol.metric_params(cell.protocol.params))
+        del inputs
         metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
         if self.config.options.breakdowns:  # per level of item attributes too (engine/sweep/breakdowns.py)
             options = self.config.options
@@ -216,6 +233,8 @@ class JudgeStage:
                                       duration_buckets=cell.protocol.params.get("duration_buckets"),
                                       log=self.run.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
         metrics = cellmod.label_metrics(metrics, cell, key, status)
+        if big:  # the metrics' polars frames and bootstrap arrays are freed
+            release_unused_memory()
         if transcripts is not None:  # before the verdicts: a committed cell always has its transcripts
             transcripts.place()
         cellmod.commit(self.stores, key, verdicts, metrics.to_arrow())
@@ -224,6 +243,20 @@ class JudgeStage:
         self.done += 1
         self.run.log(f"[sweep {self.config.name}] cell {self.done}/{len(self.pending)} {status}: "
                  + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
+
+
+def _metric_inputs(protocol, **tables: pa.Table) -> dict:
+    """The tables compute_metrics gets, as polars frames: only the columns the protocol declares it reads
+    (JudgeProtocol.metric_columns; those a table has), else whole."""
+    import polars as pl
+
+    wanted = getattr(protocol, "metric_columns", None) or {}
+    out = {}
+    for name, table in tables.items():
+        cols = wanted.get(name)
+        out[name] = pl.from_arrow(table if cols is None else
+                                  table.select([c for c in cols if c in table.schema.names]))
+    return out
 
 
 def judge_after_captions(stage: JudgeStage, inputs) -> None:

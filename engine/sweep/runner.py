@@ -37,7 +37,8 @@ from capeval.engine.sweep.datasets import (LoadedDataset, dataset_records, judge
                                           media_required)
 from capeval.engine.sweep.decide_rounds import run_adaptive
 from capeval.engine.sweep.grid import ResultCell, expand
-from capeval.engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
+from capeval.engine.sweep.judge_stage import (JudgeStage, judge_after_captions, judge_while_captioning,
+                                               release_unused_memory)
 from capeval.engine.sweep.overlap import CaptionThread
 from capeval.engine.sweep.results import SweepResult, log_to_tracker, record_run, write_results_files
 from capeval.engine.sweep.run import RunStores, SweepRun
@@ -97,6 +98,7 @@ def _run_locked(config: SweepConfig, out: Path, stores: RunStores, *, progress: 
                    judge_revisions={j.display: component_revision("judge", j) for j in config.judges},
                    progress=progress, log=log, accept_failures=accept_failures, max_failure_share=max_failure_share,
                    verbose=verbose, started=started)
+    release_unused_memory()  # the checks' and the datasets' reading is done: what it freed goes back
     ledger = CostLedger(run)  # what the caches hold before this run (engine/sweep/usage.py)
     if not config.protocols:  # caption-only sweep
         return run_caption_only(run)

@@ -244,14 +244,16 @@ class _Answers:
         """request_key -> (judge, prompt, cached, completion, reasoning, created) of every attempt of every verdict
         row of the cell; an answer missing from the cache (the cache was removed) counts with the row's own tokens,
         as reused."""
-        verdicts = stored_verdicts(stores, cell_key)
+        columns = ["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
+                   "reasoning_tokens"]
+        verdicts = stored_verdicts(stores, cell_key, columns)  # not the reply and detail texts it never reads
         if verdicts is None or verdicts.num_rows == 0:
             return {}
         temperature = self._reask_temperature(cell)
         # column by column, never a dict per row: a cell may have hundreds of thousands
-        keys, attempts, judge, prompt, cached, completion, reasoning = (verdicts.column(c).to_pylist() for c in (
-            "request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
-            "reasoning_tokens"))
+        keys, attempts, judge, prompt, cached, completion, reasoning = (verdicts.column(c).to_pylist()
+                                                                         for c in columns)
+        del verdicts
         wanted, final = [], {}
         for i, (request_key, attempt) in enumerate(zip(keys, attempts)):
             if attempt is None:  # never asked (no caption, an upstream step failed)

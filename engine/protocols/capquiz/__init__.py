@@ -37,6 +37,10 @@ class CapQuizProtocol(_JudgeProtocol):
     # multiple-choice items: the question, its options and the correct one (generated or from a table)
     dataset_kinds = ("synthetic", "items")
     item_columns = ("annotation", "options", "answer")
+    # metrics.py: the group, run, trial and item columns, the cluster (video_id) and the code; items' category
+    metric_columns = {"verdicts": ("captioner", "prompt_id", "frame_spec", "judge", "seed", "trial", "task",
+                                   "item_id", "sub_index", "video_id", "verdict"),
+                      "items": ("task", "item_id", "category"), "captions": ()}
     params = (_MODE, _PROMPTS, _TEMPERATURE, _CONFIDENCE, _PAPER_COMPATIBLE,
               _Param("shuffle", (bool, str), False, "shuffle the options per item and judge seed",
                      check=_prompts.as_bool),
