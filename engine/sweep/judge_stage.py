@@ -195,13 +195,13 @@ class JudgeStage:
     def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
         """Account for every item, compute the metrics and commit the cell."""
         cell, key = prep.cell, prep.key
-        spool = self.spools.pop(key, None)
+        spool, transcripts = self.spools.pop(key, None), None
         if spool is not None:  # written on a thread while the metrics are computed, placed before the verdicts
             captions = prep.captions
             transcripts = spool.commit_later(captions=dict(zip(captions.column("caption_key").to_pylist(),
                                                                captions.column("text").to_pylist())), cell_key=key)
         try:
-            self._finish(prep, verdicts, summary, transcripts if spool is not None else None)
+            self._finish(prep, verdicts, summary, transcripts)
         except BaseException:
             if spool is not None:
                 transcripts.abandon()
