@@ -26,7 +26,9 @@ Rows are captured while judging (engine/judging/transcribe.py) into a sink: `Mem
 memory; `run_judging(transcripts=...)`) or `TranscriptSpool` (chunks spooled to a temp file beside the final one,
 so a million-row cell never holds its prompts in memory; rewritten and renamed into place at `commit`). Captured
 chunks carry two hidden columns (`_depth`, `_order`: which row of the cell) until `finish` applies the cell's last
-corrections (official retry rounds) and drops them.
+corrections (official retry rounds) and drops them. A cell that cannot be corrected at its end (no official retry
+rounds) is written in its committed form as it is judged (`TranscriptSpool(commit_as=CommitForm(...))`): the same
+file, without a second pass over its rows when the cell ends.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import os
 import uuid
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -109,6 +112,7 @@ SUFFIX = ".parquet"
 #: writer settings of the committed files (measured in tests/store/test_transcripts_compact.py)
 WRITE_OPTIONS = {"compression": "zstd", "compression_level": 6, "use_dictionary": True,
                  "data_page_size": 4 << 20}
+ROW_GROUP_ROWS = 1 << 16  # at most; a chunk of the judge loop (engine/judging/transcribe.py CHUNK) is one row group
 
 Fix = Callable[[pa.Table], pa.Table]
 
@@ -124,6 +128,16 @@ def _finalize(t: pa.Table, fix: Fix | None, captions: dict | None = None, cell_k
     if "cell_key" not in t.column_names:
         t = t.append_column("cell_key", pa.array([cell_key] * t.num_rows, pa.string()))
     return t.select(TRANSCRIPTS.names).cast(TRANSCRIPTS)
+
+
+@dataclass(frozen=True)
+class CommitForm:
+    """What a committed file adds to the captured rows: the caption each row judged (`captions`: caption_key ->
+    text; the caller adds a caption before it builds a request from it, so every row's is there when the row is
+    written) and the cell's key."""
+
+    captions: dict
+    cell_key: str | None = None
 
 
 class MemoryTranscripts:
@@ -151,22 +165,30 @@ class TranscriptSpool:
     """A sink that spools chunks to `<folder>/.<name>.<random>.tmp` (a kill leaves only that temp file, which the
     next run removes) and at `commit` writes `<folder>/<name>.parquet` from it, atomically.
 
+    With `commit_as`, the chunks are written in their committed form instead (the caption and cell key added, the
+    hidden columns dropped, the committed file's compression: row group for row group the file `commit` would
+    write), and `commit` only syncs the temp file and renames it into place: for cells whose rows `finish` has no
+    corrections for (a `fix` is then an error).
+
     Chunks are written in order on a writer thread of the spool's own (Parquet encoding and compression release
     the GIL: the judge loop's thread goes on sending meanwhile), at most PENDING chunks behind; a write that fails
     is raised by the next `append` or by `finish`, as the same storage error."""
 
     PENDING = 2
 
-    def __init__(self, folder: str | Path, name: str):
+    def __init__(self, folder: str | Path, name: str, *, commit_as: CommitForm | None = None):
         self.folder = Path(folder)
         self.name = name
         self.path = self.folder / f"{name}{SUFFIX}"
+        self.commit_as = commit_as
         self._spool = self.folder / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+        self._file = None  # the open temp file (committed form: synced before the rename)
         self._writer: pq.ParquetWriter | None = None
         self._fix: Fix | None = None
         self._done = False
         self._thread: ThreadPoolExecutor | None = None
         self._pending: deque[Future] = deque()
+        self._closed: Future | None = None  # committed form: the temp file closed and synced (`finish`)
 
     def append(self, chunk: pa.Table) -> None:
         self._collect(self.PENDING - 1)  # an earlier write's error first; at most PENDING chunks queued
@@ -177,9 +199,34 @@ class TranscriptSpool:
     def _write(self, chunk: pa.Table) -> None:  # on the writer thread, chunk after chunk
         if self._writer is None:
             self.folder.mkdir(parents=True, exist_ok=True)
-            # fast settings for the spool: it is read once, at commit
-            self._writer = pq.ParquetWriter(self._spool, CAPTURE, compression="zstd", compression_level=1)
-        self._writer.write_table(chunk.cast(CAPTURE))
+            self._file = open(self._spool, "wb")
+            if self.commit_as is None:  # fast settings for the spool: it is read once, at commit
+                self._writer = pq.ParquetWriter(self._file, CAPTURE, compression="zstd", compression_level=1)
+            else:
+                self._writer = pq.ParquetWriter(self._file, TRANSCRIPTS, **WRITE_OPTIONS)
+        if self.commit_as is None:
+            self._writer.write_table(chunk.cast(CAPTURE))
+        else:
+            self._writer.write_table(_finalize(chunk, None, self.commit_as.captions, self.commit_as.cell_key),
+                                     row_group_size=ROW_GROUP_ROWS)
+
+    def _close(self, sync: bool) -> None:
+        writer, f = self._writer, self._file
+        self._writer = self._file = None
+        try:
+            if writer is not None:
+                writer.close()
+            if f is not None and sync:
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            if f is not None:
+                f.close()
+
+    def _close_after(self, writes: list[Future]) -> None:  # on the writer thread, after `writes`
+        for write in writes:
+            write.result()
+        self._close(sync=True)
 
     def _collect(self, keep: int = 0) -> None:
         """Wait until at most `keep` writes are queued; the first failed one is raised (OSError: storage error)."""
@@ -198,15 +245,25 @@ class TranscriptSpool:
             self._thread = None
 
     def finish(self, fix: Fix | None = None) -> None:
+        if self.commit_as is not None:
+            if fix is not None:
+                raise ValueError(f"transcripts {self.name}: rows written in their committed form cannot be corrected")
+            if self._thread is None:
+                self._thread = ThreadPoolExecutor(1, thread_name_prefix="capeval-transcripts")
+            # closed and synced on the writer thread after the queued writes: the judge loop goes on; `commit` waits
+            # for it and names a write that failed
+            writes, self._pending = list(self._pending), deque()
+            self._closed = self._thread.submit(self._close_after, writes)
+            self._thread.shutdown(wait=False)
+            self._thread = None
+            self._done = True
+            return
         self._collect()
         self._stop_thread()
-        if self._writer is not None:
-            try:
-                self._writer.close()
-            except OSError as exc:
-                raise self._spool_error(exc) from exc
-            finally:
-                self._writer = None
+        try:
+            self._close(sync=False)
+        except OSError as exc:
+            raise self._spool_error(exc) from exc
         self._fix, self._done = fix, True
 
     def _spool_error(self, exc: OSError):
@@ -217,7 +274,7 @@ class TranscriptSpool:
 
     def commit(self, *, captions: dict | None = None, cell_key: str | None = None) -> Path:
         """Write the committed file (row group by row group: memory stays one chunk) and rename it into place;
-        `captions`: caption_key -> the caption text judged."""
+        `captions`: caption_key -> the caption text judged (with `commit_as`: none, the spool has them)."""
         return self.commit_later(captions=captions, cell_key=cell_key).place()
 
     def commit_later(self, *, captions: dict | None = None, cell_key: str | None = None) -> "Commit":
@@ -226,27 +283,24 @@ class TranscriptSpool:
         handle waits for it and renames it into place, `abandon()` drops it."""
         if not self._done:
             raise RuntimeError(f"transcripts {self.name}: commit before the cell finished")
+        if self.commit_as is not None and (captions is not None or cell_key is not None):
+            raise ValueError(f"transcripts {self.name}: written in their committed form (commit_as) already")
         return Commit(self, captions, cell_key)
 
     def _write_committed(self, tmp: Path, captions: dict | None, cell_key: str | None) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            writer = pq.ParquetWriter(f, TRANSCRIPTS, **WRITE_OPTIONS)
-            try:
-                for chunk in self._chunks():
-                    writer.write_table(_finalize(chunk, self._fix, captions, cell_key), row_group_size=1 << 16)
-            finally:
-                writer.close()
-            f.flush()
-            os.fsync(f.fileno())
-
-    def _chunks(self):
         if not self._spool.exists():
-            yield CAPTURE.empty_table()
-            return
-        pf = pq.ParquetFile(self._spool)
-        for i in range(pf.num_row_groups):
-            yield pf.read_row_group(i)
+            chunks = [CAPTURE.empty_table()]
+        else:
+            spool = pq.ParquetFile(self._spool)
+            chunks = (spool.read_row_group(i) for i in range(spool.num_row_groups))
+        _write_file(tmp, chunks, self._fix, captions, cell_key)
+
+    def _written_committed(self) -> None:
+        """The committed form's temp file: closed and synced (`finish`), or the empty file when no row came."""
+        if self._closed is not None:
+            self._closed.result()
+        if not self._spool.exists():
+            _write_file(self._spool, [CAPTURE.empty_table()], None, None, self.commit_as.cell_key)
 
     def discard(self) -> None:
         """Drop the spool (a cell that is not committed; a writer that cannot close, on a full disk, is let go)."""
@@ -254,13 +308,30 @@ class TranscriptSpool:
         for future in pending:  # queued writes are dropped, the one under way is waited for
             future.cancel()
         self._stop_thread()
-        if self._writer is not None:
-            writer, self._writer = self._writer, None
+        if self._closed is not None:
             try:
-                writer.close()
-            except OSError:
-                pass  # its file is removed next: nothing it failed to write is wanted
+                self._closed.result()
+            except BaseException:  # noqa: BLE001 - the file is removed next
+                pass
+        try:
+            self._close(sync=False)
+        except OSError:
+            pass  # its file is removed next: nothing it failed to write is wanted
         self._spool.unlink(missing_ok=True)
+
+
+def _write_file(path: Path, chunks, fix: Fix | None, captions: dict | None, cell_key: str | None) -> None:
+    """A committed transcript file at `path` from captured chunks, one row group each, synced."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        writer = pq.ParquetWriter(f, TRANSCRIPTS, **WRITE_OPTIONS)
+        try:
+            for chunk in chunks:
+                writer.write_table(_finalize(chunk, fix, captions, cell_key), row_group_size=ROW_GROUP_ROWS)
+        finally:
+            writer.close()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 class Commit:
@@ -268,9 +339,13 @@ class Commit:
 
     def __init__(self, spool: TranscriptSpool, captions: dict | None, cell_key: str | None):
         self.spool = spool
-        self.tmp = spool.folder / f".{spool.name}.{uuid.uuid4().hex[:8]}.tmp"
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="capeval-transcripts-commit")
-        self._future = self._pool.submit(spool._write_committed, self.tmp, captions, cell_key)
+        if spool.commit_as is not None:  # written already: the temp file is the committed file
+            self.tmp = spool._spool
+            self._future = self._pool.submit(spool._written_committed)
+        else:
+            self.tmp = spool.folder / f".{spool.name}.{uuid.uuid4().hex[:8]}.tmp"
+            self._future = self._pool.submit(spool._write_committed, self.tmp, captions, cell_key)
         self._pool.shutdown(wait=False)
 
     def place(self) -> Path:

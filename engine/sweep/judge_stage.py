@@ -23,7 +23,7 @@ from capeval.engine.judging.scheduler import JudgeScheduler
 from capeval.engine.metrics.reasons import explain_nulls
 from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
 from capeval.engine.registry import lookup
-from capeval.engine.store.transcripts import TranscriptSpool
+from capeval.engine.store.transcripts import CommitForm, TranscriptSpool
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep import cells as cellmod
 from capeval.engine.sweep.breakdowns import cell_breakdowns
@@ -77,6 +77,7 @@ class JudgeStage:
         self.partial = partial  # keys of cells judged on part of their videos (engine/sweep/decide_rounds.py)
         self.judges: dict = {}
         self.spools: dict = {}  # cell key -> TranscriptSpool of a cell being judged
+        self.caption_texts: dict[str, dict] = {}  # cell key -> caption_key -> text of the captions its requests judge
         self.stats = {"sent": 0, "cached": 0}
         self.done = 0
 
@@ -87,9 +88,16 @@ class JudgeStage:
         for j in self.judges.values():
             j.close()
 
-    def transcripts(self, key: str):
-        """The sink of the cell's judge transcripts (spooled under the run folder's transcripts/)."""
-        self.spools[key] = TranscriptSpool(self.stores.transcripts, key)
+    def transcripts(self, cell: ResultCell):
+        """The sink of the cell's judge transcripts (spooled under the run folder's transcripts/). A cell without
+        official retry rounds has no corrections at its end: its rows are written in their committed form as they
+        come (the captions its requests are built from are added to `caption_texts` first, `build`)."""
+        key = self.keys[cell]
+        texts = self.caption_texts.setdefault(key, {})
+        protocol = lookup("protocol", cell.protocol.name)
+        rounds = protocol.judging_policy(**cell.protocol.params).stop_when_failed_at_most is not None
+        self.spools[key] = TranscriptSpool(self.stores.transcripts, key,
+                                           commit_as=None if rounds else CommitForm(texts, key))
         return self.spools[key]
 
     def by_judge(self) -> list[list[ResultCell]]:
@@ -188,7 +196,10 @@ class JudgeStage:
         return [builder(r) for r in parts]
 
     def build(self, cell: ResultCell, protocol, judge, items, captions, **extra) -> pa.Table:
-        """The protocol's first-step requests for these items and captions under the cell's judge seeds and params."""
+        """The protocol's first-step requests for these items and captions under the cell's judge seeds and params
+        (the captions' texts kept for the cell's transcripts first)."""
+        self.caption_texts.setdefault(self.keys[cell], {}).update(
+            zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist()))
         return protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                        seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
 
@@ -196,10 +207,10 @@ class JudgeStage:
         """Account for every item, compute the metrics and commit the cell."""
         cell, key = prep.cell, prep.key
         spool, transcripts = self.spools.pop(key, None), None
+        texts = self.caption_texts.pop(key, None)
         if spool is not None:  # written on a thread while the metrics are computed, placed before the verdicts
-            captions = prep.captions
-            transcripts = spool.commit_later(captions=dict(zip(captions.column("caption_key").to_pylist(),
-                                                               captions.column("text").to_pylist())), cell_key=key)
+            transcripts = (spool.commit_later() if spool.commit_as is not None
+                           else spool.commit_later(captions=texts, cell_key=key))
         try:
             self._finish(prep, verdicts, summary, transcripts)
         except BaseException:
@@ -268,7 +279,7 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
             prep, parts = stage.prepare(cell, judge, inputs)
             whole = len(parts) == 1 and not callable(parts[0])
             sched.add(parts[0] if whole else REQUESTS_WITH_CONTEXT.empty_table(), prep.protocol, name=prep.key,
-                      protocol_params=dict(cell.protocol.params), transcripts=stage.transcripts(prep.key),
+                      protocol_params=dict(cell.protocol.params), transcripts=stage.transcripts(cell),
                       sealed=whole,
                       on_complete=lambda name, verdicts, summary, prep=prep: stage.finish(prep, verdicts, summary))
             if not whole:  # built in parts: the loop puts the verdicts back in request order
@@ -292,7 +303,7 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
             protocol = lookup("protocol", cell.protocol.name)
             key = stage.keys[cell]
             sched.add(REQUESTS_WITH_CONTEXT.empty_table(), protocol, name=key,
-                      protocol_params=dict(cell.protocol.params), sealed=False, transcripts=stage.transcripts(key),
+                      protocol_params=dict(cell.protocol.params), sealed=False, transcripts=stage.transcripts(cell),
                       on_complete=lambda name, verdicts, summary: stage.finish(preps[name], verdicts, summary))
 
         def part(cell: ResultCell, videos: list[str]) -> None:
