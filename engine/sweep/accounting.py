@@ -66,6 +66,13 @@ def classify_verdicts(verdicts: pa.Table, video_failures: dict[str, Failure]) ->
     """`verdicts` + `item_status` and `retryable` columns; rows MISSING because their video or caption failed get
     that failure's message as `error` (instead of the generic "caption failed: ..."). `video_failures` is keyed by
     video_id, or by item_id for items captioned one by one."""
+    verdict = verdicts.column("verdict")
+    if verdict.null_count == 0 and (verdicts.num_rows == 0 or pc.all(pc.not_equal(verdict, NO_VERDICT)).as_py()):
+        # every row has a verdict (the common case): all ok, errors as they are, without a Python pass over a big
+        # cell's rows after its last answer
+        n = verdicts.num_rows
+        return verdicts.append_column("item_status", pa.repeat(pa.scalar(OK, pa.string()), n)).append_column(
+            "retryable", pa.repeat(pa.scalar(False, pa.bool_()), n))
     status, retryable, errors = [], [], []
     for item, vid, verdict, parse, error in zip(verdicts.column("item_id").to_pylist(),
                                                  verdicts.column("video_id").to_pylist(),
