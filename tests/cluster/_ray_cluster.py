@@ -1,9 +1,10 @@
 """A real two-node Ray cluster on 127.0.0.1, started with `ray start` (a head with the job server, and a worker
 node joining it with `--address`), every port chosen free so it never meets another Ray on the machine, and stopped
-by killing exactly the processes of its own session folder (never `ray stop`, which stops every Ray here).
+by killing exactly its own processes (never `ray stop`, which stops every Ray here): those whose command line names
+its session folder or GCS address, and those started with its marker in their environment (the agents rename
+themselves `ray::DashboardAgent`, the client server names neither; killing only the first kind left them running).
 
-RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER is set to 1 for these processes: despite its name, Ray 2.60 reads it on every
-platform, and 0 (what scripts/env.sh exports) makes `ray start --address` refuse to add a second node."""
+`ray start` runs through tests/cluster/_ray_start.py, which keeps both nodes' servers on 127.0.0.1 (see there)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+MARKER = "CAPEVAL_TEST_CLUSTER"  # in the environment of every process of a cluster: its own value
 
 
 def free_ports(n: int) -> list[int]:
@@ -58,20 +60,21 @@ class LocalCluster:
         gcs, dash = free_ports(2)
         self.gcs_address = f"127.0.0.1:{gcs}"
         self.dashboard = f"http://127.0.0.1:{dash}"
-        self.env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="1", RAY_USAGE_STATS_ENABLED="0",
-                        PATH=f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}")
+        self.marker = secrets.token_hex(8)
+        self.env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0",
+                        PATH=f"{REPO / '.venv' / 'bin'}:{os.environ.get('PATH', '')}", **{MARKER: self.marker})
         self.env.pop("RAY_ADDRESS", None)
         # token auth with a token of this cluster's own (not ~/.ray/auth_token, shared with every local Ray here)
         self.env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(16))
-        ray = str(REPO / ".venv" / "bin" / "ray")
+        ray = [str(REPO / ".venv" / "bin" / "python"), str(Path(__file__).with_name("_ray_start.py"))]
         common = ["--node-ip-address=127.0.0.1", f"--num-cpus={cpus_per_node}",
                   f"--object-store-memory={object_store_mb * 1024 * 1024}", "--disable-usage-stats"]
         head_ports, client = _node_ports()
-        self._run([ray, "start", "--head", f"--port={gcs}", f"--temp-dir={self.temp}", "--include-dashboard=true",
+        self._run([*ray, "start", "--head", f"--port={gcs}", f"--temp-dir={self.temp}", "--include-dashboard=true",
                    "--dashboard-host=127.0.0.1", f"--dashboard-port={dash}", f"--ray-client-server-port={client}",
                    *common, *head_ports])
         worker_ports, _ = _node_ports()
-        self._run([ray, "start", f"--address={self.gcs_address}", *common, *worker_ports])
+        self._run([*ray, "start", f"--address={self.gcs_address}", *common, *worker_ports])
         self._wait_ready()
 
     def _run(self, cmd: list[str]) -> None:
@@ -109,19 +112,36 @@ class LocalCluster:
         return sum(1 for n in nodes if n.get("raylet", {}).get("state") == "ALIVE")
 
     def pids(self) -> list[int]:
-        """Processes of this cluster: their command line names its session folder (or its GCS port)."""
+        """Processes of this cluster: their command line names its session folder (or its GCS address), or their
+        environment holds its marker."""
         mine = []
         marks = (str(self.temp).encode(), self.gcs_address.encode())
+        marker = f"{MARKER}={self.marker}".encode()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit() or int(entry.name) == os.getpid():
                 continue
             try:
                 cmdline = (entry / "cmdline").read_bytes()
+                environ = (entry / "environ").read_bytes() if not any(m in cmdline for m in marks) else b""
             except OSError:
                 continue
-            if any(m in cmdline for m in marks):
+            if any(m in cmdline for m in marks) or marker in environ.split(b"\0"):
                 mine.append(int(entry.name))
         return mine
+
+    def listening(self) -> list[tuple[int, str, str, int]]:
+        """(pid, name, ip, port) of every listening TCP socket of this cluster's processes."""
+        import psutil
+
+        found = []
+        for pid in self.pids():
+            try:
+                proc = psutil.Process(pid)
+                found += [(pid, proc.name(), c.laddr.ip, c.laddr.port) for c in proc.net_connections(kind="inet")
+                          if c.status == psutil.CONN_LISTEN]
+            except psutil.Error:
+                continue
+        return found
 
     def stop(self) -> None:
         """SIGKILL at once: on SIGTERM the GCS and the raylets take ~16 s to exit (`ray stop`'s grace period), and a

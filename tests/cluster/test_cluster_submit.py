@@ -83,6 +83,10 @@ def test_submit_to_a_two_node_cluster_equals_a_local_run(sweep_file, tmp_path, r
     cluster = LocalCluster(cpus_per_node=1)
     try:
         assert cluster.alive_nodes() == 2
+        # both nodes' servers (GCS, raylets, agents, the client and job servers) listen on loopback only
+        sockets = cluster.listening()
+        assert {"gcs_server", "raylet"} <= {name for _, name, _, _ in sockets}, sockets
+        assert [s for s in sockets if not (s[2].startswith(("127.", "::ffff:127.")) or s[2] == "::1")] == []
         fetched = tmp_path / "fetched"
         forwarded = "fwd-" + os.urandom(12).hex()  # as a credential --forward-env sends: runtime_env only
         proc = subprocess.run([sys.executable, "-m", "capeval.engine.cli", "submit", str(sweep_file), "--address",
