@@ -63,19 +63,16 @@ def shared_data() -> Path:
 
 @pytest.fixture(scope="session")
 def ray_local(tmp_path_factory):
-    """A real local Ray: 2 CPUs, a bounded object store, bound to loopback."""
+    """A real local Ray: 2 CPUs, a bounded object store, bound to loopback; started as capeval starts its own
+    (engine/ray_local.py init_ray), so its watchdog kills what `ray.shutdown()` leaves behind once this test process
+    is gone (Ray 2.60's dashboard and runtime-env agents outlive the raylet, and one spun a core after the suite)."""
     import ray
 
+    from capeval.engine.ray_local import init_ray
+
     if not ray.is_initialized():
-        ray.init(
-            address="local",  # a private instance, never a cluster another test started with `ray start`
-            num_cpus=2,
-            object_store_memory=256 * 1024 * 1024,
-            _node_ip_address="127.0.0.1",
-            include_dashboard=False,
-            log_to_driver=False,
-            _temp_dir=str(tmp_path_factory.mktemp("ray")),
-        )
+        os.environ.pop("RAY_ADDRESS", None)  # a private instance, never a cluster another test started
+        init_ray(num_cpus=2, object_store_mb=256, temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield ray
     ray.shutdown()
 
