@@ -104,6 +104,10 @@ def cell_status(verdicts: pa.Table, accept_failures: bool) -> str:
     return FAILURES_ACCEPTED if accept_failures else INCOMPLETE
 
 
+#: the verdict columns RunAccount.add_cell reads
+ACCOUNT_COLUMNS = ["item_id", "item_status", "error"]
+
+
 @dataclass
 class RunAccount:
     """Items of the sweep's cells by status, with example item ids per reason (for the end-of-run summary)."""

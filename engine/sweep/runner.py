@@ -136,6 +136,7 @@ def _finish(run: SweepRun, ledger: CostLedger, cells: list[ResultCell], keys: di
     """The run's accounting, cost and record (run.json); the results files too unless the run was `interrupted`
     (then its record has status "interrupted" and the cost of what it made before the signal)."""
     cell_keys = [keys[c] for c in cells]
+    release_unused_memory()  # what the judge stage freed goes back before the end reads the committed cells
     account = _account(run.stores, cell_keys)
     results = results_table(run.stores.metrics, cell_keys)
     results, cost = ledger.finish(results, cells, keys)  # tokens and USD per cell
@@ -174,7 +175,7 @@ def _account(stores: RunStores, cell_keys: list[str]) -> accounting.RunAccount:
     states = cellmod.cell_states(stores)
     account = accounting.RunAccount()
     for key in dict.fromkeys(cell_keys):
-        verdicts = cellmod.stored_verdicts(stores, key)
+        verdicts = cellmod.stored_verdicts(stores, key, accounting.ACCOUNT_COLUMNS)
         if verdicts is not None:
             account.add_cell(verdicts, states.get(key, accounting.COMPLETE))
     return account
