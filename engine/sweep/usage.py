@@ -38,9 +38,7 @@ COST_COLUMNS = ["judge_requests", "prompt_tokens", "cached_prompt_tokens", "comp
                 "judge_cost_usd", "caption_prompt_tokens", "caption_completion_tokens", "caption_cost_usd", "cost_usd",
                 "cost_usd_cached"]
 _CHUNK = 500  # keys per SQLite lookup (below its bound-parameter limit)
-#: an answer as the ledger reads it from the judgment cache: its key, then the tuple of_cell gives
-_ANSWER_COLUMNS = ("request_key, judge, prompt_tokens, cached_prompt_tokens, completion_tokens, reasoning_tokens, "
-                   "created")
+SLICE_ROWS = 16_384  # verdict rows of a cell read into Python at a time (the ledger, `_Answers.of_cell`)
 
 
 @dataclass
@@ -113,7 +111,7 @@ class CostLedger:
         judge_keys: dict[str, dict[str, tuple]] = {}  # judge label -> request_key -> answer
         caption_keys: dict[str, dict[str, tuple]] = {}  # captioner label -> caption_key -> (tokens, reused)
         rows = []
-        answers = _Answers(self.stores.judge_cache, self.started)
+        answers = _Answers(self.stores.judge_cache)
         inputs = None
         try:
             for cell in cells:
@@ -130,7 +128,7 @@ class CostLedger:
                 jp = prices.get(("judge", cell.judge.display))
                 cp = prices.get(("captioner", cell.caption.captioner.display))
                 rows.append({**labels, **_cell_columns(_split(judged.values(), self.started), jp, cap_split, cp)})
-            untraced = answers.untraced({k for d in judge_keys.values() for k in d})
+            untraced = answers.made_since(self.started, {k for d in judge_keys.values() for k in d})
         finally:
             answers.close()
         if rows and results.height and all(c in results.columns for c in CELL_COLUMNS):
@@ -232,15 +230,12 @@ def _round(v: float | None) -> float | None:
 
 
 class _Answers:
-    """The judgment cache, read: the answers a cell's verdicts rest on, and the answers made since `since` (this
-    run's, read in one pass: most of what a fresh sweep's cells rest on, so only older answers are looked up by key)."""
+    """The judgment cache, read: the answers a cell's verdicts rest on, and the answers made since a time."""
 
-    def __init__(self, cache_dir, since: float):
+    def __init__(self, cache_dir):
         path = cache_dir / JudgmentCache.FILENAME
         self.db = sqlite3.connect(path, timeout=60.0) if path.is_file() else None
-        self.since = since
         self._policies: dict = {}
-        self._recent: dict[str, tuple] | None = None
 
     def close(self) -> None:
         if self.db is not None:
@@ -256,30 +251,26 @@ class _Answers:
         if verdicts is None or verdicts.num_rows == 0:
             return {}
         temperature = self._reask_temperature(cell)
-        # column by column, never a dict per row: a cell may have hundreds of thousands
-        keys, attempts, judge, prompt, cached, completion, reasoning = (verdicts.column(c).to_pylist()
-                                                                         for c in columns)
-        del verdicts
-        wanted, final = [], {}
-        for i, (request_key, attempt) in enumerate(zip(keys, attempts)):
-            if attempt is None:  # never asked (no caption, an upstream step failed)
-                continue
-            for a in range(int(attempt) + 1):
-                wanted.append(attempt_key(request_key, a, temperature))
-            if prompt[i] is not None:
-                final[attempt_key(request_key, int(attempt), temperature)] = i
-        recent = self._made_since()
-        found, older = {}, []
-        for k in dict.fromkeys(wanted):
-            answer = recent.get(k)
-            if answer is None:
-                older.append(k)
-            else:
-                found[k] = answer
-        found |= self._lookup(older)
-        for k, i in final.items():
-            if k not in found:
-                found[k] = (judge[i], prompt[i], cached[i], completion[i], reasoning[i], None)
+        found: dict[str, tuple] = {}
+        # SLICE_ROWS rows at a time, column by column: a cell may have hundreds of thousands, and Python lists of all
+        # its keys and tokens at once were tens of MB at the end of a big run
+        for batch in verdicts.to_batches(max_chunksize=SLICE_ROWS):
+            keys, attempts, judge, prompt, cached, completion, reasoning = (batch.column(c).to_pylist()
+                                                                             for c in columns)
+            wanted, final = [], {}
+            for i, (request_key, attempt) in enumerate(zip(keys, attempts)):
+                if attempt is None:  # never asked (no caption, an upstream step failed)
+                    continue
+                for a in range(int(attempt) + 1):
+                    k = attempt_key(request_key, a, temperature)
+                    if k not in found:
+                        wanted.append(k)
+                if prompt[i] is not None:
+                    final[attempt_key(request_key, int(attempt), temperature)] = i
+            found |= self._lookup(list(dict.fromkeys(wanted)))
+            for k, i in final.items():
+                if k not in found:
+                    found[k] = (judge[i], prompt[i], cached[i], completion[i], reasoning[i], None)
         return found
 
     def _reask_temperature(self, cell):
@@ -295,28 +286,23 @@ class _Answers:
             return out
         for i in range(0, len(keys), _CHUNK):
             chunk = keys[i : i + _CHUNK]
-            sql = (f"SELECT {_ANSWER_COLUMNS} FROM judgments WHERE request_key IN ({','.join('?' * len(chunk))})")
+            sql = ("SELECT request_key, judge, prompt_tokens, cached_prompt_tokens, completion_tokens, "
+                   f"reasoning_tokens, created FROM judgments WHERE request_key IN ({','.join('?' * len(chunk))})")
             for row in self.db.execute(sql, chunk):
                 out[row[0]] = row[1:]
         return out
 
-    def _made_since(self) -> dict[str, tuple]:
-        """request_key -> answer of every answer stored since `since` (read once)."""
-        if self._recent is None:
-            self._recent = {}
-            if self.db is not None:
-                for row in self.db.execute(f"SELECT {_ANSWER_COLUMNS} FROM judgments WHERE created >= ?",
-                                           (self.since,)):
-                    self._recent[row[0]] = row[1:]
-        return self._recent
-
-    def untraced(self, traced: set[str]) -> dict[str, list[tuple]]:
+    def made_since(self, since: float, traced: set[str]) -> dict[str, list[tuple]]:
         """judge name -> [(prompt, cached, completion, reasoning)] of answers stored since `since` that no cell's
         verdict rows name."""
         out: dict[str, list[tuple]] = {}
-        for key, answer in self._made_since().items():
-            if key not in traced:
-                out.setdefault(answer[0], []).append(answer[1:5])
+        if self.db is None:
+            return out
+        sql = ("SELECT request_key, judge, prompt_tokens, cached_prompt_tokens, completion_tokens, reasoning_tokens "
+               "FROM judgments WHERE created >= ?")
+        for row in self.db.execute(sql, (since,)):
+            if row[0] not in traced:
+                out.setdefault(row[1], []).append(row[2:])
         return out
 
 

@@ -97,7 +97,13 @@ def _cell_costs(out) -> pl.DataFrame:
                           "judge_cost_usd", "caption_cost_usd", "cost_usd", "cost_usd_cached").unique()
 
 
-def test_cost_is_reported_usage_times_prices_and_plan_predicts_it(tmp_path, ray_local, server, capsys):
+@pytest.mark.parametrize("slice_rows", [None, 4], ids=["whole", "in-slices"])
+def test_cost_is_reported_usage_times_prices_and_plan_predicts_it(tmp_path, ray_local, server, capsys, monkeypatch,
+                                                                   slice_rows):
+    if slice_rows is not None:  # the ledger reads a cell's verdict rows in slices (a big cell's): the same costs
+        from capeval.engine.sweep import usage as ledger
+
+        monkeypatch.setattr(ledger, "SLICE_ROWS", slice_rows)
     sweep = _capquiz_sweep(tmp_path, server.base_url)
     out = tmp_path / "out"
     assert capeval(["plan", str(sweep), "--json", "--cached-share", "simulate", "--out", str(out)]) == 0
