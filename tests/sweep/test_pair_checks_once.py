@@ -56,3 +56,18 @@ def test_the_checks_plan_is_reused_by_the_media_check_and_the_grid(tmp_path, mon
     view = type("View", (), {"items": other, "videos": loaded.videos})()
     assert plan_pairs(config, {"quiz": view}, checked=config.pairs).judges(0, "quiz")
     assert calls == [3, 3, 3]
+
+
+def test_protocol_items_hands_back_a_one_benchmark_table_itself_and_filters_a_mixed_one():
+    # a cell holds its items for the whole run: a filtered copy of a table whose rows all match was a second copy
+    # of the dataset's items (24 MB at 100,000 items, issue 30's scale RSS)
+    from capeval.engine.sweep.pairs import protocol_items
+
+    mine = pa.table({"benchmark": ["capquiz", "capquiz"], "item_id": ["a", "b"]})
+    assert protocol_items(mine, "capquiz") is mine
+    other = pa.table({"benchmark": ["vdc", "vdc"], "item_id": ["a", "b"]})
+    assert protocol_items(other, "capquiz") is other  # no row names it: all of them, as before
+    mixed = pa.table({"benchmark": ["capquiz", "vdc", None, "capquiz"], "item_id": ["a", "b", "c", "d"]})
+    assert protocol_items(mixed, "capquiz").column("item_id").to_pylist() == ["a", "d"]
+    with_null = pa.table({"benchmark": ["capquiz", None], "item_id": ["a", "b"]})
+    assert protocol_items(with_null, "capquiz").column("item_id").to_pylist() == ["a"]
