@@ -19,12 +19,14 @@ content is an error naming the ids.
 
 from __future__ import annotations
 
-import bisect
 import json
+from array import array
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from capeval.engine import schemas
 from capeval.engine.errors import UsageError
@@ -158,19 +160,19 @@ class _ItemRows:
     """read_items' rows, made into the ITEMS table a batch at a time: a big file's rows are never all held as dicts
     (their memory, and the garbage collector's passes over them, grew with the file). item_id defaults to video_id
     (a video with several different items without ids is an error naming their rows); identical duplicates are
-    dropped with a warning, the same id with different content is an error (_dedupe's rules and texts)."""
+    dropped with a warning, the same id with different content is an error (_dedupe's rules and texts).
+
+    Duplicates are found on the table (`_duplicates`), not with a Python dict of every row's key: such a dict (a
+    tuple of three strings per row) was ~45 MB at 100,000 items and, freed after the checks, left its memory in
+    the interpreter's arenas for the rest of the run (issue 30's scale RSS). Only the rows of repeated keys are
+    made back into dicts, to compare their bodies."""
 
     def __init__(self, path: Path):
         self.path = path
         self.read = 0
         self.batches: list[pa.Table] = []
-        self.starts: list[int] = []  # position of each batch's first row
         self.pending: list[dict] = []  # rows not made into a batch yet
-        self.kept = 0
-        self.seen: dict[tuple, tuple[int, int]] = {}  # item key -> (position of its row, its line)
-        self.bodies: dict[tuple, str] = {}  # item key -> canonical JSON of its row, made only when the key repeats
-        self.clashes: list[str] = []
-        self.dropped = 0
+        self.lines = array("q")  # each row's line (row number), by position in the table
         # (benchmark, task, video_id) of rows without item_id -> [their lines, the first as read (then its canonical
         # JSON), whether another differs from it]
         self.unnamed: dict[tuple, list] = {}
@@ -187,33 +189,43 @@ class _ItemRows:
                     group[1] = canonical_json(group[1])
                 group[2] = group[2] or canonical_json(row) != group[1]
             row["item_id"] = row["video_id"]
-        key = (row["benchmark"], row["task"], row["item_id"])
-        first = self.seen.get(key)
-        if first is not None:
-            if key not in self.bodies:
-                self.bodies[key] = canonical_json(self._row_at(first[0]))
-            if self.bodies[key] == canonical_json(row):
-                self.dropped += 1
-            else:
-                self.clashes.append(_clash(key, first[1], line))
-            return
-        self.seen[key] = (self.kept, line)
-        self.kept += 1
+        self.lines.append(line)
         self.pending.append(row)
         if len(self.pending) >= _BATCH_ROWS:
             self._flush()
 
     def _flush(self) -> None:
         if self.pending:
-            self.starts.append(self.kept - len(self.pending))
             self.batches.append(schemas.conform(pa.Table.from_pylist(self.pending), schemas.ITEMS))
             self.pending = []
 
-    def _row_at(self, position: int) -> dict:
-        if position >= self.kept - len(self.pending):
-            return self.pending[position - (self.kept - len(self.pending))]
-        b = bisect.bisect_right(self.starts, position) - 1
-        return self.batches[b].slice(position - self.starts[b], 1).to_pylist()[0]
+    def _duplicates(self, table: pa.Table) -> tuple[list[int], list[str], int]:
+        """(positions of the rows to leave out, clash messages, identical rows dropped): a key's first row is kept,
+        a later one identical to it is dropped, a different one is a clash naming both lines, in file order."""
+        keys = list(_ITEM_KEY)
+        counts = table.select(keys).group_by(keys, use_threads=False).aggregate([([], "count_all")])
+        if counts.num_rows == table.num_rows:  # every key once (the usual case)
+            return [], [], 0
+        repeated = counts.filter(pc.greater(counts.column("count_all"), 1)).select(keys)
+        # the keys only: a join cannot carry the list column (options) along
+        positioned = table.select(keys).append_column("_position", pa.array(np.arange(table.num_rows)))
+        positions = np.sort(positioned.join(repeated, keys=keys, join_type="inner").column("_position").to_numpy())
+        first: dict[tuple, tuple[dict, int]] = {}  # repeated key -> its first row and line
+        bodies: dict[tuple, str] = {}  # repeated key -> canonical JSON of its first row
+        leave_out, clashes, dropped = [], [], 0
+        for position, row in zip(positions.tolist(), table.take(pa.array(positions)).to_pylist()):
+            key, line = tuple(map(row.get, keys)), self.lines[position]
+            if key not in first:
+                first[key] = (row, line)
+                continue
+            leave_out.append(position)
+            if key not in bodies:
+                bodies[key] = canonical_json(first[key][0])
+            if bodies[key] == canonical_json(row):
+                dropped += 1
+            else:
+                clashes.append(_clash(key, first[key][1], line))
+        return leave_out, clashes, dropped
 
     def table(self) -> pa.Table:
         if not self.read:
@@ -222,9 +234,15 @@ class _ItemRows:
             if differ:
                 raise UsageError(f"{self.path}: video {vid!r} (task {task!r}) has several items (rows {lines[:5]}) "
                                  f"and no item_id column to tell them apart; add item_id")
-        _settle_duplicates(self.path, "item", _ITEM_KEY, self.clashes, self.dropped)
         self._flush()
-        return self.batches[0] if len(self.batches) == 1 else pa.concat_tables(self.batches)
+        table = self.batches[0] if len(self.batches) == 1 else pa.concat_tables(self.batches)
+        leave_out, clashes, dropped = self._duplicates(table)
+        _settle_duplicates(self.path, "item", _ITEM_KEY, clashes, dropped)
+        if leave_out:
+            keep = np.ones(table.num_rows, dtype=bool)
+            keep[leave_out] = False
+            table = table.filter(pa.array(keep))
+        return table
 
 
 def read_captions(path: str | Path, *, captioner: str | None = None, prompt_id: str | None = None,
