@@ -163,7 +163,7 @@ class _ItemRows:
     dropped with a warning, the same id with different content is an error (_dedupe's rules and texts).
 
     Duplicates are found on the table (`_duplicates`), not with a Python dict of every row's key: such a dict (a
-    tuple of three strings per row) was ~45 MB at 100,000 items and, freed after the checks, left its memory in
+    tuple of three strings per row) was ~37 MB at 100,000 items and, freed after the checks, left its memory in
     the interpreter's arenas for the rest of the run (issue 30's scale RSS). Only the rows of repeated keys are
     made back into dicts, to compare their bodies."""
 
