@@ -139,3 +139,28 @@ def test_lvcap_event_f1_of_zero_precision_and_recall_is_undefined_as_autodq_and_
     row = {r["metric"]: r for r in frame.filter(pl.col("bucket") == "all").iter_rows(named=True)}
     assert row["event_precision"]["value"] == 0.0 and row["event_recall"]["value"] == 0.0
     assert row["S_e"]["value"] is None and row["S_e"]["reason"].startswith("undefined")
+
+
+def test_verdicts_with_a_verdict_on_every_row_are_not_grouped_again(monkeypatch):
+    """No group can be without a verdict when every row has one: explain_nulls reads that off the verdict column
+    and leaves the metrics' reasons as they are, without the polars copy of the verdict table and its grouping
+    (at a 100,000-row cell's end, the run's peak RSS: issue 30). A row without one still goes the whole way."""
+    import pyarrow as pa
+
+    from capeval.engine.metrics import reasons
+
+    metrics = pl.DataFrame({"task": ["a", "b"], "metric": ["acc", "acc"], "value": [0.5, None], "n": [2, 0]})
+    judged = pa.table({"task": ["a", "a", "b"], "verdict": pa.array([1, 0, 2], pa.int8()),
+                       "parse_status": pa.array([0, 0, 0], pa.int8()), "error": pa.array([None] * 3, pa.string())})
+    calls = []
+    original = reasons._no_verdict_rows
+    monkeypatch.setattr(reasons, "_no_verdict_rows", lambda *a: calls.append(1) or original(*a))
+    for verdicts in (judged, pl.from_arrow(judged)):
+        out = reasons.explain_nulls(metrics, verdicts)
+        assert out["reason"].to_list() == [None, "no verdict in this group"] and calls == []
+    from capeval.engine.schemas import NO_VERDICT, ParseStatus
+
+    unjudged = judged.set_column(1, "verdict", pa.array([1, 0, NO_VERDICT], pa.int8())).set_column(
+        2, "parse_status", pa.array([0, 0, int(ParseStatus.FAILED)], pa.int8()))
+    out = reasons.explain_nulls(metrics, unjudged)
+    assert calls == [1] and out["reason"][1].startswith("no verdicts: ")
