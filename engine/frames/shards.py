@@ -74,11 +74,26 @@ def encode_jpegs(frames: np.ndarray, quality: int = JPEG_QUALITY) -> tuple[bytes
 
 
 def decode_jpegs(blobs: tuple[bytes, ...]) -> np.ndarray:
-    """uint8 (T, H, W, 3) from JPEG bytes."""
+    """uint8 (T, H, W, 3) from JPEG bytes (ValueError when the frames differ in size).
+
+    The caption actor decodes every task's frames here, on the GIL its in-process engine fills with, so each frame
+    takes as few Python steps as it can with the same pixels: opened as JPEG only (the stored bytes are
+    `encode_jpegs`'s; no other format is probed), converted only when it is not RGB already (a conversion of an
+    RGB image is a copy), and written into its place in the result (no list of arrays stacked after)."""
     from PIL import Image
 
-    frames = [np.asarray(Image.open(io.BytesIO(b)).convert("RGB"), dtype=np.uint8) for b in blobs]
-    return np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8)
+    out = None
+    for i, blob in enumerate(blobs):
+        image = Image.open(io.BytesIO(blob), formats=("JPEG",))
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        frame = np.asarray(image)
+        if out is None:
+            out = np.empty((len(blobs), *frame.shape), np.uint8)
+        elif frame.shape != out.shape[1:]:
+            raise ValueError(f"JPEG frames of different sizes: frame {i} is {frame.shape}, frame 0 {out.shape[1:]}")
+        out[i] = frame
+    return out if out is not None else np.zeros((0, 0, 0, 3), np.uint8)
 
 
 @dataclass(frozen=True)

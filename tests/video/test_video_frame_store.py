@@ -247,3 +247,28 @@ def test_sweep_file_frame_size_is_checked_and_enters_the_cell_key(tmp_path):
     with pytest.raises(Exception) as err:
         load_sweep(sweep(frame_size="huge"))
     assert "captioners[0].frame_size" in str(err.value) and "not a frame size" in str(err.value)
+
+
+def test_decode_jpegs_gives_pils_rgb_pixels_for_rgb_grey_and_cmyk_jpegs():
+    """decode_jpegs (each frame written into its place, converted only when not RGB) gives exactly the pixels of
+    PIL's open + convert("RGB") + stack, whatever mode the JPEG was stored in; frames of different sizes fail."""
+    import io
+
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+
+    def jpeg(mode: str, side: int = 24) -> bytes:
+        image = Image.fromarray(rng.integers(0, 256, (side, side, 3), dtype=np.uint8)).convert(mode)
+        buf = io.BytesIO()
+        image.save(buf, format="JPEG", quality=shards.JPEG_QUALITY)
+        return buf.getvalue()
+
+    blobs = (*shards.encode_jpegs(rng.integers(0, 256, (3, 24, 24, 3), dtype=np.uint8)), jpeg("L"), jpeg("CMYK"))
+    reference = np.stack([np.asarray(Image.open(io.BytesIO(b)).convert("RGB"), dtype=np.uint8) for b in blobs])
+    got = shards.decode_jpegs(blobs)
+    assert got.dtype == np.uint8 and got.shape == (5, 24, 24, 3)
+    assert np.array_equal(got, reference)
+    assert shards.decode_jpegs(()).shape == (0, 0, 0, 3)
+    with pytest.raises(ValueError, match="different sizes"):
+        shards.decode_jpegs((blobs[0], jpeg("RGB", side=16)))
