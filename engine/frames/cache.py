@@ -15,6 +15,7 @@ frames key always means the same pixels.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Callable, Iterable
@@ -60,7 +61,15 @@ def is_locator(path: object) -> bool:
 
 
 def parse_locator(text: str) -> dict:
-    """{cache_dir, key, spec, size, src} of a locator; ValueError naming it when it is not one."""
+    """{cache_dir, key, spec, size, src} of a locator (a new dict each call); ValueError naming it when it is not
+    one."""
+    return dict(_locator_fields(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _locator_fields(text: str) -> tuple[tuple[str, str], ...]:
+    """parse_locator's fields, parsed once per locator text: a caption task's locator is parsed twice (its frames
+    read, then their decode record for the ledger), each a query-string parse on the caption actor's GIL."""
     if not is_locator(text) or "?" not in text:
         raise ValueError(f"not a frame-cache locator: {text!r}")
     where, query = text[len(LOCATOR_PREFIX):].split("?", 1)
@@ -68,7 +77,7 @@ def parse_locator(text: str) -> dict:
     missing = {"key", "spec", "size", "src"} - set(fields)
     if missing:
         raise ValueError(f"frame-cache locator {text!r} lacks {sorted(missing)}")
-    return {"cache_dir": unquote(where), **fields}
+    return tuple({"cache_dir": unquote(where), **fields}.items())
 
 
 def frames_key_at(row: dict, size: Size) -> str:

@@ -272,3 +272,17 @@ def test_decode_jpegs_gives_pils_rgb_pixels_for_rgb_grey_and_cmyk_jpegs():
     assert shards.decode_jpegs(()).shape == (0, 0, 0, 3)
     with pytest.raises(ValueError, match="different sizes"):
         shards.decode_jpegs((blobs[0], jpeg("RGB", side=16)))
+
+
+def test_parse_locator_parses_once_and_hands_out_a_new_dict_each_call(tmp_path):
+    """A locator's fields are parsed once per text (a caption task reads them twice), yet each call returns its own
+    dict, so a caller changing one cannot change what the next caller reads; a non-locator still fails, naming it."""
+    loc = frame_cache.locator(tmp_path, "k1", "uniform:4", (64, 64), tmp_path / "v.mp4", "d1")
+    first = frame_cache.parse_locator(loc)
+    assert first == {"cache_dir": str(tmp_path.resolve()), "key": "k1", "spec": "uniform:4", "size": "64x64",
+                     "digest": "d1", "src": str((tmp_path / "v.mp4").resolve())}
+    first["key"] = "changed"
+    assert frame_cache.parse_locator(loc)["key"] == "k1"
+    for bad in ("frames.npy", "frames:/x?key=k"):
+        with pytest.raises(ValueError, match="locator"):
+            frame_cache.parse_locator(bad)
