@@ -52,7 +52,10 @@ def with_dataset_video_ids(captions: pa.Table, items: pa.Table) -> tuple[pa.Tabl
     media file (`video_aliases`), and how many rows were renamed so."""
     # which captions name an item's id, found on the columns: a set of every item's ids was ~15 MB of Python
     # strings at 100,000 items, left in the interpreter's arenas for the rest of a run (issue 30's scale RSS)
-    ids = pc.unique(pa.chunked_array(items.column("video_id").chunks + items.column("item_id").chunks, pa.string()))
+    # an items table from polars holds its strings as large or view strings: one type for the caption ids to meet
+    given_type = captions.column("video_id").type
+    chunks = [chunk.cast(given_type) for name in ("video_id", "item_id") for chunk in items.column(name).chunks]
+    ids = pc.unique(pa.chunked_array(chunks, given_type))
     known = pc.is_in(captions.column("video_id"), value_set=ids)
     if pc.all(known).as_py() is not False:  # every one (or no captions)
         return captions, 0

@@ -163,8 +163,8 @@ def file_cell_captions(cell: ResultCell, data: LoadedDataset) -> tuple[pa.Table,
     # the ids and two lists of every item's ids were ~15 MB at 100,000 items, left in the interpreter's arenas)
     have = pc.unique(table.column("video_id")).cast(pa.string())
     item_ids, video_ids = items.column("item_id"), items.column("video_id")
-    uncaptioned = pc.indices_nonzero(pc.invert(pc.or_(pc.is_in(item_ids, value_set=have),
-                                                      pc.is_in(video_ids, value_set=have))))
+    uncaptioned = pc.indices_nonzero(pc.invert(pc.or_(pc.is_in(item_ids, value_set=have.cast(item_ids.type)),
+                                                      pc.is_in(video_ids, value_set=have.cast(video_ids.type)))))
     rows, failures = [], {}
     source = cell.caption.source.path
     for item, vid in zip(item_ids.take(uncaptioned).to_pylist(), video_ids.take(uncaptioned).to_pylist()):

@@ -52,6 +52,19 @@ def test_one_captions_file_names_the_videos_of_both_kinds(clips):
             assert renamed.column("caption_key").to_pylist() == captions.column("caption_key").to_pylist()
 
 
+def test_items_from_polars_hold_other_string_types_and_still_match(clips):
+    """`capeval.judge(items=<polars DataFrame>)`: polars hands over large or view strings, the captions file plain
+    ones; the ids must still meet (this raised ArrowTypeError: Array chunks must all be same type)."""
+    table = load("items", {"path": "items.jsonl"}, base_dir=clips).items
+    from_polars = pl.from_arrow(table).to_arrow()
+    assert from_polars.column("video_id").type != table.column("video_id").type
+    for names in (["clips/v00.mp4", "clips/v01.mp4"], ["v00", "v01"]):
+        captions = read_captions(_captions(clips, names))
+        renamed, n = with_dataset_video_ids(captions, from_polars)
+        assert renamed.column("video_id").to_pylist() == ["clips/v00.mp4", "clips/v01.mp4"]
+        assert n == (0 if names[0].startswith("clips/") else 2)
+
+
 def test_two_rows_naming_one_video_are_refused(clips):
     folder = load("videos", {"path": "clips"}, base_dir=clips).items
     captions = read_captions(_captions(clips, ["v00", "clips/v00.mp4"]))
