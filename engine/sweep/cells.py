@@ -161,7 +161,7 @@ def file_cell_captions(cell: ResultCell, data: LoadedDataset) -> tuple[pa.Table,
     table, _ = with_dataset_video_ids(file_captions(cell.caption), data.items)
     # the items the file captions, found on the columns: only the others are made into Python values (a set of
     # the ids and two lists of every item's ids were ~15 MB at 100,000 items, left in the interpreter's arenas)
-    have = pc.unique(table.column("video_id")).cast(pa.string())
+    have = pc.unique(table.column("video_id"))
     item_ids, video_ids = items.column("item_id"), items.column("video_id")
     uncaptioned = pc.indices_nonzero(pc.invert(pc.or_(pc.is_in(item_ids, value_set=have.cast(item_ids.type)),
                                                       pc.is_in(video_ids, value_set=have.cast(video_ids.type)))))
