@@ -77,6 +77,19 @@ def ray_local(tmp_path_factory):
     ray.shutdown()
 
 
+@pytest.fixture(autouse=True)
+def scheduling_policy_kept():
+    """Fails the test after which this process's scheduling differs, and puts it back: a library that raises the
+    test process to a real-time policy (SVT-AV1 does, as root) makes every process the suite starts afterwards
+    real-time too, and one busy Ray agent then starves the 2-core CI machine until the run times out."""
+    before = (os.sched_getscheduler(0), os.sched_getparam(0))
+    yield
+    after = (os.sched_getscheduler(0), os.sched_getparam(0))
+    if after != before:
+        os.sched_setscheduler(0, *before)
+        pytest.fail(f"the test left this process's scheduling at {after} (was {before})")
+
+
 # Shared fixture modules (tests/ is on sys.path in pytest's default import mode).
 from _fixtures_vllm import *  # noqa: E402,F401,F403
 from _fixtures_video import *  # noqa: E402,F401,F403

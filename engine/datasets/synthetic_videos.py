@@ -10,6 +10,8 @@ packets, audio only, unknown duration, variable frame rate, rotation metadata an
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from fractions import Fraction
 from pathlib import Path
 
@@ -111,6 +113,25 @@ def render_frame(truth: dict, t: float, size: tuple[int, int]) -> np.ndarray:
     return img
 
 
+@contextmanager
+def _thread_scheduling_kept():
+    """Put back the calling thread's scheduling policy once encoding is done.
+
+    SVT-AV1 (libsvtav1) raises the thread that opens it to SCHED_FIFO priority 99 when it runs as root. Every
+    process started from that thread afterwards (Ray's GCS, raylets and workers, servers, subprocesses) inherits
+    the real-time policy, and one of them busy for a second starves everything else on a small machine.
+    """
+    if not hasattr(os, "sched_getscheduler"):
+        yield
+        return
+    policy, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        yield
+    finally:
+        if (os.sched_getscheduler(0), os.sched_getparam(0)) != (policy, param):
+            os.sched_setscheduler(0, policy, param)
+
+
 def make_video(
     path: str | Path,
     *,
@@ -151,7 +172,7 @@ def make_video(
         rate = Fraction(fps).limit_denominator(1001)
         time_base = Fraction(1, 1000)
     width, height = size
-    with av.open(str(path), "w", format=fmt) as out:
+    with _thread_scheduling_kept(), av.open(str(path), "w", format=fmt) as out:
         stream = out.add_stream(encoder, rate=rate)
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         stream.time_base = time_base
