@@ -261,10 +261,23 @@ class _Call:
     copies: set = field(default_factory=set)  # asyncio tasks of its copies still running (the first and hedges)
     hedges: int = 0  # hedge copies sent
     failed: ChatResult | None = None  # the first failed answer, kept while another copy may still succeed
+    greedy_body: bool | None = None  # whether the body asks for temperature 0 (read once, when it could be copied)
 
     @property
     def key(self) -> tuple[int, object]:
         return call_key(self.sink, self.token)
+
+    @property
+    def greedy(self) -> bool:
+        """Whether the body asks for temperature 0. Only such a call is copied (ChatRunner): copies of a sampled
+        call are different draws, and taking whichever is answered first favours the shorter replies."""
+        if self.greedy_body is None:
+            try:
+                temperature = json.loads(self.body).get("temperature")
+            except (ValueError, AttributeError):
+                temperature = None
+            self.greedy_body = type(temperature) in (int, float) and temperature == 0
+        return self.greedy_body
 
 
 def call_key(sink, token) -> tuple[int, object]:
@@ -398,8 +411,10 @@ class ChatRunner:
     its feed is closed and drained), until the calls then running are answered, each slot of the window that comes
     free carries a copy of the longest-outstanding call (at most `max_hedges` copies per call) once that call is
     older than the median answer so far, in a runner that has had at least `max_in_flight` answers (a run longer
-    than one window: a shorter one has no drain to shorten, nor a latency to go by). The first good answer is the
-    call's answer and the other copies are cancelled. The copies only fill slots that would sit idle while the last requests drain, so the server never
+    than one window: a shorter one has no drain to shorten, nor a latency to go by). Only greedy calls (temperature
+    0 in the body) are copied: the copies of a sampled call (an official protocol's server-default temperature, a
+    sampled caption) are different draws, and the first one answered tends to be the shortest, so copying them
+    would bias the replies kept. The first good answer is the call's answer and the other copies are cancelled. The copies only fill slots that would sit idle while the last requests drain, so the server never
     sees more than `max_in_flight` requests, and a call asked for later takes its slot back from a hedge copy at
     once. Copies are counted (`hedged_requests`, `hedges_won`); a cancelled copy's tokens are not known (a server
     reports usage only with an answer), so the usage recorded is the winning copy's.
@@ -581,7 +596,7 @@ class ChatRunner:
         now = time.perf_counter()
         after = sorted(self._latencies)[len(self._latencies) // 2]
         while len(self._tasks) < self.max_in_flight:  # cancelled copies hold their slot until they have ended
-            open_calls = [c for c in self._calls.values() if c.hedges < self.max_hedges and c.copies]
+            open_calls = [c for c in self._calls.values() if c.hedges < self.max_hedges and c.copies and c.greedy]
             if not open_calls:
                 return
             call = min(open_calls, key=lambda c: (c.hedges, c.started))

@@ -77,7 +77,8 @@ class HTTPConfig:
     # last requests free carry copies of the longest-outstanding ones, at most this many per request; the first
     # good answer wins, the other copies are cancelled. On by default: the copies only fill slots that would sit
     # idle while the last requests drain, so the server never sees more than max_in_flight and a run sends at most
-    # hedge x max_in_flight extra requests per drain. 0: off (e.g. a paid API that bills cancelled requests)
+    # hedge x max_in_flight extra requests per drain. Only requests at temperature 0 are copied (a sampled one's
+    # first answer would favour short replies). 0: off (e.g. a paid API that bills cancelled requests)
     hedge: int = 3
     # captioner only
     max_frames: int | None = None  # a backend's limit on images per request; None: every frame of the frame spec

@@ -55,6 +55,21 @@ def test_hedge_copies_fill_only_the_slots_the_drain_leaves_idle(hedge):
         assert hedged == 0
 
 
+@pytest.mark.parametrize("temperature", [None, 0.7])
+def test_sampled_requests_are_never_copied(temperature):
+    """The drain of the test above, with requests that send no temperature (the server's default) or 0.7: their
+    copies would be different draws, the first answered favouring short replies, so none is sent."""
+    requests = [JudgeRequest(key=r.key, user=r.user, max_tokens=8, seed=r.seed, temperature=temperature)
+                for r in _requests(60, "sampled")]
+    with LoopbackServer(FaultConfig(latency_median_s=0.05, latency_sigma=0.8)) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8, hedge=3) as judge:
+            out = list(judge.stream(ListFeed(requests), 8))
+            hedged = judge.hedged_requests
+        stats = server.stats()
+    assert sorted(o.key for o in out) == sorted(r.key for r in requests) and all(o.error is None for o in out)
+    assert hedged == 0 and len(stats["attempts"]) == len(requests)
+
+
 def _first_attempt_stalls(question: str, attempt: int) -> bool:
     return question.startswith("stall") and attempt == 1
 
@@ -150,7 +165,7 @@ def test_the_first_answer_wins_and_the_other_copy_is_cancelled():
 
 
 def _body(question: str) -> bytes:
-    return encode_body({"model": "m", "messages": [{"role": "user", "content": question}]})
+    return encode_body({"model": "m", "messages": [{"role": "user", "content": question}], "temperature": 0})
 
 
 def test_a_request_asked_for_later_takes_its_slot_back_from_a_hedge_copy():
