@@ -264,11 +264,13 @@ class CaptionWorker:
         else:
             from capeval.engine.frames.ledger import frame_digests  # deferred: PyAV (capeval.engine.frames loads the decoder)
 
-            # hashlib releases the GIL: the ledger's digests are taken while the request is at the backend, so they
-            # do not wait behind its answer (a batch of answers arriving at once would hash one after another)
-            hashing = asyncio.get_running_loop().run_in_executor(None, frame_digests, frames)
-            r = await self._one(self._request(task, frames, encoded), sync)
-            digests = await hashing
+            # the ledger's digests are taken while the request is at the backend, so they do not wait behind its
+            # answer (a batch of answers arriving at once would hash one after another); here, not on a worker
+            # thread: handing each task's hashing to a thread and its result back cost more than the hashing
+            answering = asyncio.ensure_future(self._one(self._request(task, frames, encoded), sync))
+            await asyncio.sleep(0)  # the request goes to the backend first
+            digests = frame_digests(frames)
+            r = await answering
         return row(task, self.name, r.text, r.error, r.n_tokens, r.prompt_tokens, r.latency_s,
                    truncated=r.truncated, frames_sent=r.frames_sent, **caption_row_fields(r),
                    frames_seen=(task_ledger(task, frames, getattr(r, "processor_inputs", None), digests)
