@@ -34,6 +34,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterator, Sequence
 
 from capeval.adapters.base import BackendFatalError
@@ -261,23 +262,21 @@ class _Call:
     copies: set = field(default_factory=set)  # asyncio tasks of its copies still running (the first and hedges)
     hedges: int = 0  # hedge copies sent
     failed: ChatResult | None = None  # the first failed answer, kept while another copy may still succeed
-    greedy_body: bool | None = None  # whether the body asks for temperature 0 (read once, when it could be copied)
 
     @property
     def key(self) -> tuple[int, object]:
         return call_key(self.sink, self.token)
 
-    @property
+    @cached_property
     def greedy(self) -> bool:
-        """Whether the body asks for temperature 0. Only such a call is copied (ChatRunner): copies of a sampled
-        call are different draws, and taking whichever is answered first favours the shorter replies."""
-        if self.greedy_body is None:
-            try:
-                temperature = json.loads(self.body).get("temperature")
-            except (ValueError, AttributeError):
-                temperature = None
-            self.greedy_body = type(temperature) in (int, float) and temperature == 0
-        return self.greedy_body
+        """Whether the body asks for temperature 0 (read once, when the call could be copied). Only such a call is
+        copied (ChatRunner): copies of a sampled call are different draws, and taking whichever is answered first
+        favours the shorter replies."""
+        try:
+            temperature = json.loads(self.body).get("temperature")
+        except (ValueError, AttributeError):
+            return False
+        return type(temperature) in (int, float) and temperature == 0
 
 
 def call_key(sink, token) -> tuple[int, object]:
