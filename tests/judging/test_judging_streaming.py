@@ -277,7 +277,9 @@ def test_the_loop_lets_an_http_judge_hedge_its_drain_and_the_verdicts_stay_the_s
     for hedge in (0, 3):
         cfg = FaultConfig(latency_median_s=0.05, latency_sigma=0.8)
         with LoopbackServer(cfg) as server:
-            with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8,
+            # structured replies the server fills in parse at once: without them every score reply was re-asked,
+            # and re-asks are sampled (REASK_TEMPERATURE), which hedging never copies, so the drain could hold none
+            with OpenAIJudge(model="m", base_url=server.base_url, structured="vllm", max_in_flight=8,
                              hedge=hedge) as judge:
                 tables[hedge], summaries[hedge] = run_judging(
                     requests, judge, cache_dir=tmp_path / f"hedge{hedge}", protocol=protocol, max_in_flight=8,
