@@ -48,11 +48,13 @@ def test_two_judges_on_one_cache_send_each_key_once(tmp_path):
         for v in range(N_VIDEOS):
             f.write(json.dumps({"video_id": f"v{v}", "caption": f"Video {v}: {v % 5 + 1} shapes move."}) + "\n")
     with AppServer(app) as server:
+        # no tail hedging: its copies of a request still running at the drain would be counted as sent twice
         def judge(name: str):
             return start_capeval(["judge", "--protocol", "capquiz", "--items", items, "--captions", captions,
                                   "--judge", "openai", "--base-url", server.base_url, "--judge-model", "loopback",
                                   "--judge-option", "api_key=\"k\"", "--judge-option", "structured=\"vllm\"",
-                                  "--judge-option", "max_in_flight=4", "--cache", tmp_path / "cache",
+                                  "--judge-option", "max_in_flight=4", "--judge-option", "hedge=0",
+                                  "--cache", tmp_path / "cache",
                                   "--out", tmp_path / f"{name}.parquet", "--no-progress", "--resamples", "0"])
 
         procs = [judge("a"), judge("b")]
