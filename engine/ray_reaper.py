@@ -20,7 +20,7 @@ taken its first look. The watchdog:
   for one of them, every process started with the run's marker and every descendant of one (a process that cleared
   its environment stays below one that has the marker). A process is judged once, after its exec: one whose
   environment is still exactly the driver's (a fork of the driver, possibly in a slow `preexec_fn`), or that shows
-  none (read inside its exec: `EXECUTING`), is looked at again at every poll until its exec gives it its own;
+  none (read inside its exec: `Verdict.EXECUTING`), is looked at again at every poll until its exec gives it its own;
 - when the driver is gone, freezes every recorded process still alive (SIGSTOP: a frozen raylet cannot start a
   worker that would escape), adds their current descendants, every process that has the marker by then, and the
   driver's own forks that never exec'd, and SIGKILLs them all; a fork of the driver made after the last poll and
@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import time
+from enum import Enum
 
 #: seconds between two looks at the driver; a worker started and orphaned within one poll is still found, since
 #: reaping freezes the recorded processes before it collects their descendants.
@@ -51,12 +52,19 @@ EXEC_GRACE_S = 30.0
 #: the processes of a local Ray that live as long as it does: once one was seen, none of the run's processes being
 #: left means `ray.shutdown()` (short-lived processes the driver ran before Ray started do not count)
 RAY_CORE = ("gcs_server", "raylet")
-#: `Watch.judge`'s verdict on a process that shows no environment: Linux's /proc/PID/environ reads empty while an
-#: exec is replacing the process's memory (reads in a tight loop of a process exec'ing over and over came back empty
-#: 1 time in 10), so a process caught there is looked at again rather than judged
-EXECUTING = "executing"
 #: how long, at the reap, a new process showing no environment is taken to be inside an exec
 EXEC_WINDOW_S = 1.0
+
+
+class Verdict(Enum):
+    """What a process's environment says of it (`Watch.judge`)."""
+
+    RUN = "started with the run's marker"
+    OTHER = "started without it"
+    DRIVER_ENV = "still the driver's environment: not exec'd yet, or exec'd with an unchanged copy (cannot tell yet)"
+    # Linux's /proc/PID/environ reads empty while an exec is replacing the process's memory (reads in a tight loop of
+    # a process exec'ing over and over came back empty 1 time in 10): a process caught there is looked at again
+    EXECUTING = "no environment: inside an exec, or a process without memory of its own such as a kernel thread"
 
 
 def new_marker() -> str:
@@ -159,11 +167,11 @@ class Watch:
                 self.judged.add((pid, started))
                 continue
             verdict = self.judge(pid)
-            if verdict is True:
+            if verdict is Verdict.RUN:
                 self.seen[pid] = started
                 self.forks.pop(pid, None)
                 self.ray_seen = self.ray_seen or _name(pid) in RAY_CORE
-            elif verdict is None or verdict is EXECUTING:
+            elif verdict in (Verdict.DRIVER_ENV, Verdict.EXECUTING):
                 # still the driver's environment (a fork of it before its exec) or inside an exec: looked at again
                 if ppid == self.driver_pid:
                     self.forks[pid] = started
@@ -174,25 +182,22 @@ class Watch:
             self.seen.setdefault(pid, table[pid][1])
         self.known = set(table)
 
-    def judge(self, pid: int) -> object:
-        """True: started with the run's marker; False: started without it; None: its environment is still the
-        driver's (not exec'd yet, or exec'd with an unchanged copy: cannot tell yet); EXECUTING: it shows no
-        environment (inside an exec, or a process without memory of its own such as a kernel thread)."""
+    def judge(self, pid: int) -> Verdict:
         environ = _environ(pid)
         if environ is None:
-            return False
+            return Verdict.OTHER
         if environ == b"":
-            return EXECUTING
+            return Verdict.EXECUTING
         if _has_marker(environ, self.marker):
-            return True
-        return None if environ == self.driver_env else False
+            return Verdict.RUN
+        return Verdict.DRIVER_ENV if environ == self.driver_env else Verdict.OTHER
 
     def reap(self) -> int:
         """The driver is gone: freeze, then SIGKILL, every process of the run still alive (module doc)."""
         last = self.known
         table = _table()
         self.look(table)
-        doomed = dict(self.seen) | {pid: t for pid, t in self.forks.items() if self.judge(pid) is not False}
+        doomed = dict(self.seen) | {pid: t for pid, t in self.forks.items() if self.judge(pid) is not Verdict.OTHER}
         killed = reap(doomed)
         deadline = time.monotonic() + EXEC_GRACE_S
         executing: dict[int, float] = {}  # pid -> when it was first found inside an exec
@@ -203,7 +208,8 @@ class Watch:
             for pid in set(table) - last - set(doomed) - {self.me}:
                 verdict = self.judge(pid)
                 # an exec takes milliseconds: a process that shows no environment for longer is not inside one
-                if verdict is None or (verdict is EXECUTING and now - executing.setdefault(pid, now) < EXEC_WINDOW_S):
+                if verdict is Verdict.DRIVER_ENV or (verdict is Verdict.EXECUTING
+                                                     and now - executing.setdefault(pid, now) < EXEC_WINDOW_S):
                     pending.add(pid)
             before = set(self.seen)
             self.look(table)
