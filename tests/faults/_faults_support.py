@@ -30,6 +30,28 @@ def synthetic(n_videos: int = 3, duration_s: float = 1.0) -> dict:
     return {"name": "shapes", "kind": "synthetic", "n_videos": n_videos, "duration_s": duration_s}
 
 
+#: every caption row committed as it is stored, so that a test can see one was (`caption_stored`)
+COMMIT_EACH_ROW = {"CAPEVAL_STORE_COMMIT": "rows=1"}
+
+
+def caption_stored(out: Path):
+    """A predicate: has the run in `out` (started with COMMIT_EACH_ROW) stored a caption? A signal sent mid-caption waits
+    for it: the captioner sends its next request the moment an answer comes (its queued calls), so that request can
+    arrive before the answer's row reached the driver, and a run ended then has made no caption it could record."""
+    captions = out / "captions"
+    return lambda: any(captions.glob("*.parquet"))
+
+
+async def wait_until_ready(ready, timeout_s: float = 60.0) -> None:
+    """Until `ready()` holds, or `timeout_s` passed (then the caller goes on and its assertions say what was wrong);
+    `wait_for` below is its twin for a test thread, which may block."""
+    import asyncio
+
+    since = time.monotonic()
+    while not ready() and time.monotonic() - since < timeout_s:
+        await asyncio.sleep(0.02)
+
+
 def openai_judge(base_url: str, **params) -> dict:
     return {"name": "openai", "params": {"base_url": base_url, "model": "loopback", "api_key": "test-key",
                                          "timeout_s": 2.0, "max_attempts": 2, "backoff_base_s": 0.05,

@@ -10,20 +10,17 @@ import json
 import os
 import signal
 import threading
-import time
 from typing import Callable
 
 import pytest
 
-from _faults_support import (AppServer, cli_env, finish, openai_judge, start_capeval, sweep_text, synthetic)
+from _faults_support import (COMMIT_EACH_ROW, AppServer, caption_stored, cli_env, finish, openai_judge, start_capeval,
+                             sweep_text, synthetic, wait_until_ready)
 from capeval.benchmarks.loopback_server import answer_for, completion_body
 from capeval.engine import exitcodes
 
 N_VIDEOS = 4
 PRICES = {"input": 1.0, "output": 2.0}
-GATE_S = 60
-#: every caption row is committed as it is stored, so the test can see that one was before it signals
-COMMIT_EACH_ROW = {"CAPEVAL_STORE_COMMIT": "rows=1"}
 
 
 class SignallingServer:
@@ -37,7 +34,7 @@ class SignallingServer:
         self.at = 0
         self.victim: int | None = None
         self.sent = threading.Event()
-        self.ready: Callable[[], bool] = lambda: True  # the signal waits (up to GATE_S) until this holds
+        self.ready: Callable[[], bool] = lambda: True  # the signal waits (at most a minute) until this holds
 
     def app(self):
         import asyncio
@@ -49,9 +46,7 @@ class SignallingServer:
             kind = "caption" if body.get("model") == "cap" else "judge"
             self.counts[kind] += 1
             if kind == self.kind and self.counts[kind] >= self.at and self.victim and not self.sent.is_set():
-                waited = time.monotonic()
-                while not self.ready() and time.monotonic() - waited < GATE_S:
-                    await asyncio.sleep(0.02)
+                await wait_until_ready(self.ready)
                 os.kill(self.victim, self.signum)
                 self.sent.set()
             await asyncio.sleep(self.delay_s)
@@ -90,11 +85,7 @@ def test_sigterm_ends_the_run_like_ctrl_c_with_its_record_and_cost(tmp_path, swe
         path = sweep_file(_sweep_text(http.base_url))
         out = tmp_path / "out"
         server.kind, server.at = kind, at
-        # mid-caption, the signal waits for a caption stored by the driver: the captioner sends its next request the
-        # moment an answer comes (its queued calls), so that request can arrive before the answer's row reached the
-        # driver, and a run ended then has made no caption it could record
-        captions = out / "captions"
-        server.ready = (lambda: any(captions.glob("*.parquet"))) if kind == "caption" else (lambda: True)
+        server.ready = caption_stored(out) if kind == "caption" else (lambda: True)
         proc = start_capeval(["sweep", path, "--out", out, "--no-progress"], env=cli_env(**COMMIT_EACH_ROW))
         server.victim = proc.pid
         run = finish(proc, timeout=300)

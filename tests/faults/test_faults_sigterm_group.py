@@ -17,7 +17,8 @@ from typing import Callable
 
 import pytest
 
-from _faults_support import AppServer, cli_env, finish, openai_judge, start_capeval, sweep_text, synthetic
+from _faults_support import (COMMIT_EACH_ROW, AppServer, caption_stored, cli_env, finish, openai_judge, start_capeval,
+                             sweep_text, synthetic, wait_until_ready)
 from _ray_session import session_processes, survivors, wait_until
 from capeval.benchmarks.loopback_server import answer_for, completion_body
 from capeval.engine import exitcodes
@@ -27,9 +28,6 @@ REPEATS = 3
 PRICES = {"input": 1.0, "output": 2.0}
 END_BOUND_S = 40  # well under Ray's 60 s before it ends a driver whose GCS is gone
 REAP_BOUND_S = 20
-GATE_S = 60
-#: every caption row is committed as it is stored, so the test can see that one was before it signals
-COMMIT_EACH_ROW = {"CAPEVAL_STORE_COMMIT": "rows=1"}
 
 
 class GroupSignallingServer:
@@ -46,7 +44,7 @@ class GroupSignallingServer:
         self.group_names: dict = {}  # pid -> name of those
         self.sent = threading.Event()
         self.sent_at = 0.0
-        self.ready: Callable[[], bool] = lambda: True  # the signal waits (up to GATE_S) until this holds
+        self.ready: Callable[[], bool] = lambda: True  # the signal waits (at most a minute) until this holds
 
     def app(self):
         import asyncio
@@ -58,9 +56,7 @@ class GroupSignallingServer:
             kind = "caption" if body.get("model") == "cap" else "judge"
             self.counts[kind] += 1
             if kind == self.kind and self.counts[kind] >= self.at and self.victim and not self.sent.is_set():
-                waited = time.monotonic()
-                while not self.ready() and time.monotonic() - waited < GATE_S:
-                    await asyncio.sleep(0.02)
+                await wait_until_ready(self.ready)
                 self.group = session_processes(self.victim)
                 self.group_names = survivors(self.group)
                 os.killpg(self.victim, signal.SIGTERM)
@@ -98,11 +94,7 @@ def test_sigterm_to_the_process_group_ends_the_run_with_its_record_and_no_ray_le
             server.counts = {"caption": 0, "judge": 0}
             server.kind, server.at, server.victim, server.group = kind, at, None, {}
             server.sent.clear()
-            # mid-caption, the signal waits for a caption stored by the driver: the captioner sends its next request
-            # the moment an answer comes (its queued calls), so that request can arrive before the answer's row
-            # reached the driver, and the signal then ends the caption actor with the row (nothing paid to record)
-            captions = out / "captions"
-            server.ready = (lambda: any(captions.glob("*.parquet"))) if kind == "caption" else (lambda: True)
+            server.ready = caption_stored(out) if kind == "caption" else (lambda: True)
             proc = start_capeval(["sweep", path, "--out", out, "--no-progress"], env=cli_env(**COMMIT_EACH_ROW))
             server.victim = proc.pid
             try:
