@@ -105,7 +105,9 @@ class EngineFeeder:
     inbox is waited on for up to `fill_gap_s` (FILL_GAP_S) for the next request; the first step comes once none
     arrived for that long, as `LLM.generate` adds its whole list before its first step, or once these waits add up
     to `fill_limit_s` (FILL_LIMIT_S: a steady trickle of requests never holds the engine back longer; a burst
-    rarely waits at all, its adds take longer than its gaps). A running engine never waits.
+    rarely waits at all, its adds take longer than its gaps). A running engine never waits. A caller that knows
+    how many requests its burst holds says so first (`expect(n)`): once those n are in, the first step comes at once,
+    without waiting out a last gap for requests that are not coming.
 
     `batch_key(inputs)`, when given, names which requests may share the engine: a request whose key differs from
     the running ones' is held until the engine drains, then the largest held group goes in together. (vLLM 0.32's
@@ -118,6 +120,7 @@ class EngineFeeder:
         self.fill_gap_s, self.fill_limit_s = fill_gap_s, fill_limit_s
         self.fill_wait_left = 0.0  # what the current filling may still wait
         self.inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.burst_left: int | None = None  # requests of an announced burst (`expect`) not yet taken
         self.waiting: dict[str, Callable] = {}  # the request's id in RequestOutput -> done callback
         self.held: dict = {}  # batch key -> items waiting for the engine to drain
         self.active = None  # batch key of the running requests
@@ -131,6 +134,12 @@ class EngineFeeder:
             done(None, self.broken)
             return
         self.inbox.put((inputs, params, done))
+
+    def expect(self, n: int) -> None:
+        """The next `n` submissions come together (one call's burst): once they are in, filling the idle engine
+        waits for no more."""
+        if n > 0 and self.broken is None:
+            self.inbox.put(_Burst(n))
 
     def close(self) -> None:
         self.inbox.put(None)
@@ -177,8 +186,15 @@ class EngineFeeder:
                 if item is None:  # close(): fail what is left
                     self._fail_all(RuntimeError("the captioner was closed"))
                     return
-                self._take(item)
+                if isinstance(item, _Burst):  # bursts announced together (callers on several threads) add up
+                    self.burst_left = (self.burst_left or 0) + item.n
+                else:
+                    self._take(item)
+                    if self.burst_left:
+                        self.burst_left -= 1
                 item = self._next_while_filling() if filling else self._poll()
+            if self.burst_left == 0:  # the burst is in (a burst announced before its first request is kept)
+                self.burst_left = None
             if not self.waiting:
                 continue
             if not engine.has_unfinished_requests():  # cannot happen with a sound engine; never spin on it
@@ -209,7 +225,7 @@ class EngineFeeder:
         waits stay within `fill_limit_s` (see the class)."""
         item = self._poll()
         wait = min(self.fill_gap_s, self.fill_wait_left)
-        if item is not _EMPTY or wait <= 0:
+        if item is not _EMPTY or wait <= 0 or self.burst_left == 0:  # 0: the announced burst is all in
             return item
         t0 = time.perf_counter()
         try:
@@ -230,6 +246,15 @@ class EngineFeeder:
 
 
 _EMPTY = object()
+
+
+class _Burst:
+    """An inbox entry from `EngineFeeder.expect`: the next `n` submissions come together."""
+
+    __slots__ = ("n",)
+
+    def __init__(self, n: int):
+        self.n = n
 
 
 def _notify(done: Callable, out, exc) -> None:
@@ -419,11 +444,19 @@ class VLLMCaptioner:
 
     def caption(self, requests: Sequence[CaptionRequest]) -> list[CaptionResponse]:
         futures: list[Future] = []
+        self.expect_requests(len(requests))
         for r in requests:
             f: Future = Future()
             self._submit(r, f.set_result)
             futures.append(f)
         return [f.result() for f in futures]
+
+    def expect_requests(self, n: int) -> None:
+        """`n` requests are about to come at once (the caption stage's group call): the idle engine's first step
+        comes as soon as they are in (EngineFeeder.expect)."""
+        feeder = getattr(self, "_feeder", None)
+        if feeder is not None:
+            feeder.expect(n)
 
     def engine_counters(self) -> dict:
         """Engine steps taken so far and the seconds spent inside them (the caption stage sums them over its actors:

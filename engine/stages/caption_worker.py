@@ -291,7 +291,11 @@ class CaptionWorker:
         one list (an async generator: the stage calls it as a Ray streaming generator). One call instead of one per
         task spares the actor Ray's dispatch and return of each (~0.5 ms of its event loop apiece, which an
         in-process engine filling up waits for: it shares the process's GIL). A task whose coroutine raises gets its
-        own error row; the group goes on."""
+        own error row; the group goes on. A captioner that can use knowing how many requests a group brings (the
+        in-process vLLM engine, which fills before its first step) is told first (`expect_requests`)."""
+        expect = getattr(self.model, "expect_requests", None)
+        if expect is not None and self.streaming:
+            expect(len(tasks))  # each task's first request (a segmental task's later segments follow one by one)
         running = {asyncio.ensure_future(self._row_of(t)) for t in tasks}
         while running:
             done, running = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)

@@ -1,7 +1,8 @@
 """The vLLM captioner's engine thread (adapters/vllm_captioner.py EngineFeeder) against a stand-in engine: a burst of
 requests reaching an idle engine goes in whole before its first step (as LLM.generate adds its list), even when the
-thread catches up with the burst; a steady trickle does not hold the engine back beyond the fill limit; a running
-engine takes what arrived between steps."""
+thread catches up with the burst; a burst announced with its size (`expect`) starts as soon as it is in, without
+waiting out a last gap; a steady trickle does not hold the engine back beyond the fill limit; a running engine takes
+what arrived between steps."""
 
 from __future__ import annotations
 
@@ -19,11 +20,13 @@ class _Engine:
     def __init__(self):
         self.running: dict[str, int] = {}  # request number -> steps left
         self.batches: list[int] = []  # requests in the engine at each step
+        self.step_times: list[float] = []
 
     def has_unfinished_requests(self) -> bool:
         return bool(self.running)
 
     def step(self):
+        self.step_times.append(time.perf_counter())
         self.batches.append(len(self.running))
         out = []
         for rid in list(self.running):
@@ -91,3 +94,31 @@ def test_a_trickle_waits_no_longer_than_the_fill_limit():
         feeder.close()
     first = llm.llm_engine.batches[0]
     assert 1 < first < 20  # the filling waited for some, then the engine ran while the rest arrived
+
+
+def test_an_announced_burst_starts_once_it_is_in_without_waiting_out_the_gap():
+    llm = _LLM()
+    feeder = EngineFeeder(llm, fill_gap_s=2.0, fill_limit_s=10.0)
+    try:
+        feeder.expect(20)
+        futures = _submit(feeder, 20, 0.002)
+        last_submit = time.perf_counter()
+        assert all(f.result(timeout=30)[1] is None for f in futures)
+    finally:
+        feeder.close()
+    assert llm.llm_engine.batches[0] == 20  # the whole burst in the first step
+    assert llm.llm_engine.step_times[0] - last_submit < 1.0  # not after a 2 s gap with nothing coming
+
+
+def test_a_burst_announced_larger_than_it_came_falls_back_to_the_gap():
+    llm = _LLM()
+    feeder = EngineFeeder(llm, fill_gap_s=0.3, fill_limit_s=10.0)
+    try:
+        feeder.expect(5)  # two of its tasks never submit (their frames were unreadable)
+        futures = _submit(feeder, 3, 0.002)
+        last_submit = time.perf_counter()
+        assert all(f.result(timeout=30)[1] is None for f in futures)
+    finally:
+        feeder.close()
+    assert llm.llm_engine.batches[0] == 3
+    assert llm.llm_engine.step_times[0] - last_submit >= 0.25  # the gap rule, as without an announcement

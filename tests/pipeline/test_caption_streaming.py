@@ -258,6 +258,34 @@ def test_a_group_call_yields_rows_as_they_finish_and_fails_only_the_task_that_ra
     assert model.peak == 3  # the three captioned tasks ran at once
 
 
+def test_a_group_call_tells_a_captioner_that_asks_how_many_requests_come_before_the_first(monkeypatch):
+    """A captioner with `expect_requests` (the in-process vLLM engine, which fills before its first step and need
+    not wait out a last gap once the announced requests are in) hears a group's size before its first request."""
+    from capeval.adapters.base import CaptionResponse
+    from capeval.engine.stages import caption_worker
+
+    events = []
+
+    class Announced(AsyncCaptioner):
+        def expect_requests(self, n):
+            events.append(("expect", n))
+
+        async def acaption(self, r):
+            events.append(("request", r.key))
+            return CaptionResponse(r.key, f"caption of {r.key}")
+
+    frames = np.zeros((4, 8, 8, 3), np.uint8)
+    monkeypatch.setattr(caption_worker, "load_task_frames", lambda task: (frames, None))
+    worker = _worker(Announced(0.0))
+
+    async def run():
+        return [rows async for rows in worker.caption_group(_memory_tasks(5))]
+
+    rows = [r for got in asyncio.run(run()) for r in got]
+    assert len(rows) == 5 and all(r["error"] is None for r in rows)
+    assert events[0] == ("expect", 5) and sorted(e[1] for e in events[1:]) == [f"k{i}" for i in range(5)]
+
+
 # -- progress ----------------------------------------------------------------------------------------------------
 
 def test_progress_without_a_terminal_prints_plain_lines_with_rate_eta_and_retries():
