@@ -21,6 +21,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from dataclasses import dataclass, field, fields
+from typing import Callable
 
 import polars as pl
 
@@ -108,7 +109,7 @@ class CostLedger:
 
     def _finish(self, results: pl.DataFrame, cells: list[ResultCell], keys: dict[ResultCell, str]):
         prices = resolve_prices(self.config)
-        judge_keys: dict[str, dict[str, tuple]] = {}  # judge label -> request_key -> answer
+        judge_keys: dict[str, JudgeTally] = {}  # judge label -> its answers, each counted once
         caption_keys: dict[str, dict[str, tuple]] = {}  # captioner label -> caption_key -> (tokens, reused)
         rows = []
         answers = _Answers(self.stores.judge_cache)
@@ -116,8 +117,8 @@ class CostLedger:
         try:
             for cell in cells:
                 labels = cell.labels()
-                judged = answers.of_cell(self.stores, keys[cell], cell)
-                judge_keys.setdefault(labels["judge"], {}).update(judged)
+                judged = answers.of_cell(self.stores, keys[cell], cell, self.started,
+                                         judge_keys.setdefault(labels["judge"], JudgeTally(self.started)))
                 cap_split, made = None, {}
                 if not cell.caption.from_file:
                     if inputs is None:
@@ -127,8 +128,8 @@ class CostLedger:
                     cap_split = _split(made.values(), self.started)
                 jp = prices.get(("judge", cell.judge.display))
                 cp = prices.get(("captioner", cell.caption.captioner.display))
-                rows.append({**labels, **_cell_columns(_split(judged.values(), self.started), jp, cap_split, cp)})
-            untraced = answers.made_since(self.started, {k for d in judge_keys.values() for k in d})
+                rows.append({**labels, **_cell_columns(judged, jp, cap_split, cp)})
+            untraced = answers.made_since(self.started, lambda k: any(k in t.keys for t in judge_keys.values()))
         finally:
             answers.close()
         if rows and results.height and all(c in results.columns for c in CELL_COLUMNS):
@@ -139,10 +140,9 @@ class CostLedger:
 
     def _summary(self, prices, judge_keys, caption_keys, untraced, cells) -> dict:
         names = {}  # judge instance name (what the cache stores) -> labels of the sweep's judges of that name
-        for label, answered in judge_keys.items():
-            for a in answered.values():
-                names.setdefault(a[0], set()).add(label)
-                break
+        for label, tally in judge_keys.items():
+            if tally.judge is not None:
+                names.setdefault(tally.judge, set()).add(label)
         # a judge no verdict row names yet (a run interrupted before its first cell was committed): its answers are
         # its by the name the cache stores (an HTTP judge's model, else the backend's name), or the only judge's
         configured = {j.display: str((j.params or {}).get("model", j.name)) for j in getattr(self.config, "judges", ())}
@@ -151,8 +151,8 @@ class CostLedger:
                 owners = {label for label, model in configured.items() if model == name}
                 names[name] = owners or (set(configured) if len(configured) == 1 else set())
         judges, notes = {}, []
-        for label, answered in judge_keys.items():
-            split = _split(answered.values(), self.started)
+        for label, tally in judge_keys.items():
+            split = tally.split
             extra = Tokens()
             for name, tokens in untraced.items():
                 if names.get(name) == {label}:
@@ -217,6 +217,26 @@ def _cell_columns(judge: Split, jp: Prices | None, captions: Split | None, cp: P
     return out | {"cost_usd": _round(cost), "cost_usd_cached": _round(reused)}
 
 
+class JudgeTally:
+    """One judge's answers over the cells that name them, each counted once however many cells share it: the keys
+    seen and their running usage, not the answers themselves (a 100,000-request sweep's answers as Python tuples
+    were ~30 MB at the end of the run, its peak RSS)."""
+
+    def __init__(self, since: float):
+        self.since = since
+        self.keys: set[str] = set()
+        self.split = Split()
+        self.judge: str | None = None  # the judge name its first answer was stored under
+
+    def add(self, key: str, answer: tuple) -> None:
+        if key in self.keys:
+            return
+        self.keys.add(key)
+        if self.judge is None:
+            self.judge = answer[0]
+        self.split.add(answer[5] is not None and answer[5] >= self.since, *answer[1:5])
+
+
 def _split(answers, since: float) -> Split:
     """answers: (judge, prompt, cached, completion, reasoning, created) tuples; created None: reused."""
     s = Split()
@@ -241,17 +261,19 @@ class _Answers:
         if self.db is not None:
             self.db.close()
 
-    def of_cell(self, stores: RunStores, cell_key: str, cell: ResultCell) -> dict[str, tuple]:
-        """request_key -> (judge, prompt, cached, completion, reasoning, created) of every attempt of every verdict
-        row of the cell; an answer missing from the cache (the cache was removed) counts with the row's own tokens,
-        as reused."""
+    def of_cell(self, stores: RunStores, cell_key: str, cell: ResultCell, since: float,
+                tally: JudgeTally) -> Split:
+        """The usage of every attempt of every verdict row of the cell, each answer once, split by whether it was
+        stored since `since` (paid by this run); each answer is also given to its judge's `tally`. An answer
+        missing from the cache (the cache was removed) counts with the row's own tokens, as reused."""
         columns = ["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
                    "reasoning_tokens"]
+        split = Split()
         verdicts = stored_verdicts(stores, cell_key, columns)  # not the reply and detail texts it never reads
         if verdicts is None or verdicts.num_rows == 0:
-            return {}
+            return split
         temperature = self._reask_temperature(cell)
-        found: dict[str, tuple] = {}
+        seen: set[str] = set()  # answers counted for this cell (the keys, not the answers: see JudgeTally)
         # SLICE_ROWS rows at a time, column by column: a cell may have hundreds of thousands, and Python lists of all
         # its keys and tokens at once were tens of MB at the end of a big run
         for batch in verdicts.to_batches(max_chunksize=SLICE_ROWS):
@@ -263,15 +285,19 @@ class _Answers:
                     continue
                 for a in range(int(attempt) + 1):
                     k = attempt_key(request_key, a, temperature)
-                    if k not in found:
+                    if k not in seen:
                         wanted.append(k)
                 if prompt[i] is not None:
                     final[attempt_key(request_key, int(attempt), temperature)] = i
-            found |= self._lookup(list(dict.fromkeys(wanted)))
+            found = self._lookup(list(dict.fromkeys(wanted)))
             for k, i in final.items():
-                if k not in found:
+                if k not in found and k not in seen:
                     found[k] = (judge[i], prompt[i], cached[i], completion[i], reasoning[i], None)
-        return found
+            for k, answer in found.items():
+                seen.add(k)
+                split.add(answer[5] is not None and answer[5] >= since, *answer[1:5])
+                tally.add(k, answer)
+        return split
 
     def _reask_temperature(self, cell):
         name = cell.protocol.name
@@ -292,16 +318,16 @@ class _Answers:
                 out[row[0]] = row[1:]
         return out
 
-    def made_since(self, since: float, traced: set[str]) -> dict[str, list[tuple]]:
+    def made_since(self, since: float, traced: Callable[[str], bool]) -> dict[str, list[tuple]]:
         """judge name -> [(prompt, cached, completion, reasoning)] of answers stored since `since` that no cell's
-        verdict rows name."""
+        verdict rows name (`traced(request_key)` is false)."""
         out: dict[str, list[tuple]] = {}
         if self.db is None:
             return out
         sql = ("SELECT request_key, judge, prompt_tokens, cached_prompt_tokens, completion_tokens, reasoning_tokens "
                "FROM judgments WHERE created >= ?")
         for row in self.db.execute(sql, (since,)):
-            if row[0] not in traced:
+            if not traced(row[0]):
                 out.setdefault(row[1], []).append(row[2:])
         return out
 
