@@ -235,7 +235,10 @@ class _ItemRows:
                 raise UsageError(f"{self.path}: video {vid!r} (task {task!r}) has several items (rows {lines[:5]}) "
                                  f"and no item_id column to tell them apart; add item_id")
         self._flush()
-        table = self.batches[0] if len(self.batches) == 1 else pa.concat_tables(self.batches)
+        # One contiguous copy, the batches freed: each batch's buffers were allocated between the garbage of reading
+        # the next rows, and left Arrow's allocator holding pages it could not give back (+22 MB at 100,000 items)
+        table = self.batches[0] if len(self.batches) == 1 else pa.concat_tables(self.batches).combine_chunks()
+        self.batches = []
         leave_out, clashes, dropped = self._duplicates(table)
         _settle_duplicates(self.path, "item", _ITEM_KEY, clashes, dropped)
         if leave_out:
