@@ -19,6 +19,7 @@ next run, which re-sends only what is not in the caches.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -79,6 +80,14 @@ def stored_verdicts(stores: RunStores, key: str, columns: list[str] | None = Non
     """The cell's committed verdict table (only `columns`, when given), or None."""
     path = stores.verdicts.path_of(key)
     return pq.read_table(path, columns=columns) if path.exists() else None
+
+
+def stored_verdict_batches(stores: RunStores, key: str, columns: list[str], rows: int) -> Iterator[pa.RecordBatch]:
+    """The cell's committed verdict rows (only `columns`), `rows` at a time, never the whole table at once;
+    nothing when the cell has none."""
+    path = stores.verdicts.path_of(key)
+    if path.exists():
+        yield from pq.ParquetFile(path).iter_batches(batch_size=rows, columns=columns)
 
 
 @dataclass

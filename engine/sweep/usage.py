@@ -29,7 +29,7 @@ from capeval.engine.judging.requests import attempt_key
 from capeval.engine.registry import lookup
 from capeval.engine.store.judgment_cache import JudgmentCache
 from capeval.engine.sweep.captioning import CaptionOutcome
-from capeval.engine.sweep.cells import CellInputs, cell_captions, load_inputs, stored_verdicts
+from capeval.engine.sweep.cells import CellInputs, cell_captions, load_inputs, stored_verdict_batches
 from capeval.engine.sweep.grid import CELL_COLUMNS, ResultCell
 from capeval.engine.sweep.prices import Prices, resolve_prices
 from capeval.engine.sweep.run import RunStores, SweepRun
@@ -229,8 +229,8 @@ class JudgeTally:
         self.judge: str | None = None  # the judge name its first answer was stored under
 
     def add(self, key: str, answer: tuple) -> None:
-        if key in self.keys:
-            return
+        """Count an answer the tally has not counted (its key may already be in `keys`: a judge's first cell shares
+        the set, `_Answers.of_cell`)."""
         self.keys.add(key)
         if self.judge is None:
             self.judge = answer[0]
@@ -269,14 +269,14 @@ class _Answers:
         columns = ["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
                    "reasoning_tokens"]
         split = Split()
-        verdicts = stored_verdicts(stores, cell_key, columns)  # not the reply and detail texts it never reads
-        if verdicts is None or verdicts.num_rows == 0:
-            return split
         temperature = self._reask_temperature(cell)
-        seen: set[str] = set()  # answers counted for this cell (the keys, not the answers: see JudgeTally)
-        # SLICE_ROWS rows at a time, column by column: a cell may have hundreds of thousands, and Python lists of all
-        # its keys and tokens at once were tens of MB at the end of a big run
-        for batch in verdicts.to_batches(max_chunksize=SLICE_ROWS):
+        # answers counted for this cell (the keys, not the answers: see JudgeTally); a judge's first cell counts
+        # the same keys as its tally, so they share one set
+        seen: set[str] = tally.keys if not tally.keys else set()
+        # SLICE_ROWS rows at a time read from the committed file, column by column, not the reply and detail texts it
+        # never reads: a cell may have hundreds of thousands, and its key columns and Python lists of all its keys
+        # and tokens at once were tens of MB at the end of a big run
+        for batch in stored_verdict_batches(stores, cell_key, columns, SLICE_ROWS):
             keys, attempts, judge, prompt, cached, completion, reasoning = (batch.column(c).to_pylist()
                                                                              for c in columns)
             wanted, final = [], {}
@@ -294,9 +294,11 @@ class _Answers:
                 if k not in found and k not in seen:
                     found[k] = (judge[i], prompt[i], cached[i], completion[i], reasoning[i], None)
             for k, answer in found.items():
+                new_to_judge = k not in tally.keys  # before `seen` takes it: they may be one set
                 seen.add(k)
                 split.add(answer[5] is not None and answer[5] >= since, *answer[1:5])
-                tally.add(k, answer)
+                if new_to_judge:
+                    tally.add(k, answer)
         return split
 
     def _reask_temperature(self, cell):
