@@ -174,18 +174,21 @@ class JudgeStage:
             if video_of.setdefault(item, vid) != vid:
                 return None
             rows_of.setdefault(vid, []).append(i)
+        # each part's rows as an int64 array, not a list of Python ints: the builders are held until the judge has
+        # built every part (~4 MB of ints at 100,000 items)
         parts, rows = [], []
         for video_rows in rows_of.values():
             rows += video_rows
             if len(rows) >= PART_ITEMS:
-                parts.append(rows)
+                parts.append(pa.array(rows, pa.int64()))
                 rows = []
         if rows:
-            parts.append(rows)
+            parts.append(pa.array(rows, pa.int64()))
+        del rows_of, video_of
 
-        def builder(part_rows: list[int]) -> Callable[[], pa.Table]:
+        def builder(part_rows: pa.Array) -> Callable[[], pa.Table]:
             def build() -> pa.Table:
-                part = items.take(pa.array(part_rows, pa.int64()))
+                part = items.take(part_rows)
                 # an item pairs with the captions its item_id or its video_id names (pair_items_captions)
                 ids = pa.array(set(part.column("item_id").to_pylist()) | set(part.column("video_id").to_pylist()),
                                pa.string())
