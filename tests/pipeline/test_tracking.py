@@ -16,6 +16,7 @@ import secrets
 import socket
 import struct
 import threading
+import time
 from pathlib import Path
 
 import polars as pl
@@ -140,8 +141,27 @@ def wandb_records(path: Path):
             yield record
 
 
-def wandb_runs(folder: Path) -> list[dict]:
-    """Each offline run under `folder`: job type, group, config, summary and the files of its artifacts."""
+def wandb_runs(folder: Path, timeout_s: float = 60.0) -> list[dict]:
+    """Each offline run under `folder`: job type, group, config, summary and the files of its artifacts. W&B's service
+    process writes a run's transaction log (.wandb) through a buffer it flushes as the run's stream closes, which can
+    come after `run.finish()` has returned (seen once under CI's load: a file without its run record yet); the runs
+    are read again until each has its run record, for at most `timeout_s`."""
+    from google.protobuf.message import DecodeError
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            runs = _read_wandb_runs(folder)
+        except (DecodeError, struct.error):  # a record still being written
+            if time.monotonic() > deadline:
+                raise
+        else:
+            if all("job_type" in r for r in runs) or time.monotonic() > deadline:
+                return runs
+        time.sleep(0.5)
+
+
+def _read_wandb_runs(folder: Path) -> list[dict]:
     runs = []
     for path in sorted(folder.rglob("offline-run-*/run-*.wandb")):
         run = {"config": {}, "summary": {}, "artifacts": set()}
