@@ -184,7 +184,6 @@ class JudgeStage:
                 rows = []
         if rows:
             parts.append(pa.array(rows, pa.int64()))
-        del rows_of, video_of
 
         def builder(part_rows: pa.Array) -> Callable[[], pa.Table]:
             def build() -> pa.Table:

@@ -76,6 +76,11 @@ class Split:
     def add(self, paid: bool, *tokens) -> None:
         (self.paid if paid else self.reused).add(*tokens)
 
+    def add_answer(self, answer: tuple, since: float) -> None:
+        """answer: (judge, prompt, cached, completion, reasoning, created), paid when created since `since`; created
+        None: reused."""
+        self.add(answer[5] is not None and answer[5] >= since, *answer[1:5])
+
     def total(self) -> Tokens:
         t = Tokens()
         for f in fields(Tokens):
@@ -117,7 +122,7 @@ class CostLedger:
         try:
             for cell in cells:
                 labels = cell.labels()
-                judged = answers.of_cell(self.stores, keys[cell], cell, self.started,
+                judged = answers.of_cell(self.stores, keys[cell], cell,
                                          judge_keys.setdefault(labels["judge"], JudgeTally(self.started)))
                 cap_split, made = None, {}
                 if not cell.caption.from_file:
@@ -234,14 +239,14 @@ class JudgeTally:
         self.keys.add(key)
         if self.judge is None:
             self.judge = answer[0]
-        self.split.add(answer[5] is not None and answer[5] >= self.since, *answer[1:5])
+        self.split.add_answer(answer, self.since)
 
 
 def _split(answers, since: float) -> Split:
     """answers: (judge, prompt, cached, completion, reasoning, created) tuples; created None: reused."""
     s = Split()
     for a in answers:
-        s.add(a[5] is not None and a[5] >= since, *a[1:5])
+        s.add_answer(a, since)
     return s
 
 
@@ -261,10 +266,9 @@ class _Answers:
         if self.db is not None:
             self.db.close()
 
-    def of_cell(self, stores: RunStores, cell_key: str, cell: ResultCell, since: float,
-                tally: JudgeTally) -> Split:
+    def of_cell(self, stores: RunStores, cell_key: str, cell: ResultCell, tally: JudgeTally) -> Split:
         """The usage of every attempt of every verdict row of the cell, each answer once, split by whether it was
-        stored since `since` (paid by this run); each answer is also given to its judge's `tally`. An answer
+        stored since the tally's `since` (paid by this run); each answer is also given to its judge's `tally`. An answer
         missing from the cache (the cache was removed) counts with the row's own tokens, as reused."""
         columns = ["request_key", "attempt", "judge", "prompt_tokens", "cached_prompt_tokens", "completion_tokens",
                    "reasoning_tokens"]
@@ -296,7 +300,7 @@ class _Answers:
             for k, answer in found.items():
                 new_to_judge = k not in tally.keys  # before `seen` takes it: they may be one set
                 seen.add(k)
-                split.add(answer[5] is not None and answer[5] >= since, *answer[1:5])
+                split.add_answer(answer, tally.since)
                 if new_to_judge:
                     tally.add(k, answer)
         return split
