@@ -425,18 +425,35 @@ class Cell:
             self.transcriber.finish((lambda tx: apply_drops(tx, dropped)) if dropped else None)
         # Copies only what is out of order (a million-row run finishes nearly in order): at most one copy.
         depth = t["_depth"].to_numpy()
+        order = None
         if self.multi_part and t.num_rows:
             # Parts arrived in the order their captions were made; protocols sort a request table by REQUEST_ORDER,
             # so sorting by it (ties: the order within a part, whose items never span parts) gives the rows in the
             # order one table built from all the captions would have had.
-            t = t.take(_order_of(t, depth, _STREAMED_FIRST_ORDER))
+            order = _order_of(t, depth, _STREAMED_FIRST_ORDER)
         elif t.num_rows and not depth.any():
-            order = t["_order"].to_numpy()
-            if (np.diff(order) < 0).any():
-                t = t.take(pa.array(np.argsort(order, kind="stable")))
+            first = t["_order"].to_numpy()
+            if (np.diff(first) < 0).any():
+                order = pa.array(np.argsort(first, kind="stable"))
         elif t.num_rows:
-            t = t.take(_order_of(t, depth, [("_order", "ascending")]))
-        return conform(t.select(VERDICTS.names), VERDICTS)
+            order = _order_of(t, depth, [("_order", "ascending")])
+        t = t.select(VERDICTS.names)
+        if order is not None:  # a column at a time, each unordered column let go once taken (_take_releasing)
+            schema, columns = t.schema, t.columns
+            del t
+            t = pa.Table.from_arrays(_take_releasing(columns, order), schema=schema)
+        return conform(t, VERDICTS)
+
+
+def _take_releasing(columns: list, indices: pa.Array) -> list:
+    """Each of `columns` taken at `indices`, in place, a column at a time: the list's reference to a column is
+    dropped as it is taken, so a big cell's verdict rows exist about once while they are put in order, not twice
+    (when the list holds the columns' only references)."""
+    for i in range(len(columns)):
+        column, columns[i] = columns[i], None
+        columns[i] = column.take(indices)
+        del column
+    return columns
 
 
 def _order_of(t: pa.Table, depth: np.ndarray, first_order: list) -> pa.Array:
@@ -446,6 +463,9 @@ def _order_of(t: pa.Table, depth: np.ndarray, first_order: list) -> pa.Array:
     out = []
     for rows, keys in ((np.flatnonzero(depth == 0), first_order), (np.flatnonzero(depth > 0), _LATER_ORDER)):
         if not len(rows):
+            continue
+        if len(rows) == t.num_rows:  # one kind of row only: sorted in place, no copy of the key columns
+            out.append(pc.sort_indices(t.select([c for c, _ in keys]), keys))
             continue
         at = pa.array(rows, pa.int64())
         sub = t.select([c for c, _ in keys]).take(at)

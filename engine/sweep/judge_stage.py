@@ -37,6 +37,10 @@ from capeval.kernels.bootstrap import warm as warm_bootstrap
 
 PART_ITEMS = 512  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
 RELEASE_ROWS = 20_000  # a cell of at least this many verdict rows hands freed memory back between its end steps
+# A cell built in parts hands freed memory back every this many parts (~8,000 items): what building each part's
+# requests and handling their answers freed is kept by the allocators between the verdict rows the cell holds, and
+# the judging's level grew with the cell's size (at 100,000 requests the end of the judging was the run's peak)
+RELEASE_PARTS = 16
 
 
 def release_unused_memory() -> None:
@@ -121,9 +125,12 @@ class JudgeStage:
 
     def warm_end(self) -> None:
         """Set-up the end of a judge pass needs, done while the loop waits for its last answers (JudgeScheduler
-        on_drain): the bootstrap kernel's first load (Numba's compiler context) and pyarrow.dataset (read_table)."""
+        on_drain): the bootstrap kernel's first load (Numba's compiler context) and pyarrow.dataset (read_table).
+        What the judging freed goes back first: the compiler's own memory would otherwise stack on top of it (at
+        100,000 requests the drain was the run's peak)."""
         import pyarrow.dataset  # noqa: F401
 
+        release_unused_memory()
         if self.config.options.n_resamples:
             warm_bootstrap()
 
@@ -185,8 +192,10 @@ class JudgeStage:
         if rows:
             parts.append(pa.array(rows, pa.int64()))
 
-        def builder(part_rows: pa.Array) -> Callable[[], pa.Table]:
+        def builder(n: int, part_rows: pa.Array) -> Callable[[], pa.Table]:
             def build() -> pa.Table:
+                if n and n % RELEASE_PARTS == 0:
+                    release_unused_memory()
                 part = items.take(part_rows)
                 # an item pairs with the captions its item_id or its video_id names (pair_items_captions)
                 ids = pa.array(set(part.column("item_id").to_pylist()) | set(part.column("video_id").to_pylist()),
@@ -195,7 +204,7 @@ class JudgeStage:
                 return self.build(cell, prep.protocol, judge, part, captions)
             return build
 
-        return [builder(r) for r in parts]
+        return [builder(n, r) for n, r in enumerate(parts)]
 
     def build(self, cell: ResultCell, protocol, judge, items, captions, **extra) -> pa.Table:
         """The protocol's first-step requests for these items and captions under the cell's judge seeds and params
@@ -227,7 +236,6 @@ class JudgeStage:
         status = accounting.cell_status(verdicts, self.run.accept_failures)
         if key in self.partial and status in accounting.FINISHED_STATUSES:
             status = PENDING  # an adaptive sweep stopped judging it early: not finished (a rerun can finish it)
-        verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
         big = verdicts.num_rows >= RELEASE_ROWS
         if big:  # the unsorted chunks and the accounting's lists are freed
             release_unused_memory()
@@ -238,6 +246,9 @@ class JudgeStage:
             **prep.protocol.metric_params(cell.protocol.params))
         del inputs
         metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
+        # the committed rows name their cell; added after the metrics, which never read it (one more column of a
+        # big cell's rows held through them otherwise)
+        verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
         if self.config.options.breakdowns:  # per level of item attributes too (engine/sweep/breakdowns.py)
             options = self.config.options
             metrics = cell_breakdowns(metrics, prep.protocol, verdicts, options.breakdowns, items=prep.items,
