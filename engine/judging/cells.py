@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from capeval.engine.memory import RELEASE_ROWS, release_unused_memory
 from capeval.engine.protocols.base import (REQUEST_ORDER, REQUESTS_WITH_CONTEXT, JudgeProtocol, JudgingPolicy,
                                           RequestContext)
 from capeval.engine.reasoning import DEFAULT_TAGS, empty_answer_reason, reasoning_tokens, split_reasoning
@@ -438,6 +439,8 @@ class Cell:
         elif t.num_rows:
             order = _order_of(t, depth, [("_order", "ascending")])
         t = t.select(VERDICTS.names)
+        if order is not None and t.num_rows >= RELEASE_ROWS:  # what the judging freed goes back before the copy
+            release_unused_memory()
         if order is not None:  # a column at a time, each unordered column let go once taken (_take_releasing)
             schema, columns = t.schema, t.columns
             del t

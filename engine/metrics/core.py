@@ -114,7 +114,9 @@ def _factorize(frame: pl.DataFrame, columns: list[str]) -> tuple[np.ndarray, pl.
     if not columns:
         return np.zeros(frame.height, dtype=np.int32), pl.DataFrame()
     uniques = keys.unique().sort(columns, nulls_last=True).with_row_index("__id")
-    ids = keys.join(uniques, on=columns, how="left", nulls_equal=True, maintain_order="left")["__id"]
+    # lazily, so the join's output holds the ids alone, not a second copy of every row's keys
+    ids = (keys.lazy().join(uniques.lazy(), on=columns, how="left", nulls_equal=True, maintain_order="left")
+           .select("__id").collect()["__id"])
     return ids.cast(pl.Int32).to_numpy(), uniques.drop("__id")
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from capeval.engine.judging.scheduler import JudgeScheduler
+from capeval.engine.memory import RELEASE_ROWS, release_unused_memory
 from capeval.engine.metrics.reasons import explain_nulls
 from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
 from capeval.engine.registry import lookup
@@ -36,26 +37,10 @@ from capeval.engine.sweep.run import SweepRun
 from capeval.kernels.bootstrap import warm as warm_bootstrap
 
 PART_ITEMS = 512  # items per part of a [[captions]] cell built in parts (JudgeStage.prepare)
-RELEASE_ROWS = 20_000  # a cell of at least this many verdict rows hands freed memory back between its end steps
 # A cell built in parts hands freed memory back every this many parts (~8,000 items): what building each part's
 # requests and handling their answers freed is kept by the allocators between the verdict rows the cell holds, and
 # the judging's level grew with the cell's size (at 100,000 requests the end of the judging was the run's peak)
 RELEASE_PARTS = 16
-
-
-def release_unused_memory() -> None:
-    """Hand memory freed by a big step back to the system: Arrow's pool (mimalloc) and the C heap keep what was
-    freed for reuse, and the next step's allocator (polars', Arrow's, Python's) cannot reuse the others', so each big
-    step's high-water mark stacked on the last (a 100,000-row cell's end: ~50 MB). Costs milliseconds."""
-    import ctypes
-    import ctypes.util
-
-    pa.default_memory_pool().release_unused()
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc (macOS, musl): nothing to trim
-        pass
 
 
 @dataclass

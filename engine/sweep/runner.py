@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from capeval.engine.keys import file_digest
+from capeval.engine.memory import release_unused_memory
 from capeval.engine.ray_local import init_ray
 from capeval.engine.registry import lookup
 from capeval.engine.report import results_table
@@ -37,8 +38,7 @@ from capeval.engine.sweep.datasets import (LoadedDataset, dataset_records, judge
                                           media_required)
 from capeval.engine.sweep.decide_rounds import run_adaptive
 from capeval.engine.sweep.grid import ResultCell, expand
-from capeval.engine.sweep.judge_stage import (JudgeStage, judge_after_captions, judge_while_captioning,
-                                               release_unused_memory)
+from capeval.engine.sweep.judge_stage import JudgeStage, judge_after_captions, judge_while_captioning
 from capeval.engine.sweep.overlap import CaptionThread
 from capeval.engine.sweep.results import SweepResult, log_to_tracker, record_run, write_results_files
 from capeval.engine.sweep.run import RunStores, SweepRun

@@ -128,7 +128,11 @@ def _with_types(verdicts: pl.DataFrame, items: pl.DataFrame | None, type_familie
     if "item_id" not in keys:
         raise KeyError("items need an `item_id` column to attach question types to verdicts")
     cats = items.select(*keys, pl.col("category").alias("question_type")).unique(subset=keys, keep="first")
-    out = verdicts.join(cats, on=keys, how="left").with_columns(pl.col("question_type").fill_null("unknown"))
+    # the types joined on the key columns alone and added as a column: a join of the whole verdict frame copied
+    # every row of it (rows keep their order: maintain_order; `cats` has one row per key, so none is repeated)
+    types = (verdicts.lazy().select(keys).join(cats.lazy(), on=keys, how="left", maintain_order="left")
+             .select(pl.col("question_type").fill_null("unknown")).collect())
+    out = verdicts.with_columns(types.get_column("question_type"))
     group, inferred = group_lookup(type_families)
     names = out.get_column("question_type").unique().to_list()  # one lookup per distinct type, not per row
     return out.with_columns(
