@@ -439,9 +439,9 @@ class Cell:
         elif t.num_rows:
             order = _order_of(t, depth, [("_order", "ascending")])
         t = t.select(VERDICTS.names)
-        if order is not None and t.num_rows >= RELEASE_ROWS:  # what the judging freed goes back before the copy
-            release_unused_memory()
         if order is not None:  # a column at a time, each unordered column let go once taken (_take_releasing)
+            if t.num_rows >= RELEASE_ROWS:  # what the judging freed goes back before the copy
+                release_unused_memory()
             schema, columns = t.schema, t.columns
             del t
             t = pa.Table.from_arrays(_take_releasing(columns, order), schema=schema)
