@@ -26,8 +26,11 @@ _S27 = np.uint64(27)
 _S31 = np.uint64(31)
 S32 = np.uint64(32)
 
-#: replicates per BLAS product; bounds the (chunk, V) weight matrix (2,000 clusters -> 8 MB)
+#: replicates per BLAS product, at most
 DEFAULT_CHUNK = 512
+#: bytes of a block's weight matrices, at most, where the sums are exact (replicate_block): a sweep's videos are its
+#: clusters, and 512 replicates of 25,000 videos were a 51 MB matrix, four times the one of 6,250 videos
+WEIGHT_BYTES = 8 * 2**20
 
 
 @njit(cache=True, inline="always")
@@ -98,6 +101,23 @@ def strata_layout(n_clusters: int, strata) -> tuple[np.ndarray, np.ndarray]:
     return members, offsets
 
 
+def exact_sums(flat: np.ndarray, bound: float) -> bool:
+    """Every resampled sum of `flat`'s columns is exact in float64: integers with |x| * bound < 2**53, `bound` the
+    most draws a sum can add (weights included)."""
+    return bool(np.issubdtype(flat.dtype, np.integer)
+                and (flat.size == 0 or float(np.abs(flat).max()) * bound < 2**53))
+
+
+def replicate_block(chunk: int, row_bytes: int, exact: bool) -> int:
+    """Replicates per block: `chunk`, or fewer where the block's weight matrices (`row_bytes` per replicate) would
+    pass WEIGHT_BYTES and the sums are exact (any block height gives the same sums). Sums of non-integer statistics
+    keep `chunk`: BLAS rounds a product's elements differently for different block heights (seen: 1e-15 relative),
+    and a figure must not move with the size of the data it comes from."""
+    if not exact:
+        return chunk
+    return max(1, min(chunk, WEIGHT_BYTES // max(row_bytes, 1)))
+
+
 def check_seed(seed: int) -> int:
     seed = int(seed)
     if not 0 <= seed < 2**63:
@@ -139,7 +159,8 @@ def cluster_bootstrap(cluster_counts: np.ndarray, statistic: Callable[[np.ndarra
 
     cluster_counts: (V, ...) per-cluster counts (any trailing shape). statistic maps resampled sums
     (b, ...) float64 to (b, ...) values; None returns the sums. Returns (n_resamples, ...) float64. Work runs
-    in chunks of replicates so memory stays bounded; results do not depend on `chunk`.
+    in blocks of at most `chunk` replicates (replicate_block) so memory stays bounded; results do not depend on
+    `chunk`.
     """
     counts = np.asarray(cluster_counts)
     if counts.ndim < 1:
@@ -155,6 +176,7 @@ def cluster_bootstrap(cluster_counts: np.ndarray, statistic: Callable[[np.ndarra
     exact32 = (np.issubdtype(flat.dtype, np.integer) and flat.size > 0 and flat.min() >= 0
                and float(flat.max()) * n_clusters < 2**24)
     dtype = np.float32 if exact32 else np.float64
+    chunk = replicate_block(chunk, 4 * n_clusters, exact32 or exact_sums(flat, n_clusters))
     flat = np.ascontiguousarray(flat, dtype=dtype)
     members, offsets = strata_layout(n_clusters, strata)
     seed = check_seed(seed)

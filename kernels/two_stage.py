@@ -33,7 +33,8 @@ from typing import Callable
 import numpy as np
 
 from capeval.kernels._numba import njit, prange
-from capeval.kernels.bootstrap import GOLDEN, S32, DEFAULT_CHUNK, check_seed, draw, mix, stream_start, strata_layout
+from capeval.kernels.bootstrap import (GOLDEN, S32, DEFAULT_CHUNK, check_seed, draw, exact_sums, mix, replicate_block,
+                                      stream_start, strata_layout)
 
 #: xor-ed into a replicate's video-stream start so that its trial stream is another, independent sequence
 _TRIAL_STREAM = np.uint64(0xD1B54A32D192ED03)
@@ -202,6 +203,11 @@ def two_stage_bootstrap(cluster_counts: np.ndarray, unit_counts: np.ndarray, uni
         raise ValueError("unit_cluster needs one entry per unit")
     patterns = _patterns(units, unit_cluster, n_clusters, present)
     flat = counts.reshape(n_clusters, -1)
+    # integer counts: every product below is exact, so blocks of fewer replicates give the same replicates
+    most_trials = max((int(p.layout.n_trials.max()) for p in patterns), default=1)
+    exact = (exact_sums(flat, n_clusters)
+             and exact_sums(units.reshape(units.shape[0], -1), 2.0 * n_clusters * most_trials))
+    chunk = replicate_block(chunk, 4 * (2 * n_clusters + sum(p.counts.shape[0] for p in patterns)), exact)
     dtype = np.float32 if _exact32(flat, n_clusters) else np.float64  # as capeval.kernels.bootstrap.cluster_bootstrap
     flat = np.ascontiguousarray(flat, dtype=dtype)
     members, offsets = strata_layout(n_clusters, strata)

@@ -105,3 +105,23 @@ def test_paired_diff_uses_the_same_draws():
     # paired CI is narrower than treating the two models as independent samples
     ind = stat(b[resample_indices(60, 2000, seed=2)].sum(1)) - stat(a[idx].sum(1))
     assert res.samples.std() < 0.5 * ind.std()
+
+
+def test_many_clusters_are_resampled_in_blocks_of_bounded_size():
+    """Integer counts of many clusters (a sweep's videos) are resampled a few replicates at a time: the block's
+    weight matrix stays within WEIGHT_BYTES (512 replicates of 50,000 clusters would be 100 MB), and the
+    replicates are those of any other block height."""
+    import tracemalloc
+
+    from capeval.kernels.bootstrap import WEIGHT_BYTES
+
+    counts = np.random.default_rng(4).integers(0, 3, (50_000, 3))
+    cluster_bootstrap(counts[:10], None, 2, seed=0)  # the kernel loaded before memory is traced
+    tracemalloc.start()
+    try:
+        samples = cluster_bootstrap(counts, None, 1000, seed=9)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1.5 * WEIGHT_BYTES, peak
+    np.testing.assert_array_equal(samples[:40], cluster_bootstrap(counts, None, 40, seed=9, chunk=40))
