@@ -193,3 +193,24 @@ def test_a_bad_average_stops_before_any_request_is_built():
     with pytest.raises(ValueError, match="average"):
         PROTOCOL.build_requests(pa.table({"item_id": ["q"]}), pa.table({"video_id": ["v"]}), judge="j",
                                 judge_revision="r", average="mean")
+
+
+@pytest.mark.parametrize("ids", [str, int])
+def test_a_verdict_takes_the_type_of_the_first_item_with_its_task_and_item_id(ids):
+    """Question types are looked up on (task, item_id): the first of two items with the same keys wins, an item id
+    of another task is another item, and a verdict with no item, or only an item with a null key, is 'unknown'."""
+    verdicts = pl.DataFrame(
+        [dict(task=task, item_id=None if item is None else ids(item), video_id=f"v{i}", captioner="m", prompt_id="p",
+              frame_spec="f", judge="j", seed=0, trial=0, verdict=TP)
+         for i, (task, item) in enumerate([("t", 0), ("u", 0), ("t", 1), ("t", 1), ("t", 2), ("t", 9), (None, 0),
+                                           ("t", None)])],
+        schema_overrides={"verdict": pl.Int8, "seed": pl.Int64, "trial": pl.Int16})
+    item_rows = [("t", 0, "Entity"), ("u", 0, "Action"), ("t", 1, "Entity"), ("t", 1, "Action"),
+                 (None, 2, "Action"), ("t", None, "Action")]
+    items = pl.DataFrame({"task": [t for t, _, _ in item_rows],
+                          "item_id": [None if i is None else ids(i) for _, i, _ in item_rows],
+                          "category": [c for _, _, c in item_rows]})
+    out = compute_metrics(verdicts, items=items, n_resamples=0)
+    counts = {row["question_type"]: row["n"] for row in out.filter(pl.col("metric") == "CapR").iter_rows(named=True)
+              if row["question_type"] != "all"}
+    assert counts == {"Entity": 3, "Action": 1, "unknown": 4}

@@ -119,3 +119,39 @@ def test_bad_input_is_named():
         metrics_frame(table, {"bad": lambda c: c.sum()}, n_resamples=10)
     with pytest.raises(ValueError, match="average_over"):
         metrics_frame(table, {"n": lambda c: c[..., 0]}, average_over="task")
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_count_table_groups_are_the_sorted_distinct_keys_nulls_last(seed):
+    """Group and cluster ids index the distinct keys sorted column by column, a null after every value, for string
+    and integer columns with and without nulls (count_table factorizes them one column at a time)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+
+    def column(kind):
+        k = int(rng.integers(1, 7))
+        null = rng.random(n) < (0.2 if kind in ("str_null", "int_null") else 0.0)
+        if kind.startswith("str"):
+            words = ["b", "a", "B", "é", "", "a b", "zz"][:k]
+            return pl.Series([None if z else words[i] for i, z in zip(rng.integers(0, k, n), null)], dtype=pl.String)
+        return pl.Series([None if z else int(i) for i, z in zip(rng.integers(-3, k, n), null)], dtype=pl.Int64)
+
+    kinds = rng.choice(["str", "str_null", "int", "int_null"], int(rng.integers(1, 4)))
+    frame = pl.DataFrame({f"g{i}": column(kind) for i, kind in enumerate(kinds)}).with_columns(
+        video_id=pl.Series([f"v{i}" if i else None for i in rng.integers(0, 9, n)], dtype=pl.String),
+        verdict=pl.Series(rng.integers(-1, 3, n), dtype=pl.Int8))
+    groups = [f"g{i}" for i in range(len(kinds))]
+    table = count_table(frame, groups, n_codes=3)
+
+    def order(key):  # None after every value, column by column
+        return tuple((v is None, v if v is not None else 0) for v in key)
+
+    keys = sorted(set(frame.select(groups).iter_rows()), key=order)
+    videos = sorted(set(frame["video_id"]), key=lambda v: (v is None, v or ""))
+    assert table.groups.rows() == [tuple(None if v is None else str(v) for v in key) for key in keys]
+    assert table.clusters["video_id"].to_list() == videos
+    expected = np.zeros((len(videos), len(keys), 4), dtype=np.int64)
+    for row in frame.iter_rows(named=True):
+        code = row["verdict"] if row["verdict"] >= 0 else 3
+        expected[videos.index(row["video_id"]), keys.index(tuple(row[g] for g in groups)), code] += 1
+    np.testing.assert_array_equal(table.counts, expected)
