@@ -7,13 +7,16 @@ rows sharing (item_id, task, caption_key, trial) at one step: when all of a unit
 -> entail) enters the window while the rest of the step is still being judged. With `stop_when_failed_at_most` set
 (official retry rounds) a unit is asked, accepted or re-asked as a whole (the official scripts re-ask an item whose
 any per-object reply was rejected), and `rounds.RetryRounds` drops afterwards what the official rounds would not
-have reached. Verdict rows are built into Arrow chunks as they finish and ordered at the end: first-step rows in
-input order, later steps by caption/item/step/sub_index/trial, so the table never depends on completion order.
+have reached. Verdict rows are built into Arrow chunks as they finish, each full chunk written to the cell's spool
+(an unnamed temporary file: a big cell's finished rows wait on disk, not in memory, while the rest is judged), and
+ordered at the end: first-step rows in input order, later steps by caption/item/step/sub_index/trial, so the table
+never depends on completion order.
 """
 
 from __future__ import annotations
 
 import operator
+import tempfile
 from collections import deque
 from typing import Callable, Iterator
 
@@ -34,7 +37,6 @@ from .transcribe import Transcriber
 from .transcribe import attempt as attempt_record
 
 _SLICE = 2048
-_CHUNK = 8192
 _ID_COLUMNS = ("request_key", "protocol", "task", "item_id", "video_id", "captioner", "prompt_id", "frame_spec",
                "step", "sub_index", "seed", "trial")
 _HIDDEN = [pa.field("_depth", pa.int16()), pa.field("_order", pa.int64()), pa.field("_caption_key", pa.string())]
@@ -85,6 +87,8 @@ class Unit:
 class Cell:
     """See the module docstring. `loop` provides enqueue(rows, front) and the judge's identity."""
 
+    CHUNK_ROWS = 8192  # finished verdict rows per chunk; a cell with more writes its full chunks to its spool
+
     def __init__(self, requests: pa.Table, protocol: JudgeProtocol, policy: JudgingPolicy, *, judge_name: str,
                  judge_revision: str, keep_intermediate: bool = False, max_steps: int = 8, summary=None,
                  on_complete: Callable[["Cell", pa.Table], None] | None = None, name: str = "",
@@ -131,7 +135,7 @@ class Cell:
         self._block_units: list[Unit] = []
         self._seq = 0  # production order of later-step rows
         self._records: list[tuple] = []  # finished rows not yet in a chunk
-        self._chunks: list[pa.Table] = []
+        self._spool = None  # (temporary file, Arrow IPC stream writer) of the full chunks, from the first one
         self.n_rows = 0
         self.done = False
 
@@ -369,7 +373,7 @@ class Cell:
                 self.judge_name, g("raw_output"), fields["verdict"], status, g("detail"), g("error"),
                 g("prompt_tokens"), g("cached_prompt_tokens"), g("completion_tokens"), g("latency_s"), g("attempt"),
                 g("reasoning_tokens"), row.depth, row.order, req["caption_key"]))
-            if len(self._records) >= _CHUNK:
+            if len(self._records) >= self.CHUNK_ROWS:
                 self._flush_chunk()
         unit = row.unit
         if unit is None:
@@ -408,17 +412,33 @@ class Cell:
     def _flush_chunk(self) -> None:
         if not self._records:
             return
-        columns = zip(*self._records)
-        self._chunks.append(pa.table([pa.array(c, f.type) for c, f in zip(columns, _SINK_SCHEMA)],
-                                     schema=_SINK_SCHEMA))
+        if self._spool is None:
+            file = tempfile.TemporaryFile(prefix="capeval-verdicts-")
+            self._spool = (file, pa.ipc.new_stream(file, _SINK_SCHEMA))
+        self._spool[1].write_table(self._chunk())
+
+    def _chunk(self) -> pa.Table:
+        """The finished rows not yet in a chunk, as one (the records list starts again)."""
+        columns = zip(*self._records) if self._records else [[] for _ in _SINK_SCHEMA]
+        chunk = pa.table([pa.array(c, f.type) for c, f in zip(columns, _SINK_SCHEMA)], schema=_SINK_SCHEMA)
         self.n_rows += len(self._records)
         self._records = []
+        return chunk
+
+    def _spooled(self) -> list[pa.Table]:
+        """The chunks written to the spool (read back once; the file goes)."""
+        if self._spool is None:
+            return []
+        file, writer = self._spool
+        self._spool = None
+        with file:
+            writer.close()
+            file.seek(0)
+            return [pa.ipc.open_stream(file).read_all()]
 
     def table(self) -> pa.Table:
         """The cell's VERDICTS table (call once every row is final)."""
-        self._flush_chunk()
-        t = pa.concat_tables(self._chunks) if self._chunks else _SINK_SCHEMA.empty_table()
-        self._chunks = []
+        t = pa.concat_tables([*self._spooled(), self._chunk()])
         dropped = self.rounds.dropped() if self.rounds is not None else None
         if dropped:
             t = apply_drops(t, dropped)

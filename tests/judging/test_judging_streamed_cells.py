@@ -12,6 +12,7 @@ import pyarrow.compute as pc
 from _judging_backends import StreamingScriptedJudge
 from test_judging_streaming import _vidcapbench, _vidcapbench_inputs
 
+from capeval.engine.judging.cells import Cell
 from capeval.engine.judging.runner import run_judging
 from capeval.engine.judging.scheduler import JudgeScheduler
 from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
@@ -164,3 +165,41 @@ def test_a_big_streamed_cell_is_put_in_order_without_a_second_copy_of_its_rows(t
     assert seen["bytes"] > 1_000_000, seen  # big enough for the copies to show
     # a second copy of the rows at the end reaches 2x and more; one copy and a column in flight stay well below
     assert seen["peak"] < 1.6 * seen["bytes"], seen
+
+
+class _PoolWatchingJudge(StreamingScriptedJudge):
+    """Reads Arrow's pool as it takes each request: what the loop holds while the cell is judged."""
+
+    def __init__(self, pool, **kwargs):
+        super().__init__(**kwargs)
+        self.pool, self.most = pool, 0
+
+    def _one(self, request, delay):
+        self.most = max(self.most, self.pool.bytes_allocated())
+        return super()._one(request, delay)
+
+
+def test_a_big_cells_finished_rows_wait_on_disk_while_the_rest_is_judged(tmp_path, monkeypatch):
+    """A cell's full chunks of finished verdict rows go to its spool file: while the cell is judged, Arrow's memory
+    holds about a chunk of them, not every finished row (read on a proxy of Arrow's default pool as the judge takes
+    each request); the verdict table at the end is the one a cell that kept its rows in memory makes."""
+    p, reqs = _vidcapbench(n_items=1500, n_captions=150)
+    kept = run_judging(reqs, StreamingScriptedJudge(max_delay_s=0.0, seed=1), cache_dir=tmp_path / "kept",
+                       protocol=p, progress=False, max_in_flight=16)
+    assert kept.num_rows < Cell.CHUNK_ROWS  # one chunk: nothing spooled
+    monkeypatch.setattr(Cell, "CHUNK_ROWS", 200)
+    previous = pa.default_memory_pool()
+    pool = pa.proxy_memory_pool(previous)
+    pa.set_memory_pool(pool)
+    try:
+        judge = _PoolWatchingJudge(pool, max_delay_s=0.0, seed=1)
+        spooled = run_judging(reqs, judge, cache_dir=tmp_path / "spooled", protocol=p, progress=False,
+                              max_in_flight=16)
+        same = _same(spooled, kept)
+        del spooled  # its buffers are the proxy's: gone before it is
+    finally:
+        pa.set_memory_pool(previous)
+    assert same
+    assert kept.nbytes > 400_000, kept.nbytes  # big enough for the rows held to show
+    # rows kept in memory reach nearly the whole table by the last requests; spooled, a chunk and a few in flight
+    assert judge.most < 0.25 * kept.nbytes, (judge.most, kept.nbytes)
