@@ -127,3 +127,14 @@ def test_each_group_resamples_only_the_trials_it_was_judged_in():
     np.testing.assert_array_equal(both.two_stage[:, :1], alone.two_stage)
     pooled = two_stage_bootstrap(videos, units, cluster, ratio, 600, seed=8)  # without `present`: all 3 trials
     assert not np.array_equal(pooled.two_stage[:, 1], pooled.video[:, 1])
+
+
+def test_many_videos_are_resampled_in_blocks_of_bounded_size_with_the_same_replicates():
+    """Integer counts of many videos are resampled a few replicates at a time (the block's weight matrices within
+    capeval.kernels.bootstrap.WEIGHT_BYTES): blocks of another height give the same replicates."""
+    rng = np.random.default_rng(5)
+    units, cluster, videos = _units(rng, rng.integers(1, 4, 30_000))
+    a = two_stage_bootstrap(videos, units, cluster, ratio, 60, seed=1)
+    b = two_stage_bootstrap(videos, units, cluster, ratio, 60, seed=1, chunk=7)
+    np.testing.assert_array_equal(a.video, b.video)
+    np.testing.assert_array_equal(a.two_stage, b.two_stage)
