@@ -4,10 +4,12 @@ being made, and the stored verdicts and the results are exactly those of the sam
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from _sweeps import sweep_toml
 
@@ -58,7 +60,14 @@ def _verdicts(out: Path) -> dict[str, pl.DataFrame]:
 
 
 def _last_caption_write(out: Path) -> float:
-    return max(p.stat().st_mtime for p in (out / "captions").rglob("*.parquet"))
+    """When the last caption segment was written: the time its name gives (the store names a segment by the time it
+    writes it; a merged segment lists the segments it holds), not a file's mtime, which the merge of the trailing
+    segments at the end of the run renews."""
+    names = []
+    for path in (out / "captions").glob("*.parquet"):
+        merged = (pq.read_schema(path).metadata or {}).get(b"capeval.merged_from")
+        names += json.loads(merged) if merged else [path.name]
+    return max(int(name[:20]) for name in names) / 1e9
 
 
 def test_overlapped_sweep_equals_stage_after_stage(runs):
