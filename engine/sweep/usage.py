@@ -18,11 +18,12 @@ cells shows their cost, run.json's totals count each caption once.
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import time
 from dataclasses import dataclass, field, fields
-from typing import Callable
 
+import numpy as np
 import polars as pl
 
 from capeval.engine.judging.requests import attempt_key
@@ -134,7 +135,7 @@ class CostLedger:
                 jp = prices.get(("judge", cell.judge.display))
                 cp = prices.get(("captioner", cell.caption.captioner.display))
                 rows.append({**labels, **_cell_columns(judged, jp, cap_split, cp)})
-            untraced = answers.made_since(self.started, lambda k: any(k in t.keys for t in judge_keys.values()))
+            untraced = answers.made_since(self.started, [t.keys for t in judge_keys.values()])
         finally:
             answers.close()
         if rows and results.height and all(c in results.columns for c in CELL_COLUMNS):
@@ -222,6 +223,34 @@ def _cell_columns(judge: Split, jp: Prices | None, captions: Split | None, cp: P
     return out | {"cost_usd": _round(cost), "cost_usd_cached": _round(reused)}
 
 
+class AnswerKeys:
+    """A set of answer keys kept as 16-byte digests (BLAKE2b of the key) in one sorted array: a 100,000-request
+    sweep's keys as a set of Python strings were ~12 MB at the end of the run, its peak, against 1.6 MB here. Asked
+    and added a batch at a time (a slice of a cell's rows). Two keys share a digest with probability ~n^2 / 2^129."""
+
+    def __init__(self):
+        self._sorted = np.empty(0, "S16")
+
+    @staticmethod
+    def digests(keys: list[str]) -> np.ndarray:
+        return np.array([hashlib.blake2b(k.encode("utf-8"), digest_size=16).digest() for k in keys], "S16")
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+    def contains(self, digests: np.ndarray) -> np.ndarray:
+        """Which of `digests` are in the set (a boolean per digest)."""
+        if not len(self._sorted) or not len(digests):
+            return np.zeros(len(digests), bool)
+        at = np.minimum(np.searchsorted(self._sorted, digests), len(self._sorted) - 1)
+        return self._sorted[at] == digests
+
+    def add(self, digests: np.ndarray) -> None:
+        new = np.unique(digests[~self.contains(digests)])
+        if len(new):  # two sorted runs: the stable sort merges them in one pass
+            self._sorted = np.sort(np.concatenate([self._sorted, new]), kind="stable")
+
+
 class JudgeTally:
     """One judge's answers over the cells that name them, each counted once however many cells share it: the keys
     seen and their running usage, not the answers themselves (a 100,000-request sweep's answers as Python tuples
@@ -229,14 +258,12 @@ class JudgeTally:
 
     def __init__(self, since: float):
         self.since = since
-        self.keys: set[str] = set()
+        self.keys = AnswerKeys()
         self.split = Split()
         self.judge: str | None = None  # the judge name its first answer was stored under
 
-    def add(self, key: str, answer: tuple) -> None:
-        """Count an answer the tally has not counted (its key may already be in `keys`: a judge's first cell shares
-        the set, `_Answers.of_cell`)."""
-        self.keys.add(key)
+    def count(self, answer: tuple) -> None:
+        """Count an answer the tally has not counted (the caller adds its key to `keys`)."""
         if self.judge is None:
             self.judge = answer[0]
         self.split.add_answer(answer, self.since)
@@ -276,33 +303,38 @@ class _Answers:
         temperature = self._reask_temperature(cell)
         # answers counted for this cell (the keys, not the answers: see JudgeTally); a judge's first cell counts
         # the same keys as its tally, so they share one set
-        seen: set[str] = tally.keys if not tally.keys else set()
+        seen = tally.keys if not len(tally.keys) else AnswerKeys()
         # SLICE_ROWS rows at a time read from the committed file, column by column, not the reply and detail texts it
         # never reads: a cell may have hundreds of thousands, and its key columns and Python lists of all its keys
         # and tokens at once were tens of MB at the end of a big run
         for batch in stored_verdict_batches(stores, cell_key, columns, SLICE_ROWS):
             keys, attempts, judge, prompt, cached, completion, reasoning = (batch.column(c).to_pylist()
                                                                              for c in columns)
-            wanted, final = [], {}
+            asked, final = {}, {}
             for i, (request_key, attempt) in enumerate(zip(keys, attempts)):
                 if attempt is None:  # never asked (no caption, an upstream step failed)
                     continue
                 for a in range(int(attempt) + 1):
-                    k = attempt_key(request_key, a, temperature)
-                    if k not in seen:
-                        wanted.append(k)
+                    asked[attempt_key(request_key, a, temperature)] = None
                 if prompt[i] is not None:
                     final[attempt_key(request_key, int(attempt), temperature)] = i
-            found = self._lookup(list(dict.fromkeys(wanted)))
-            for k, i in final.items():
-                if k not in found and k not in seen:
+            asked_keys = list(asked)
+            found = self._lookup([k for k, s in zip(asked_keys, seen.contains(AnswerKeys.digests(asked_keys)))
+                                  if not s])
+            missing = [k for k in final if k not in found]
+            for k, s in zip(missing, seen.contains(AnswerKeys.digests(missing))):
+                if not s:
+                    i = final[k]
                     found[k] = (judge[i], prompt[i], cached[i], completion[i], reasoning[i], None)
-            for k, answer in found.items():
-                new_to_judge = k not in tally.keys  # before `seen` takes it: they may be one set
-                seen.add(k)
+            digests = AnswerKeys.digests(list(found))
+            new_to_judge = ~tally.keys.contains(digests)  # before `seen` takes them: they may be one set
+            seen.add(digests)
+            if tally.keys is not seen:
+                tally.keys.add(digests[new_to_judge])
+            for answer, new in zip(found.values(), new_to_judge):
                 split.add_answer(answer, tally.since)
-                if new_to_judge:
-                    tally.add(k, answer)
+                if new:
+                    tally.count(answer)
         return split
 
     def _reask_temperature(self, cell):
@@ -324,17 +356,23 @@ class _Answers:
                 out[row[0]] = row[1:]
         return out
 
-    def made_since(self, since: float, traced: Callable[[str], bool]) -> dict[str, list[tuple]]:
+    def made_since(self, since: float, traced: list[AnswerKeys]) -> dict[str, list[tuple]]:
         """judge name -> [(prompt, cached, completion, reasoning)] of answers stored since `since` that no cell's
-        verdict rows name (`traced(request_key)` is false)."""
+        verdict rows name (whose key is in none of `traced`)."""
         out: dict[str, list[tuple]] = {}
         if self.db is None:
             return out
         sql = ("SELECT request_key, judge, prompt_tokens, cached_prompt_tokens, completion_tokens, reasoning_tokens "
                "FROM judgments WHERE created >= ?")
-        for row in self.db.execute(sql, (since,)):
-            if not traced(row[0]):
-                out.setdefault(row[1], []).append(row[2:])
+        rows = self.db.execute(sql, (since,))
+        while batch := rows.fetchmany(SLICE_ROWS):
+            digests = AnswerKeys.digests([r[0] for r in batch])
+            named = np.zeros(len(batch), bool)
+            for keys in traced:
+                named |= keys.contains(digests)
+            for row, known in zip(batch, named):
+                if not known:
+                    out.setdefault(row[1], []).append(row[2:])
         return out
 
 

@@ -214,3 +214,18 @@ def test_price_mistakes_fail_check_naming_file_line_and_field(tmp_path):
     with pytest.raises(SweepFileError) as err:
         load_sweep(sweep)
     assert any(p.startswith(f"{sweep}, line 14: options.prices: prices file not found") for p in err.value.problems)
+
+
+def test_answer_keys_hold_each_key_once_and_answer_for_whole_batches():
+    from capeval.engine.sweep.usage import AnswerKeys
+
+    keys = AnswerKeys()
+    assert len(keys) == 0 and not keys.contains(AnswerKeys.digests(["a"])).any()
+    first = [f"{i:032x}" for i in range(0, 3000, 2)]
+    keys.add(AnswerKeys.digests(first + first[:10]))  # a key twice in a batch counts once
+    keys.add(AnswerKeys.digests([f"{i:032x}" for i in range(0, 3000, 3)]))  # half of these were in already
+    assert len(keys) == len({i for i in range(3000) if i % 2 == 0 or i % 3 == 0})
+    asked = [f"{i:032x}" for i in range(3000)] + ["not a hex key", ""]
+    got = keys.contains(AnswerKeys.digests(asked))
+    assert got.tolist() == [i % 2 == 0 or i % 3 == 0 for i in range(3000)] + [False, False]
+    assert not keys.contains(AnswerKeys.digests([])).size
