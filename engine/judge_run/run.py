@@ -31,7 +31,7 @@ from capeval.engine.runrecord import append_run_record, verdict_status_counts
 from capeval.engine.safetext import terminal_text
 from capeval.engine.schemas import NO_VERDICT, ParseStatus
 from capeval.engine.store.segments import write_parquet_atomic
-from capeval.engine.store.transcripts import TranscriptSpool, beside
+from capeval.engine.store.transcripts import CaptionTexts, TranscriptSpool, beside
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,7 +91,7 @@ def judge_items(options: JudgeOptions, record_config: dict) -> int:
     finally:
         judge.close()
     write_parquet_atomic(verdicts, options.out)
-    spool.commit(captions=dict(zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist())))
+    spool.commit(captions=CaptionTexts(captions))
     print(f"[judge] {summary}")
     print(f"[judge] wrote {verdicts.num_rows} verdict rows to {options.out}")
     caps = pl.from_arrow(captions) if protocol.metrics_read_captions else None

@@ -6,12 +6,13 @@ the requests of all its cells through ONE streaming loop (engine/judging/loop.py
 rows merged across cells in caption order (requests sharing a caption -- e.g. the same captions judged by two
 protocols -- stay adjacent for the prefix cache), identical requests of different cells sent once. Each cell keeps
 its own protocol, JudgingPolicy (re-asks, official rounds) and summary, and its completion callback is called with
-its VERDICTS table as soon as that cell is complete, while the other cells are still being judged.
+its VERDICTS table (a `VerdictHandover`: the callback takes the table) as soon as that cell is complete, while the
+other cells are still being judged.
 
     sched = JudgeScheduler(judge, cache_dir)  # the window: the judge's own max_in_flight
     for cell in cells:
         sched.add(cell.requests, protocol, protocol_params=cell.params, name=cell.key,
-                  on_complete=lambda name, verdicts, summary: store(name, verdicts))
+                  on_complete=lambda name, verdicts, summary: store(name, verdicts.take()))
     sched.run()  # returns {name: (verdicts, summary)} for cells without a callback
 
 Callbacks run on the calling thread, between answers; a callback may `add` further cells (e.g. cells whose captions
@@ -42,7 +43,26 @@ from .loop import JudgeLoop
 from .summary import JudgingSummary
 from capeval.engine.registry import lookup
 
-OnComplete = Callable[[str, pa.Table, JudgingSummary], None]
+
+
+class VerdictHandover:
+    """A finished cell's VERDICTS table on its way to the cell's completion callback, which takes it (`take`): no
+    frame between the judging loop and the callee keeps the table alive, so the callee can let go of the columns it
+    is done with (a 100,000-row cell's rows are ~21 MB)."""
+
+    def __init__(self, table: pa.Table):
+        self._table: pa.Table | None = table
+        self.num_rows = table.num_rows
+
+    def take(self) -> pa.Table:
+        """The table (once: the handover then holds nothing)."""
+        table, self._table = self._table, None
+        if table is None:
+            raise RuntimeError("VerdictHandover: the verdict table was taken already")
+        return table
+
+
+OnComplete = Callable[[str, VerdictHandover, JudgingSummary], None]
 
 
 class JudgeScheduler:
@@ -83,7 +103,9 @@ class JudgeScheduler:
             if on_complete is None:
                 self._results[name] = (table, cell.summary)
             else:
-                on_complete(name, table, cell.summary)
+                handover = VerdictHandover(table)
+                del table  # the callee's `take` holds the only reference
+                on_complete(name, handover, cell.summary)
 
         cell = Cell(requests, protocol, policy, judge_name=self.judge.name, judge_revision=self.judge.revision,
                     keep_intermediate=keep_intermediate, max_steps=max_steps, on_complete=done, name=name,

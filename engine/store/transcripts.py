@@ -117,26 +117,61 @@ ROW_GROUP_ROWS = 1 << 16  # at most; a chunk of the judge loop (engine/judging/t
 Fix = Callable[[pa.Table], pa.Table]
 
 
-def _finalize(t: pa.Table, fix: Fix | None, captions: dict | None = None, cell_key: str | None = None) -> pa.Table:
+def _finalize(t: pa.Table, fix: Fix | None, captions: "CaptionTexts | None" = None,
+              cell_key: str | None = None) -> pa.Table:
     if fix is not None:
         t = fix(t)
     t = t.drop_columns([f.name for f in HIDDEN if f.name in t.column_names])
     if "caption" not in t.column_names:
-        keys = t.column("caption_key").to_pylist()
-        t = t.append_column("caption", pa.array([captions.get(k) for k in keys] if captions else [None] * len(keys),
-                                                pa.string()))
+        keys = t.column("caption_key")
+        t = t.append_column("caption", captions.texts_of(keys) if captions is not None
+                            else pa.nulls(t.num_rows, pa.string()))
     if "cell_key" not in t.column_names:
         t = t.append_column("cell_key", pa.array([cell_key] * t.num_rows, pa.string()))
     return t.select(TRANSCRIPTS.names).cast(TRANSCRIPTS)
 
 
+class CaptionTexts:
+    """caption_key -> text of the captions a cell's requests judge, kept as the Arrow columns they came in (no copy
+    of a caption table handed whole) and looked up a chunk of transcript rows at a time: as a dict of Python strings
+    a 100,000-item cell's 25,000 captions were ~9 MB held until the cell's end. A key added twice keeps its first
+    text (a caption's key is a hash of its text). `add` may run while a spool's writer thread looks rows up: each
+    lookup reads the pieces added before it."""
+
+    def __init__(self, captions: pa.Table | None = None):
+        self._keys: list[pa.ChunkedArray] = []
+        self._texts: list[pa.ChunkedArray] = []
+        if captions is not None:
+            self.add(captions)
+
+    @classmethod
+    def of(cls, texts: dict[str, str | None]) -> "CaptionTexts":
+        return cls(pa.table({"caption_key": pa.array(list(texts), pa.string()),
+                             "text": pa.array(list(texts.values()), pa.string())}))
+
+    def add(self, captions: pa.Table) -> None:
+        """The `caption_key` and `text` columns of `captions` (referenced, not copied)."""
+        self._texts.append(captions.column("text"))  # before its keys: a lookup never sees keys without texts
+        self._keys.append(captions.column("caption_key"))
+
+    def texts_of(self, keys: pa.Array | pa.ChunkedArray) -> pa.Array:
+        """The text of each key (null: a null key, or one never added)."""
+        pieces = len(self._keys)
+        if not pieces:
+            return pa.nulls(len(keys), pa.string())
+        known = pa.chunked_array([c for k in self._keys[:pieces] for c in k.chunks], pa.string())
+        texts = pa.chunked_array([c for t in self._texts[:pieces] for c in t.chunks], pa.string())
+        at = pc.index_in(keys, value_set=known.combine_chunks(), skip_nulls=True)
+        return texts.take(at).combine_chunks() if len(keys) else pa.array([], pa.string())
+
+
 @dataclass(frozen=True)
 class CommitForm:
-    """What a committed file adds to the captured rows: the caption each row judged (`captions`: caption_key ->
-    text; the caller adds a caption before it builds a request from it, so every row's is there when the row is
-    written) and the cell's key."""
+    """What a committed file adds to the captured rows: the caption each row judged (the caller adds a caption to
+    `captions` before it builds a request from it, so every row's is there when the row is written) and the cell's
+    key."""
 
-    captions: dict
+    captions: CaptionTexts
     cell_key: str | None = None
 
 
@@ -272,12 +307,12 @@ class TranscriptSpool:
         self.discard()
         return storage_error(exc, self._spool, "the cell's judge transcripts (spool)")
 
-    def commit(self, *, captions: dict | None = None, cell_key: str | None = None) -> Path:
+    def commit(self, *, captions: CaptionTexts | None = None, cell_key: str | None = None) -> Path:
         """Write the committed file (row group by row group: memory stays one chunk) and rename it into place;
         `captions`: caption_key -> the caption text judged (with `commit_as`: none, the spool has them)."""
         return self.commit_later(captions=captions, cell_key=cell_key).place()
 
-    def commit_later(self, *, captions: dict | None = None, cell_key: str | None = None) -> "Commit":
+    def commit_later(self, *, captions: CaptionTexts | None = None, cell_key: str | None = None) -> "Commit":
         """`commit` in two steps: the committed file is written to a temp file on a thread of its own (Parquet
         compression releases the GIL: the caller computes the cell's metrics meanwhile); `place()` on the returned
         handle waits for it and renames it into place, `abandon()` drops it."""
@@ -287,7 +322,7 @@ class TranscriptSpool:
             raise ValueError(f"transcripts {self.name}: written in their committed form (commit_as) already")
         return Commit(self, captions, cell_key)
 
-    def _write_committed(self, tmp: Path, captions: dict | None, cell_key: str | None) -> None:
+    def _write_committed(self, tmp: Path, captions: CaptionTexts | None, cell_key: str | None) -> None:
         if not self._spool.exists():
             chunks = [CAPTURE.empty_table()]
         else:
@@ -320,7 +355,7 @@ class TranscriptSpool:
         self._spool.unlink(missing_ok=True)
 
 
-def _write_file(path: Path, chunks, fix: Fix | None, captions: dict | None, cell_key: str | None) -> None:
+def _write_file(path: Path, chunks, fix: Fix | None, captions: CaptionTexts | None, cell_key: str | None) -> None:
     """A committed transcript file at `path` from captured chunks, one row group each, synced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
@@ -337,7 +372,7 @@ def _write_file(path: Path, chunks, fix: Fix | None, captions: dict | None, cell
 class Commit:
     """A spool's committed file being written (TranscriptSpool.commit_later)."""
 
-    def __init__(self, spool: TranscriptSpool, captions: dict | None, cell_key: str | None):
+    def __init__(self, spool: TranscriptSpool, captions: CaptionTexts | None, cell_key: str | None):
         self.spool = spool
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="capeval-transcripts-commit")
         if spool.commit_as is not None:  # written already: the temp file is the committed file

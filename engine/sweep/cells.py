@@ -147,10 +147,14 @@ def cell_items(cell: ResultCell, data: LoadedDataset) -> pa.Table:
     return protocol_items(data.items, cell.protocol.name)
 
 
-def commit(stores: RunStores, key: str, verdicts: pa.Table, metrics: pa.Table) -> None:
-    """Verdicts first, then metrics (the commit point); see the module docstring."""
+def commit_verdicts(stores: RunStores, key: str, verdicts: pa.Table) -> None:
+    """Step 1 of the commit protocol (module docstring): after the transcripts, before the metrics."""
     stores.verdicts.put(verdicts, key)
     hit("cell_verdicts")
+
+
+def commit_metrics(stores: RunStores, key: str, metrics: pa.Table) -> None:
+    """Step 2, the commit point: after `commit_verdicts`."""
     stores.metrics.put(metrics, key)
 
 

@@ -19,12 +19,12 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from capeval.engine.judging.scheduler import JudgeScheduler
+from capeval.engine.judging.scheduler import JudgeScheduler, VerdictHandover
 from capeval.engine.memory import RELEASE_ROWS, release_unused_memory
 from capeval.engine.metrics.reasons import explain_nulls
 from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
 from capeval.engine.registry import lookup
-from capeval.engine.store.transcripts import CommitForm, TranscriptSpool
+from capeval.engine.store.transcripts import CaptionTexts, CommitForm, TranscriptSpool
 from capeval.engine.sweep import accounting
 from capeval.engine.sweep import cells as cellmod
 from capeval.engine.sweep.breakdowns import cell_breakdowns
@@ -66,7 +66,7 @@ class JudgeStage:
         self.partial = partial  # keys of cells judged on part of their videos (engine/sweep/decide_rounds.py)
         self.judges: dict = {}
         self.spools: dict = {}  # cell key -> TranscriptSpool of a cell being judged
-        self.caption_texts: dict[str, dict] = {}  # cell key -> caption_key -> text of the captions its requests judge
+        self.caption_texts: dict[str, CaptionTexts] = {}  # cell key -> the captions its requests judge
         self.stats = {"sent": 0, "cached": 0}
         self.done = 0
 
@@ -82,7 +82,7 @@ class JudgeStage:
         official retry rounds has no corrections at its end: its rows are written in their committed form as they
         come (the captions its requests are built from are added to `caption_texts` first, `build`)."""
         key = self.keys[cell]
-        texts = self.caption_texts.setdefault(key, {})
+        texts = self.caption_texts.setdefault(key, CaptionTexts())
         protocol = lookup("protocol", cell.protocol.name)
         rounds = protocol.judging_policy(**cell.protocol.params).stop_when_failed_at_most is not None
         self.spools[key] = TranscriptSpool(self.stores.transcripts, key,
@@ -186,29 +186,32 @@ class JudgeStage:
                 ids = pa.array(set(part.column("item_id").to_pylist()) | set(part.column("video_id").to_pylist()),
                                pa.string())
                 captions = prep.captions.filter(pc.is_in(prep.captions.column("video_id"), value_set=ids))
-                return self.build(cell, prep.protocol, judge, part, captions)
+                return self.build(cell, prep.protocol, judge, part, captions, keep_texts=False)
             return build
 
+        # the transcripts look captions up in the cell's whole table, not in each part's filtered copy
+        self.caption_texts.setdefault(prep.key, CaptionTexts()).add(prep.captions)
         return [builder(n, r) for n, r in enumerate(parts)]
 
-    def build(self, cell: ResultCell, protocol, judge, items, captions, **extra) -> pa.Table:
+    def build(self, cell: ResultCell, protocol, judge, items, captions, *, keep_texts: bool = True,
+              **extra) -> pa.Table:
         """The protocol's first-step requests for these items and captions under the cell's judge seeds and params
-        (the captions' texts kept for the cell's transcripts first)."""
-        self.caption_texts.setdefault(self.keys[cell], {}).update(
-            zip(captions.column("caption_key").to_pylist(), captions.column("text").to_pylist()))
+        (with `keep_texts`, the captions kept for the cell's transcripts first; without, the caller has added them)."""
+        if keep_texts:
+            self.caption_texts.setdefault(self.keys[cell], CaptionTexts()).add(captions)
         return protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                        seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
 
-    def finish(self, prep: Prepared, verdicts: pa.Table, summary) -> None:
-        """Account for every item, compute the metrics and commit the cell."""
+    def finish(self, prep: Prepared, verdicts: VerdictHandover, summary) -> None:
+        """Account for every item, commit the verdicts, compute the metrics and commit them (the commit point)."""
         cell, key = prep.cell, prep.key
         spool, transcripts = self.spools.pop(key, None), None
         texts = self.caption_texts.pop(key, None)
-        if spool is not None:  # written on a thread while the metrics are computed, placed before the verdicts
+        if spool is not None:  # written on a thread while the verdicts are classified, placed before them
             transcripts = (spool.commit_later() if spool.commit_as is not None
                            else spool.commit_later(captions=texts, cell_key=key))
         try:
-            self._finish(prep, verdicts, summary, transcripts)
+            self._finish(prep, verdicts.take(), summary, transcripts)
         except BaseException:
             if spool is not None:
                 transcripts.abandon()
@@ -221,37 +224,53 @@ class JudgeStage:
         status = accounting.cell_status(verdicts, self.run.accept_failures)
         if key in self.partial and status in accounting.FINISHED_STATUSES:
             status = PENDING  # an adaptive sweep stopped judging it early: not finished (a rerun can finish it)
+        # the committed rows name their cell
+        verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
+        if transcripts is not None:  # before the verdicts: a committed cell always has its transcripts
+            transcripts.place()
+        cellmod.commit_verdicts(self.stores, key, verdicts)
+        options = self.config.options
+        if not options.breakdowns:  # written: only what the metrics and their reasons read is held through them
+            verdicts = verdicts.select(_read_by_metrics(prep.protocol, verdicts))
         big = verdicts.num_rows >= RELEASE_ROWS
-        if big:  # the unsorted chunks and the accounting's lists are freed
+        if big:  # the unsorted chunks, the accounting's lists and the columns let go are freed
             release_unused_memory()
-        inputs = _metric_inputs(prep.protocol, verdicts=verdicts.drop_columns(["item_status", "retryable"]),
-                                items=prep.items, captions=prep.captions)
+        # the metrics get the judged rows as they were before the accounting and the commit added their columns
+        added = [c for c in ("item_status", "retryable", "cell_key") if c in verdicts.column_names]
+        inputs = _metric_inputs(prep.protocol, verdicts=verdicts.drop_columns(added), items=prep.items,
+                                captions=prep.captions)
         metrics = prep.protocol.compute_metrics(
-            inputs.pop("verdicts"), **inputs, n_resamples=self.config.options.n_resamples, seed=0,
+            inputs.pop("verdicts"), **inputs, n_resamples=options.n_resamples, seed=0,
             **prep.protocol.metric_params(cell.protocol.params))
         del inputs
         metrics = explain_nulls(metrics, verdicts, captions=prep.captions)  # no verdicts: null + reason, never 0
-        # the committed rows name their cell; added after the metrics, which never read it (one more column of a
-        # big cell's rows held through them otherwise)
-        verdicts = verdicts.append_column("cell_key", pa.array([key] * verdicts.num_rows, pa.string()))
-        if self.config.options.breakdowns:  # per level of item attributes too (engine/sweep/breakdowns.py)
-            options = self.config.options
+        if options.breakdowns:  # per level of item attributes too (engine/sweep/breakdowns.py)
             metrics = cell_breakdowns(metrics, prep.protocol, verdicts, options.breakdowns, items=prep.items,
                                       captions=prep.captions, n_resamples=options.n_resamples,
                                       metric_params=prep.protocol.metric_params(cell.protocol.params),
                                       duration_buckets=cell.protocol.params.get("duration_buckets"),
                                       log=self.run.log, label=" ".join(f"{k}={v}" for k, v in cell.labels().items()))
         metrics = cellmod.label_metrics(metrics, cell, key, status)
+        del verdicts
         if big:  # the metrics' polars frames and bootstrap arrays are freed
             release_unused_memory()
-        if transcripts is not None:  # before the verdicts: a committed cell always has its transcripts
-            transcripts.place()
-        cellmod.commit(self.stores, key, verdicts, metrics.to_arrow())
+        cellmod.commit_metrics(self.stores, key, metrics.to_arrow())
         self.stats["sent"] += summary.sent
         self.stats["cached"] += summary.cached
         self.done += 1
         self.run.log(f"[sweep {self.config.name}] cell {self.done}/{len(self.pending)} {status}: "
                  + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
+
+
+def _read_by_metrics(protocol, verdicts: pa.Table) -> list[str]:
+    """The verdict columns a cell's metrics and their reasons (explain_nulls) read: those the protocol declares
+    (JudgeProtocol.metric_columns) and the verdict, its status and error columns; every column when it declares
+    none."""
+    declared = (getattr(protocol, "metric_columns", None) or {}).get("verdicts")
+    if declared is None:
+        return verdicts.column_names
+    keep = set(declared) | {"verdict", "parse_status", "error", "item_status", "retryable"}
+    return [c for c in verdicts.column_names if c in keep]
 
 
 def _metric_inputs(protocol, **tables: pa.Table) -> dict:

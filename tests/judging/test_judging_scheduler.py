@@ -22,8 +22,9 @@ def test_cells_share_one_window_and_each_equals_its_own_run(tmp_path):
     judge = StreamingScriptedJudge(max_delay_s=0.003)
     sched = JudgeScheduler(judge, tmp_path / "shared", max_in_flight=6)
     completed = []
-    sched.add(big, p, name="big", on_complete=lambda n, t, s: completed.append((n, t, s, len(judge.taken))))
-    sched.add(small, p, name="small", on_complete=lambda n, t, s: completed.append((n, t, s, len(judge.taken))))
+    sched.add(big, p, name="big", on_complete=lambda n, t, s: completed.append((n, t.take(), s, len(judge.taken))))
+    sched.add(small, p, name="small", on_complete=lambda n, t, s: completed.append((n, t.take(), s,
+                                                                                   len(judge.taken))))
     sched.add(small, p, name="small-again")  # the same requests again: no callback, returned by run()
     results = sched.run()
     assert [c[0] for c in completed] == ["small", "big"]  # the small cell is delivered while the big one runs
@@ -41,3 +42,30 @@ def test_cells_share_one_window_and_each_equals_its_own_run(tmp_path):
     # first-step requests go out caption by caption across the cells (captions k0..k4 shared by both tables)
     firsts = [r.fields["caption"] for r in judge.taken if r.meta["step"] == "answer"]
     assert sum(1 for a, b in zip(firsts, firsts[1:]) if a != b) == 4
+
+
+def test_a_completion_callback_holds_the_only_reference_to_the_verdict_table_it_takes(tmp_path):
+    """The callee can let go of the rows it has written: once it drops the table it took, nothing between the
+    judging loop and the callback keeps it alive (a sweep narrows a big cell's table to its metric columns)."""
+    import gc
+    import weakref
+
+    import pytest
+
+    p, reqs = _vidcapbench(n_items=8, n_captions=2)
+    sched = JudgeScheduler(StreamingScriptedJudge(max_delay_s=0.0), tmp_path, max_in_flight=4)
+    seen = {}
+
+    def complete(name, verdicts, summary):
+        table = verdicts.take()
+        seen["rows"], seen["summary_rows"] = table.num_rows, summary.requests
+        ref = weakref.ref(table)
+        del table
+        gc.collect()
+        seen["alive"] = ref() is not None
+        with pytest.raises(RuntimeError, match="taken already"):
+            verdicts.take()
+
+    sched.add(reqs, p, name="cell", on_complete=complete)
+    sched.run()
+    assert seen == {"rows": reqs.num_rows, "summary_rows": reqs.num_rows, "alive": False}

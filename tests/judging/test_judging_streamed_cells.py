@@ -63,7 +63,7 @@ def _streamed(tmp_path, protocol, parts, *, params=None, seed=0, first=None):
     sched = JudgeScheduler(judge, tmp_path, max_in_flight=5)
     done = []
     sched.add(first if first is not None else REQUESTS_WITH_CONTEXT.empty_table(), protocol, name="cell",
-              sealed=False, protocol_params=params, on_complete=lambda n, t, s: done.append((t, s)))
+              sealed=False, protocol_params=params, on_complete=lambda n, t, s: done.append((t.take(), s)))
     source = _PartsSource(sched, "cell", parts)
     sched.run(source=source)
     assert len(done) == 1 and not source.open
@@ -150,8 +150,8 @@ def test_a_big_streamed_cell_is_put_in_order_without_a_second_copy_of_its_rows(t
     pool = pa.proxy_memory_pool(previous)
     seen = {}
 
-    def complete(name, table, summary):
-        seen["peak"], seen["bytes"] = pool.max_memory(), table.nbytes
+    def complete(name, verdicts, summary):
+        seen["peak"], seen["bytes"] = pool.max_memory(), verdicts.take().nbytes
 
     pa.set_memory_pool(pool)
     try:

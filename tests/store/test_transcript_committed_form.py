@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from capeval.engine.store.transcripts import CAPTURE, TRANSCRIPTS, CommitForm, TranscriptSpool
+from capeval.engine.store.transcripts import CAPTURE, TRANSCRIPTS, CaptionTexts, CommitForm, TranscriptSpool
 
 CAPTIONS = {f"c{v}": f"caption of video {v}: a dog runs after a ball" for v in range(40)}
 
@@ -28,6 +28,10 @@ def _chunk(start: int, n: int) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=CAPTURE)
 
 
+def _table(texts: dict) -> pa.Table:
+    return pa.table({"caption_key": pa.array(list(texts), pa.string()), "text": pa.array(list(texts.values()))})
+
+
 def _judged(spool: TranscriptSpool, chunks: list[pa.Table]) -> None:
     for chunk in chunks:
         spool.append(chunk)
@@ -38,9 +42,9 @@ def test_the_committed_form_is_the_rewritten_file_byte_for_byte(tmp_path):
     chunks = [_chunk(0, 300), _chunk(300, 300), _chunk(600, 300), _chunk(900, 50)]
     rewritten = TranscriptSpool(tmp_path / "a", "cell")
     _judged(rewritten, chunks)
-    a = rewritten.commit(captions=CAPTIONS, cell_key="cell")
+    a = rewritten.commit(captions=CaptionTexts.of(CAPTIONS), cell_key="cell")
 
-    direct = TranscriptSpool(tmp_path / "b", "cell", commit_as=CommitForm(dict(CAPTIONS), "cell"))
+    direct = TranscriptSpool(tmp_path / "b", "cell", commit_as=CommitForm(CaptionTexts.of(CAPTIONS), "cell"))
     _judged(direct, chunks)
     b = direct.commit()
 
@@ -54,7 +58,7 @@ def test_the_committed_form_is_the_rewritten_file_byte_for_byte(tmp_path):
 
 
 def test_the_committed_file_is_the_temp_file_renamed_not_written_again(tmp_path):
-    direct = TranscriptSpool(tmp_path, "cell", commit_as=CommitForm(dict(CAPTIONS), "cell"))
+    direct = TranscriptSpool(tmp_path, "cell", commit_as=CommitForm(CaptionTexts.of(CAPTIONS), "cell"))
     _judged(direct, [_chunk(0, 100), _chunk(100, 100), _chunk(200, 100)])  # the third waits for the first's write
     temp = [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
     assert len(temp) == 1
@@ -65,15 +69,15 @@ def test_the_committed_file_is_the_temp_file_renamed_not_written_again(tmp_path)
     spooled = TranscriptSpool(tmp_path / "s", "cell")  # the spool is rewritten into a new file
     _judged(spooled, [_chunk(0, 100)])  # finish waits for the spool's writes
     spool_inode = os.stat(next((tmp_path / "s").glob("*.tmp"))).st_ino
-    assert os.stat(spooled.commit(captions=CAPTIONS, cell_key="cell")).st_ino != spool_inode
+    assert os.stat(spooled.commit(captions=CaptionTexts.of(CAPTIONS), cell_key="cell")).st_ino != spool_inode
 
 
 def test_a_caption_added_while_the_cell_runs_is_in_the_rows_written_after_it(tmp_path):
-    texts: dict = {}
+    texts = CaptionTexts()
     direct = TranscriptSpool(tmp_path, "cell", commit_as=CommitForm(texts, "cell"))
-    texts.update({k: v for k, v in CAPTIONS.items() if int(k[1:]) < 20})
+    texts.add(_table({k: v for k, v in CAPTIONS.items() if int(k[1:]) < 20}))
     direct.append(_chunk(0, 20))  # videos 0-19
-    texts.update(CAPTIONS)
+    texts.add(_table(CAPTIONS))  # 0-19 again: a key added twice keeps its first text
     direct.append(_chunk(20, 20))  # videos 20-39
     direct.finish()
     table = pq.read_table(direct.commit())
@@ -83,7 +87,7 @@ def test_a_caption_added_while_the_cell_runs_is_in_the_rows_written_after_it(tmp
 def test_no_rows_commit_the_same_empty_file(tmp_path):
     rewritten = TranscriptSpool(tmp_path / "a", "cell")
     rewritten.finish()
-    direct = TranscriptSpool(tmp_path / "b", "cell", commit_as=CommitForm({}, "cell"))
+    direct = TranscriptSpool(tmp_path / "b", "cell", commit_as=CommitForm(CaptionTexts(), "cell"))
     direct.finish()
     a, b = rewritten.commit(cell_key="cell"), direct.commit()
     assert pq.read_table(b).num_rows == 0 and pq.read_table(b).schema == TRANSCRIPTS
@@ -91,7 +95,7 @@ def test_no_rows_commit_the_same_empty_file(tmp_path):
 
 
 def test_rows_in_committed_form_cannot_be_corrected(tmp_path):
-    direct = TranscriptSpool(tmp_path, "cell", commit_as=CommitForm(dict(CAPTIONS), "cell"))
+    direct = TranscriptSpool(tmp_path, "cell", commit_as=CommitForm(CaptionTexts.of(CAPTIONS), "cell"))
     direct.append(_chunk(0, 10))
     with pytest.raises(ValueError, match="cannot be corrected"):
         direct.finish(lambda t: t)
@@ -100,8 +104,18 @@ def test_rows_in_committed_form_cannot_be_corrected(tmp_path):
 
 
 def test_an_abandoned_commit_leaves_nothing(tmp_path):
-    direct = TranscriptSpool(tmp_path, "cell", commit_as=CommitForm(dict(CAPTIONS), "cell"))
+    direct = TranscriptSpool(tmp_path, "cell", commit_as=CommitForm(CaptionTexts.of(CAPTIONS), "cell"))
     _judged(direct, [_chunk(0, 10)])
     direct.commit_later().abandon()
     direct.discard()
     assert list(tmp_path.iterdir()) == []
+
+
+def test_caption_texts_look_up_every_piece_added_first_text_wins_and_null_or_unknown_keys_give_null():
+    texts = CaptionTexts()
+    assert texts.texts_of(pa.array(["c1"])).to_pylist() == [None]
+    texts.add(_table({"c1": "one", "c2": None}))
+    texts.add(pa.concat_tables([_table({"c1": "other", "c3": "three"}), _table({"c4": "four"})]))  # two chunks
+    keys = pa.chunked_array([pa.array(["c3", None]), pa.array(["c1", "c9", "c2", "c4"])])
+    assert texts.texts_of(keys).to_pylist() == ["three", None, "one", None, None, "four"]
+    assert texts.texts_of(pa.array([], pa.string())).to_pylist() == []

@@ -67,3 +67,19 @@ def test_rows_that_all_have_a_verdict_keep_their_errors_and_types():
 def test_an_empty_cell_gets_the_columns():
     out = accounting.classify_verdicts(SCHEMA.empty_table(), {})
     assert out.num_rows == 0 and out.column_names[-2:] == ["item_status", "retryable"]
+
+
+def test_a_cell_holds_only_the_verdict_columns_its_metrics_read_once_its_rows_are_written():
+    """CapQuiz declares the columns its metrics read; the cell's end keeps those and the status columns the
+    metrics' reasons read (engine/metrics/reasons.py), and a protocol that declares none keeps every column."""
+    from capeval.engine.registry import lookup
+    from capeval.engine.schemas import VERDICTS
+    from capeval.engine.sweep.judge_stage import _read_by_metrics
+
+    table = VERDICTS.empty_table().append_column("item_status", pa.array([], pa.string()))
+    capquiz = lookup("protocol", "capquiz")
+    kept = _read_by_metrics(capquiz, table)
+    assert set(capquiz.metric_columns["verdicts"]) <= set(kept)
+    assert {"parse_status", "error", "item_status"} <= set(kept)
+    assert not {"request_key", "raw_output", "detail", "latency_s"} & set(kept)
+    assert _read_by_metrics(lookup("protocol", "vidcapbench"), table) == table.column_names
