@@ -293,10 +293,15 @@ class _Window:
     (request, result) for the generator and frees a slot, which `refill` fills from the feed at once. When slots are
     free and the feed is empty but open, it looks again on a timer (0.5 ms doubling to 50 ms, back to 0.5 ms once it
     took something); the generator also pokes it after handing on each batch, for the follow-ups that batch
-    brought. Once nothing is outstanding it ends the stream (`_END`) when the feed is closed, or with
+    brought. Answers the consumer has not handled yet count against the window beyond ANSWERS_AHEAD of them
+    (`room`): a consumer slower than the server holds at most the window and ANSWERS_AHEAD answers, not every
+    answer the server could give meanwhile (a judge loop on 2 busy cores had 12,000 answers of a 512-request
+    window waiting, ~90 MB, more the longer the run), and a consumer's pause of up to ANSWERS_AHEAD answers still
+    keeps every slot busy. Once nothing is outstanding it ends the stream (`_END`) when the feed is closed, or with
     BackendFatalError after a 401/403 (nothing more is taken once one came back)."""
 
     MIN_DELAY_S, MAX_DELAY_S = 0.0005, 0.05
+    ANSWERS_AHEAD = 1024
 
     def __init__(self, runner: "ChatRunner", feed, limit: int, encode: Callable[[Any], tuple[bytes, Any]]):
         self.runner, self.feed, self.limit, self.encode = runner, feed, limit, encode
@@ -308,6 +313,10 @@ class _Window:
         self.scheduled = False  # a refill is queued on the loop (answers of one loop turn share it)
         self.timer: asyncio.TimerHandle | None = None
         self.delay = self.MIN_DELAY_S
+        # answers put in `out` (counted on the loop thread) and handled by the consumer (counted on its thread):
+        # each counter has one writer, so neither loses a count
+        self.answered = 0
+        self.handled = 0
 
     # any thread
     def poke(self) -> None:
@@ -323,7 +332,7 @@ class _Window:
         request = self.requests.pop(token, None)
         if request is None:  # cancelled meanwhile
             return
-        self.out.put((request, result))
+        self._hand_on((request, result))
         if not self.scheduled:  # the slot is refilled once the answers of this loop turn are in
             self.scheduled = True
             self.runner._loop.call_soon(self.refill)
@@ -337,14 +346,14 @@ class _Window:
         try:
             while True:
                 closed = feed.closed
-                room = self.limit - len(self.requests)
+                room = self.room()
                 taken = feed.take(room) if room > 0 and not runner.fatal_error and not self.ended else []
                 calls = []
                 for request in taken:
                     try:
                         body, unwrap = self.encode(request)
                     except (ValueError, TypeError) as exc:
-                        self.out.put((request, ChatResult(None, f"invalid request: {exc}")))
+                        self._hand_on((request, ChatResult(None, f"invalid request: {exc}")))
                         continue
                     token = self.next_token
                     self.next_token += 1
@@ -375,10 +384,20 @@ class _Window:
             return
         if took:
             self.delay = self.MIN_DELAY_S
-        if self.timer is None and len(self.requests) < self.limit and not runner.fatal_error:
+        if self.timer is None and self.room() > 0 and not runner.fatal_error:
             # free slots and an empty feed that is still open: look again soon
             self.timer = runner._loop.call_later(self.delay, self._timer_fired)
             self.delay = min(self.MAX_DELAY_S, self.delay * 2)
+
+    def room(self) -> int:
+        """Calls that may start now: the window's free slots, less the answers waiting for the consumer beyond
+        ANSWERS_AHEAD (class docstring)."""
+        waiting = self.answered - self.handled
+        return min(self.limit, self.limit + self.ANSWERS_AHEAD - waiting) - len(self.requests)
+
+    def _hand_on(self, item: tuple) -> None:
+        self.answered += 1
+        self.out.put(item)
 
     def _timer_fired(self) -> None:
         self.timer = None
@@ -520,6 +539,7 @@ class ChatRunner:
                 for item in batch:
                     if type(item) is tuple:
                         yield item
+                        window.handled += 1
                     elif item is _END:
                         return
                     else:  # the loop thread's stop: BackendFatalError, or an error of the feed or of `encode`

@@ -196,3 +196,26 @@ def test_closing_the_stream_early_cancels_its_calls_and_takes_no_more():
             assert server.stats()["in_flight"] == 0  # the calls in flight were cancelled
             assert feed.ready == left  # and nothing more was taken
     assert first.error is None and left < 60
+
+
+def test_a_consumer_slower_than_the_server_holds_the_window_and_a_bounded_number_of_answers(monkeypatch):
+    """A window of 8 against a fast server, the consumer taking 20 ms an answer, ANSWERS_AHEAD set to 8: answers it
+    has not handled yet count against the window beyond 8 of them, so requests taken and not yet handed back stay
+    within 16 (without the bound the window refills as each answer lands and the backlog grows with the run: ~80
+    of 100 here)."""
+    from capeval.adapters import http_chat
+
+    monkeypatch.setattr(http_chat._Window, "ANSWERS_AHEAD", 8)
+    with LoopbackServer(FaultConfig(latency_median_s=0.001, latency_sigma=0.1, seed=5)) as server:
+        with OpenAIJudge(model="m", base_url=server.base_url, structured="none", max_in_flight=8) as judge:
+            feed = ListFeed(_reqs(100))
+            outstanding, answered = [], []
+            for resp in judge.stream(feed, max_in_flight=8):
+                outstanding.append(feed.outstanding)
+                answered.append(resp.key)
+                time.sleep(0.02)
+                feed.done()
+        stats = server.stats()
+    assert sorted(answered) == sorted(f"s{i}" for i in range(100))
+    assert max(outstanding) <= 16, max(outstanding)
+    assert stats["max_in_flight"] == 8  # the window is still used whole (at the start, the consumer keeps up)
