@@ -117,6 +117,13 @@ class JudgeScheduler:
         """More first-step requests of an unsealed cell (whole items: every row of an item in one call)."""
         self._cells[name].extend(requests)
 
+    def extend_all(self, name: str, parts: list) -> None:
+        """`extend` with each of `parts` in order (tables, or functions that build one when the loop reaches it: no
+        loop variable of the caller's keeps the last of them, and what it holds, alive through the judging)."""
+        cell = self._cells[name]
+        for part in parts:
+            cell.extend(part)
+
     def seal(self, name: str) -> None:
         self._cells[name].seal()
 

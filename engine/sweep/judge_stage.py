@@ -13,6 +13,8 @@ Each cell's judge transcripts (engine/store/transcripts.py) are spooled while it
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -33,6 +35,7 @@ from capeval.engine.sweep.datasets import LoadedDataset, judge_sees_frames
 from capeval.engine.sweep.decide import PENDING
 from capeval.engine.sweep.grid import ResultCell
 from capeval.engine.sweep.overlap import CellFeed
+from capeval.engine.sweep.pairs import forget_table
 from capeval.engine.sweep.run import SweepRun
 from capeval.kernels.bootstrap import warm as warm_bootstrap
 
@@ -41,6 +44,11 @@ PART_ITEMS = 512  # items per part of a [[captions]] cell built in parts (JudgeS
 # requests and handling their answers freed is kept by the allocators between the verdict rows the cell holds, and
 # the judging's level grew with the cell's size (at 100,000 requests the end of the judging was the run's peak)
 RELEASE_PARTS = 16
+# Item columns a run keeps once every request of a dataset's cells is built: the ids, what the run record, the
+# media types, the scene cuts and the caption matching read (LoadedDataset, engine/sweep/cells.py), and the category;
+# the protocols' metrics read those they declare (JudgeProtocol.metric_columns["items"]). The rest (the question,
+# its options, the reference answer) only builds requests: 15 MB of a 100,000-item CapQuiz table.
+KEPT_ITEM_COLUMNS = ("benchmark", "task", "item_id", "video_id", "media_path", "media_type", "category", "extra")
 
 
 @dataclass
@@ -69,6 +77,9 @@ class JudgeStage:
         self.caption_texts: dict[str, CaptionTexts] = {}  # cell key -> the captions its requests judge
         self.stats = {"sent": 0, "cached": 0}
         self.done = 0
+        # dataset name -> this stage's cells of it whose requests are not all built yet (`built`)
+        self.unbuilt = Counter(cell.caption.dataset.name for cell in pending)
+        self.prepared: dict[str, Prepared] = {}  # cell key -> the cell prepared and not finished yet
 
     def close(self) -> None:
         for spool in self.spools.values():  # cells not finished: their transcripts are redone with them
@@ -144,11 +155,14 @@ class JudgeStage:
                 extra["judge_frames"] = cellmod.judge_frames_spec(cell)
             video_failures = {**frame_failures, **video_failures}  # a failed caption explains the row first
         prep = Prepared(cell, self.keys[cell], protocol, items, captions, video_failures)
+        self.prepared[prep.key] = prep
         if not requests:
             return prep, []
         if not extra and (parts := self._lazy_parts(prep, judge)) is not None:
             return prep, parts
-        return prep, [self.build(cell, protocol, judge, items, captions, **extra)]
+        whole = self.build(cell, protocol, judge, items, captions, **extra)
+        self.built(cell)
+        return prep, [whole]
 
     def _lazy_parts(self, prep: Prepared, judge) -> list[Callable[[], pa.Table]] | None:
         """Builders of a `[[captions]]` cell's requests, PART_ITEMS items (whole videos) each; the judge loop puts
@@ -186,7 +200,10 @@ class JudgeStage:
                 ids = pa.array(set(part.column("item_id").to_pylist()) | set(part.column("video_id").to_pylist()),
                                pa.string())
                 captions = prep.captions.filter(pc.is_in(prep.captions.column("video_id"), value_set=ids))
-                return self.build(cell, prep.protocol, judge, part, captions, keep_texts=False)
+                requests = self.build(cell, prep.protocol, judge, part, captions, keep_texts=False)
+                if n == len(parts) - 1:
+                    self.built(cell)
+                return requests
             return build
 
         # the transcripts look captions up in the cell's whole table, not in each part's filtered copy
@@ -202,9 +219,43 @@ class JudgeStage:
         return protocol.build_requests(items, captions, judge=judge.name, judge_revision=judge.revision,
                                        seeds=list(cell.judge.seeds), **extra, **cell.protocol.params)
 
+    def built(self, cell: ResultCell) -> None:
+        """Every request of `cell` is built: once all of this stage's cells of its dataset are, the run lets go of
+        the item columns only requests read (`let_go_of_prompts`)."""
+        name = cell.caption.dataset.name
+        self.unbuilt[name] -= 1
+        if self.unbuilt[name] == 0:
+            self.let_go_of_prompts(name)
+
+    def let_go_of_prompts(self, name: str) -> None:
+        """The run's table of dataset `name`, and the prepared cells' items of it, keep KEPT_ITEM_COLUMNS and the
+        columns their protocols' metrics declare; nothing changes when a protocol declares none (its metrics read
+        every column), the sweep breaks results down by item attributes, or it is adaptive (its rounds build
+        requests from the run's tables again). Other holders of the table (the checks' read views and pair plan) let
+        go of it too, so its memory goes."""
+        if self.config.options.breakdowns or self.config.options.decide is not None:
+            return
+        keep = set(KEPT_ITEM_COLUMNS)
+        for cell in self.pending:
+            if cell.caption.dataset.name == name:
+                declared = (getattr(lookup("protocol", cell.protocol.name), "metric_columns", None) or {}).get("items")
+                if declared is None:
+                    return
+                keep.update(declared)
+        loaded = self.run.datasets[name]
+        drop = [c for c in loaded.items.column_names if c not in keep]
+        if not drop:
+            return
+        self.run.datasets[name] = dataclasses.replace(loaded, items=loaded.items.drop_columns(drop))
+        forget_table(self.config.pairs, loaded.items)
+        for prep in self.prepared.values():
+            if prep.cell.caption.dataset.name == name:
+                prep.items = prep.items.drop_columns([c for c in drop if c in prep.items.column_names])
+
     def finish(self, prep: Prepared, verdicts: VerdictHandover, summary) -> None:
         """Account for every item, commit the verdicts, compute the metrics and commit them (the commit point)."""
         cell, key = prep.cell, prep.key
+        self.prepared.pop(key, None)
         spool, transcripts = self.spools.pop(key, None), None
         texts = self.caption_texts.pop(key, None)
         if spool is not None:  # written on a thread while the verdicts are classified, placed before them
@@ -300,9 +351,9 @@ def judge_after_captions(stage: JudgeStage, inputs) -> None:
                       sealed=whole,
                       on_complete=lambda name, verdicts, summary, prep=prep: stage.finish(prep, verdicts, summary))
             if not whole:  # built in parts: the loop puts the verdicts back in request order
-                for part in parts:
-                    sched.extend(prep.key, part)
+                sched.extend_all(prep.key, parts)
                 sched.seal(prep.key)
+            del parts  # each builder goes once the loop has built its part (they hold the cell's whole items)
         sched.run(on_drain=stage.warm_end)
 
 
@@ -337,14 +388,14 @@ def judge_while_captioning(stage: JudgeStage, watch, inputs) -> None:
         def seal(cell: ResultCell) -> None:
             if cell not in streamed:
                 prep, parts = stage.prepare(cell, judge, inputs)
-                for part in parts:
-                    sched.extend(prep.key, part)
+                sched.extend_all(prep.key, parts)
             else:
                 prep, _ = stage.prepare(cell, judge, inputs, requests=False)
                 items, _, leftover = streamed[cell]
                 if leftover:  # items of no video of the dataset: what the protocol makes of them with no caption
                     sched.extend(prep.key, stage.build(cell, prep.protocol, judge, items.take(leftover),
                                                        prep.captions))
+                stage.built(cell)
             preps[prep.key] = prep
             sched.seal(prep.key)
 

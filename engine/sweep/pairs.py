@@ -210,6 +210,16 @@ def read_view(spec, base: Path) -> DatasetView | None:
     return _READ[key]
 
 
+def forget_table(plan: PairPlan | None, items: pa.Table) -> None:
+    """Let go of `items` (a run narrows a dataset's table once its requests are built): the read views and the
+    plan's checks of that very table are dropped, so a later plan reads and checks the dataset's files again."""
+    for key in [k for k, view in _READ.items() if view is not None and view.items is items]:
+        del _READ[key]
+    if plan is not None:
+        for key in [k for k, check in plan.checks.items() if check.items is items]:
+            del plan.checks[key]
+
+
 def _files_state(params: dict, base: Path) -> tuple:
     """(path, mtime, size) of each existing file or folder a parameter names: a changed table is read again."""
     out = []

@@ -75,3 +75,39 @@ def test_a_captions_cell_built_in_parts_judges_as_the_whole_cell(tmp_path, monke
     assert (whole / "verdicts").glob("*.parquet").__next__().name == (parts / "verdicts").glob("*.parquet").__next__().name
     for store in ("verdicts", "metrics"):
         assert _table(parts, store).equals(_table(whole, store)), store
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_once_every_request_is_built_the_run_lets_go_of_the_item_columns_only_requests_read(tmp_path, monkeypatch,
+                                                                                          overlap):
+    """When the cell ends, the run's item table (and the cell's) keeps the ids and the columns the metrics read, and
+    the table with the question, its options and answer is gone from memory (nothing else holds it: the checks'
+    read views and pair plan let go of it too); the verdicts and metrics are those of a run that kept it."""
+    import gc
+    import weakref
+
+    kept = _run(tmp_path, "kept", overlap)
+    seen = {}
+    init, finish = judge_stage.JudgeStage.__init__, judge_stage.JudgeStage.finish
+
+    def watched_init(self, run, *args, **kw):
+        init(self, run, *args, **kw)
+        seen["table"] = weakref.ref(run.datasets["quiz"].items)
+
+    def watched_finish(self, prep, verdicts, summary):
+        gc.collect()
+        seen["alive"] = seen["table"]() is not None
+        seen["run_columns"] = self.run.datasets["quiz"].items.column_names
+        seen["cell_columns"] = prep.items.column_names
+        return finish(self, prep, verdicts, summary)
+
+    monkeypatch.setattr(judge_stage, "PART_ITEMS", 4)
+    monkeypatch.setattr(judge_stage.JudgeStage, "__init__", watched_init)
+    monkeypatch.setattr(judge_stage.JudgeStage, "finish", watched_finish)
+    narrowed = _run(tmp_path, "narrowed", overlap)
+    assert seen["alive"] is False
+    for columns in (seen["run_columns"], seen["cell_columns"]):
+        assert {"task", "item_id", "video_id", "category"} <= set(columns)
+        assert not {"annotation", "options", "answer"} & set(columns)
+    for store in ("verdicts", "metrics"):
+        assert _table(narrowed, store).equals(_table(kept, store)), store
