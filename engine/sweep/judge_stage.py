@@ -238,7 +238,7 @@ class JudgeStage:
         keep = set(KEPT_ITEM_COLUMNS)
         for cell in self.pending:
             if cell.caption.dataset.name == name:
-                declared = (getattr(lookup("protocol", cell.protocol.name), "metric_columns", None) or {}).get("items")
+                declared = _declared_columns(lookup("protocol", cell.protocol.name), "items")
                 if declared is None:
                     return
                 keep.update(declared)
@@ -317,11 +317,17 @@ def _read_by_metrics(protocol, verdicts: pa.Table) -> list[str]:
     """The verdict columns a cell's metrics and their reasons (explain_nulls) read: those the protocol declares
     (JudgeProtocol.metric_columns) and the verdict, its status and error columns; every column when it declares
     none."""
-    declared = (getattr(protocol, "metric_columns", None) or {}).get("verdicts")
+    declared = _declared_columns(protocol, "verdicts")
     if declared is None:
         return verdicts.column_names
-    keep = set(declared) | {"verdict", "parse_status", "error", "item_status", "retryable"}
+    keep = set(declared) | {"verdict", "parse_status", "error", "item_status"}
     return [c for c in verdicts.column_names if c in keep]
+
+
+def _declared_columns(protocol, table: str) -> tuple[str, ...] | None:
+    """The columns of `table` ("verdicts", "items", "captions") the protocol's metrics read
+    (JudgeProtocol.metric_columns); None: it declares none, so they read every column."""
+    return (getattr(protocol, "metric_columns", None) or {}).get(table)
 
 
 def _metric_inputs(protocol, **tables: pa.Table) -> dict:
@@ -329,10 +335,9 @@ def _metric_inputs(protocol, **tables: pa.Table) -> dict:
     (JudgeProtocol.metric_columns; those a table has), else whole."""
     import polars as pl
 
-    wanted = getattr(protocol, "metric_columns", None) or {}
     out = {}
     for name, table in tables.items():
-        cols = wanted.get(name)
+        cols = _declared_columns(protocol, name)
         out[name] = pl.from_arrow(table if cols is None else
                                   table.select([c for c in cols if c in table.schema.names]))
     return out
