@@ -15,6 +15,7 @@ never depends on completion order.
 
 from __future__ import annotations
 
+import mmap
 import operator
 import tempfile
 from collections import deque
@@ -425,57 +426,98 @@ class Cell:
         self._records = []
         return chunk
 
-    def _spooled(self) -> list[pa.Table]:
-        """The chunks written to the spool (read back once; the file goes)."""
+    def _spooled(self) -> tuple[list[pa.Table], _MappedSpool | None]:
+        """The chunks written to the spool, read in place from a mapping of its file (no copy yet; the file goes
+        with the mapping)."""
         if self._spool is None:
-            return []
+            return [], None
         file, writer = self._spool
         self._spool = None
         with file:
             writer.close()
-            file.seek(0)
-            return [pa.ipc.open_stream(file).read_all()]
+            file.flush()
+            mapped = _MappedSpool(file)
+        return [pa.ipc.open_stream(mapped.buffer).read_all()], mapped
+
+    def _verdict_order(self, t: pa.Table) -> pa.Array | None:
+        """Positions of `t`'s rows in verdict order; None when they are in it."""
+        if not t.num_rows:
+            return None
+        depth = t["_depth"].to_numpy()
+        if self.multi_part:
+            # Parts arrived in the order their captions were made; protocols sort a request table by REQUEST_ORDER,
+            # so sorting by it (ties: the order within a part, whose items never span parts) gives the rows in the
+            # order one table built from all the captions would have had.
+            return _order_of(t, depth, _STREAMED_FIRST_ORDER)
+        if not depth.any():
+            first = t["_order"].to_numpy()
+            return pa.array(np.argsort(first, kind="stable")) if (np.diff(first) < 0).any() else None
+        return _order_of(t, depth, [("_order", "ascending")])
 
     def table(self) -> pa.Table:
         """The cell's VERDICTS table (call once every row is final)."""
-        t = pa.concat_tables([*self._spooled(), self._chunk()])
+        spooled, mapped = self._spooled()
+        t = pa.concat_tables([*spooled, self._chunk()])
+        del spooled
         dropped = self.rounds.dropped() if self.rounds is not None else None
         if dropped:
             t = apply_drops(t, dropped)
         if self.transcriber is not None:  # the same corrections in the transcripts' final outcome
             self.transcriber.finish((lambda tx: apply_drops(tx, dropped)) if dropped else None)
-        # Copies only what is out of order (a million-row run finishes nearly in order): at most one copy.
-        depth = t["_depth"].to_numpy()
-        order = None
-        if self.multi_part and t.num_rows:
-            # Parts arrived in the order their captions were made; protocols sort a request table by REQUEST_ORDER,
-            # so sorting by it (ties: the order within a part, whose items never span parts) gives the rows in the
-            # order one table built from all the captions would have had.
-            order = _order_of(t, depth, _STREAMED_FIRST_ORDER)
-        elif t.num_rows and not depth.any():
-            first = t["_order"].to_numpy()
-            if (np.diff(first) < 0).any():
-                order = pa.array(np.argsort(first, kind="stable"))
-        elif t.num_rows:
-            order = _order_of(t, depth, [("_order", "ascending")])
+        # One copy at most: the rows out of order taken, or the spooled ones copied out of the spool's mapping
+        order = self._verdict_order(t)
         t = t.select(VERDICTS.names)
-        if order is not None:  # a column at a time, each unordered column let go once taken (_take_releasing)
+        if order is not None or mapped is not None:
+            # A column at a time: each taken (or, in order, copied out of the spool's mapping) and the unordered
+            # column let go; the mapping's pages are handed back after each, so a big cell's rows exist about
+            # once while they are put in order, not twice (_take_releasing)
             if t.num_rows >= RELEASE_ROWS:  # what the judging freed goes back before the copy
                 release_unused_memory()
             schema, columns = t.schema, t.columns
             del t
-            t = pa.Table.from_arrays(_take_releasing(columns, order), schema=schema)
+            t = pa.Table.from_arrays(_take_releasing(columns, order, mapped), schema=schema)
+        if mapped is not None:
+            mapped.close()
         return conform(t, VERDICTS)
 
 
-def _take_releasing(columns: list, indices: pa.Array) -> list:
-    """Each of `columns` taken at `indices`, in place, a column at a time: the list's reference to a column is
-    dropped as it is taken, so a big cell's verdict rows exist about once while they are put in order, not twice
-    (when the list holds the columns' only references)."""
+class _MappedSpool:
+    """A cell's spool file mapped read-only: Arrow reads its chunks in place, and `drop_pages` hands the pages read
+    so far back (they count in the process's resident memory while mapped; the page cache keeps them, and a later
+    read maps them again). Why not read the file into memory: the chunks read that way share one buffer per chunk,
+    so no column's memory goes until every column of the chunk has been put in order: two copies at the peak."""
+
+    def __init__(self, file):
+        self._map = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ)
+        self.buffer = pa.py_buffer(self._map)
+
+    def drop_pages(self) -> None:
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED)
+
+    def close(self) -> None:
+        """Unmapped when nothing reads from it any more (the table returned holds copies only)."""
+        self.buffer = None
+        try:
+            self._map.close()
+        except BufferError:  # a view of it is still alive somewhere: the mapping goes with it
+            self.drop_pages()
+
+
+def _take_releasing(columns: list, indices: pa.Array | None, mapped: _MappedSpool | None = None) -> list:
+    """Each of `columns` taken at `indices` (copied, in their chunks, when None), in place, a column at a time: the
+    list's reference to a column is dropped as it is taken, so a big cell's verdict rows exist about once while they
+    are put in order, not twice (when the list holds the columns' only references); the pages of `mapped` the
+    column was read from go back after each."""
     for i in range(len(columns)):
         column, columns[i] = columns[i], None
-        columns[i] = column.take(indices)
+        if indices is not None:
+            columns[i] = column.take(indices)
+        else:
+            columns[i] = pa.chunked_array([pa.concat_arrays([chunk]) for chunk in column.chunks], column.type)
         del column
+        if mapped is not None:
+            mapped.drop_pages()
     return columns
 
 

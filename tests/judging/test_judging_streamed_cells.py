@@ -6,18 +6,21 @@ from __future__ import annotations
 
 import random
 import time
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from _judging_backends import StreamingScriptedJudge
 from test_judging_streaming import _vidcapbench, _vidcapbench_inputs
 
+from capeval.engine.judging import cells
 from capeval.engine.judging.cells import Cell
 from capeval.engine.judging.runner import run_judging
 from capeval.engine.judging.scheduler import JudgeScheduler
 from capeval.engine.protocols.base import REQUESTS_WITH_CONTEXT
 from capeval.engine.registry import lookup
-from capeval.engine.schemas import conform
+from capeval.engine.schemas import VERDICTS, conform
 
 
 def _same(a, b):
@@ -165,6 +168,63 @@ def test_a_big_streamed_cell_is_put_in_order_without_a_second_copy_of_its_rows(t
     assert seen["bytes"] > 1_000_000, seen  # big enough for the copies to show
     # a second copy of the rows at the end reaches 2x and more; one copy and a column in flight stay well below
     assert seen["peak"] < 1.6 * seen["bytes"], seen
+
+
+def _mapping_kb(address: int) -> int | None:
+    """Resident kB of this process's mapping that starts at `address` (None: nothing mapped there)."""
+    inside = False
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            first = line.split(" ", 1)[0]
+            if "-" in first and not first.endswith(":"):
+                inside = int(first.split("-")[0], 16) == address
+            elif inside and line.startswith("Rss:"):
+                return int(line.split()[1])
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads the process's mappings from Linux's /proc")
+def test_a_spooled_cells_rows_are_copied_out_of_a_mapping_a_column_at_a_time(tmp_path, monkeypatch):
+    """A cell's spooled verdict rows are read in place from a mapping of the spool file and copied out of it a column
+    at a time, the mapping's pages handed back after each: the process never holds the whole spool in memory beside
+    the ordered copy (reading the file into memory kept every chunk read until its last column was put in order:
+    two copies of a big cell's rows at the end). The mapping is gone once the table is made, and the table is the
+    one a cell that kept its rows in memory makes."""
+    p, whole = _vidcapbench(n_items=5000, n_captions=500)
+    items, caps = _vidcapbench_inputs(n_items=5000, n_captions=500)
+    parts = _parts_by_video(lambda i, c: p.build_requests(i, c, judge="scripted-judge", judge_revision="r1",
+                                                           seeds=(0,)), items, caps, 6, seed=3)
+    parts = [REQUESTS_WITH_CONTEXT.empty_table()] + [conform(t, REQUESTS_WITH_CONTEXT) for t in parts]
+    kept = run_judging(whole, StreamingScriptedJudge(max_delay_s=0.0, seed=1), cache_dir=tmp_path / "kept",
+                       protocol=p, progress=False, max_in_flight=64)
+    monkeypatch.setattr(Cell, "CHUNK_ROWS", 500)
+    resident = []  # (before, after) each hand-back: kB of the mapping resident
+    seen = {}
+    drop_pages = cells._MappedSpool.drop_pages
+
+    def watched(self):
+        seen.setdefault("address", self.buffer.address)
+        before = _mapping_kb(seen["address"])
+        drop_pages(self)
+        resident.append((before, _mapping_kb(seen["address"])))
+
+    monkeypatch.setattr(cells._MappedSpool, "drop_pages", watched)
+
+    def complete(name, verdicts, summary):
+        seen["table"], seen["mapping_after"] = verdicts.take(), _mapping_kb(seen["address"])
+
+    judge = StreamingScriptedJudge(max_delay_s=0.0, seed=1)
+    sched = JudgeScheduler(judge, tmp_path / "spooled", max_in_flight=64)
+    sched.add(parts[0], p, name="cell", sealed=False, on_complete=complete)
+    sched.run(source=_PartsSource(sched, "cell", parts[1:], gap_s=0.0))
+    assert _same(seen["table"], kept)
+    assert seen["mapping_after"] is None  # unmapped (the unnamed file goes with it)
+    table_kb = seen["table"].nbytes / 1024
+    assert table_kb > 1000 and len(resident) == len(VERDICTS), (table_kb, resident)
+    assert all(after == 0 for _, after in resident), resident  # every page handed back after each column
+    # the rows came from it (how many pages one column's copy maps depends on the kernel's fault-around: in this
+    # test's small chunks most of the file; in a big cell's 8,192-row chunks about the column)
+    assert sum(before for before, _ in resident) > 0.5 * table_kb, (table_kb, resident)
 
 
 class _PoolWatchingJudge(StreamingScriptedJudge):
