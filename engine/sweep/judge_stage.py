@@ -18,6 +18,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -173,34 +174,51 @@ class JudgeStage:
         if (not cell.caption.from_file or items.num_rows <= PART_ITEMS
                 or prep.protocol.judging_policy(**cell.protocol.params).stop_when_failed_at_most is not None):
             return None
-        rows_of: dict[str, list[int]] = {}  # video_id -> its items' rows, videos in the order they first appear
-        video_of: dict[str, str] = {}
-        for i, (item, vid) in enumerate(zip(items.column("item_id").to_pylist(),
-                                            items.column("video_id").to_pylist())):
-            if video_of.setdefault(item, vid) != vid:
-                return None
-            rows_of.setdefault(vid, []).append(i)
-        # each part's rows as an int64 array, not a list of Python ints: the builders are held until the judge has
-        # built every part (~4 MB of ints at 100,000 items)
-        parts, rows = [], []
-        for video_rows in rows_of.values():
-            rows += video_rows
-            if len(rows) >= PART_ITEMS:
-                parts.append(pa.array(rows, pa.int64()))
-                rows = []
-        if rows:
-            parts.append(pa.array(rows, pa.int64()))
+        # on the id columns, not as Python values: two lists of every item's ids and a dict of them were ~25 MB at
+        # 100,000 items, left in the interpreter's arenas for the rest of the run
+        item_ids, video_ids = items.column("item_id"), items.column("video_id")
+        if item_ids.null_count or video_ids.null_count:
+            return None
+        item_codes, video_codes = _first_seen_codes(item_ids), _first_seen_codes(video_ids)
+        by_item = np.argsort(item_codes, kind="stable")
+        same_item = item_codes[by_item][1:] == item_codes[by_item][:-1]
+        if (video_codes[by_item][1:] != video_codes[by_item][:-1])[same_item].any():
+            return None
+        # each video's rows together (ascending), videos in the order they first appear; parts of whole videos,
+        # each as an int64 array: the builders are held until the judge has built every part
+        order = np.argsort(video_codes, kind="stable")
+        ends, size, end = [], 0, 0
+        for count in np.bincount(video_codes).tolist():
+            end, size = end + count, size + count
+            if size >= PART_ITEMS:
+                ends.append(end)
+                size = 0
+        if size:
+            ends.append(end)
+        parts = [pa.array(order[start:stop], pa.int64()) for start, stop in zip([0, *ends[:-1]], ends)]
 
-        def builder(n: int, part_rows: pa.Array) -> Callable[[], pa.Table]:
+        own = self.unbuilt[cell.caption.dataset.name] == 1 and bool(self.prompt_columns(cell.caption.dataset.name))
+        if own:
+            # The dataset's last cell to build: each part holds a copy of its own items, and the run's table lets go
+            # of the columns only requests read now, so they go part by part as the judge builds them, not all at
+            # the end (~18 MB held through a 100,000-item cell's judging). Cells built before it shared the table.
+            owned = [items.take(rows) for rows in parts]
+            self.let_go_of_prompts(cell.caption.dataset.name)
+            items = None
+        else:
+            owned = [None] * len(parts)
+
+        def builder(n: int, part_rows: pa.Array, part: pa.Table | None) -> Callable[[], pa.Table]:
             def build() -> pa.Table:
+                nonlocal part
                 if n and n % RELEASE_PARTS == 0:
                     release_unused_memory()
-                part = items.take(part_rows)
+                part, these = None, part if part is not None else items.take(part_rows)
                 # an item pairs with the captions its item_id or its video_id names (pair_items_captions)
-                ids = pa.array(set(part.column("item_id").to_pylist()) | set(part.column("video_id").to_pylist()),
+                ids = pa.array(set(these.column("item_id").to_pylist()) | set(these.column("video_id").to_pylist()),
                                pa.string())
                 captions = prep.captions.filter(pc.is_in(prep.captions.column("video_id"), value_set=ids))
-                requests = self.build(cell, prep.protocol, judge, part, captions, keep_texts=False)
+                requests = self.build(cell, prep.protocol, judge, these, captions, keep_texts=False)
                 if n == len(parts) - 1:
                     self.built(cell)
                 return requests
@@ -208,7 +226,9 @@ class JudgeStage:
 
         # the transcripts look captions up in the cell's whole table, not in each part's filtered copy
         self.caption_texts.setdefault(prep.key, CaptionTexts()).add(prep.captions)
-        return [builder(n, r) for n, r in enumerate(parts)]
+        builders = [builder(n, rows, part) for n, (rows, part) in enumerate(zip(parts, owned))]
+        owned.clear()
+        return builders
 
     def build(self, cell: ResultCell, protocol, judge, items, captions, *, keep_texts: bool = True,
               **extra) -> pa.Table:
@@ -227,25 +247,29 @@ class JudgeStage:
         if self.unbuilt[name] == 0:
             self.let_go_of_prompts(name)
 
-    def let_go_of_prompts(self, name: str) -> None:
-        """The run's table of dataset `name`, and the prepared cells' items of it, keep KEPT_ITEM_COLUMNS and the
-        columns their protocols' metrics declare; nothing changes when a protocol declares none (its metrics read
-        every column), the sweep breaks results down by item attributes, or it is adaptive (its rounds build
-        requests from the run's tables again). Other holders of the table (the checks' read views and pair plan) let
-        go of it too, so its memory goes."""
+    def prompt_columns(self, name: str) -> list[str]:
+        """The columns of dataset `name`'s table that only requests read: none when a protocol of its cells
+        declares no metric columns (its metrics read every column), the sweep breaks results down by item
+        attributes, or it is adaptive (its rounds build requests from the run's tables again)."""
         if self.config.options.breakdowns or self.config.options.decide is not None:
-            return
+            return []
         keep = set(KEPT_ITEM_COLUMNS)
         for cell in self.pending:
             if cell.caption.dataset.name == name:
                 declared = _declared_columns(lookup("protocol", cell.protocol.name), "items")
                 if declared is None:
-                    return
+                    return []
                 keep.update(declared)
-        loaded = self.run.datasets[name]
-        drop = [c for c in loaded.items.column_names if c not in keep]
+        return [c for c in self.run.datasets[name].items.column_names if c not in keep]
+
+    def let_go_of_prompts(self, name: str) -> None:
+        """The run's table of dataset `name`, and the prepared cells' items of it, keep all but its
+        `prompt_columns`. Other holders of the table (the checks' read views and pair plan) let go of it too, so its
+        memory goes."""
+        drop = self.prompt_columns(name)
         if not drop:
             return
+        loaded = self.run.datasets[name]
         self.run.datasets[name] = dataclasses.replace(loaded, items=loaded.items.drop_columns(drop))
         forget_table(self.config.pairs, loaded.items)
         for prep in self.prepared.values():
@@ -311,6 +335,11 @@ class JudgeStage:
         self.done += 1
         self.run.log(f"[sweep {self.config.name}] cell {self.done}/{len(self.pending)} {status}: "
                  + " ".join(f"{k}={v}" for k, v in cell.labels().items()))
+
+
+def _first_seen_codes(values: pa.ChunkedArray) -> np.ndarray:
+    """Each value's number, values numbered in the order they first appear."""
+    return pc.index_in(values, value_set=pc.unique(values)).to_numpy()
 
 
 def _read_by_metrics(protocol, verdicts: pa.Table) -> list[str]:

@@ -111,3 +111,42 @@ def test_once_every_request_is_built_the_run_lets_go_of_the_item_columns_only_re
         assert not {"annotation", "options", "answer"} & set(columns)
     for store in ("verdicts", "metrics"):
         assert _table(narrowed, store).equals(_table(kept, store)), store
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_a_datasets_last_cell_to_build_lets_go_of_its_questions_part_by_part(tmp_path, monkeypatch, overlap):
+    """The only cell of its dataset (the last to build) hands each part its own items and the run lets go of the
+    whole table at once: while the parts are built, the table with every question, option and answer is gone from
+    memory, the run's table has the ids and metric columns only, and each part's items go once that part is built;
+    the verdicts and metrics are those of a run that kept the table to the end."""
+    import gc
+    import weakref
+
+    kept = _run(tmp_path, "kept", overlap)
+    seen = {"parts": [], "alive_parts": [], "table_alive": [], "run_columns": []}
+    init, build = judge_stage.JudgeStage.__init__, judge_stage.JudgeStage.build
+
+    def watched_init(self, run, *args, **kw):
+        init(self, run, *args, **kw)
+        seen["table"] = weakref.ref(run.datasets["quiz"].items)
+
+    def watched_build(self, cell, protocol, judge, items, captions, **extra):
+        gc.collect()
+        seen["alive_parts"].append(sum(part() is not None for part in seen["parts"]))
+        seen["table_alive"].append(seen["table"]() is not None)
+        seen["run_columns"].append(set(self.run.datasets["quiz"].items.column_names))
+        seen["parts"].append(weakref.ref(items))
+        return build(self, cell, protocol, judge, items, captions, **extra)
+
+    monkeypatch.setattr(judge_stage, "PART_ITEMS", 4)
+    monkeypatch.setattr(judge_stage.JudgeStage, "__init__", watched_init)
+    monkeypatch.setattr(judge_stage.JudgeStage, "build", watched_build)
+    narrowed = _run(tmp_path, "narrowed", overlap)
+    assert len(seen["parts"]) >= 4
+    assert seen["table_alive"] == [False] * len(seen["parts"])
+    assert seen["alive_parts"] == [0] * len(seen["parts"])
+    for columns in seen["run_columns"]:
+        assert {"task", "item_id", "video_id", "category"} <= columns
+        assert not {"annotation", "options", "answer"} & columns
+    for store in ("verdicts", "metrics"):
+        assert _table(narrowed, store).equals(_table(kept, store)), store
