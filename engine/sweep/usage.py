@@ -58,6 +58,14 @@ class Tokens:
         self.completion_tokens += int(completion or 0)
         self.reasoning_tokens += int(reasoning or 0)
 
+    def add_sums(self, requests: int, sums) -> None:
+        """`requests` answers whose prompt, cached, completion and reasoning tokens sum to `sums`."""
+        self.requests += int(requests)
+        self.prompt_tokens += int(sums[0])
+        self.cached_prompt_tokens += int(sums[1])
+        self.completion_tokens += int(sums[2])
+        self.reasoning_tokens += int(sums[3])
+
     def usd(self, prices: Prices | None) -> float | None:
         if prices is None:
             return None
@@ -81,6 +89,17 @@ class Split:
         """answer: (judge, prompt, cached, completion, reasoning, created), paid when created since `since`; created
         None: reused."""
         self.add(answer[5] is not None and answer[5] >= since, *answer[1:5])
+
+    def add_answers(self, answers: list[tuple], since: float) -> None:
+        """`add_answer` for each of `answers`, summed on columns (a big cell has hundreds of thousands)."""
+        if not answers:
+            return
+        _, prompt, cached, completion, reasoning, created = zip(*answers)
+        paid = np.array([c is not None and c >= since for c in created], bool)
+        tokens = np.array([[v or 0 for v in column] for column in (prompt, cached, completion, reasoning)], np.int64)
+        n_paid = int(paid.sum())
+        self.paid.add_sums(n_paid, tokens[:, paid].sum(axis=1))
+        self.reused.add_sums(len(answers) - n_paid, tokens[:, ~paid].sum(axis=1))
 
     def total(self) -> Tokens:
         t = Tokens()
@@ -262,11 +281,11 @@ class JudgeTally:
         self.split = Split()
         self.judge: str | None = None  # the judge name its first answer was stored under
 
-    def count(self, answer: tuple) -> None:
-        """Count an answer the tally has not counted (the caller adds its key to `keys`)."""
-        if self.judge is None:
-            self.judge = answer[0]
-        self.split.add_answer(answer, self.since)
+    def count(self, answers: list[tuple]) -> None:
+        """Count answers the tally has not counted (the caller adds their keys to `keys`)."""
+        if self.judge is None and answers:
+            self.judge = answers[0][0]
+        self.split.add_answers(answers, self.since)
 
 
 def _split(answers, since: float) -> Split:
@@ -314,10 +333,13 @@ class _Answers:
             for i, (request_key, attempt) in enumerate(zip(keys, attempts)):
                 if attempt is None:  # never asked (no caption, an upstream step failed)
                     continue
-                for a in range(int(attempt) + 1):
-                    asked[attempt_key(request_key, a, temperature)] = None
+                if attempt:  # re-asked: every attempt's answer
+                    for a in range(int(attempt) + 1):
+                        asked[last := attempt_key(request_key, a, temperature)] = None
+                else:  # the first attempt's key is the request's (attempt_key)
+                    asked[last := request_key] = None
                 if prompt[i] is not None:
-                    final[attempt_key(request_key, int(attempt), temperature)] = i
+                    final[last] = i
             asked_keys = list(asked)
             found = self._lookup([k for k, s in zip(asked_keys, seen.contains(AnswerKeys.digests(asked_keys)))
                                   if not s])
@@ -331,10 +353,9 @@ class _Answers:
             seen.add(digests)
             if tally.keys is not seen:
                 tally.keys.add(digests[new_to_judge])
-            for answer, new in zip(found.values(), new_to_judge):
-                split.add_answer(answer, tally.since)
-                if new:
-                    tally.count(answer)
+            answers = list(found.values())
+            split.add_answers(answers, tally.since)
+            tally.count([answer for answer, new in zip(answers, new_to_judge) if new])
         return split
 
     def _reask_temperature(self, cell):

@@ -229,3 +229,25 @@ def test_answer_keys_hold_each_key_once_and_answer_for_whole_batches():
     got = keys.contains(AnswerKeys.digests(asked))
     assert got.tolist() == [i % 2 == 0 or i % 3 == 0 for i in range(3000)] + [False, False]
     assert not keys.contains(AnswerKeys.digests([])).size
+
+
+def test_usage_summed_on_columns_equals_usage_added_answer_by_answer():
+    """`Split.add_answers` (a cell's answers summed on columns) gives the totals of `add_answer` one answer at a time:
+    paid when stored since the run began, reused when earlier or not in the cache (created None), missing token
+    counts as 0."""
+    import random
+
+    from capeval.engine.sweep.usage import Split
+
+    rng = random.Random(7)
+    since = 1000.0
+    for _ in range(50):
+        answers = [(f"judge-{rng.randrange(2)}",
+                    *(rng.choice([None, rng.randrange(5000)]) for _ in range(4)),
+                    rng.choice([None, since - 1.0, since, since + rng.random() * 10]))
+                   for _ in range(rng.randrange(0, 40))]
+        one_by_one, at_once = Split(), Split()
+        for answer in answers:
+            one_by_one.add_answer(answer, since)
+        at_once.add_answers(answers, since)
+        assert at_once == one_by_one
