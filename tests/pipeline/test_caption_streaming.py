@@ -75,7 +75,9 @@ def test_the_last_request_is_hedged_into_the_slots_its_drain_leaves_idle(decoded
     rows = {}
     for hedge in (3, 0):
         store = SegmentStore(tmp_path / f"captions-{hedge}", CAPTIONS)
-        with RecordingServer(latency_s=0.02, slow_s=1.0) as server:
+        # the slow request takes 3 s: long enough for the stage's "nothing more to send" to reach the caption actor
+        # on a machine loaded by other tests (at 1 s, a CI run under two workers once saw no copies at all)
+        with RecordingServer(latency_s=0.02, slow_s=3.0) as server:
             slow = N_VIDEOS - 1
             tasks = _tasks(decoded, prompt=lambda i: f"Describe clip {i}. {SLOW}" if i == slow else f"Describe clip {i}.")
             params = {"base_url": server.base_url, "model": "m", "api_key": "test", "max_in_flight": 4}

@@ -53,5 +53,6 @@ def test_decode_and_caption_bars_on_a_terminal(tmp_path):
         bars = [line for line in re.split(r"[\r\n]", text) if stage in line]
         assert bars, f"no {stage} bar in: {text[-2000:]}"
         final = bars[-1]
-        assert "3/3" in final and "video/s" in final, final  # count and throughput
+        # count and throughput (tqdm writes a rate below one a second as seconds per video: a slow machine)
+        assert "3/3" in final and re.search(r"video/s|s/video", final), final
         assert re.search(r"<\d\d:\d\d", " ".join(bars)), bars  # an ETA
