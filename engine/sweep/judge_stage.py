@@ -226,9 +226,7 @@ class JudgeStage:
 
         # the transcripts look captions up in the cell's whole table, not in each part's filtered copy
         self.caption_texts.setdefault(prep.key, CaptionTexts()).add(prep.captions)
-        builders = [builder(n, rows, part) for n, (rows, part) in enumerate(zip(parts, owned))]
-        owned.clear()
-        return builders
+        return [builder(n, rows, part) for n, (rows, part) in enumerate(zip(parts, owned))]
 
     def build(self, cell: ResultCell, protocol, judge, items, captions, *, keep_texts: bool = True,
               **extra) -> pa.Table:

@@ -85,13 +85,9 @@ class Split:
     def add(self, paid: bool, *tokens) -> None:
         (self.paid if paid else self.reused).add(*tokens)
 
-    def add_answer(self, answer: tuple, since: float) -> None:
-        """answer: (judge, prompt, cached, completion, reasoning, created), paid when created since `since`; created
-        None: reused."""
-        self.add(answer[5] is not None and answer[5] >= since, *answer[1:5])
-
     def add_answers(self, answers: list[tuple], since: float) -> None:
-        """`add_answer` for each of `answers`, summed on columns (a big cell has hundreds of thousands)."""
+        """Each of `answers`, (judge, prompt, cached, completion, reasoning, created): paid when created since
+        `since`, reused when earlier or created None; summed on columns (a big cell has hundreds of thousands)."""
         if not answers:
             return
         _, prompt, cached, completion, reasoning, created = zip(*answers)
@@ -291,8 +287,7 @@ class JudgeTally:
 def _split(answers, since: float) -> Split:
     """answers: (judge, prompt, cached, completion, reasoning, created) tuples; created None: reused."""
     s = Split()
-    for a in answers:
-        s.add_answer(a, since)
+    s.add_answers(list(answers), since)
     return s
 
 
@@ -333,13 +328,10 @@ class _Answers:
             for i, (request_key, attempt) in enumerate(zip(keys, attempts)):
                 if attempt is None:  # never asked (no caption, an upstream step failed)
                     continue
-                if attempt:  # re-asked: every attempt's answer
-                    for a in range(int(attempt) + 1):
-                        asked[last := attempt_key(request_key, a, temperature)] = None
-                else:  # the first attempt's key is the request's (attempt_key)
-                    asked[last := request_key] = None
+                for a in range(int(attempt) + 1):
+                    asked[attempt_key(request_key, a, temperature)] = None
                 if prompt[i] is not None:
-                    final[last] = i
+                    final[attempt_key(request_key, int(attempt), temperature)] = i
             asked_keys = list(asked)
             found = self._lookup([k for k, s in zip(asked_keys, seen.contains(AnswerKeys.digests(asked_keys)))
                                   if not s])

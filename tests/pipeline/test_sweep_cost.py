@@ -232,7 +232,7 @@ def test_answer_keys_hold_each_key_once_and_answer_for_whole_batches():
 
 
 def test_usage_summed_on_columns_equals_usage_added_answer_by_answer():
-    """`Split.add_answers` (a cell's answers summed on columns) gives the totals of `add_answer` one answer at a time:
+    """`Split.add_answers` (a cell's answers summed on columns) gives the totals of `Split.add` one answer at a time:
     paid when stored since the run began, reused when earlier or not in the cache (created None), missing token
     counts as 0."""
     import random
@@ -248,6 +248,6 @@ def test_usage_summed_on_columns_equals_usage_added_answer_by_answer():
                    for _ in range(rng.randrange(0, 40))]
         one_by_one, at_once = Split(), Split()
         for answer in answers:
-            one_by_one.add_answer(answer, since)
+            one_by_one.add(answer[5] is not None and answer[5] >= since, *answer[1:5])
         at_once.add_answers(answers, since)
         assert at_once == one_by_one
