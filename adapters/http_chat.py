@@ -455,6 +455,7 @@ class ChatRunner:
         self._rng = random.Random(0x5EED)
         self._transport = None
         self._tasks: set[asyncio.Task] = set()  # every copy running (first copies and hedges): the slots in use
+        self._hedge_copies = 0  # hedge copies among them
         self._calls: dict[tuple[int, object], _Call] = {}  # calls not answered yet
         # the caller has nothing more to send, until every call running now is answered: free slots may carry
         # hedge copies (a call submitted meanwhile still comes first: _preempt_hedges)
@@ -580,17 +581,23 @@ class ChatRunner:
         if hedge:
             call.hedges += 1
             self.hedged_requests += 1
+            self._hedge_copies += 1
 
     def _copy_ended(self, task: asyncio.Task) -> None:
         self._tasks.discard(task)
+        if task.capeval_hedge:  # type: ignore[attr-defined]
+            self._hedge_copies -= 1
         self._hedge_idle_slots()  # a slot came free
 
     def _preempt_hedges(self) -> None:
         """Copies beyond the window wait for a slot; a hedge copy holding one gives it up to a first copy (youngest
         hedge first), so hedging never delays a request that was asked for."""
-        if len(self._tasks) <= self.max_in_flight:  # the common case: every copy has its slot (no scan per call)
+        # The common case costs no scan: every copy has its slot, or no hedge copy holds one. (`_tasks` passes the
+        # window for a moment after every answer: a copy that has ended leaves it in its done callback, which runs
+        # after the window's refill that the answer scheduled.)
+        if len(self._tasks) <= self.max_in_flight or not self._hedge_copies:
             return
-        live = [t for t in self._tasks if not t.cancelling()]
+        live = [t for t in self._tasks if not t.done() and not t.cancelling()]
         excess = len(live) - self.max_in_flight
         if excess <= 0:
             return
