@@ -196,7 +196,11 @@ class _ItemRows:
 
     def _flush(self) -> None:
         if self.pending:
-            self.batches.append(schemas.conform(pa.Table.from_pylist(self.pending), schemas.ITEMS))
+            # column by column: every row has read_items' keys, and a column's list is typed as `from_pylist` would
+            # type it, in a third of the time (Python lists, not a dict lookup per row and column in Arrow)
+            rows = self.pending
+            self.batches.append(schemas.conform(pa.table({name: [row[name] for row in rows] for name in rows[0]}),
+                                                schemas.ITEMS))
             self.pending = []
 
     def _duplicates(self, table: pa.Table) -> tuple[list[int], list[str], int]:
