@@ -329,9 +329,10 @@ class _Answers:
                 if attempt is None:  # never asked (no caption, an upstream step failed)
                     continue
                 for a in range(int(attempt) + 1):
-                    asked[attempt_key(request_key, a, temperature)] = None
-                if prompt[i] is not None:
-                    final[attempt_key(request_key, int(attempt), temperature)] = i
+                    key = attempt_key(request_key, a, temperature)
+                    asked[key] = None
+                if prompt[i] is not None:  # the row's tokens are its last attempt's
+                    final[key] = i
             asked_keys = list(asked)
             found = self._lookup([k for k, s in zip(asked_keys, seen.contains(AnswerKeys.digests(asked_keys)))
                                   if not s])
